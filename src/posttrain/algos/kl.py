@@ -1,0 +1,31 @@
+"""Per-token estimators of KL(pi || ref) from log-probs of tokens sampled from pi.
+
+Schulman, "Approximating KL Divergence" (http://joschu.net/blog/kl-approx.html), with log_ratio = ref - pi:
+    k1 = -log_ratio                      unbiased, high variance, can be negative
+    k2 = log_ratio**2 / 2                biased, low variance
+    k3 = exp(log_ratio) - 1 - log_ratio  unbiased, low variance, always >= 0 (GRPO's choice)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posttrain.algos.registry import Registry
+
+KL_ESTIMATORS: Registry = Registry("KL estimator")
+
+
+@KL_ESTIMATORS.register("k1")
+def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    return logp - ref_logp
+
+
+@KL_ESTIMATORS.register("k2")
+def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (ref_logp - logp) ** 2
+
+
+@KL_ESTIMATORS.register("k3")
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - 1 - log_ratio

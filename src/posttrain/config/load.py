@@ -1,0 +1,132 @@
+"""Load a Config from YAML plus `a.b.c=value` overrides, with errors a person can act on."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from posttrain.config.schema import Config
+
+
+class ConfigError(ValueError):
+    """A config problem, with a message that names the key and what is expected."""
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p} is not valid YAML: {e}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p} must hold a mapping of sections (run:, model:, ...), got {type(loaded).__name__}")
+        data = loaded
+    for ov in overrides or []:
+        apply_override(data, ov)
+    return validate(data)
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Set `a.b.c=value` in a nested dict; the value is parsed as YAML (so lists and bools work)."""
+    if "=" not in override:
+        raise ConfigError(f"override {override!r} must look like key.path=value (e.g. trainer.lr=2e-5)")
+    key, raw = override.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {override!r} has an empty key")
+    value = _parse_value(raw)
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"override {override!r}: {part!r} is a value, not a section")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, str):
+        # YAML 1.1 reads "2e-5" as a string; a user typing it means a number.
+        try:
+            return float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def validate(data: dict[str, Any]) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_explain(e, data)) from None
+
+
+def _explain(err: ValidationError, data: dict[str, Any]) -> str:
+    lines = []
+    for item in err.errors():
+        loc = [str(x) for x in item["loc"]]
+        dotted = ".".join(loc) or "(top level)"
+        if item["type"] == "extra_forbidden":
+            valid = _valid_keys(loc[:-1])
+            near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
+            hint = f"; did you mean '{'.'.join(loc[:-1] + [near[0]])}'?" if near else ""
+            lines.append(f"unknown key '{dotted}'{hint} (valid keys here: {', '.join(valid)})")
+        elif item["type"] == "value_error" and not loc:
+            lines.append(item["msg"].removeprefix("Value error, "))
+        else:
+            expected = _expected_type(loc)
+            value = item.get("input")
+            exp = f" (expected {expected})" if expected else ""
+            lines.append(f"'{dotted}' = {value!r}: {item['msg']}{exp}")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def _model_at(loc: list[str]) -> type[BaseModel] | None:
+    model: type[BaseModel] = Config
+    for part in loc:
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+        else:
+            return None
+    return model
+
+
+def _valid_keys(loc: list[str]) -> list[str]:
+    model = _model_at(loc)
+    return list(model.model_fields) if model else []
+
+
+def _expected_type(loc: list[str]) -> str | None:
+    parent = _model_at(loc[:-1]) if loc else None
+    if parent is None or not loc:
+        return None
+    field = parent.model_fields.get(loc[-1])
+    if field is None:
+        return None
+    ann = field.annotation
+    return getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+
+
+def to_yaml(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

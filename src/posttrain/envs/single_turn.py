@@ -1,0 +1,50 @@
+"""SingleTurnEnv: prompt -> one completion -> rubric reward."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.envs.task import Task
+from posttrain.models.chat import render_prompt
+from posttrain.sampling.base import Sampler
+from posttrain.types import SampleParams, Trajectory, Turn
+
+
+class SingleTurnEnv:
+    def __init__(self, task: Task, tokenizer: Any, params: SampleParams):
+        self.task = task
+        self.tokenizer = tokenizer
+        self.params = params
+        self._rendered: dict[int, list[int]] = {}
+
+    def prompt_ids(self, row: dict[str, Any]) -> list[int]:
+        key = id(row)
+        if key not in self._rendered:
+            self._rendered[key] = render_prompt(self.tokenizer, row["prompt"])
+        return self._rendered[key]
+
+    async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
+        ids = self.prompt_ids(row)
+        (c,), = await sampler.sample([ids], params or self.params, n=1)
+        turn = Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
+                    policy_version=c.policy_version, finish_reason=c.finish_reason)
+        return Trajectory(turns=[turn], prompt_text=_prompt_text(row["prompt"]), completion_text=c.text, row=row)
+
+    async def score(self, trajectories: list[Trajectory]) -> None:
+        if not trajectories:
+            return
+        conv = self.task.conversational
+        completions = [[{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text
+                       for t in trajectories]
+        rows = [{k: v for k, v in t.row.items() if k != "prompt"} for t in trajectories]
+        scores = self.task.rubric.score(completions, rows, prompts=[t.row["prompt"] for t in trajectories],
+                                        completion_ids=[t.completion_ids for t in trajectories])
+        for t, s in zip(trajectories, scores):
+            t.reward, t.reward_components, t.passed, t.failed, t.error = (s.reward, s.components, s.passed,
+                                                                          s.failed, s.error)
+
+
+def _prompt_text(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(f"[{m.get('role')}] {m.get('content')}" for m in prompt)

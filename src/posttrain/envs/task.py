@@ -1,0 +1,40 @@
+"""A Task: the prompts (train and held-out) and the rubric that scores completions.
+
+A row is a dict with a `prompt` (a string, used as raw text, or a list of chat messages, rendered with the
+model's chat template) and any other columns, which reward functions receive as keyword lists (TRL style).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from posttrain.rewards.rubric import Rubric
+
+
+@dataclass
+class Task:
+    name: str
+    train_rows: list[dict[str, Any]]
+    eval_rows: list[dict[str, Any]]
+    rubric: Rubric
+    description: str = ""
+    # Sampling hints the task knows best (e.g. how long a good answer is); config values win when set.
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.train_rows:
+            raise ValueError(f"task {self.name!r} has no training prompts")
+        for split, rows in (("train", self.train_rows), ("eval", self.eval_rows)):
+            for i, row in enumerate(rows):
+                if not isinstance(row, dict) or "prompt" not in row:
+                    raise ValueError(f"task {self.name!r}: {split} row {i} has no 'prompt' key: {str(row)[:200]}")
+                p = row["prompt"]
+                if not isinstance(p, str) and not (isinstance(p, list) and all(isinstance(m, dict) for m in p)):
+                    raise ValueError(f"task {self.name!r}: {split} row {i} prompt must be a string or a list of "
+                                     f"chat messages, got {type(p).__name__}")
+
+    @property
+    def conversational(self) -> bool:
+        return isinstance(self.train_rows[0]["prompt"], list)

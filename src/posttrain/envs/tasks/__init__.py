@@ -1,0 +1,17 @@
+"""Built-in tasks, by name. Each module exposes `make_task(**options) -> Task`."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+BUILTIN_TASKS: dict[str, str] = {
+    "json-extract": "posttrain.envs.tasks.json_extract",
+    "count-a": "posttrain.envs.tasks.count_a",
+}
+
+
+def builtin_task_factory(name: str) -> Callable[..., Any]:
+    module = importlib.import_module(BUILTIN_TASKS[name])
+    return module.make_task

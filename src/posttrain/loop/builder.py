@@ -1,0 +1,81 @@
+"""Build the run's components (model, task, env, sampler, trainer) from a Config."""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from posttrain.config.schema import Config
+from posttrain.envs.custom import load_task
+from posttrain.envs.single_turn import SingleTurnEnv
+from posttrain.envs.task import Task
+from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
+from posttrain.models.lora import apply_lora, count_parameters
+from posttrain.sampling.hf_sampler import HFSampler
+from posttrain.train.trainer import Trainer
+from posttrain.types import SampleParams
+
+
+@dataclass
+class Components:
+    model: Any
+    tokenizer: Any
+    task: Task
+    env: SingleTurnEnv
+    sampler: HFSampler
+    trainer: Trainer
+    ref_model: Any | None
+    train_params: SampleParams
+    eval_params: SampleParams
+    trainable_params: int
+    total_params: int
+
+
+def set_threads(cfg: Config) -> int:
+    n = cfg.model.threads or os.cpu_count() or 1
+    torch.set_num_threads(n)
+    return n
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def sample_params(cfg: Config, task: Task) -> tuple[SampleParams, SampleParams]:
+    max_tokens = cfg.sampling.max_tokens or task.max_tokens or 128
+    stop = list(cfg.sampling.stop or task.stop)
+    train = SampleParams(max_tokens=max_tokens, temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
+                         top_k=cfg.sampling.top_k, stop=stop)
+    ev = SampleParams(max_tokens=max_tokens, temperature=cfg.sampling.eval_temperature, stop=stop)
+    return train, ev
+
+
+def build(cfg: Config, log=print) -> Components:
+    set_threads(cfg)
+    seed_everything(cfg.run.seed)
+    task = load_task(cfg.task.name, cfg.task.options, seed=cfg.run.seed)
+    model, tok = load_model(cfg.model.name, cfg.model.dtype, cfg.model.attn_implementation, seed=cfg.run.seed, log=log)
+    ensure_pad_token(tok)
+    ref_model = None
+    if cfg.algorithm.beta > 0:
+        # The reference is only loaded when the loss needs it (beta > 0). With LoRA it is the base model with
+        # adapters disabled, so no second copy is held.
+        ref_model = None if cfg.lora.enabled else copy.deepcopy(model).eval().requires_grad_(False)
+    if cfg.lora.enabled:
+        model = apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules)
+    trainable, total = count_parameters(model)
+    train_params, eval_params = sample_params(cfg, task)
+    sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=cfg.run.seed)
+    env = SingleTurnEnv(task, tok, train_params)
+    trainer = Trainer(model, pad_id=tok.pad_token_id, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay,
+                      betas=tuple(cfg.trainer.betas), max_grad_norm=cfg.trainer.max_grad_norm,
+                      warmup_steps=cfg.trainer.warmup_steps, micro_batch_tokens=cfg.trainer.micro_batch_tokens,
+                      prefix_sharing=cfg.trainer.prefix_sharing, temperature=cfg.sampling.temperature,
+                      ref_model=ref_model)
+    return Components(model, tok, task, env, sampler, trainer, ref_model, train_params, eval_params, trainable, total)

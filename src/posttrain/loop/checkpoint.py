@@ -1,0 +1,58 @@
+"""Checkpoints: trainer state + RNG states + loop state, one folder per step, written atomically.
+
+Layout: RUN_DIR/checkpoints/step_000010/{trainer.pt, rng.pt, loop_state.json}. The folder is assembled under
+a temporary name and renamed into place, so a crash mid-write never leaves a checkpoint that looks whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def save_checkpoint(run_dir: Path, step: int, trainer, sampler_generator: torch.Generator,
+                    loop_state: dict[str, Any], keep: int = 2) -> Path:
+    root = checkpoint_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = root / f".tmp-step_{step:06d}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    trainer.save_state(str(tmp / "trainer.pt"))
+    torch.save({"torch": torch.get_rng_state(), "sampler": sampler_generator.get_state(),
+                "python": random.getstate()}, tmp / "rng.pt")
+    (tmp / "loop_state.json").write_text(json.dumps({"step": step, **loop_state}, indent=2))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in sorted(p for p in root.iterdir() if p.name.startswith("step_"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    root = checkpoint_dir(run_dir)
+    if not root.exists():
+        return None
+    done = sorted(p for p in root.iterdir() if p.name.startswith("step_") and (p / "loop_state.json").exists())
+    return done[-1] if done else None
+
+
+def load_checkpoint(path: Path, trainer, sampler_generator: torch.Generator) -> dict[str, Any]:
+    trainer.load_state(str(path / "trainer.pt"))
+    rng = torch.load(path / "rng.pt", weights_only=False)
+    torch.set_rng_state(rng["torch"])
+    sampler_generator.set_state(rng["sampler"])
+    random.setstate(rng["python"])
+    return json.loads((path / "loop_state.json").read_text())

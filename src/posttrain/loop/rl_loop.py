@@ -1,0 +1,222 @@
+"""The synchronous RL loop.
+
+    for each step:  sample G completions per prompt -> rewards -> advantages -> num_iterations updates
+                    -> weight sync to the sampler -> log, eval every N, checkpoint every N
+
+Held-out eval runs before training, every `loop.eval_every` steps and at the end. All math lives in algos/;
+this file only orchestrates and times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posttrain.algos import ADVANTAGES, LOSSES, LossConfig
+from posttrain.config.load import to_yaml
+from posttrain.config.schema import Config
+from posttrain.loop.builder import Components, build
+from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from posttrain.loop.evaluate import evaluate_async
+from posttrain.obs import console as con
+from posttrain.obs.metrics import MetricsLogger
+from posttrain.obs.rollout_stats import pass_rates, rollout_metrics, sample_records
+from posttrain.obs.run_dir import make_run_dir, write_run_info
+from posttrain.obs.timers import StageTimer
+from posttrain.types import Group, Trajectory, groups_to_batch
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    before: dict[str, float]
+    after: dict[str, float]
+    steps: int
+    seconds: float
+
+
+def prompts_for_step(n_rows: int, step: int, per_step: int, seed: int) -> list[int]:
+    """Row indices for a step: epochs over a seeded shuffle. A pure function of the step, so resume needs no
+    data-loader state beyond the step number."""
+    out = []
+    for k in range(step * per_step, (step + 1) * per_step):
+        epoch, pos = divmod(k, n_rows)
+        order = list(range(n_rows))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        out.append(order[pos])
+    return out
+
+
+class RLLoop:
+    def __init__(self, cfg: Config, run_dir: Path | None = None, resume: bool = False):
+        self.cfg = cfg
+        self.t_start = time.perf_counter()
+        if run_dir is None:
+            run_dir = make_run_dir(cfg.run.output_dir, cfg.run.name, cfg.task.name)
+        self.run_dir = Path(run_dir)
+        self.say = partial(con.print_line, enabled=cfg.logging.console)
+        if not resume:
+            write_run_info(self.run_dir, to_yaml(cfg), cfg.run.seed)
+        self.c: Components = build(cfg, log=self.say)
+        self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard)
+        a = cfg.algorithm
+        self.loss_fn = LOSSES[a.loss]
+        self.adv_fn = ADVANTAGES[a.advantage]
+        self.loss_cfg = LossConfig(epsilon=a.epsilon, epsilon_high=a.epsilon_high, beta=a.beta,
+                                   kl_estimator=a.kl_estimator, aggregation=a.aggregation,
+                                   max_tokens=self.c.train_params.max_tokens)
+        self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
+        self.start_step = 0
+        self.before: dict[str, float] = {}
+        if resume:
+            self._resume()
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------
+    def _resume(self) -> None:
+        ckpt = latest_checkpoint(self.run_dir)
+        if ckpt is None:
+            raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir}/checkpoints")
+        state = load_checkpoint(ckpt, self.c.trainer, self.c.sampler.generator)
+        self.start_step = state["step"]
+        self.before = state.get("before", {})
+        self.c.sampler.policy_version = state.get("policy_version", self.start_step)
+        _truncate_jsonl(self.run_dir / "metrics.jsonl", self.start_step)
+        _truncate_jsonl(self.run_dir / "samples.jsonl", self.start_step)
+        self.say(f"resumed from {ckpt} at step {self.start_step}")
+
+    def run(self) -> RunResult:
+        return asyncio.run(self.run_async())
+
+    async def run_async(self) -> RunResult:
+        cfg, c = self.cfg, self.c
+        self.say(f"run dir: {self.run_dir}")
+        self.say(f"model: {cfg.model.name} ({c.trainable_params / 1e6:.1f}M trainable of {c.total_params / 1e6:.1f}M)"
+                 f" | task: {c.task.name} ({len(c.task.train_rows)} train / {len(self.eval_rows)} held-out prompts)"
+                 f" | {cfg.loop.steps} steps x {cfg.loop.prompts_per_step} prompts x G={cfg.algorithm.num_generations}")
+        if self.start_step == 0 or not self.before:
+            self.before = await self._eval(0, "before training")
+        last_eval = self.before
+        step = self.start_step
+        try:
+            for step in range(self.start_step, cfg.loop.steps):
+                await self._train_step(step)
+                done = step + 1
+                if cfg.loop.eval_every and done % cfg.loop.eval_every == 0 and done < cfg.loop.steps:
+                    last_eval = await self._eval(done, "held-out")
+                if cfg.loop.save_every and done % cfg.loop.save_every == 0:
+                    self._checkpoint(done)
+            step = cfg.loop.steps
+            if cfg.loop.steps > self.start_step:
+                last_eval = await self._eval(step, "after training")
+                self._checkpoint(step)
+                self._save_final()
+        finally:
+            self.logger.close()
+        elapsed = time.perf_counter() - self.t_start
+        con.console.print(con.eval_table(f"held-out ({len(self.eval_rows)} prompts): before vs after", [
+            ("before", self.before), ("after", last_eval)])) if cfg.logging.console else None
+        self.say(f"done in {elapsed / 60:.1f} min -> {self.run_dir}")
+        (self.run_dir / "summary.json").write_text(json.dumps(
+            {"before": self.before, "after": last_eval, "steps": cfg.loop.steps, "wall_seconds": elapsed}, indent=2))
+        return RunResult(self.run_dir, self.before, last_eval, cfg.loop.steps, elapsed)
+
+    # ---- one step ----------------------------------------------------------------------------------------
+    async def _train_step(self, step: int) -> dict[str, Any]:
+        cfg, c = self.cfg, self.c
+        timer = StageTimer()
+        G = cfg.algorithm.num_generations
+        rows = [c.task.train_rows[i] for i in prompts_for_step(len(c.task.train_rows), step,
+                                                                cfg.loop.prompts_per_step, cfg.run.seed)]
+        with timer("sample"):
+            trajs = list(await asyncio.gather(*(c.env.rollout(r, c.sampler) for r in rows for _ in range(G))))
+        with timer("reward"):
+            await c.env.score(trajs)
+        groups = [Group(task_index=i, trajectories_G=trajs[i * G : (i + 1) * G]) for i in range(len(rows))]
+        rewards_N = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
+        gid_N = torch.arange(len(rows)).repeat_interleave(G)
+        adv_N = self.adv_fn(rewards_N, gid_N, scale_std=cfg.algorithm.scale_std)
+        for i, g in enumerate(groups):
+            g.advantages_G = adv_N[i * G : (i + 1) * G].tolist()
+        batch = groups_to_batch(groups, policy_version=c.sampler.policy_version)
+        m: dict[str, Any] = {}
+        with timer("train"):
+            ref_lp = self._ref_logprobs(batch) if cfg.algorithm.beta > 0 else None
+            old_lp = c.trainer.compute_logprobs(batch) if cfg.loop.num_iterations > 1 else None
+            for _ in range(cfg.loop.num_iterations):
+                m.update(c.trainer.forward_backward(batch, self.loss_fn, self.loss_cfg, old_lp, ref_lp))
+                m.update(c.trainer.optim_step())
+        with timer("sync"):
+            # In-process share: the sampler holds the trainer's module, so syncing is a version bump.
+            c.sampler.policy_version += 1
+        m.update(rollout_metrics(trajs))
+        m.update(pass_rates(trajs, {x.name: x.pass_threshold for x in c.task.rubric.components}))
+        zero_var = sum(1 for g in groups if max(g.rewards_G) - min(g.rewards_G) < 1e-9)
+        n_tok = sum(t.num_completion_tokens for t in trajs)
+        m.update({
+            "adv/mean": float(adv_N.mean()), "adv/std": float(adv_N.std()) if len(adv_N) > 1 else 0.0,
+            "adv/abs_max": float(adv_N.abs().max()), "groups/zero_variance_frac": zero_var / len(groups),
+            "tokens/completion": float(n_tok), "tokens/trained": float(batch.num_tokens),
+            "perf/sample_tokens_per_s": n_tok / max(timer.seconds["sample"], 1e-9),
+            "policy_version": float(c.sampler.policy_version),
+        })
+        m.update(timer.metrics())
+        m["time/step"] = sum(timer.seconds.values())
+        self.logger.log({"kind": "train", "step": step + 1, **m})
+        if cfg.loop.samples_per_step:
+            self.logger.log_samples(step + 1, sample_records(trajs, cfg.loop.samples_per_step))
+        for t in trajs:
+            if t.failed and t.error:
+                self.say(f"  sample failed (kept out of training): {t.error}")
+                break
+        self.say(con.step_line(step + 1, cfg.loop.steps, m))
+        return m
+
+    def _ref_logprobs(self, batch):
+        c = self.c
+        if c.ref_model is not None:
+            return c.trainer.compute_logprobs(batch, model=c.ref_model)
+        with c.model.disable_adapter():  # LoRA: the reference is the base model
+            return c.trainer.compute_logprobs(batch)
+
+    async def _eval(self, step: int, label: str) -> dict[str, float]:
+        m, trajs = await evaluate_async(self.c.env, self.c.sampler, self.eval_rows, self.c.eval_params)
+        self.logger.log({"kind": "eval", "step": step, **m})
+        self.logger.log_samples(step, [{"eval": True, **r} for r in sample_records(trajs, 4)])
+        self.say(f"eval ({label}, step {step}): pass_rate={m['eval/pass_rate']:.3f} reward={m['eval/reward/mean']:.3f} "
+                 f"[{m['eval/seconds']:.1f}s]")
+        m["eval/reward"] = m["eval/reward/mean"]
+        return m
+
+    def _checkpoint(self, step: int) -> None:
+        save_checkpoint(self.run_dir, step, self.c.trainer, self.c.sampler.generator,
+                        {"before": self.before, "policy_version": self.c.sampler.policy_version},
+                        keep=self.cfg.loop.keep_checkpoints)
+
+    def _save_final(self) -> None:
+        out = self.run_dir / "final"
+        try:
+            self.c.model.save_pretrained(out)
+            self.c.tokenizer.save_pretrained(out)
+        except Exception as e:  # noqa: BLE001 - the checkpoint already holds the weights; report and go on
+            self.say(f"warning: could not export the final model to {out}: {e}")
+
+
+def _truncate_jsonl(path: Path, max_step: int) -> None:
+    """On resume, drop records written after the checkpoint (they will be produced again)."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= max_step]
+    path.write_text("".join(line + "\n" for line in keep))
+
+
+def train(cfg: Config, run_dir: Path | None = None, resume: bool = False) -> RunResult:
+    """The high-level API: run a whole training job from a Config."""
+    return RLLoop(cfg, run_dir=run_dir, resume=resume).run()

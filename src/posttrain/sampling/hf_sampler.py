@@ -1,0 +1,179 @@
+"""In-process sampler for HF causal LMs: batched, left-padded, KV-cached, with prefix sharing.
+
+Why not `model.generate()`: it re-derives masks and positions through a generic pipeline each step, grows the
+KV cache by concatenation, and cannot share one prompt's prefill across the G completions of a GRPO group.
+Here each distinct prompt is prefilled once and its cache copied to its G rows; the decode loop writes the
+KV cache in place (kv_cache.py), drops finished rows from the batch, and stops when every row has finished.
+The loop is a plain Python loop over `model(...)` calls with fixed-shape buffers, so a static cache with CUDA
+graph capture can replace the forward call later without changing the interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import torch
+
+from posttrain.sampling.kv_cache import PreallocCache
+from posttrain.sampling.logits import choose_tokens
+from posttrain.types import Completion, SampleParams
+
+
+class HFSampler:
+    """Samples from an in-memory HF model. The trainer shares the same module, so a weight sync is a version bump."""
+
+    def __init__(self, model: Any, tokenizer: Any, stop_token_ids: list[int], seed: int = 0,
+                 compact_fraction: float = 0.75, max_batch: int = 64):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.stop_token_ids = list(stop_token_ids)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
+        self.policy_version = 0
+        self.generator = torch.Generator().manual_seed(seed)
+        self.compact_fraction = compact_fraction  # drop finished rows once active rows fall below this share
+        self.max_batch = max_batch  # rows decoded together; more prompts are split into chunks
+        self._lock = threading.Lock()
+        self._pending: list = []
+        self._flusher: asyncio.Future | None = None
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
+        """Concurrent calls made in the same event-loop turn are coalesced into one batch (one prefill per
+        distinct prompt, one decode loop), so envs can be written one episode at a time."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future = loop.create_future()
+        self._pending.append((prompts_P, params, n, fut))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush())
+        return await fut
+
+    async def _flush(self) -> None:
+        while self._pending:
+            for _ in range(3):  # let every coroutine started in this turn enqueue its request
+                await asyncio.sleep(0)
+            pending, self._pending = self._pending, []
+            by_params: dict[str, list] = {}
+            for item in pending:
+                by_params.setdefault(repr(item[1]), []).append(item)
+            for items in by_params.values():
+                rows = [p for prompts, _, n, _ in items for p in prompts for _ in range(n)]
+                try:
+                    flat = await asyncio.to_thread(self._sample_rows, rows, items[0][1])
+                except Exception as e:  # noqa: BLE001 - hand the failure to every waiting caller
+                    for *_, fut in items:
+                        if not fut.done():
+                            fut.set_exception(e)
+                    continue
+                i = 0
+                for prompts, _, n, fut in items:
+                    res = []
+                    for _ in prompts:
+                        res.append(flat[i : i + n])
+                        i += n
+                    if not fut.done():
+                        fut.set_result(res)
+
+    def sample_sync(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
+        flat = self._sample_rows([p for p in prompts_P for _ in range(n)], params)
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts_P))]
+
+    def _sample_rows(self, rows: list[list[int]], params: SampleParams) -> list[Completion]:
+        """One completion per row; identical rows share their prefill."""
+        if not rows:
+            return []
+        if any(len(p) == 0 for p in rows):
+            raise ValueError("empty prompt: every prompt needs at least one token")
+        if params.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        with self._lock:
+            if params.seed is not None:
+                self.generator.manual_seed(params.seed)
+            out: list[Completion] = []
+            for i in range(0, len(rows), self.max_batch):
+                out.extend(self._generate(rows[i : i + self.max_batch], params))
+            return out
+
+    @torch.inference_mode()
+    def _generate(self, rows: list[list[int]], params: SampleParams) -> list[Completion]:
+        model = self.model
+        was_training = model.training
+        model.eval()
+        try:
+            tokens_BT, logps_BT, lengths_B, reasons = self._decode_loop(rows, params)
+        finally:
+            model.train(was_training)
+        out = []
+        for b in range(len(rows)):
+            ids = tokens_BT[b, : lengths_B[b]].tolist()
+            out.append(Completion(token_ids=ids, logprobs=logps_BT[b, : lengths_B[b]].tolist(),
+                                  finish_reason=reasons[b], policy_version=self.policy_version, text=self.decode(ids)))
+        return out
+
+    def _decode_loop(self, rows: list[list[int]], params: SampleParams):
+        # Prefill each distinct prompt once, then copy its KV cache to every row that uses it.
+        uniq: dict[tuple[int, ...], int] = {}
+        row_to_prompt = torch.tensor([uniq.setdefault(tuple(r), len(uniq)) for r in rows])
+        prompts_P = [list(p) for p in uniq]
+        P, B, max_new = len(prompts_P), len(rows), params.max_tokens
+        Lp = max(len(p) for p in prompts_P)
+        padded = any(len(p) != Lp for p in prompts_P)
+        ids_PL = torch.full((P, Lp), self.pad_id, dtype=torch.long)
+        mask_PL = torch.zeros((P, Lp), dtype=torch.long)
+        for i, p in enumerate(prompts_P):
+            ids_PL[i, Lp - len(p) :] = torch.tensor(p)
+            mask_PL[i, Lp - len(p) :] = 1
+        pos_PL = (mask_PL.cumsum(-1) - 1).clamp(min=0)
+        n_layers = self.model.config.get_text_config().num_hidden_layers
+        cache = PreallocCache(n_layers, capacity=Lp + max_new)
+        logits = self.model(input_ids=ids_PL, attention_mask=mask_PL if padded else None, position_ids=pos_PL,
+                            past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        if P != B or P > 1 and not bool((row_to_prompt == torch.arange(P)).all()):
+            cache.batch_select_indices(row_to_prompt)
+            logits = logits[row_to_prompt]
+        mask_BT = torch.ones((B, Lp + max_new), dtype=torch.long)
+        mask_BT[:, :Lp] = mask_PL[row_to_prompt]
+        next_pos_B = pos_PL[row_to_prompt, -1] + 1
+        tokens_BT = torch.full((B, max_new), self.pad_id, dtype=torch.long)
+        logps_BT = torch.zeros((B, max_new), dtype=torch.float32)
+        lengths_B = torch.zeros(B, dtype=torch.long)
+        reasons = ["length"] * B
+        rows = torch.arange(B)  # the output row each live batch row writes to
+        done_B = torch.zeros(B, dtype=torch.bool)
+        stop_ids = torch.tensor(self.stop_token_ids, dtype=torch.long)
+        for t in range(max_new):
+            tok_b, logp_b = choose_tokens(logits, params.temperature, params.top_k, params.top_p, self.generator)
+            live_b = ~done_B[rows]  # finished rows ride along until the next compaction; their tokens are dropped
+            r_live = rows[live_b]
+            tokens_BT[r_live, t] = tok_b[live_b]
+            logps_BT[r_live, t] = logp_b[live_b]
+            lengths_B[r_live] = t + 1
+            hit_b = torch.isin(tok_b, stop_ids) & live_b
+            if params.stop:
+                hit_b |= self._hit_stop_string(tokens_BT, rows, t, params.stop) & live_b
+            for r in rows[hit_b].tolist():
+                reasons[r] = "stop"
+            done_B[rows[hit_b]] = True
+            if bool(done_B.all()) or t == max_new - 1:
+                break
+            active_b = ~done_B[rows]
+            if int(active_b.sum()) < self.compact_fraction * len(rows):
+                idx = active_b.nonzero().squeeze(-1)
+                cache.batch_select_indices(idx)
+                rows, tok_b, next_pos_B, mask_BT = rows[idx], tok_b[idx], next_pos_B[idx], mask_BT[idx]
+            attn = mask_BT[:, : Lp + t + 1] if padded else None
+            logits = self.model(input_ids=tok_b[:, None], attention_mask=attn, position_ids=next_pos_B[:, None],
+                                past_key_values=cache, use_cache=True).logits[:, -1]
+            next_pos_B = next_pos_B + 1
+        return tokens_BT, logps_BT, lengths_B.tolist(), reasons
+
+    def _hit_stop_string(self, tokens_BT: torch.Tensor, rows: torch.Tensor, t: int, stops: list[str]) -> torch.Tensor:
+        window = max(len(s) for s in stops) + 8  # tokens are at least one char, so this tail covers any stop
+        hits = []
+        for r in rows.tolist():
+            tail = self.tokenizer.decode(tokens_BT[r, max(0, t + 1 - window) : t + 1].tolist(), skip_special_tokens=True)
+            hits.append(any(s in tail for s in stops))
+        return torch.tensor(hits, dtype=torch.bool)

@@ -1,0 +1,58 @@
+"""A KV cache that writes into preallocated buffers instead of growing by concatenation.
+
+transformers' DynamicCache calls torch.cat on every layer at every decode step, which copies the whole
+cache: measured on the 2-core CPU at batch 16, that was 35% of decode time. Writing in place into a buffer
+sized for prompt + max_tokens removes the copy; the layer hands attention a view of the filled part.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+
+class PreallocLayer(DynamicLayer):
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        b, h, _, d = key_states.shape
+        self.device = key_states.device
+        self._k = key_states.new_empty((b, h, self.capacity, d))
+        self._v = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))
+        self.keys, self.values = self._k[:, :, :0], self._v[:, :, :0]
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = key_states.shape[-2]
+        if self.length + n > self.capacity:
+            raise RuntimeError(f"KV cache capacity {self.capacity} exceeded ({self.length} + {n})")
+        self._k[:, :, self.length : self.length + n].copy_(key_states)
+        self._v[:, :, self.length : self.length + n].copy_(value_states)
+        self.length += n
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized:
+            self._k = self._k.repeat_interleave(repeats, dim=0)
+            self._v = self._v.repeat_interleave(repeats, dim=0)
+            self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._k = self._k.index_select(0, indices)
+            self._v = self._v.index_select(0, indices)
+            self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+
+class PreallocCache(Cache):
+    def __init__(self, num_layers: int, capacity: int):
+        super().__init__(layers=[PreallocLayer(capacity) for _ in range(num_layers)])

@@ -1,0 +1,99 @@
+"""Per-token log-probs of completions under a model, with each group's prompt computed once.
+
+Prefix sharing: for a group of G completions of one prompt, run the prompt once (keeping the graph), copy its
+KV cache to the G rows (index_select is differentiable, so the prompt receives the summed gradient of all G),
+then run the completions on top. Equivalent to G full forwards (tested), at a fraction of the compute when
+prompts are longer than completions. `shared=False` runs plain padded full sequences instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from posttrain.train.batching import GroupSlice
+
+
+@dataclass
+class MicroBatchTensors:
+    logp_BT: torch.Tensor  # log-prob of each completion token (0 on padding)
+    mask_BT: torch.Tensor  # loss mask (1 on policy tokens)
+    entropy_BT: torch.Tensor | None  # per-token entropy of the policy, detached
+
+
+def token_logprobs(logits_BTV: torch.Tensor, targets_BT: torch.Tensor, temperature: float = 1.0,
+                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(logits / T)[target], computed as logit[target] - logsumexp(logits) to skip a V-sized copy."""
+    logits = logits_BTV.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    lse_BT = torch.logsumexp(logits, dim=-1)
+    logp_BT = logits.gather(-1, targets_BT.unsqueeze(-1)).squeeze(-1) - lse_BT
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            p = torch.softmax(logits.detach(), dim=-1)
+            entropy = lse_BT.detach() - (p * logits.detach()).sum(-1)
+    return logp_BT, entropy
+
+
+def _pad(rows: list[list[int]], value: int, left: bool = False) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            if left:
+                out[i, width - len(r):] = torch.tensor(r)
+            else:
+                out[i, : len(r)] = torch.tensor(r)
+    return out
+
+
+def completion_logprobs(model, groups: list[GroupSlice], pad_id: int, temperature: float = 1.0,
+                        shared: bool = True, with_entropy: bool = False) -> MicroBatchTensors:
+    seqs = [s for g in groups for s in g.sequences]
+    comp_BT = _pad([s.completion_ids for s in seqs], pad_id)
+    mask_BT = _pad([s.loss_mask for s in seqs], 0)
+    valid_BT = _pad([[1] * len(s.completion_ids) for s in seqs], 0)
+    if shared:
+        logits = _shared_prefix_logits(model, groups, comp_BT, valid_BT, pad_id)
+    else:
+        logits = _full_logits(model, seqs, pad_id, comp_BT.shape[1])
+    logp_BT, ent_BT = token_logprobs(logits, comp_BT, temperature, with_entropy)
+    logp_BT = logp_BT * valid_BT
+    return MicroBatchTensors(logp_BT=logp_BT, mask_BT=mask_BT * valid_BT, entropy_BT=ent_BT)
+
+
+def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pad_id: int) -> torch.Tensor:
+    prompt_PL = _pad([g.prompt_ids for g in groups], pad_id, left=True)
+    pmask_PL = _pad([[1] * len(g.prompt_ids) for g in groups], 0, left=True)
+    padded = bool((pmask_PL == 0).any())
+    ppos_PL = (pmask_PL.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    out = model(input_ids=prompt_PL, attention_mask=pmask_PL if padded else None, position_ids=ppos_PL,
+                past_key_values=cache, use_cache=True, logits_to_keep=1)
+    row_to_prompt = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.sequences])
+    cache.batch_select_indices(row_to_prompt)
+    first_BV = out.logits[:, -1][row_to_prompt]
+    T = comp_BT.shape[1]
+    if T == 1:
+        return first_BV[:, None]
+    # Feed completion tokens 0..T-2; their outputs predict tokens 1..T-1 (token 0 comes from the prompt).
+    inp_BT = comp_BT[:, :-1]
+    attn = torch.cat([pmask_PL[row_to_prompt], valid_BT[:, :-1]], dim=1)
+    pos_BT = ppos_PL[row_to_prompt][:, -1:] + 1 + torch.arange(T - 1)[None]
+    rest = model(input_ids=inp_BT, attention_mask=attn, position_ids=pos_BT, past_key_values=cache,
+                 use_cache=True).logits
+    return torch.cat([first_BV[:, None], rest], dim=1)
+
+
+def _full_logits(model, seqs, pad_id: int, T: int) -> torch.Tensor:
+    rows = [s.prompt_ids + s.completion_ids for s in seqs]
+    ids = _pad(rows, pad_id)
+    attn = _pad([[1] * len(r) for r in rows], 0)
+    logits = model(input_ids=ids, attention_mask=attn).logits
+    # Completion token j of row i sits at position len(prompt_i) + j and is predicted at the position before.
+    idx = torch.stack([torch.arange(T) + len(s.prompt_ids) - 1 for s in seqs]).clamp(max=ids.shape[1] - 1)
+    return logits.gather(1, idx[:, :, None].expand(-1, -1, logits.shape[-1]))

@@ -1,0 +1,185 @@
+"""The Trainer: forward_backward(batch, loss_fn), optim_step(), save_state(), load_state().
+
+It knows nothing about the algorithm beyond the loss function it is handed (see algos/losses.py for the
+signature). Gradients accumulate over micro-batches; the loss functions are given batch-wide normalizers,
+so accumulation is exact rather than an average of micro-batch means.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from posttrain.algos.losses import LossConfig
+from posttrain.train.batching import plan_micro_batches
+from posttrain.train.logprobs import completion_logprobs
+from posttrain.types import Batch
+
+LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+
+
+class Trainer:
+    def __init__(self, model: Any, pad_id: int, lr: float = 1e-5, weight_decay: float = 0.0,
+                 betas: tuple[float, float] = (0.9, 0.99), max_grad_norm: float = 1.0, warmup_steps: int = 0,
+                 micro_batch_tokens: int = 4096, prefix_sharing: bool = True, temperature: float = 1.0,
+                 ref_model: Any | None = None):
+        self.model = model
+        self.pad_id = pad_id
+        self.max_grad_norm = max_grad_norm
+        self.micro_batch_tokens = micro_batch_tokens
+        self.prefix_sharing = prefix_sharing
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.ref_model = ref_model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(self.params, lr=lr, betas=betas, weight_decay=weight_decay,
+                                           foreach=True)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps > 0 else 1.0)
+        self.step = 0
+        self.skipped_steps = 0
+        self._poisoned = False  # a non-finite loss was seen since the last optim_step
+
+    # ---- compute -----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def compute_logprobs(self, batch: Batch, model: Any | None = None) -> list[list[float]]:
+        """Per-completion-token log-probs under `model` (default: the policy), without gradients."""
+        model = model or self.model
+        was = model.training
+        model.eval()
+        out: dict[int, list[float]] = {}
+        try:
+            for groups in plan_micro_batches(batch, self.micro_batch_tokens):
+                t = completion_logprobs(model, groups, self.pad_id, self.temperature, self.prefix_sharing)
+                for i, s in enumerate(s for g in groups for s in g.sequences):
+                    out[id(s)] = t.logp_BT[i, : len(s.completion_ids)].tolist()
+        finally:
+            model.train(was)
+        return [out[id(s)] for s in batch.sequences]
+
+    def forward_backward(self, batch: Batch, loss_fn: LossFn, loss_cfg: LossConfig,
+                         old_logprobs: list[list[float]] | None = None,
+                         ref_logprobs: list[list[float]] | None = None) -> dict[str, float]:
+        """Accumulate gradients of loss_fn over the batch. Returns summed/averaged metrics.
+
+        old_logprobs: the behaviour policy's log-probs (None: on-policy, use the current ones detached).
+        ref_logprobs: the reference model's log-probs, needed when the loss has a KL term.
+        """
+        if not batch.sequences:
+            return {"train/empty_batch": 1.0}
+        self.model.train()
+        pos = {id(s): i for i, s in enumerate(batch.sequences)}
+        cfg = replace(loss_cfg, total_tokens=float(max(batch.num_loss_tokens, 1)),
+                      total_seqs=float(len(batch.sequences)))
+        sums: dict[str, float] = {}
+        weights = 0.0
+        loss_total = 0.0
+        mismatch_abs = mismatch_k3 = ent_sum = tok = 0.0
+        t0 = time.perf_counter()
+        for groups in plan_micro_batches(batch, self.micro_batch_tokens):
+            seqs = [s for g in groups for s in g.sequences]
+            t = completion_logprobs(self.model, groups, self.pad_id, self.temperature, self.prefix_sharing,
+                                    with_entropy=True)
+            B, T = t.logp_BT.shape
+            sampler_BT = _pad_float([s.sampler_logprobs for s in seqs], T)
+            old_BT = (_pad_float([old_logprobs[pos[id(s)]] for s in seqs], T) if old_logprobs is not None
+                      else t.logp_BT.detach())
+            ref_BT = (_pad_float([ref_logprobs[pos[id(s)]] for s in seqs], T) if ref_logprobs is not None else None)
+            adv_B = torch.tensor([s.advantage for s in seqs], dtype=torch.float32)
+            loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, cfg)
+            if not torch.isfinite(loss):
+                self._poisoned = True
+                continue
+            loss.backward()
+            loss_total += float(loss.detach())
+            n_tok = float(t.mask_BT.sum())
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + v * n_tok
+            weights += n_tok
+            with torch.no_grad():
+                mask = t.mask_BT.float()
+                diff = (t.logp_BT.detach() - sampler_BT) * mask
+                mismatch_abs += float(diff.abs().sum())
+                lr_ = sampler_BT - t.logp_BT.detach()
+                mismatch_k3 += float(((torch.exp(lr_) - 1 - lr_) * mask).sum())
+                ent_sum += float((t.entropy_BT * mask).sum())
+                tok += float(mask.sum())
+        metrics = {f"train/{k}": v / max(weights, 1.0) for k, v in sums.items()}
+        metrics.update({
+            "train/loss": loss_total,
+            "train/entropy": ent_sum / max(tok, 1.0),
+            # How far the sampler's log-probs are from the trainer's for the same tokens (off-policy drift).
+            "train/sampler_logp_abs_diff": mismatch_abs / max(tok, 1.0),
+            "train/sampler_kl_k3": mismatch_k3 / max(tok, 1.0),
+            "train/loss_tokens": tok,
+            "time/forward_backward": time.perf_counter() - t0,
+        })
+        return metrics
+
+    def optim_step(self) -> dict[str, float]:
+        """Clip, step, zero. A step whose loss or gradient norm is not finite is skipped and counted."""
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
+        skipped = self._poisoned or not math.isfinite(grad_norm)
+        if not skipped:
+            self.optimizer.step()
+            self.scheduler.step()
+        else:
+            self.skipped_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        self._poisoned = False
+        self.step += 1
+        return {"train/grad_norm": grad_norm, "train/skipped_step": float(skipped),
+                "train/skipped_steps_total": float(self.skipped_steps), "train/lr": self.scheduler.get_last_lr()[0]}
+
+    # ---- state -------------------------------------------------------------------------------------------
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def save_state(self, path: str) -> None:
+        """Trainable weights (full model or LoRA adapter), optimizer, scheduler and counters, written
+        atomically (temp file, then rename) so a crash never leaves a half-written state."""
+        state = {"params": self.trainable_state(), "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "step": self.step, "skipped_steps": self.skipped_steps}
+        atomic_torch_save(state, path)
+
+    def load_state(self, path: str) -> None:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        named = dict(self.model.named_parameters())
+        missing = [n for n in state["params"] if n not in named]
+        if missing:
+            raise ValueError(f"checkpoint {path} has parameters this model lacks, e.g. {missing[:3]}")
+        with torch.no_grad():
+            for n, t in state["params"].items():
+                named[n].copy_(t)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = state["step"]
+        self.skipped_steps = state["skipped_steps"]
+
+
+def _pad_float(rows: list[list[float]], T: int) -> torch.Tensor:
+    out = torch.zeros((len(rows), T), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.float32)
+    return out
+
+
+def atomic_torch_save(obj: Any, path: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="tmp-", suffix=".partial", dir=d)
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

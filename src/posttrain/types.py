@@ -1,0 +1,190 @@
+"""The core RL types, in one module: what flows between sampler, env, rewards, algos and trainer.
+
+Data flow:  Task row ─► Env.rollout ─► Trajectory ─► Group (G per prompt) ─► advantages ─► Batch ─► Trainer
+
+Tokens in, tokens out: a trajectory keeps the exact prompt and completion token ids the sampler saw and
+produced, the sampler's logprob of every sampled token and the policy version that sampled it. Nothing
+downstream re-tokenizes text to recover them. Shape suffixes name list/tensor sizes (`completions_G`).
+
+This module imports no torch, so configs, envs and rewards stay importable without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class SampleParams:
+    """How to sample. `temperature=0` means greedy. Logprobs are always of softmax(logits / temperature)."""
+
+    max_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+
+
+@dataclass
+class Completion:
+    """One sampled completion, as the sampler produced it."""
+
+    token_ids: list[int]
+    logprobs: list[float]  # sampler's log p(token) for each token in token_ids
+    finish_reason: str  # "stop" (eos or stop string) or "length"
+    policy_version: int
+    text: str = ""
+
+
+@dataclass
+class Turn:
+    """One model call inside an episode: the exact context the policy saw and what it produced."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_logprobs: list[float]
+    policy_version: int
+    finish_reason: str = "stop"
+
+
+@dataclass
+class Trajectory:
+    """One episode. Single-turn envs produce one turn; multi-turn envs append one per model call."""
+
+    turns: list[Turn]
+    prompt_text: str = ""
+    completion_text: str = ""
+    reward: float = 0.0
+    reward_components: dict[str, float] = field(default_factory=dict)
+    passed: bool = False
+    failed: bool = False  # a reward function raised: the sample is counted and kept out of training
+    error: str | None = None
+    row: dict[str, Any] = field(default_factory=dict)  # the task row it came from (columns for rewards)
+    task_index: int = -1
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.turns[0].prompt_ids
+
+    @property
+    def completion_ids(self) -> list[int]:
+        """All tokens after the first prompt (completions and, in multi-turn, env tokens)."""
+        return self.sequence()[0][len(self.turns[0].prompt_ids) :]
+
+    def sequence(self) -> tuple[list[int], list[int], list[float]]:
+        """Flatten turns into (token_ids, loss_mask, sampler_logprobs) for the completion part.
+
+        Returns the full token sequence and, for the positions after the first prompt, a loss mask
+        (1 = sampled by the policy) and the sampler logprob (0.0 where mask is 0). Each turn's prompt must
+        extend the previous turn's prompt + completion token for token; this is the prefix contract that
+        multi-turn envs must keep (they add env tokens, never rewrite history).
+        """
+        first = self.turns[0]
+        tokens = list(first.prompt_ids)
+        mask: list[int] = []
+        logps: list[float] = []
+        for i, turn in enumerate(self.turns):
+            if i > 0:
+                if turn.prompt_ids[: len(tokens)] != tokens:
+                    raise ValueError(f"turn {i} prompt does not extend the previous turns token for token")
+                extra = turn.prompt_ids[len(tokens) :]
+                tokens += extra
+                mask += [0] * len(extra)
+                logps += [0.0] * len(extra)
+            tokens += turn.completion_ids
+            mask += [1] * len(turn.completion_ids)
+            logps += list(turn.completion_logprobs)
+        return tokens, mask, logps
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return sum(len(t.completion_ids) for t in self.turns)
+
+    @property
+    def policy_version(self) -> int:
+        return min(t.policy_version for t in self.turns)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), default=str)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+        d = dict(d)
+        d["turns"] = [Turn(**t) for t in d["turns"]]
+        return cls(**d)
+
+
+@dataclass
+class Group:
+    """G trajectories for the same prompt: the unit GRPO-style advantages are computed over."""
+
+    task_index: int
+    trajectories_G: list[Trajectory]
+    advantages_G: list[float] = field(default_factory=list)
+
+    @property
+    def rewards_G(self) -> list[float]:
+        return [t.reward for t in self.trajectories_G]
+
+
+@dataclass
+class Sequence:
+    """One training sequence: prompt + completion tokens, with per-completion-token data.
+
+    `prompt_ids` are shared by every sequence of a group, which lets the trainer compute the prompt once
+    per group (prefix sharing). Lists over completion tokens all have len(completion_ids).
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    loss_mask: list[int]
+    sampler_logprobs: list[float]
+    advantage: float
+    group_id: int
+    policy_version: int = 0
+
+
+@dataclass
+class Batch:
+    """What the trainer consumes for one optimizer step (possibly split into micro-batches)."""
+
+    sequences: list[Sequence]
+    policy_version: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s.prompt_ids) + len(s.completion_ids) for s in self.sequences)
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return sum(sum(s.loss_mask) for s in self.sequences)
+
+
+def groups_to_batch(groups: list[Group], policy_version: int = 0) -> Batch:
+    """Turn scored groups (with advantages set) into a Batch. Failed trajectories are left out."""
+    seqs: list[Sequence] = []
+    for gi, g in enumerate(groups):
+        for traj, adv in zip(g.trajectories_G, g.advantages_G):
+            if traj.failed:
+                continue
+            tokens, mask, logps = traj.sequence()
+            n_prompt = len(traj.prompt_ids)
+            seqs.append(
+                Sequence(
+                    prompt_ids=tokens[:n_prompt],
+                    completion_ids=tokens[n_prompt:],
+                    loss_mask=mask,
+                    sampler_logprobs=logps,
+                    advantage=float(adv),
+                    group_id=gi,
+                    policy_version=traj.policy_version,
+                )
+            )
+    return Batch(sequences=seqs, policy_version=policy_version)
