@@ -115,8 +115,11 @@ class RLLoop:
                     self._checkpoint(done)
             step = cfg.loop.steps
             if cfg.loop.steps > self.start_step:
+                # Checkpoint before the final eval, so that resuming to train further continues exactly as an
+                # uninterrupted run would (eval may consume sampler randomness).
+                if not (cfg.loop.save_every and step % cfg.loop.save_every == 0):
+                    self._checkpoint(step)
                 last_eval = await self._eval(step, "after training")
-                self._checkpoint(step)
                 self._save_final()
         finally:
             self.logger.close()

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from posttrain.sampling.kv_cache import PreallocCache
+from posttrain.sampling.kv_cache import PreallocCache, cache_arg_name
 from posttrain.sampling.logits import choose_tokens
 from posttrain.types import Completion, SampleParams
 
@@ -36,6 +36,7 @@ class HFSampler:
         self.max_batch = max_batch  # rows decoded together; more prompts are split into chunks
         self._lock = threading.Lock()
         self._pending: list = []
+        self._cache_arg = cache_arg_name(model)
         self._flusher: asyncio.Future | None = None
 
     def decode(self, token_ids: list[int]) -> str:
@@ -130,7 +131,7 @@ class HFSampler:
         n_layers = self.model.config.get_text_config().num_hidden_layers
         cache = PreallocCache(n_layers, capacity=Lp + max_new)
         logits = self.model(input_ids=ids_PL, attention_mask=mask_PL if padded else None, position_ids=pos_PL,
-                            past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+                            **{self._cache_arg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
         if P != B or P > 1 and not bool((row_to_prompt == torch.arange(P)).all()):
             cache.batch_select_indices(row_to_prompt)
             logits = logits[row_to_prompt]
@@ -166,7 +167,7 @@ class HFSampler:
                 rows, tok_b, next_pos_B, mask_BT = rows[idx], tok_b[idx], next_pos_B[idx], mask_BT[idx]
             attn = mask_BT[:, : Lp + t + 1] if padded else None
             logits = self.model(input_ids=tok_b[:, None], attention_mask=attn, position_ids=next_pos_B[:, None],
-                                past_key_values=cache, use_cache=True).logits[:, -1]
+                                **{self._cache_arg: cache}, use_cache=True).logits[:, -1]
             next_pos_B = next_pos_B + 1
         return tokens_BT, logps_BT, lengths_B.tolist(), reasons
 

@@ -56,3 +56,12 @@ class PreallocLayer(DynamicLayer):
 class PreallocCache(Cache):
     def __init__(self, num_layers: int, capacity: int):
         super().__init__(layers=[PreallocLayer(capacity) for _ in range(num_layers)])
+
+
+def cache_arg_name(model) -> str:
+    """transformers 5.x renamed the forward argument `past_key_values` to `cache`; accept both."""
+    import inspect
+
+    base = getattr(model, "get_base_model", lambda: model)()
+    params = inspect.signature(base.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"

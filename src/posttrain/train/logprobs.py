@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from posttrain.sampling.kv_cache import cache_arg_name
 from posttrain.train.batching import GroupSlice
 
 
@@ -73,7 +74,7 @@ def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pa
     ppos_PL = (pmask_PL.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     out = model(input_ids=prompt_PL, attention_mask=pmask_PL if padded else None, position_ids=ppos_PL,
-                past_key_values=cache, use_cache=True, logits_to_keep=1)
+                **{cache_arg_name(model): cache}, use_cache=True, logits_to_keep=1)
     row_to_prompt = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.sequences])
     cache.batch_select_indices(row_to_prompt)
     first_BV = out.logits[:, -1][row_to_prompt]
@@ -84,8 +85,8 @@ def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pa
     inp_BT = comp_BT[:, :-1]
     attn = torch.cat([pmask_PL[row_to_prompt], valid_BT[:, :-1]], dim=1)
     pos_BT = ppos_PL[row_to_prompt][:, -1:] + 1 + torch.arange(T - 1)[None]
-    rest = model(input_ids=inp_BT, attention_mask=attn, position_ids=pos_BT, past_key_values=cache,
-                 use_cache=True).logits
+    rest = model(input_ids=inp_BT, attention_mask=attn, position_ids=pos_BT,
+                 **{cache_arg_name(model): cache}, use_cache=True).logits
     return torch.cat([first_BV[:, None], rest], dim=1)
 
 

@@ -1,8 +1,8 @@
 """`json-extract`: read a few facts and answer with JSON that matches a given schema.
 
-Each row is a chat prompt (a short system message; a user message with the facts, the schema as compact
-skeleton and the instruction to answer with only the JSON) plus the columns the rewards read: `schema` (a JSON
-Schema dict), `expected` (the exact JSON value), `shape` (which of the schema shapes) and `entity` (the
+Each row is a chat prompt (a short system message; a user message with the schema shown as a compact JSON
+skeleton, the facts, and the instruction to answer with only the JSON) plus the columns the rewards read:
+`schema` (a JSON Schema dict), `expected` (the exact JSON value), `shape` (which of the schema shapes) and `entity` (the
 name the row is about). Six shapes, balanced: flat person, product, event with a nested location, order
 with an array of item objects, a top-level array of cities, and a contact with a tags array.
 

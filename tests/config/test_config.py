@@ -1,0 +1,74 @@
+import subprocess
+import sys
+
+import pytest
+
+from posttrain.config import Config, ConfigError, load_config
+
+
+def test_defaults_and_overrides():
+    cfg = load_config(None, ["trainer.lr=2e-5", "loop.steps=3", "lora.enabled=true", "sampling.stop=[a, b]"])
+    assert cfg.trainer.lr == 2e-5 and cfg.loop.steps == 3 and cfg.lora.enabled is True
+    assert cfg.sampling.stop == ["a", "b"]
+    assert Config().model.name == "default" and Config().task.name == "json-extract"
+
+
+def test_yaml_file_then_override(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("trainer:\n  lr: 0.001\nloop:\n  steps: 7\n")
+    cfg = load_config(p, ["loop.steps=9"])
+    assert cfg.trainer.lr == 0.001 and cfg.loop.steps == 9
+
+
+def test_unknown_key_names_nearest():
+    with pytest.raises(ConfigError, match=r"unknown key 'trainer.lrr'; did you mean 'trainer.lr'"):
+        load_config(None, ["trainer.lrr=1e-5"])
+    with pytest.raises(ConfigError, match=r"did you mean 'trainer'"):
+        load_config(None, ["trainr.lr=1e-5"])
+
+
+def test_unknown_key_in_yaml(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("loop:\n  stepz: 3\n")
+    with pytest.raises(ConfigError, match=r"loop.stepz.*did you mean 'loop.steps'"):
+        load_config(p)
+
+
+def test_wrong_type_names_key_value_and_type():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["trainer.lr=fast"])
+    assert "'trainer.lr' = 'fast'" in str(e.value) and "expected float" in str(e.value)
+    with pytest.raises(ConfigError, match=r"'loop.steps' = 2.5.*expected int"):
+        load_config(None, ["loop.steps=2.5"])
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load_config(lst)
+
+
+def test_malformed_override():
+    with pytest.raises(ConfigError, match="key.path=value"):
+        load_config(None, ["trainer.lr"])
+    with pytest.raises(ConfigError, match="is a value, not a section"):
+        load_config(None, ["loop.steps=3", "loop.steps.x=1"])
+
+
+def test_cross_field_validation():
+    with pytest.raises(ConfigError, match="epsilon_high"):
+        load_config(None, ["algorithm.epsilon_high=0.1"])
+    with pytest.raises(ConfigError, match="num_generations"):
+        load_config(None, ["algorithm.num_generations=1"])
+
+
+def test_config_import_does_not_import_torch():
+    code = "import sys, posttrain.config; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,118 @@
+import asyncio
+
+import pytest
+import torch
+
+from posttrain.models import render_prompt, stop_token_ids
+from posttrain.sampling import HFSampler
+from posttrain.sampling.logits import filter_top_k_top_p, sample_from_logp
+from posttrain.types import SampleParams
+
+
+def _prompts(tok):
+    return [render_prompt(tok, [{"role": "user", "content": "hello there"}]),
+            render_prompt(tok, [{"role": "user", "content": "hi"}])]
+
+
+def _forward_logprobs(model, prompt, completion):
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + completion])).logits[0].float()
+    lp = logits.log_softmax(-1)[len(prompt) - 1 : -1]
+    return lp.gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
+
+
+def test_sampler_logprobs_equal_forward_pass(tiny):
+    model, tok = tiny
+    s = HFSampler(model, tok, stop_token_ids(model, tok), seed=1)
+    prompts = _prompts(tok)  # different lengths: exercises left padding
+    out = s.sample_sync(prompts, SampleParams(max_tokens=24, temperature=1.0), n=3)
+    assert len(out) == 2 and all(len(g) == 3 for g in out)
+    worst = 0.0
+    for p, group in zip(prompts, out):
+        for c in group:
+            assert len(c.token_ids) == len(c.logprobs) >= 1
+            ref = _forward_logprobs(model, p, c.token_ids)
+            worst = max(worst, (ref - torch.tensor(c.logprobs)).abs().max().item())
+    assert worst <= 1e-4
+
+
+def test_greedy_is_deterministic_and_matches_argmax(tiny):
+    model, tok = tiny
+    s = HFSampler(model, tok, stop_token_ids(model, tok))
+    p = _prompts(tok)[0]
+    a = s.sample_sync([p], SampleParams(max_tokens=10, temperature=0.0), n=2)[0]
+    assert a[0].token_ids == a[1].token_ids
+    ids = list(p)
+    with torch.no_grad():
+        for tok_id in a[0].token_ids:
+            nxt = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+            assert nxt == tok_id
+            ids.append(nxt)
+
+
+def test_stops_at_eos_and_reports_reason(tiny):
+    model, tok = tiny
+    eos = tok.eos_token_id
+    with torch.no_grad():  # make eos overwhelmingly likely
+        model.lm_head.weight.data = model.lm_head.weight.data.clone()
+        model.model.embed_tokens.weight.data[eos] += 50.0
+    s = HFSampler(model, tok, [eos])
+    c = s.sample_sync([_prompts(tok)[0]], SampleParams(max_tokens=20, temperature=0.0))[0][0]
+    assert c.finish_reason == "stop" and c.token_ids[-1] == eos and len(c.token_ids) < 20
+
+
+def test_length_finish_and_stop_strings(tiny):
+    model, tok = tiny
+    s = HFSampler(model, tok, [])  # no eos: only length or stop strings end a completion
+    c = s.sample_sync([_prompts(tok)[0]], SampleParams(max_tokens=7))[0][0]
+    assert c.finish_reason == "length" and len(c.token_ids) == 7
+    g = s.sample_sync([_prompts(tok)[0]], SampleParams(max_tokens=40, seed=3), n=8)[0]
+    first_char = g[0].text[0]
+    c2 = s.sample_sync([_prompts(tok)[0]], SampleParams(max_tokens=40, seed=3, stop=[first_char]), n=8)[0][0]
+    assert c2.finish_reason == "stop" and c2.text == first_char
+
+
+def test_seeded_sampling_reproduces(tiny):
+    model, tok = tiny
+    s = HFSampler(model, tok, stop_token_ids(model, tok))
+    params = SampleParams(max_tokens=12, seed=42)
+    a = s.sample_sync(_prompts(tok), params, n=2)
+    b = s.sample_sync(_prompts(tok), params, n=2)
+    assert [c.token_ids for g in a for c in g] == [c.token_ids for g in b for c in g]
+
+
+def test_concurrent_calls_are_coalesced(tiny):
+    model, tok = tiny
+    s = HFSampler(model, tok, stop_token_ids(model, tok))
+    calls = []
+    orig = s._sample_rows
+    s._sample_rows = lambda rows, params: calls.append(len(rows)) or orig(rows, params)
+
+    async def run():
+        p = _prompts(tok)
+        return await asyncio.gather(*(s.sample([p[i % 2]], SampleParams(max_tokens=5), n=1) for i in range(6)))
+
+    out = asyncio.run(run())
+    assert len(out) == 6 and calls == [6]
+
+
+def test_bad_inputs(tiny):
+    model, tok = tiny
+    s = HFSampler(model, tok, stop_token_ids(model, tok))
+    with pytest.raises(ValueError, match="empty prompt"):
+        s.sample_sync([[]], SampleParams())
+    with pytest.raises(ValueError, match="max_tokens"):
+        s.sample_sync([[1, 2]], SampleParams(max_tokens=0))
+
+
+def test_top_k_top_p_filtering():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    k2 = filter_top_k_top_p(logits, top_k=2)
+    assert torch.isinf(k2[0, 2:]).all() and torch.isfinite(k2[0, :2]).all()
+    p = filter_top_k_top_p(logits, top_p=0.7)  # 0.5 + 0.3 reaches 0.7: keep two
+    assert torch.isfinite(p[0, :2]).all() and torch.isinf(p[0, 2:]).all()
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([sample_from_logp(p.log_softmax(-1), g) for _ in range(2000)])
+    assert set(draws.flatten().tolist()) <= {0, 1}
+    freq0 = (draws == 0).float().mean().item()
+    assert abs(freq0 - 0.5 / 0.8) < 0.05

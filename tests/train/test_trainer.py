@@ -1,0 +1,112 @@
+import math
+import random
+
+import pytest
+import torch
+
+from posttrain.algos import LOSSES, LossConfig
+from posttrain.train import Trainer
+from posttrain.train.batching import plan_micro_batches
+from posttrain.train.logprobs import completion_logprobs
+from posttrain.types import Batch, Sequence
+
+
+def _batch(vocab: int, n_groups=3, g=3, seed=0) -> Batch:
+    rng = random.Random(seed)
+    seqs = []
+    for gi in range(n_groups):
+        prompt = [rng.randrange(4, vocab) for _ in range(6 + 3 * gi)]
+        for j in range(g):
+            n = 4 + 2 * j
+            seqs.append(Sequence(prompt_ids=prompt, completion_ids=[rng.randrange(4, vocab) for _ in range(n)],
+                                 loss_mask=[1] * n, sampler_logprobs=[-1.0] * n, advantage=rng.gauss(0, 1),
+                                 group_id=gi))
+    return Batch(seqs)
+
+
+def _grads(model):
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def test_prefix_sharing_equals_full_forward(tiny):
+    model, tok = tiny
+    batch = _batch(len(tok))
+    groups = [g for mb in plan_micro_batches(batch, 10**9) for g in mb]
+    out = {}
+    for shared in (True, False):
+        model.zero_grad()
+        t = completion_logprobs(model, groups, tok.pad_token_id, shared=shared)
+        (t.logp_BT * t.mask_BT).sum().backward()
+        out[shared] = (t.logp_BT.detach(), _grads(model))
+    assert (out[True][0] - out[False][0]).abs().max() < 1e-5
+    assert torch.allclose(out[True][1], out[False][1], atol=1e-5, rtol=1e-4)
+
+
+def test_micro_batches_respect_budget_and_keep_groups_whole():
+    batch = _batch(50, n_groups=5, g=4)
+    plans = plan_micro_batches(batch, max_tokens=60)
+    assert len(plans) > 1
+    seen = [s for mb in plans for g in mb for s in g.sequences]
+    assert sorted(map(id, seen)) == sorted(map(id, batch.sequences))
+    for mb in plans:
+        for g in mb:
+            assert len({s.group_id for s in g.sequences}) == 1
+
+
+def test_gradient_accumulation_matches_one_big_batch(tiny):
+    model, tok = tiny
+    batch = _batch(len(tok), n_groups=4)
+    grads = []
+    for budget in (10**9, 40):  # one micro-batch vs several
+        tr = Trainer(model, pad_id=tok.pad_token_id, micro_batch_tokens=budget)
+        model.zero_grad()
+        tr.forward_backward(batch, LOSSES["ppo_clip"], LossConfig())
+        grads.append(_grads(model).clone())
+    assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+
+
+def test_step_changes_weights_and_logs_mismatch(tiny):
+    model, tok = tiny
+    tr = Trainer(model, pad_id=tok.pad_token_id, lr=1e-2)
+    before = [p.detach().clone() for p in model.parameters()]
+    m = tr.forward_backward(_batch(len(tok)), LOSSES["ppo_clip"], LossConfig())
+    m.update(tr.optim_step())
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    for k in ("train/loss", "train/grad_norm", "train/entropy", "train/sampler_logp_abs_diff", "train/clipfrac_high"):
+        assert math.isfinite(m[k])
+    assert m["train/skipped_step"] == 0.0
+
+
+def test_non_finite_loss_skips_step(tiny):
+    model, tok = tiny
+    tr = Trainer(model, pad_id=tok.pad_token_id, lr=1e-2)
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def nan_loss(logp, old, ref, adv, mask, cfg):
+        return (logp * float("nan")).sum(), {}
+
+    tr.forward_backward(_batch(len(tok)), nan_loss, LossConfig())
+    m = tr.optim_step()
+    assert m["train/skipped_step"] == 1.0 and tr.skipped_steps == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_save_and_load_state_roundtrip(tiny, tmp_path):
+    model, tok = tiny
+    tr = Trainer(model, pad_id=tok.pad_token_id, lr=1e-2)
+    tr.forward_backward(_batch(len(tok)), LOSSES["ppo_clip"], LossConfig())
+    tr.optim_step()
+    tr.save_state(str(tmp_path / "s.pt"))
+    saved = {n: p.detach().clone() for n, p in model.named_parameters()}
+    tr.forward_backward(_batch(len(tok), seed=1), LOSSES["ppo_clip"], LossConfig())
+    tr.optim_step()
+    tr.load_state(str(tmp_path / "s.pt"))
+    assert all(torch.equal(saved[n], p) for n, p in model.named_parameters())
+    assert tr.step == 1
+
+
+def test_model_without_trainable_params_is_an_error(tiny):
+    model, tok = tiny
+    model.requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        Trainer(model, pad_id=0)
