@@ -37,7 +37,7 @@ class Completion:
     logprobs: list[float]  # sampler's log p(token) for each token in token_ids
     finish_reason: str  # "stop" (eos or stop string) or "length"
     policy_version: int
-    text: str = ""
+    text: str = ""  # decoded completion, cut before the first stop string (token_ids keep every token)
 
 
 @dataclass

@@ -114,7 +114,7 @@ def test_json_exact() -> None:
     texts = [BARE, "```json\n" + BARE + "\n```", "Answer: " + BARE, '{"name": "Ana Lund", "age": 31, "city": "Oslo", "x": 1}',
              '{"name": "Ana Lund", "age": "31", "city": "Oslo"}', '{"name": "Ana Lund", "age": 31.0, "city": "Oslo"}']
     n = len(texts)
-    assert json_exact(texts, schema=[PERSON_SCHEMA] * n, expected=[PERSON] * n) == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    assert json_exact(texts, schema=[PERSON_SCHEMA] * n, expected=[PERSON] * n) == [1.0, 1.0, 0.5, 0.0, 0.0, 0.0]
     # an expected value that does not validate never passes
     assert json_exact(['{"name": 3}'], schema=[PERSON_SCHEMA], expected=[{"name": 3}]) == [0.0]
     assert json_exact(['[{"name": "mug", "qty": 2}]'], expected=[[{"name": "mug", "qty": 2}]]) == [1.0]
@@ -135,10 +135,10 @@ def test_rubric_scores_and_passes() -> None:
     scores = rubric.score(completions, rows)
     w = DEFAULT_WEIGHTS
     p, sc, v, e = w["json_parse"], w["json_schema"], w["json_values"], w["json_exact"]
-    assert [s.reward for s in scores] == pytest.approx([p + sc + v + e, 0.5 * p + sc + v, p + v * 0.8,
+    assert [s.reward for s in scores] == pytest.approx([p + sc + v + e, 0.5 * p + sc + v + 0.5 * e, p + v * 0.8,
                                                         p + sc + v * 0.6, 0.0])
-    assert [s.passed for s in scores] == [True, False, False, False, False]
-    assert scores[1].components == {"json_parse": 0.5, "json_schema": 1.0, "json_values": 1.0, "json_exact": 0.0}
+    assert [s.passed for s in scores] == [True, True, False, False, False]
+    assert scores[1].components == {"json_parse": 0.5, "json_schema": 1.0, "json_values": 1.0, "json_exact": 0.5}
     assert rubric.passes("json_parse", 0.5) and not rubric.passes("json_values", 0.99)
     assert not any(s.failed for s in scores)
 

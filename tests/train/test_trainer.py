@@ -110,3 +110,21 @@ def test_model_without_trainable_params_is_an_error(tiny):
     model.requires_grad_(False)
     with pytest.raises(ValueError, match="no trainable parameters"):
         Trainer(model, pad_id=0)
+
+
+def test_leaving_out_zero_advantage_sequences_gives_the_same_gradient(tiny):
+    from dataclasses import replace as dc_replace
+
+    model, tok = tiny
+    batch = _batch(len(tok), n_groups=4)
+    for s in batch.sequences[:5]:
+        s.advantage = 0.0
+    tr = Trainer(model, pad_id=tok.pad_token_id)
+    model.zero_grad()
+    tr.forward_backward(batch, LOSSES["ppo_clip"], LossConfig())
+    full = _grads(model).clone()
+    cfg = LossConfig(total_tokens=float(batch.num_loss_tokens), total_seqs=float(len(batch.sequences)))
+    part = Batch([s for s in batch.sequences if s.advantage != 0.0])
+    model.zero_grad()
+    tr.forward_backward(part, LOSSES["ppo_clip"], dc_replace(cfg))
+    assert torch.allclose(full, _grads(model), atol=1e-7, rtol=1e-5)

@@ -17,22 +17,23 @@ class _Strict(BaseModel):
 class RunConfig(_Strict):
     name: str | None = Field(None, description="run name; default: <task>-<timestamp>")
     output_dir: str = Field("runs", description="parent folder of run directories")
-    seed: int = 0
+    seed: int = Field(0, description="seeds model init (tiny-random), data order and sampling")
 
 
 class ModelConfig(_Strict):
     name: str = Field("default", description="'default' (SmolLM2-135M-Instruct), 'tiny-random', a local HF folder, or a hub id")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     threads: int | None = Field(None, ge=1, description="torch threads; default: all cores")
-    attn_implementation: str = "sdpa"
+    attn_implementation: str = Field("sdpa", description="transformers attention backend (sdpa, eager, flash_attention_2)")
 
 
 class LoraConfig(_Strict):
-    enabled: bool = False
-    r: int = Field(16, ge=1)
-    alpha: float = 32.0
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    enabled: bool = Field(False, description="train LoRA adapters (peft) instead of all weights")
+    r: int = Field(16, ge=1, description="adapter rank")
+    alpha: float = Field(32.0, description="LoRA scaling numerator (scale = alpha / r)")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapter input")
+    target_modules: list[str] = Field(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                                      description="module names that get adapters")
 
 
 class TaskConfig(_Strict):
@@ -42,10 +43,10 @@ class TaskConfig(_Strict):
 
 class SamplingConfig(_Strict):
     max_tokens: int | None = Field(None, ge=1, description="new tokens per completion; default: the task's")
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    stop: list[str] = []
+    temperature: float = Field(0.7, ge=0.0, description="training rollouts; the trainer scores tokens at the same temperature")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling (1 = off)")
+    top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
+    stop: list[str] = Field([], description="stop strings (the text is cut before the stop; the tokens keep it); default: the task's")
     eval_temperature: float = Field(0.0, ge=0.0, description="0 = greedy held-out eval")
 
 
@@ -62,30 +63,30 @@ class AlgorithmConfig(_Strict):
 
 
 class TrainerConfig(_Strict):
-    lr: float = Field(1e-5, gt=0.0)
-    weight_decay: float = Field(0.0, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.99)
-    max_grad_norm: float = Field(1.0, gt=0.0)
-    warmup_steps: int = Field(0, ge=0)
-    optimizer: Literal["adamw"] = "adamw"
+    lr: float = Field(2e-5, gt=0.0, description="AdamW learning rate")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
+    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="gradient clipping; a non-finite norm skips the step")
+    warmup_steps: int = Field(0, ge=0, description="linear learning-rate warmup")
+    optimizer: Literal["adamw"] = Field("adamw", description="optimizer")
     micro_batch_tokens: int = Field(4096, ge=64, description="tokens per forward/backward micro-batch (gradient accumulation above it)")
     prefix_sharing: bool = Field(True, description="compute each group's shared prompt once")
 
 
 class LoopConfig(_Strict):
-    steps: int = Field(40, ge=0)
-    prompts_per_step: int = Field(4, ge=1)
+    steps: int = Field(60, ge=0, description="optimizer steps (each on a fresh batch of rollouts)")
+    prompts_per_step: int = Field(4, ge=1, description="prompts per step; completions per step = this x G")
     num_iterations: int = Field(1, ge=1, description="optimizer passes over each batch")
     eval_every: int = Field(0, ge=0, description="held-out eval every N steps (0: only before and after)")
-    eval_prompts: int = Field(48, ge=1)
+    eval_prompts: int = Field(48, ge=1, description="held-out prompts per evaluation")
     save_every: int = Field(10, ge=0, description="checkpoint every N steps (0: only at the end)")
-    keep_checkpoints: int = Field(2, ge=1)
+    keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk (oldest removed)")
     samples_per_step: int = Field(2, ge=0, description="rollouts per step written to samples.jsonl")
 
 
 class LoggingConfig(_Strict):
-    tensorboard: bool = True
-    console: bool = True
+    tensorboard: bool = Field(True, description="write TensorBoard events to RUN_DIR/tb when installed")
+    console: bool = Field(True, description="print progress lines and tables")
 
 
 class Config(_Strict):

@@ -13,7 +13,7 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from posttrain.obs.metrics import MetricsLogger
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics, sample_records
 from posttrain.obs.run_dir import make_run_dir, write_run_info
 from posttrain.obs.timers import StageTimer
-from posttrain.types import Group, Trajectory, groups_to_batch
+from posttrain.types import Batch, Group, Trajectory, groups_to_batch
 
 
 @dataclass
@@ -148,13 +148,14 @@ class RLLoop:
         adv_N = self.adv_fn(rewards_N, gid_N, scale_std=cfg.algorithm.scale_std)
         for i, g in enumerate(groups):
             g.advantages_G = adv_N[i * G : (i + 1) * G].tolist()
-        batch = groups_to_batch(groups, policy_version=c.sampler.policy_version)
+        full_batch = groups_to_batch(groups, policy_version=c.sampler.policy_version)
+        batch, loss_cfg = self._trainable_part(full_batch)
         m: dict[str, Any] = {}
         with timer("train"):
             ref_lp = self._ref_logprobs(batch) if cfg.algorithm.beta > 0 else None
             old_lp = c.trainer.compute_logprobs(batch) if cfg.loop.num_iterations > 1 else None
             for _ in range(cfg.loop.num_iterations):
-                m.update(c.trainer.forward_backward(batch, self.loss_fn, self.loss_cfg, old_lp, ref_lp))
+                m.update(c.trainer.forward_backward(batch, self.loss_fn, loss_cfg, old_lp, ref_lp))
                 m.update(c.trainer.optim_step())
         with timer("sync"):
             # In-process share: the sampler holds the trainer's module, so syncing is a version bump.
@@ -167,6 +168,7 @@ class RLLoop:
             "adv/mean": float(adv_N.mean()), "adv/std": float(adv_N.std()) if len(adv_N) > 1 else 0.0,
             "adv/abs_max": float(adv_N.abs().max()), "groups/zero_variance_frac": zero_var / len(groups),
             "tokens/completion": float(n_tok), "tokens/trained": float(batch.num_tokens),
+            "train/zero_adv_seqs_skipped": float(len(full_batch.sequences) - len(batch.sequences)),
             "perf/sample_tokens_per_s": n_tok / max(timer.seconds["sample"], 1e-9),
             "policy_version": float(c.sampler.policy_version),
         })
@@ -181,6 +183,21 @@ class RLLoop:
                 break
         self.say(con.step_line(step + 1, cfg.loop.steps, m))
         return m
+
+    def _trainable_part(self, batch: Batch) -> tuple[Batch, LossConfig]:
+        """Leave zero-advantage sequences out of the forward/backward when that changes nothing.
+
+        With no KL term, a sequence whose advantage is 0 contributes exactly 0 to the policy-gradient loss and
+        its gradient (every registered loss is A times something). It still counts in the normalizers, so we
+        pass the full batch's counts: the update is identical, and the compute for groups whose rewards were
+        all equal (common early in a run) is saved.
+        """
+        cfg = replace(self.loss_cfg, total_tokens=float(max(batch.num_loss_tokens, 1)),
+                      total_seqs=float(max(len(batch.sequences), 1)))
+        if self.cfg.algorithm.beta > 0:
+            return batch, cfg
+        keep = [s for s in batch.sequences if s.advantage != 0.0]
+        return Batch(sequences=keep, policy_version=batch.policy_version), cfg
 
     def _ref_logprobs(self, batch):
         c = self.c

@@ -22,6 +22,7 @@ def step_line(step: int, total: int, m: dict[str, Any]) -> str:
 def print_line(text: str, enabled: bool = True) -> None:
     if enabled:
         console.print(text, markup=False)
+        console.file.flush()  # progress must show up live when stdout is a pipe or a file (| tee run.log)
 
 
 def eval_table(title: str, rows: list[tuple[str, dict[str, float]]]) -> Table:

@@ -197,25 +197,28 @@ def json_values(completions: list[Any], expected: list[Any] | None = None, **kwa
 
 def json_exact(completions: list[Any], schema: list[Any] | None = None, expected: list[Any] | None = None,
                **kwargs: Any) -> list[float]:
-    """1.0 iff the completion is only JSON (parse score 1.0: bare, or one fenced block), validates against
-    `schema` (when the row has one) and equals `expected` exactly under strict typing.
+    """The headline check: the parsed JSON validates against `schema` (when the row has one) and equals
+    `expected` exactly under strict typing. Scores 1.0 when the completion is only that JSON (bare, or one
+    fenced block), 0.5 when it is right but has other text around it, else 0.0. It passes at 0.5.
 
-    Requiring only-JSON matters for RL, not just for tidiness: with a looser pass, the policy learns to
-    append chatter after a right answer and every completion runs to the token limit (measured: mean length
-    rose from 60 to 96 tokens in 10 steps), which doubles the cost of sampling and training."""
+    The half score for a right answer wrapped in prose matters for RL, not just for tidiness: when a right
+    answer with chatter scored the same as a clean one, the policy learned to append chatter and every
+    completion ran to the token limit (measured: mean length rose from 60 to 96 tokens in 10 steps), which
+    doubles the cost of sampling and training. When only clean answers scored, greedy answers (which almost
+    always carry a sentence of prose) never scored and the model got no signal at all."""
     n = len(completions)
     schemas, exps = _column(schema, n), _column(expected, n)
     out: list[float] = []
     for c, s, exp in zip(completions, schemas, exps):
         value, ok = parse_json_completion(c)
-        good = ok == 1.0 and (s is None or _schema_valid(value, s)) and strict_equal(exp, value)
-        out.append(1.0 if good else 0.0)
+        good = ok >= 0.5 and (s is None or _schema_valid(value, s)) and strict_equal(exp, value)
+        out.append(ok if good else 0.0)
     return out
 
 
 DEFAULT_WEIGHTS: dict[str, float] = {"json_parse": 0.1, "json_schema": 0.2, "json_values": 0.7, "json_exact": 1.0}
 _FUNCS = {"json_parse": json_parse, "json_schema": json_schema, "json_values": json_values, "json_exact": json_exact}
-_THRESHOLDS = {"json_parse": 0.5}
+_THRESHOLDS = {"json_parse": 0.5, "json_exact": 0.5}
 
 
 def json_rubric(weights: Mapping[str, float] | None = None) -> Rubric:

@@ -111,7 +111,8 @@ class HFSampler:
         for b in range(len(rows)):
             ids = tokens_BT[b, : lengths_B[b]].tolist()
             out.append(Completion(token_ids=ids, logprobs=logps_BT[b, : lengths_B[b]].tolist(),
-                                  finish_reason=reasons[b], policy_version=self.policy_version, text=self.decode(ids)))
+                                  finish_reason=reasons[b], policy_version=self.policy_version,
+                                  text=cut_at_stop(self.decode(ids), params.stop)))
         return out
 
     def _decode_loop(self, rows: list[list[int]], params: SampleParams):
@@ -178,3 +179,10 @@ class HFSampler:
             tail = self.tokenizer.decode(tokens_BT[r, max(0, t + 1 - window) : t + 1].tolist(), skip_special_tokens=True)
             hits.append(any(s in tail for s in stops))
         return torch.tensor(hits, dtype=torch.bool)
+
+
+def cut_at_stop(text: str, stops: list[str]) -> str:
+    """OpenAI/vLLM semantics: the text ends before the first stop string. The token ids keep every sampled
+    token (the policy produced them, so the trainer scores them)."""
+    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
+    return text if cut < 0 else text[:cut]

@@ -77,8 +77,10 @@ class Trainer:
             return {"train/empty_batch": 1.0}
         self.model.train()
         pos = {id(s): i for i, s in enumerate(batch.sequences)}
-        cfg = replace(loss_cfg, total_tokens=float(max(batch.num_loss_tokens, 1)),
-                      total_seqs=float(len(batch.sequences)))
+        # Batch-wide normalizers, unless the caller set them (it does when it trains on part of a batch).
+        cfg = replace(loss_cfg,
+                      total_tokens=loss_cfg.total_tokens or float(max(batch.num_loss_tokens, 1)),
+                      total_seqs=loss_cfg.total_seqs or float(len(batch.sequences)))
         sums: dict[str, float] = {}
         weights = 0.0
         loss_total = 0.0

@@ -184,4 +184,8 @@ def make_task(seed: int = 0, n_train: int = 400, n_eval: int = 48,
         description="Extract facts from a short text into JSON matching a given schema "
                     f"({len(SHAPES)} shapes: {', '.join(SHAPES)}); held-out rows use unseen entities.",
         max_tokens=96,
+        # The answer is one JSON value: a blank line or a closing fence after it means the model has moved on
+        # to commentary. Stopping there (the text is cut before the stop, as in the OpenAI API) keeps
+        # completions short; prose before the JSON also hits "\n\n" and scores 0, which is what we want.
+        stop=["\n\n", "\n```"],
     )
