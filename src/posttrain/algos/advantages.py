@@ -38,3 +38,59 @@ def grpo_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_st
     if scale_std:
         adv_N = adv_N / (std_N + eps)
     return adv_N
+
+
+@ADVANTAGES.register("dr_grpo")
+def dr_grpo_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True,
+                       eps: float = 1e-6) -> torch.Tensor:
+    """Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783, sec. 3.2):
+
+        A_i = r_i - mean(r_group)
+
+    Never divided by the group std, whatever `scale_std` says: the std term up-weights questions that are
+    almost always (or almost never) solved, a difficulty bias. Pair with the `seq-mean-token-sum-norm`
+    aggregation to also remove GRPO's length bias.
+    """
+    return grpo_advantages(rewards_N, group_ids_N, scale_std=False, eps=eps)
+
+
+@ADVANTAGES.register("rloo")
+def rloo_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True,
+                    eps: float = 1e-6) -> torch.Tensor:
+    """RLOO, REINFORCE Leave-One-Out (Kool et al. 2019, "Buy 4 REINFORCE Samples, Get a Baseline for Free!";
+    Ahmadian et al. 2024, arXiv:2402.14740): the baseline of a sample is the mean of the *other* samples:
+
+        A_i = r_i - 1/(n-1) * sum_{j != i, same group} r_j  =  n/(n-1) * (r_i - mean(r_group))
+
+    A group of size 1 has no other samples: its advantage is 0. Unscaled by definition: `scale_std` is ignored.
+    """
+    r_N = rewards_N.float()
+    _, inv = torch.unique(group_ids_N, return_inverse=True)
+    n_groups = int(inv.max()) + 1 if inv.numel() else 0
+    count_N = torch.zeros(n_groups).index_add_(0, inv, torch.ones_like(r_N))[inv]
+    sum_N = torch.zeros(n_groups).index_add_(0, inv, r_N)[inv]
+    baseline_N = (sum_N - r_N) / (count_N - 1).clamp(min=1)
+    return torch.where(count_N > 1, r_N - baseline_N, torch.zeros_like(r_N))
+
+
+@ADVANTAGES.register("reinforce_pp")
+def reinforce_pp_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True,
+                            eps: float = 1e-6, group_baseline: bool = False) -> torch.Tensor:
+    """REINFORCE++ (Hu et al. 2025, arXiv:2501.03262): global advantage normalisation over the whole batch
+
+        A_i = (r_i - mean_batch(r)) / (std_batch(r) + eps)
+
+    group_baseline=True ("REINFORCE++-baseline"): first subtract the group mean, then normalise over the batch
+        a_i = r_i - mean(r_group);   A_i = (a_i - mean_batch(a)) / (std_batch(a) + eps)     (mean_batch(a) = 0)
+
+    std is unbiased (like torch.std); a batch of one sample gets 0. scale_std=False keeps only the centring.
+    Sequence-level rewards only: the paper's per-token KL-in-reward is `kl.kl_reward_penalty`, applied by the caller.
+    """
+    a_N = rewards_N.float()
+    if group_baseline:
+        a_N = a_N - group_mean_std(a_N, group_ids_N)[0]
+    a_N = a_N - a_N.mean()
+    if scale_std:
+        std = a_N.std() if a_N.numel() > 1 else a_N.new_zeros(())
+        a_N = a_N / (std + eps)
+    return a_N

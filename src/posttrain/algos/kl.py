@@ -29,3 +29,17 @@ def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     log_ratio = ref_logp - logp
     return torch.exp(log_ratio) - 1 - log_ratio
+
+
+def kl_reward_penalty(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, mask_BT: torch.Tensor, beta: float,
+                      estimator: str = "k1") -> torch.Tensor:
+    """KL as a reward penalty (Ziegler et al. 2019, arXiv:1909.08593; InstructGPT; REINFORCE++, arXiv:2501.03262),
+    instead of a KL term in the loss:
+
+        penalty_b = beta * sum_t mask_bt * KL_bt          r_b  <-  r_b - penalty_b
+
+    KL_bt is the named per-token estimator (k1, the classic choice, or k2/k3). Rewards carry no gradient, so the
+    result is detached.
+    """
+    kl_BT = KL_ESTIMATORS[estimator](logp_BT.detach(), ref_logp_BT.detach())
+    return beta * torch.where(mask_BT.bool(), kl_BT, torch.zeros_like(kl_BT)).sum(-1)
