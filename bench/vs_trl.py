@@ -2,7 +2,7 @@
 
 Both frameworks train the same model on the built-in `json-extract` task with the same recipe: the same
 prompts in the same order (posttrain's seeded order), 4 prompts x G=4 = 16 completions per optimizer step,
-at most 64 new tokens, temperature 1.0 (top_p 1, no top-k), no KL (beta 0, no reference model), token-mean
+at most 64 new tokens and no stop strings (the task's are switched off: TRL has none), temperature 1.0 (top_p 1, no top-k), no KL (beta 0, no reference model), token-mean
 clipped loss (epsilon 0.2), group-std-scaled advantages, AdamW (betas 0.9/0.99, no weight decay, constant lr,
 grad-norm clip 1.0), fp32, no gradient checkpointing, 2 threads, one optimizer pass per batch. Full fine-tune
 at lr 1e-5, or with `--lora` LoRA r=16 / alpha=32 on q,k,v,o,gate,up,down at lr 1e-4.
@@ -80,7 +80,7 @@ def run_posttrain(args: argparse.Namespace, out: str) -> list[dict]:
     overrides = [
         f"model.name={args.model}", "model.dtype=float32", f"model.threads={args.threads}", f"run.seed={args.seed}",
         f"run.output_dir={out}", "task.name=json-extract", f"sampling.max_tokens={args.max_tokens}",
-        "sampling.temperature=1.0", "sampling.top_p=1.0", "sampling.top_k=0", "algorithm.beta=0.0",
+        "sampling.temperature=1.0", "sampling.top_p=1.0", "sampling.top_k=0", "sampling.stop=[]", "algorithm.beta=0.0",
         f"algorithm.num_generations={args.generations}", f"loop.prompts_per_step={args.prompts_per_step}",
         f"loop.steps={args.steps}", "loop.num_iterations=1", "loop.eval_prompts=1", "loop.eval_every=0",
         "loop.save_every=0", f"trainer.lr={args.lr}", "logging.tensorboard=false",

@@ -46,7 +46,7 @@ class SamplingConfig(_Strict):
     temperature: float = Field(0.7, ge=0.0, description="training rollouts; the trainer scores tokens at the same temperature")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling (1 = off)")
     top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
-    stop: list[str] = Field([], description="stop strings (the text is cut before the stop; the tokens keep it); default: the task's")
+    stop: list[str] | None = Field(None, description="stop strings (the text is cut before the stop; the tokens keep it); null: the task's, []: none")
     eval_temperature: float = Field(0.0, ge=0.0, description="0 = greedy held-out eval")
 
 

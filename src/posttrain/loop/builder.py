@@ -49,7 +49,7 @@ def seed_everything(seed: int) -> None:
 
 def sample_params(cfg: Config, task: Task) -> tuple[SampleParams, SampleParams]:
     max_tokens = cfg.sampling.max_tokens or task.max_tokens or 128
-    stop = list(cfg.sampling.stop or task.stop)
+    stop = list(task.stop if cfg.sampling.stop is None else cfg.sampling.stop)
     train = SampleParams(max_tokens=max_tokens, temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
                          top_k=cfg.sampling.top_k, stop=stop)
     ev = SampleParams(max_tokens=max_tokens, temperature=cfg.sampling.eval_temperature, stop=stop)
