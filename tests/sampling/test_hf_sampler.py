@@ -117,3 +117,24 @@ def test_top_k_top_p_filtering():
     assert set(draws.flatten().tolist()) <= {0, 1}
     freq0 = (draws == 0).float().mean().item()
     assert abs(freq0 - 0.5 / 0.8) < 0.05
+
+
+def test_lora_sampling_on_merged_weights_matches_unmerged_forward(tiny):
+    from posttrain.models.lora import apply_lora
+
+    model, tok = tiny
+    lm = apply_lora(model, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
+    with torch.no_grad():  # make the adapter non-trivial (B starts at zero)
+        for n, p in lm.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    before = {n: p.detach().clone() for n, p in lm.named_parameters()}
+    s = HFSampler(lm, tok, stop_token_ids(lm, tok), seed=0)
+    p = _prompts(tok)[0]
+    c = s.sample_sync([p], SampleParams(max_tokens=16), n=2)[0]
+    assert not getattr(lm, "merged", False)
+    for n, t in lm.named_parameters():  # unmerged again, weights back within float rounding
+        assert torch.allclose(t, before[n], atol=1e-6), n
+    for comp in c:
+        ref = _forward_logprobs(lm, p, comp.token_ids)
+        assert (ref - torch.tensor(comp.logprobs)).abs().max().item() <= 1e-4

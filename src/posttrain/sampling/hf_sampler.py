@@ -25,7 +25,7 @@ class HFSampler:
     """Samples from an in-memory HF model. The trainer shares the same module, so a weight sync is a version bump."""
 
     def __init__(self, model: Any, tokenizer: Any, stop_token_ids: list[int], seed: int = 0,
-                 compact_fraction: float = 0.75, max_batch: int = 64):
+                 compact_fraction: float = 0.75, max_batch: int = 64, merge_lora: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.stop_token_ids = list(stop_token_ids)
@@ -34,6 +34,7 @@ class HFSampler:
         self.generator = torch.Generator().manual_seed(seed)
         self.compact_fraction = compact_fraction  # drop finished rows once active rows fall below this share
         self.max_batch = max_batch  # rows decoded together; more prompts are split into chunks
+        self.merge_lora = merge_lora  # decode peft LoRA models on merged weights (see _generate)
         self._lock = threading.Lock()
         self._pending: list = []
         self._cache_arg = cache_arg_name(model)
@@ -103,9 +104,17 @@ class HFSampler:
         model = self.model
         was_training = model.training
         model.eval()
+        # LoRA: decode on merged weights. Unmerged adapters add 14 small matmuls per layer per token, which made
+        # decoding ~45% slower here; merging costs a few ms per call. Only safe while nothing trains at the
+        # same time (the synchronous loop), hence the flag.
+        merge = self.merge_lora and hasattr(model, "merge_adapter") and not getattr(model, "merged", False)
+        if merge:
+            model.merge_adapter()
         try:
             tokens_BT, logps_BT, lengths_B, reasons = self._decode_loop(rows, params)
         finally:
+            if merge:
+                model.unmerge_adapter()
             model.train(was_training)
         out = []
         for b in range(len(rows)):
