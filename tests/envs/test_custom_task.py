@@ -9,9 +9,10 @@ def test_example_custom_task_loads_and_scores():
     assert task.conversational and len(task.eval_rows) == 40
     row = task.train_rows[0]
     good = [{"role": "assistant", "content": str(row["answer"])}]
-    bad = [{"role": "assistant", "content": f"The answer is {row['answer']}"}]
-    scores = task.rubric.score([[good[0]], [bad[0]]], [row, row])
-    assert [s.reward for s in scores] == [1.0, 0.0]
+    wordy = [{"role": "assistant", "content": f"The answer is {row['answer']}"}]
+    wrong = [{"role": "assistant", "content": f"{row['answer'] + 1}"}]
+    scores = task.rubric.score([good, wordy, wrong], [row, row, row])
+    assert [s.reward for s in scores] == [1.0, 0.5, 0.0]
 
 
 def test_module_path_and_options():
