@@ -59,3 +59,21 @@ def test_bad_rubric_definitions():
         Rubric([RewardComponent("a", length)], pass_component="b")
     with pytest.raises(ValueError, match="weights"):
         Rubric.from_funcs([length], [1.0, 2.0])
+
+
+def test_hanging_reward_function_times_out_and_fails_its_samples():
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def hangs(completions, **kw):
+        release.wait(5)  # stands in for a reward call that never returns
+        return [1.0] * len(completions)
+
+    r = Rubric([RewardComponent("ok", length), RewardComponent("hangs", hangs)], timeout_s=0.2)
+    t0 = time.perf_counter()
+    s = r.score(["a", "bb"], [{}, {}])
+    assert time.perf_counter() - t0 < 2.0
+    release.set()
+    assert all(x.failed for x in s) and "took longer than 0.2s" in s[0].error

@@ -60,6 +60,7 @@ def build(cfg: Config, log=print) -> Components:
     set_threads(cfg)
     seed_everything(cfg.run.seed)
     task = load_task(cfg.task.name, cfg.task.options, seed=cfg.run.seed)
+    task.rubric.timeout_s = cfg.task.reward_timeout_s
     model, tok = load_model(cfg.model.name, cfg.model.dtype, cfg.model.attn_implementation, seed=cfg.run.seed, log=log)
     ensure_pad_token(tok)
     ref_model = None

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import inspect
 import math
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +59,9 @@ class Rubric:
     components: list[RewardComponent]
     pass_component: str | None = None
     normalize: bool = False  # divide the weighted sum by the sum of weights, so reward is in [0, 1]
+    # Seconds one reward-function call may take. A call that runs past it marks its samples failed (counted,
+    # logged) instead of hanging the run; Python cannot kill the stuck thread, so it is left to finish alone.
+    timeout_s: float | None = 60.0
     _names: list[str] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
@@ -87,7 +92,7 @@ class Rubric:
         raw: dict[str, list[float | None]] = {}
         errors: list[str | None] = [None] * n
         for comp in self.components:
-            raw[comp.name] = _call_isolated(comp, completions, kwargs, n, errors)
+            raw[comp.name] = _call_isolated(comp, completions, kwargs, n, errors, self.timeout_s)
         scores = []
         for i in range(n):
             comps: dict[str, float] = {}
@@ -154,17 +159,40 @@ def _call(func: RewardFunc, completions: list[Any], kwargs: dict[str, list[Any]]
     return out
 
 
-def _call_isolated(comp: RewardComponent, completions: list[Any], kwargs: dict[str, list[Any]], n: int,
-                   errors: list[str | None]) -> list[float | None]:
-    """Call on the whole batch; if that raises, call per sample so one bad sample fails alone."""
+def _call_with_timeout(func: RewardFunc, completions: list[Any], kwargs: dict[str, list[Any]],
+                       timeout_s: float | None) -> list[float | None]:
+    if timeout_s is None:
+        return _call(func, completions, kwargs)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
     try:
-        return _call(comp.func, completions, kwargs)
+        return pool.submit(_call, func, completions, kwargs).result(timeout=timeout_s)
+    except FuturesTimeout:
+        raise RewardTimeout(f"took longer than {timeout_s:g}s") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
+class RewardTimeout(RuntimeError):
+    pass
+
+
+def _call_isolated(comp: RewardComponent, completions: list[Any], kwargs: dict[str, list[Any]], n: int,
+                   errors: list[str | None], timeout_s: float | None = None) -> list[float | None]:
+    """Call on the whole batch; if that raises, call per sample so one bad sample fails alone. A timeout
+    fails the whole batch at once (retrying per sample could take n times the timeout)."""
+    try:
+        return _call_with_timeout(comp.func, completions, kwargs, timeout_s)
+    except RewardTimeout as e:
+        for i in range(n):
+            errors[i] = errors[i] or f"reward {comp.name!r} {e}"
+        return [None] * n
     except Exception:  # noqa: BLE001 - a user reward function may raise anything; we isolate it
         pass
     out: list[float | None] = []
     for i in range(n):
         try:
-            out.append(_call(comp.func, completions[i : i + 1], {k: v[i : i + 1] for k, v in kwargs.items()})[0])
+            out.append(_call_with_timeout(comp.func, completions[i : i + 1],
+                                          {k: v[i : i + 1] for k, v in kwargs.items()}, timeout_s)[0])
         except Exception as e:  # noqa: BLE001
             out.append(None)
             if errors[i] is None:
