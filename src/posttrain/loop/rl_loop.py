@@ -31,7 +31,7 @@ from posttrain.obs.metrics import MetricsLogger
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics, sample_records
 from posttrain.obs.run_dir import make_run_dir, write_run_info
 from posttrain.obs.timers import StageTimer
-from posttrain.types import Batch, Group, Trajectory, groups_to_batch
+from posttrain.types import Batch, Group, groups_to_batch
 
 
 @dataclass
