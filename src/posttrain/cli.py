@@ -42,13 +42,14 @@ def train(
     if dry_run:
         typer.echo(to_yaml(cfg), nl=False)
         return
+    from posttrain.algos.registry import UnknownName
     from posttrain.envs.custom import TaskLoadError
     from posttrain.loop import train as run_train
     from posttrain.models.load import ModelLoadError
 
     try:
         run_train(cfg, run_dir=resume, resume=resume is not None)
-    except (TaskLoadError, ModelLoadError, FileNotFoundError) as e:
+    except (TaskLoadError, ModelLoadError, FileNotFoundError, UnknownName) as e:
         _fail(str(e))
 
 

@@ -76,3 +76,10 @@ def test_train_report_and_eval_end_to_end(tmp_path):
 def test_resume_errors(tmp_path):
     r = run_cli("train", "--resume", str(tmp_path / "missing"))
     assert r.returncode == 2 and "not found" in r.stderr
+
+
+def test_unknown_algorithm_name_fails_fast_with_hint(tmp_path):
+    r = run_cli("train", "algorithm.loss=ppo_clp", "model.name=tiny-random", "task.name=count-a",
+                f"run.output_dir={tmp_path}")
+    assert r.returncode == 2 and "unknown policy loss 'ppo_clp'; did you mean 'ppo_clip'" in r.stderr
+    assert not any(tmp_path.iterdir())  # no half-made run directory left behind

@@ -9,6 +9,13 @@ from typing import Generic, TypeVar
 F = TypeVar("F", bound=Callable)
 
 
+class UnknownName(KeyError):
+    """A config named an algorithm that is not registered. The message names the nearest known one."""
+
+    def __str__(self) -> str:  # KeyError would print the message with quotes around it
+        return str(self.args[0])
+
+
 class Registry(Generic[F]):
     def __init__(self, kind: str):
         self.kind = kind
@@ -26,7 +33,7 @@ class Registry(Generic[F]):
         if name not in self._items:
             near = difflib.get_close_matches(name, list(self._items), n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
-            raise KeyError(f"unknown {self.kind} {name!r}{hint} (known: {', '.join(sorted(self._items))})")
+            raise UnknownName(f"unknown {self.kind} {name!r}{hint} (known: {', '.join(sorted(self._items))})")
         return self._items[name]
 
     def __contains__(self, name: str) -> bool:

@@ -59,6 +59,10 @@ class RLLoop:
     def __init__(self, cfg: Config, run_dir: Path | None = None, resume: bool = False):
         self.cfg = cfg
         self.t_start = time.perf_counter()
+        a = cfg.algorithm
+        # Look the algorithm up first: a typo in its name should fail before a run dir or minutes of model loading.
+        self.loss_fn = LOSSES[a.loss]
+        self.adv_fn = ADVANTAGES[a.advantage]
         if run_dir is None:
             run_dir = make_run_dir(cfg.run.output_dir, cfg.run.name, cfg.task.name)
         self.run_dir = Path(run_dir)
@@ -67,9 +71,6 @@ class RLLoop:
             write_run_info(self.run_dir, to_yaml(cfg), cfg.run.seed)
         self.c: Components = build(cfg, log=self.say)
         self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard)
-        a = cfg.algorithm
-        self.loss_fn = LOSSES[a.loss]
-        self.adv_fn = ADVANTAGES[a.advantage]
         self.loss_cfg = LossConfig(epsilon=a.epsilon, epsilon_high=a.epsilon_high, beta=a.beta,
                                    kl_estimator=a.kl_estimator, aggregation=a.aggregation,
                                    max_tokens=self.c.train_params.max_tokens)
