@@ -38,10 +38,19 @@ def test_clear_errors_for_bad_model_names(tmp_path):
         load_model(str(tmp_path / "x.gguf"))
 
 
-def test_hub_id_without_network_gives_clear_error(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelLoadError, match="network access"):
-        load_model("some-org/some-model-that-is-not-cached")
+def test_hub_id_without_network_gives_clear_error(tmp_path):
+    # huggingface_hub reads HF_HUB_OFFLINE at import, so set it for a fresh process (without it, the lookup
+    # retries against the unreachable hub for ~45 s before failing the same way).
+    import os
+    import subprocess
+    import sys
+
+    code = ("from posttrain.models import load_model\n"
+            "load_model('some-org/some-model-that-is-not-cached')\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode != 0
+    assert "ModelLoadError" in r.stderr and "network access" in r.stderr and "HF_HUB_OFFLINE=1" in r.stderr
 
 
 def test_lora_wraps_and_counts_parameters():
@@ -68,3 +77,24 @@ def test_default_model_converts_and_caches(tmp_path, monkeypatch):
     assert (folder / "model.safetensors").exists()
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())
     assert m.config.num_hidden_layers == 30 and tok.eos_token == "<|im_end|>"
+
+
+def test_lora_adapter_folder_loads_onto_its_base(tmp_path):
+    base, tok = load_model("tiny-random")
+    base.save_pretrained(tmp_path / "base")
+    tok.save_pretrained(tmp_path / "base")
+    m, _ = load_model(str(tmp_path / "base"))
+    lm = apply_lora(m, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
+    with torch.no_grad():
+        for n, p in lm.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        want = lm(input_ids=ids).logits
+    lm.save_pretrained(tmp_path / "final")
+    tok.save_pretrained(tmp_path / "final")
+    loaded, _ = load_model(str(tmp_path / "final"))
+    with torch.no_grad():
+        got = loaded(input_ids=ids).logits
+    assert torch.allclose(want, got, atol=1e-5)

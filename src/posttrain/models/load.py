@@ -49,6 +49,8 @@ def load_model(name: str, dtype: str = "float32", attn_implementation: str = "sd
         model = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, **kwargs)
         model.hf_quantizer = None  # weights are dequantized; keep save_pretrained working
         return model.eval(), tok
+    if p.exists() and (p / "adapter_config.json").exists() and not (p / "config.json").exists():
+        return _load_adapter_folder(p, dtype, attn_implementation, seed, log)
     if p.exists():
         if not (p / "config.json").exists():
             raise ModelLoadError(f"{p} is a folder but holds no config.json; is it a HF model folder?")
@@ -64,6 +66,24 @@ def load_model(name: str, dtype: str = "float32", attn_implementation: str = "sd
             f"If this is a hub id, this machine needs network access to the hub{' (HF_HUB_OFFLINE=1 is set)' if offline else ''}; "
             "otherwise pass a local HF folder, a .gguf file, 'default' or 'tiny-random'.") from None
     return model.eval(), tok
+
+
+def _load_adapter_folder(p: Path, dtype: str, attn_implementation: str, seed: int, log) -> tuple[Any, Any]:
+    """A LoRA run's `final/` folder holds only the adapter: load its base model, apply it and merge it, so the
+    result samples as fast as a plain model."""
+    import json
+
+    from peft import PeftModel
+
+    base = json.loads((p / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ModelLoadError(f"{p} is a LoRA adapter without base_model_name_or_path in adapter_config.json")
+    model, tok = load_model(base, dtype, attn_implementation, seed=seed, log=log)
+    if (p / "tokenizer_config.json").exists():
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(p)
+    return PeftModel.from_pretrained(model, p).merge_and_unload().eval(), tok
 
 
 def _looks_like_path(name: str) -> bool:
