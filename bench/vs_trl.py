@@ -2,8 +2,8 @@
 
 Both frameworks train the same model on the built-in `json-extract` task with the same recipe: the same
 prompts in the same order (posttrain's seeded order), 4 prompts x G=4 = 16 completions per optimizer step,
-at most 64 new tokens and no stop strings (the task's are switched off: TRL has none), temperature 1.0 (top_p 1, no top-k), no KL (beta 0, no reference model), token-mean
-clipped loss (epsilon 0.2), group-std-scaled advantages, AdamW (betas 0.9/0.99, no weight decay, constant lr,
+at most 64 new tokens and no stop strings (the task's are switched off: TRL has none), temperature 1.0
+(top_p 1, no top-k), no KL (beta 0, no reference model), token-mean clipped loss (epsilon 0.2), group-std-scaled advantages, AdamW (betas 0.9/0.99, no weight decay, constant lr,
 grad-norm clip 1.0), fp32, no gradient checkpointing, 2 threads, one optimizer pass per batch. Full fine-tune
 at lr 1e-5, or with `--lora` LoRA r=16 / alpha=32 on q,k,v,o,gate,up,down at lr 1e-4.
 
