@@ -226,3 +226,21 @@ def test_kl_reward_penalty_sums_beta_kl_per_sequence():
     assert not pen.requires_grad
     k3 = kl_reward_penalty(logp, ref, mask, 2.0, "k3")
     assert torch.allclose(k3, 2.0 * (KL_ESTIMATORS["k3"](logp, ref) * mask).sum(-1))
+
+
+def test_dual_clip_bounds_negative_advantage_loss():
+    # ratio e^2 ~ 7.39 with A = -1: PPO loss = max(7.39, 1.2) = 7.39; dual clip c = 3 caps it at 3
+    logp = torch.tensor([[2.0, 0.0]], requires_grad=True)
+    old = torch.zeros(1, 2)
+    mask = torch.ones(1, 2)
+    cfg = LossConfig(dual_clip=3.0, aggregation="token-mean")
+    loss, _ = LOSSES["ppo_clip"](logp, old, None, torch.tensor([-1.0]), mask, cfg)
+    assert float(loss) == pytest.approx((3.0 + 1.0) / 2)
+    loss.backward()
+    assert logp.grad[0, 0] == 0  # the capped token passes no gradient
+    # positive advantages are untouched by the dual clip
+    l_pos, _ = LOSSES["ppo_clip"](logp.detach(), old, None, torch.tensor([1.0]), mask, cfg)
+    l_ref, _ = LOSSES["ppo_clip"](logp.detach(), old, None, torch.tensor([1.0]), mask, LossConfig())
+    assert float(l_pos) == float(l_ref)
+    with pytest.raises(ValueError):
+        LOSSES["ppo_clip"](logp.detach(), old, None, torch.tensor([-1.0]), mask, LossConfig(dual_clip=0.5))

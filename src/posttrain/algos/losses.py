@@ -34,6 +34,9 @@ class LossConfig:
     # CISPO only: lower bound of the clipped IS weight is 1 - cispo_epsilon_low; None: no lower bound
     # (MiniMax-M1's setting). The upper bound is 1 + epsilon_high (or 1 + epsilon).
     cispo_epsilon_low: float | None = None
+    # ppo_clip only: dual-clip constant c > 1 (Ye et al. 2020); bounds the loss of negative-advantage tokens whose
+    # ratio exploded. None: off.
+    dual_clip: float | None = None
     # Per-token credit weights (DACA-GRPO style), shaped like (or broadcastable to) the logp_BT of *this call*,
     # i.e. per micro-batch. Multiplied (detached) into the policy-gradient term of every loss before
     # aggregation; the KL-to-reference term is not weighted. None: all ones.
@@ -76,10 +79,13 @@ def _finish(pg_BT: torch.Tensor, logp_BT: torch.Tensor, ref_logp_BT: torch.Tenso
 def ppo_clip_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor | None,
                   adv_B: torch.Tensor, mask_BT: torch.Tensor, cfg: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level clipped surrogate (PPO, Schulman et al. 2017, arXiv:1707.06347; as used by GRPO), with
-    DAPO's decoupled clip range (clip-higher, arXiv:2503.14476) and an optional KL-to-reference term:
+    DAPO's decoupled clip range (clip-higher, arXiv:2503.14476), optional dual clip (Ye et al. 2020, "Mastering
+    Complex Control in MOBA Games with Deep RL", arXiv:1912.09729) and an optional KL-to-reference term:
 
         ratio  = exp(logp - old_logp)
-        loss_t = max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high)) + beta * KL_t
+        loss_t = max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high))
+        loss_t = min(loss_t, -A * c)            only where A < 0, when dual_clip c is set
+        loss_t = loss_t + beta * KL_t
     """
     eps_low, eps_high = _eps(cfg)
     adv_BT = adv_B[:, None].to(logp_BT.dtype)
@@ -87,8 +93,13 @@ def ppo_clip_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT:
     ratio = torch.exp(log_ratio)
     pg_loss1 = -adv_BT * ratio
     pg_loss2 = -adv_BT * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    pg_loss = torch.max(pg_loss1, pg_loss2)
+    if cfg.dual_clip is not None:
+        if cfg.dual_clip <= 1:
+            raise ValueError(f"dual_clip must be > 1, got {cfg.dual_clip}")
+        pg_loss = torch.where(adv_BT < 0, torch.min(pg_loss, -adv_BT * cfg.dual_clip), pg_loss)
     metrics: dict[str, float] = {}
-    loss = _finish(torch.max(pg_loss1, pg_loss2), logp_BT, ref_logp_BT, mask_BT, cfg, metrics)
+    loss = _finish(pg_loss, logp_BT, ref_logp_BT, mask_BT, cfg, metrics)
     with torch.no_grad():
         clipped_low = (ratio < 1 - eps_low) & (adv_BT < 0)
         clipped_high = (ratio > 1 + eps_high) & (adv_BT > 0)

@@ -51,16 +51,72 @@ class SamplingConfig(_Strict):
     eval_temperature: float = Field(0.0, ge=0.0, description="0 = greedy held-out eval")
 
 
+# Presets: `algorithm.name` fills in every field the user did not set, so `algorithm.name=dapo` is DAPO and
+# `algorithm.name=dapo algorithm.epsilon_high=0.3` is DAPO with a wider upper clip. Values the user sets win.
+ALGORITHM_PRESETS: dict[str, dict] = {
+    "grpo": {},
+    "dr_grpo": {"advantage": "dr_grpo", "aggregation": "seq-mean-token-sum-norm"},
+    "rloo": {"advantage": "rloo"},
+    "reinforce_pp": {"advantage": "reinforce_pp"},
+    "cispo": {"loss": "cispo", "epsilon_high": 4.0},
+    "gspo": {"loss": "gspo", "epsilon": 3e-4, "epsilon_high": 4e-4},
+    "dapo": {"epsilon_high": 0.28, "aggregation": "token-mean", "dynamic_sampling": True, "overlong_filter": False,
+             "overlong_buffer": 16},
+    "es": {},
+}
+
+
+class ESConfig(_Strict):
+    population: int = Field(8, ge=2, description="perturbed models per iteration (antithetic pairs: population/2 seeds)")
+    sigma: float = Field(1e-3, gt=0.0, description="noise scale of each perturbation")
+    lr: float = Field(5e-4, gt=0.0, description="step size on the rank-normalised fitness-weighted noise")
+    samples_per_prompt: int = Field(1, ge=1, description="completions per prompt when scoring one perturbation")
+    temperature: float = Field(0.0, ge=0.0, description="sampling temperature for fitness (0: greedy, as Qiu et al. 2025)")
+
+
 class AlgorithmConfig(_Strict):
+    name: str = Field("grpo", description=f"preset: {', '.join(ALGORITHM_PRESETS)} (fills fields you did not set)")
     advantage: str = Field("grpo", description="advantage estimator, by registry name")
     scale_std: bool = Field(True, description="divide group-centred rewards by the group std")
     loss: str = Field("ppo_clip", description="policy loss, by registry name")
     num_generations: int = Field(4, ge=2, description="G: completions per prompt")
     epsilon: float = Field(0.2, gt=0.0)
     epsilon_high: float | None = Field(None, gt=0.0, description="upper clip (DAPO clip-higher); default: epsilon")
+    dual_clip: float | None = Field(None, gt=1.0, description="ppo_clip dual-clip constant c (e.g. 3); null: off")
+    cispo_epsilon_low: float | None = Field(None, ge=0.0, description="CISPO: lower IS-weight bound 1 - this; null: none")
     beta: float = Field(0.0, ge=0.0, description="KL-to-reference coefficient; 0 loads no reference model")
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_mode: Literal["loss", "reward"] = Field("loss", description="KL as a loss term or as a per-sequence reward penalty")
     aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    is_correction: Literal["none", "truncate", "mask"] = Field(
+        "none", description="sampler-vs-trainer importance sampling: truncate (TIS) or mask tokens past is_cap")
+    is_level: Literal["token", "sequence"] = Field("token", description="importance ratio per token or per sequence")
+    is_cap: float = Field(2.0, ge=1.0, description="TIS cap on the ratio; mask mode keeps 1/cap <= ratio <= cap")
+    token_weighting: str = Field("none", description="per-token credit weights, by registry name (none, high_entropy)")
+    token_weighting_frac: float = Field(0.2, gt=0.0, le=1.0, description="high_entropy: fraction of tokens trained on")
+    dynamic_sampling: bool = Field(False, description="DAPO: replace zero-variance groups by sampling more prompts")
+    max_refill_rounds: int = Field(3, ge=0, description="dynamic sampling: extra sampling rounds per step at most")
+    overlong_filter: bool = Field(False, description="DAPO: truncated completions get no loss")
+    overlong_buffer: int = Field(0, ge=0, description="DAPO soft overlong penalty over the last N tokens (0: off)")
+    overlong_penalty: float = Field(1.0, ge=0.0, description="soft overlong penalty at the token limit")
+    es: ESConfig = ESConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data):
+        if isinstance(data, dict) and data.get("name", "grpo") in ALGORITHM_PRESETS:
+            return {**ALGORITHM_PRESETS[data.get("name", "grpo")], **data}
+        return data
+
+    @model_validator(mode="after")
+    def _known_name(self) -> "AlgorithmConfig":
+        if self.name not in ALGORITHM_PRESETS:
+            import difflib
+
+            near = difflib.get_close_matches(self.name, list(ALGORITHM_PRESETS), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ValueError(f"unknown algorithm.name {self.name!r}{hint} (known: {', '.join(ALGORITHM_PRESETS)})")
+        return self
 
 
 class TrainerConfig(_Strict):
@@ -69,7 +125,9 @@ class TrainerConfig(_Strict):
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas")
     max_grad_norm: float = Field(1.0, gt=0.0, description="gradient clipping; a non-finite norm skips the step")
     warmup_steps: int = Field(0, ge=0, description="linear learning-rate warmup")
-    optimizer: Literal["adamw"] = Field("adamw", description="optimizer")
+    optimizer: Literal["adamw", "muon"] = Field(
+        "adamw", description="adamw, or muon (Muon on 2-D hidden weight matrices, AdamW on the rest)")
+    muon_momentum: float = Field(0.95, ge=0.0, lt=1.0, description="Muon momentum")
     micro_batch_tokens: int = Field(4096, ge=64, description="tokens per forward/backward micro-batch (gradient accumulation above it)")
     prefix_sharing: bool = Field(True, description="compute each group's shared prompt once")
 

@@ -78,5 +78,5 @@ def build(cfg: Config, log=print) -> Components:
                       betas=tuple(cfg.trainer.betas), max_grad_norm=cfg.trainer.max_grad_norm,
                       warmup_steps=cfg.trainer.warmup_steps, micro_batch_tokens=cfg.trainer.micro_batch_tokens,
                       prefix_sharing=cfg.trainer.prefix_sharing, temperature=cfg.sampling.temperature,
-                      ref_model=ref_model)
+                      ref_model=ref_model, optimizer=cfg.trainer.optimizer, muon_momentum=cfg.trainer.muon_momentum)
     return Components(model, tok, task, env, sampler, trainer, ref_model, train_params, eval_params, trainable, total)

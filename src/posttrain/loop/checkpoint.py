@@ -21,7 +21,8 @@ def checkpoint_dir(run_dir: Path) -> Path:
 
 
 def save_checkpoint(run_dir: Path, step: int, trainer, sampler_generator: torch.Generator,
-                    loop_state: dict[str, Any], keep: int = 2) -> Path:
+                    loop_state: dict[str, Any], keep: int = 2, extra_files: dict[str, str] | None = None) -> Path:
+    """trainer=None writes no weights (evolution strategies checkpoint a seed history in `extra_files`)."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -29,7 +30,10 @@ def save_checkpoint(run_dir: Path, step: int, trainer, sampler_generator: torch.
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    trainer.save_state(str(tmp / "trainer.pt"))
+    if trainer is not None:
+        trainer.save_state(str(tmp / "trainer.pt"))
+    for name, text in (extra_files or {}).items():
+        (tmp / name).write_text(text)
     torch.save({"torch": torch.get_rng_state(), "sampler": sampler_generator.get_state(),
                 "python": random.getstate()}, tmp / "rng.pt")
     (tmp / "loop_state.json").write_text(json.dumps({"step": step, **loop_state}, indent=2))
@@ -50,7 +54,8 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def load_checkpoint(path: Path, trainer, sampler_generator: torch.Generator) -> dict[str, Any]:
-    trainer.load_state(str(path / "trainer.pt"))
+    if trainer is not None:
+        trainer.load_state(str(path / "trainer.pt"))
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
     sampler_generator.set_state(rng["sampler"])

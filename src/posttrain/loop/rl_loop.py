@@ -21,9 +21,13 @@ from typing import Any
 import torch
 
 from posttrain.algos import ADVANTAGES, LOSSES, LossConfig
+from posttrain.algos.dapo import has_signal
+from posttrain.algos.token_weights import TOKEN_WEIGHTS
 from posttrain.config.load import to_yaml
 from posttrain.config.schema import Config
 from posttrain.loop.builder import Components, build
+from posttrain.loop.credit import apply_overlong_penalty, filter_overlong, kl_penalties, token_weight_fn
+from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
 from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from posttrain.loop.evaluate import evaluate_async
 from posttrain.obs import console as con
@@ -63,6 +67,8 @@ class RLLoop:
         # Look the algorithm up first: a typo in its name should fail before a run dir or minutes of model loading.
         self.loss_fn = LOSSES[a.loss]
         self.adv_fn = ADVANTAGES[a.advantage]
+        if a.token_weighting != "none":
+            TOKEN_WEIGHTS[a.token_weighting]
         if run_dir is None:
             run_dir = make_run_dir(cfg.run.output_dir, cfg.run.name, cfg.task.name)
         self.run_dir = Path(run_dir)
@@ -71,9 +77,13 @@ class RLLoop:
             write_run_info(self.run_dir, to_yaml(cfg), cfg.run.seed)
         self.c: Components = build(cfg, log=self.say)
         self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard)
-        self.loss_cfg = LossConfig(epsilon=a.epsilon, epsilon_high=a.epsilon_high, beta=a.beta,
-                                   kl_estimator=a.kl_estimator, aggregation=a.aggregation,
-                                   max_tokens=self.c.train_params.max_tokens)
+        # With KL as a reward penalty the loss has no KL term (beta=0 there); the reference is still loaded.
+        self.loss_cfg = LossConfig(epsilon=a.epsilon, epsilon_high=a.epsilon_high,
+                                   beta=a.beta if a.kl_mode == "loss" else 0.0, kl_estimator=a.kl_estimator,
+                                   aggregation=a.aggregation, max_tokens=self.c.train_params.max_tokens,
+                                   cispo_epsilon_low=a.cispo_epsilon_low, dual_clip=a.dual_clip)
+        self.token_weight_fn = token_weight_fn(a)
+        self._overlong_pen: list[float] = []
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
         self.start_step = 0
         self.before: dict[str, float] = {}
@@ -133,41 +143,81 @@ class RLLoop:
         return RunResult(self.run_dir, self.before, last_eval, cfg.loop.steps, elapsed)
 
     # ---- one step ----------------------------------------------------------------------------------------
-    async def _train_step(self, step: int) -> dict[str, Any]:
-        cfg, c = self.cfg, self.c
-        timer = StageTimer()
-        G = cfg.algorithm.num_generations
-        rows = [c.task.train_rows[i] for i in prompts_for_step(len(c.task.train_rows), step,
-                                                                cfg.loop.prompts_per_step, cfg.run.seed)]
+    async def _sample_groups(self, row_indices: list[int], timer: StageTimer) -> list[Group]:
+        """Roll out G completions for each row and score them (reward shaping included)."""
+        c, G = self.c, self.cfg.algorithm.num_generations
+        rows = [c.task.train_rows[i] for i in row_indices]
         with timer("sample"):
             trajs = list(await asyncio.gather(*(c.env.rollout(r, c.sampler) for r in rows for _ in range(G))))
         with timer("reward"):
             await c.env.score(trajs)
-        groups = [Group(task_index=i, trajectories_G=trajs[i * G : (i + 1) * G]) for i in range(len(rows))]
-        rewards_N = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
-        gid_N = torch.arange(len(rows)).repeat_interleave(G)
-        adv_N = self.adv_fn(rewards_N, gid_N, scale_std=cfg.algorithm.scale_std)
-        for i, g in enumerate(groups):
-            g.advantages_G = adv_N[i * G : (i + 1) * G].tolist()
+        groups = [Group(task_index=idx, trajectories_G=trajs[i * G : (i + 1) * G]) for i, idx in enumerate(row_indices)]
+        self._overlong_pen.append(apply_overlong_penalty(groups, self.cfg.algorithm, c.train_params.max_tokens))
+        return groups
+
+    async def _collect(self, step: int, timer: StageTimer) -> tuple[list[Group], list[Group], dict[str, float]]:
+        cfg, a = self.cfg, self.cfg.algorithm
+        n_rows = len(self.c.task.train_rows)
+        first = prompts_for_step(n_rows, step, cfg.loop.prompts_per_step, cfg.run.seed)
+        self._overlong_pen = []
+        if not a.dynamic_sampling:
+            groups = await self._sample_groups(first, timer)
+            return groups, groups, {}
+        kept, all_groups, stats = await collect_groups(
+            lambda rows: self._sample_groups(rows, timer), first,
+            lambda rnd, k, used: refill_rows(n_rows, step, rnd, k, cfg.run.seed, used),
+            target=cfg.loop.prompts_per_step, max_rounds=a.max_refill_rounds,
+            keep=lambda g: has_signal(g.rewards_G))
+        return kept, all_groups, stats.metrics()
+
+    async def _train_step(self, step: int) -> dict[str, Any]:
+        cfg, c, a = self.cfg, self.c, self.cfg.algorithm
+        timer = StageTimer()
+        groups, all_groups, m = await self._collect(step, timer)
+        trajs = [t for g in all_groups for t in g.trajectories_G]
+        for g in groups:  # provisional zero advantages: the KL-as-reward penalty needs the batch first
+            g.advantages_G = [0.0] * len(g.trajectories_G)
         full_batch = groups_to_batch(groups, policy_version=c.sampler.policy_version)
+        if a.overlong_filter:
+            m["dapo/overlong_filtered"] = float(filter_overlong(groups, full_batch))
+        ref_lp = self._ref_logprobs(full_batch) if a.beta > 0 and full_batch.sequences else None
+        rewards = [t.reward for g in groups for t in g.trajectories_G if not t.failed]
+        gids = [gi for gi, g in enumerate(groups) for t in g.trajectories_G if not t.failed]
+        if a.beta > 0 and a.kl_mode == "reward" and ref_lp is not None:
+            pen = kl_penalties(full_batch, ref_lp, a.beta, a.kl_estimator)
+            rewards = [r - p for r, p in zip(rewards, pen)]
+            m["kl/reward_penalty_mean"] = sum(pen) / max(len(pen), 1)
+        rewards_N = torch.tensor(rewards, dtype=torch.float32)
+        adv_N = (self.adv_fn(rewards_N, torch.tensor(gids), scale_std=a.scale_std) if rewards
+                 else torch.zeros(0))
+        for s, adv in zip(full_batch.sequences, adv_N.tolist()):
+            s.advantage = adv
         batch, loss_cfg = self._trainable_part(full_batch)
-        m: dict[str, Any] = {}
         with timer("train"):
-            ref_lp = self._ref_logprobs(batch) if cfg.algorithm.beta > 0 else None
             old_lp = c.trainer.compute_logprobs(batch) if cfg.loop.num_iterations > 1 else None
+            ref_for_loss = None
+            if ref_lp is not None and a.kl_mode == "loss":
+                keep = {id(s) for s in batch.sequences}
+                ref_for_loss = [r for s, r in zip(full_batch.sequences, ref_lp) if id(s) in keep]
             for _ in range(cfg.loop.num_iterations):
-                m.update(c.trainer.forward_backward(batch, self.loss_fn, loss_cfg, old_lp, ref_lp))
+                m.update(c.trainer.forward_backward(batch, self.loss_fn, loss_cfg, old_lp, ref_for_loss,
+                                                    token_weight_fn=self.token_weight_fn))
                 m.update(c.trainer.optim_step())
         with timer("sync"):
             # In-process share: the sampler holds the trainer's module, so syncing is a version bump.
             c.sampler.policy_version += 1
         m.update(rollout_metrics(trajs))
         m.update(pass_rates(trajs, {x.name: x.pass_threshold for x in c.task.rubric.components}))
-        zero_var = sum(1 for g in groups if max(g.rewards_G) - min(g.rewards_G) < 1e-9)
+        zero_var = sum(1 for g in all_groups if not has_signal(g.rewards_G))
         n_tok = sum(t.num_completion_tokens for t in trajs)
+        if a.overlong_buffer > 0:
+            m["dapo/overlong_penalty_mean"] = sum(self._overlong_pen) / max(len(self._overlong_pen), 1)
         m.update({
-            "adv/mean": float(adv_N.mean()), "adv/std": float(adv_N.std()) if len(adv_N) > 1 else 0.0,
-            "adv/abs_max": float(adv_N.abs().max()), "groups/zero_variance_frac": zero_var / len(groups),
+            "adv/mean": float(adv_N.mean()) if len(adv_N) else 0.0,
+            "adv/std": float(adv_N.std()) if len(adv_N) > 1 else 0.0,
+            "adv/abs_max": float(adv_N.abs().max()) if len(adv_N) else 0.0,
+            "groups/zero_variance_frac": zero_var / max(len(all_groups), 1),
+            "groups/trained": float(len(groups)),
             "tokens/completion": float(n_tok), "tokens/trained": float(batch.num_tokens),
             "train/zero_adv_seqs_skipped": float(len(full_batch.sequences) - len(batch.sequences)),
             "perf/sample_tokens_per_s": n_tok / max(timer.seconds["sample"], 1e-9),
@@ -195,9 +245,9 @@ class RLLoop:
         """
         cfg = replace(self.loss_cfg, total_tokens=float(max(batch.num_loss_tokens, 1)),
                       total_seqs=float(max(len(batch.sequences), 1)))
-        if self.cfg.algorithm.beta > 0:
+        if cfg.beta > 0:  # a KL term in the loss: every sequence contributes
             return batch, cfg
-        keep = [s for s in batch.sequences if s.advantage != 0.0]
+        keep = [s for s in batch.sequences if s.advantage != 0.0 and any(s.loss_mask)]
         return Batch(sequences=keep, policy_version=batch.policy_version), cfg
 
     def _ref_logprobs(self, batch):
@@ -239,5 +289,9 @@ def _truncate_jsonl(path: Path, max_step: int) -> None:
 
 
 def train(cfg: Config, run_dir: Path | None = None, resume: bool = False) -> RunResult:
-    """The high-level API: run a whole training job from a Config."""
+    """The high-level API: run a whole training job from a Config (`algorithm.name=es` runs evolution strategies)."""
+    if cfg.algorithm.name == "es":
+        from posttrain.loop.es_loop import ESLoop  # es_loop builds on this module
+
+        return ESLoop(cfg, run_dir=run_dir, resume=resume).run()
     return RLLoop(cfg, run_dir=run_dir, resume=resume).run()

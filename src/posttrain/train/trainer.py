@@ -20,16 +20,21 @@ import torch
 from posttrain.algos.losses import LossConfig
 from posttrain.train.batching import plan_micro_batches
 from posttrain.train.logprobs import completion_logprobs
+from posttrain.train.optimizers import build_optimizers
 from posttrain.types import Batch
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+# (logp_BT detached, sampler_logp_BT, entropy_BT, mask_BT) -> (token weights or None, metrics). The caller builds
+# it from algos/ (importance-sampling correction, credit weights); the trainer just applies it per micro-batch.
+TokenWeightFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+                         tuple[torch.Tensor | None, dict[str, float]]]
 
 
 class Trainer:
     def __init__(self, model: Any, pad_id: int, lr: float = 1e-5, weight_decay: float = 0.0,
                  betas: tuple[float, float] = (0.9, 0.99), max_grad_norm: float = 1.0, warmup_steps: int = 0,
                  micro_batch_tokens: int = 4096, prefix_sharing: bool = True, temperature: float = 1.0,
-                 ref_model: Any | None = None):
+                 ref_model: Any | None = None, optimizer: str = "adamw", muon_momentum: float = 0.95):
         self.model = model
         self.pad_id = pad_id
         self.max_grad_norm = max_grad_norm
@@ -37,13 +42,13 @@ class Trainer:
         self.prefix_sharing = prefix_sharing
         self.temperature = temperature if temperature > 0 else 1.0
         self.ref_model = ref_model
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.params = [p for _, p in named]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(self.params, lr=lr, betas=betas, weight_decay=weight_decay,
-                                           foreach=True)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps > 0 else 1.0)
+        self.optimizers = build_optimizers(named, optimizer, lr, betas, weight_decay, muon_momentum)
+        self.schedulers = [torch.optim.lr_scheduler.LambdaLR(
+            o, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps > 0 else 1.0) for o in self.optimizers]
         self.step = 0
         self.skipped_steps = 0
         self._poisoned = False  # a non-finite loss was seen since the last optim_step
@@ -67,11 +72,14 @@ class Trainer:
 
     def forward_backward(self, batch: Batch, loss_fn: LossFn, loss_cfg: LossConfig,
                          old_logprobs: list[list[float]] | None = None,
-                         ref_logprobs: list[list[float]] | None = None) -> dict[str, float]:
+                         ref_logprobs: list[list[float]] | None = None,
+                         token_weight_fn: TokenWeightFn | None = None) -> dict[str, float]:
         """Accumulate gradients of loss_fn over the batch. Returns summed/averaged metrics.
 
         old_logprobs: the behaviour policy's log-probs (None: on-policy, use the current ones detached).
         ref_logprobs: the reference model's log-probs, needed when the loss has a KL term.
+        token_weight_fn: per-token weights computed per micro-batch (see TokenWeightFn), passed to the loss as
+        LossConfig.token_weights_BT.
         """
         if not batch.sequences:
             return {"train/empty_batch": 1.0}
@@ -96,7 +104,13 @@ class Trainer:
                       else t.logp_BT.detach())
             ref_BT = (_pad_float([ref_logprobs[pos[id(s)]] for s in seqs], T) if ref_logprobs is not None else None)
             adv_B = torch.tensor([s.advantage for s in seqs], dtype=torch.float32)
-            loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, cfg)
+            mb_cfg, w_metrics = cfg, {}
+            if token_weight_fn is not None:
+                w_BT, w_metrics = token_weight_fn(t.logp_BT.detach(), sampler_BT, t.entropy_BT, t.mask_BT)
+                if w_BT is not None:
+                    mb_cfg = replace(cfg, token_weights_BT=w_BT)
+            loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, mb_cfg)
+            m = {**m, **w_metrics}
             if not torch.isfinite(loss):
                 self._poisoned = True
                 continue
@@ -131,15 +145,17 @@ class Trainer:
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
         skipped = self._poisoned or not math.isfinite(grad_norm)
         if not skipped:
-            self.optimizer.step()
-            self.scheduler.step()
+            for o, sch in zip(self.optimizers, self.schedulers):
+                o.step()
+                sch.step()
         else:
             self.skipped_steps += 1
-        self.optimizer.zero_grad(set_to_none=True)
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=True)
         self._poisoned = False
         self.step += 1
         return {"train/grad_norm": grad_norm, "train/skipped_step": float(skipped),
-                "train/skipped_steps_total": float(self.skipped_steps), "train/lr": self.scheduler.get_last_lr()[0]}
+                "train/skipped_steps_total": float(self.skipped_steps), "train/lr": self.schedulers[0].get_last_lr()[0]}
 
     # ---- state -------------------------------------------------------------------------------------------
     def trainable_state(self) -> dict[str, torch.Tensor]:
@@ -148,8 +164,9 @@ class Trainer:
     def save_state(self, path: str) -> None:
         """Trainable weights (full model or LoRA adapter), optimizer, scheduler and counters, written
         atomically (temp file, then rename) so a crash never leaves a half-written state."""
-        state = {"params": self.trainable_state(), "optimizer": self.optimizer.state_dict(),
-                 "scheduler": self.scheduler.state_dict(), "step": self.step, "skipped_steps": self.skipped_steps}
+        state = {"params": self.trainable_state(), "optimizers": [o.state_dict() for o in self.optimizers],
+                 "schedulers": [s.state_dict() for s in self.schedulers], "step": self.step,
+                 "skipped_steps": self.skipped_steps}
         atomic_torch_save(state, path)
 
     def load_state(self, path: str) -> None:
@@ -161,8 +178,15 @@ class Trainer:
         with torch.no_grad():
             for n, t in state["params"].items():
                 named[n].copy_(t)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        # Checkpoints from before Muon held one optimizer under "optimizer".
+        opt_states = state.get("optimizers") or [state["optimizer"]]
+        sch_states = state.get("schedulers") or [state["scheduler"]]
+        if len(opt_states) != len(self.optimizers):
+            raise ValueError(f"checkpoint {path} has {len(opt_states)} optimizer states, this trainer has "
+                             f"{len(self.optimizers)} (was trainer.optimizer changed?)")
+        for o, os_, sch, ss in zip(self.optimizers, opt_states, self.schedulers, sch_states):
+            o.load_state_dict(os_)
+            sch.load_state_dict(ss)
         self.step = state["step"]
         self.skipped_steps = state["skipped_steps"]
 

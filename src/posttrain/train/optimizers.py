@@ -1,0 +1,60 @@
+"""Optimizers by name: `adamw`, or `muon` (Muon on 2-D hidden weight matrices, AdamW on everything else).
+
+Muon (Jordan et al. 2024, https://kellerjordan.github.io/posts/muon/; used at scale by Moonshot's Kimi K2 and
+in the Composer 2.5 seed) orthogonalises each matrix's momentum with Newton-Schulz iterations. It is defined for
+2-D weights only; embeddings and the output head are kept on AdamW as its authors recommend (they are lookup
+tables / a classifier, not hidden linear maps), as are norms and biases. We use torch's own `torch.optim.Muon`
+with `adjust_lr_fn="match_rms_adamw"` (Moonshot's scaling), so the AdamW learning rate carries over.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+OPTIMIZERS = ("adamw", "muon")
+# Parameter names (substrings) that stay on AdamW under Muon even when 2-D.
+_NOT_MUON = ("embed", "lm_head", "wte", "wpe", "output_layer")
+
+
+def muon_param_split(named_params: list[tuple[str, torch.nn.Parameter]]) -> tuple[list, list]:
+    """(muon_params, adamw_params): Muon gets the 2-D hidden matrices, AdamW the rest."""
+    muon, adamw = [], []
+    for name, p in named_params:
+        if p.ndim == 2 and not any(k in name for k in _NOT_MUON):
+            muon.append((name, p))
+        else:
+            adamw.append((name, p))
+    return muon, adamw
+
+
+def build_optimizers(named_params: list[tuple[str, torch.nn.Parameter]], name: str, lr: float,
+                     betas: tuple[float, float], weight_decay: float,
+                     muon_momentum: float = 0.95) -> list[torch.optim.Optimizer]:
+    """One or two optimizers over the trainable parameters; the trainer steps them together."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r} (known: {', '.join(OPTIMIZERS)})")
+    if name == "adamw":
+        return [torch.optim.AdamW([p for _, p in named_params], lr=lr, betas=betas, weight_decay=weight_decay,
+                                  foreach=True)]
+    if not hasattr(torch.optim, "Muon"):
+        raise RuntimeError(f"trainer.optimizer=muon needs torch >= 2.9 (torch.optim.Muon); this is {torch.__version__}")
+    muon, adamw = muon_param_split(named_params)
+    opts: list[torch.optim.Optimizer] = []
+    if muon:
+        opts.append(torch.optim.Muon([p for _, p in muon], lr=lr, weight_decay=weight_decay, momentum=muon_momentum,
+                                     adjust_lr_fn="match_rms_adamw"))
+    if adamw:
+        opts.append(torch.optim.AdamW([p for _, p in adamw], lr=lr, betas=betas, weight_decay=weight_decay,
+                                      foreach=True))
+    return opts
+
+
+def optimizer_summary(opts: list[torch.optim.Optimizer]) -> dict[str, Any]:
+    """Parameter counts per optimizer type, for the run log."""
+    out: dict[str, int] = {}
+    for o in opts:
+        n = sum(p.numel() for g in o.param_groups for p in g["params"])
+        out[type(o).__name__] = out.get(type(o).__name__, 0) + n
+    return out

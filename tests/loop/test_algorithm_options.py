@@ -1,0 +1,87 @@
+"""Every algorithm preset and option runs through the real loop on tiny-random and logs its metrics."""
+
+import math
+
+import pytest
+
+from posttrain.config import ConfigError, load_config
+from posttrain.loop import train
+from posttrain.obs import read_metrics
+
+FAST = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false", "logging.console=false",
+        "loop.eval_prompts=4", "loop.steps=2", "loop.save_every=0", "loop.prompts_per_step=2"]
+
+
+def _run(tmp_path, *extra):
+    res = train(load_config(None, FAST + [f"run.output_dir={tmp_path}"] + list(extra)))
+    recs = [r for r in read_metrics(str(res.run_dir)) if r["kind"] == "train"]
+    assert len(recs) == 2
+    for r in recs:
+        assert all(math.isfinite(v) for v in r.values() if isinstance(v, float)), r
+    return recs
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "reinforce_pp", "cispo", "gspo", "dapo"])
+def test_every_preset_runs(tmp_path, name):
+    _run(tmp_path, f"algorithm.name={name}", "sampling.temperature=1.0")
+
+
+@pytest.mark.parametrize("mode", ["loss", "reward"])
+def test_kl_as_loss_or_reward(tmp_path, mode):
+    recs = _run(tmp_path, "algorithm.beta=0.1", f"algorithm.kl_mode={mode}", "trainer.lr=1e-2")
+    key = "train/kl_ref" if mode == "loss" else "kl/reward_penalty_mean"
+    assert key in recs[-1], sorted(recs[-1])
+    if mode == "reward":
+        assert "train/kl_ref" not in recs[-1]  # no KL term in the loss
+        assert recs[-1][key] != 0.0  # step 2 runs on updated weights: the policy has left the reference
+
+
+@pytest.mark.parametrize("mode,level", [("truncate", "token"), ("truncate", "sequence"), ("mask", "token")])
+def test_importance_sampling_correction_logs_ratio_stats(tmp_path, mode, level):
+    recs = _run(tmp_path, f"algorithm.is_correction={mode}", f"algorithm.is_level={level}")
+    r = recs[-1]
+    for k in ("train/is/is_ratio_mean", "train/is/is_ratio_max", "train/is/sampler_kl_k3"):
+        assert k in r, sorted(r)
+    assert ("train/is/is_capped_frac" if mode == "truncate" else "train/is/is_masked_frac") in r
+    # in-process sampler and trainer share the weights: the ratio is ~1
+    assert abs(r["train/is/is_ratio_mean"] - 1.0) < 1e-2
+
+
+def test_high_entropy_token_weighting(tmp_path):
+    recs = _run(tmp_path, "algorithm.token_weighting=high_entropy", "algorithm.token_weighting_frac=0.25")
+    assert 0.2 <= recs[-1]["train/credit/weighted_token_frac"] <= 0.5
+
+
+def test_overlong_filter_and_soft_penalty(tmp_path):
+    recs = _run(tmp_path, "algorithm.overlong_filter=true", "algorithm.overlong_buffer=8", "sampling.max_tokens=12")
+    r = recs[-1]
+    assert r["dapo/overlong_filtered"] >= 0 and r["dapo/overlong_penalty_mean"] <= 0
+    assert "dapo/overlong_filtered" in r
+
+
+def test_muon_optimizer_in_the_loop(tmp_path):
+    _run(tmp_path, "trainer.optimizer=muon")
+
+
+def test_bad_algorithm_settings_are_clear_errors():
+    with pytest.raises(ConfigError, match="did you mean 'dapo'"):
+        load_config(None, ["algorithm.name=dapoo"])
+    with pytest.raises(ConfigError, match="is_correction"):
+        load_config(None, ["algorithm.is_correction=clip"])
+    with pytest.raises(ConfigError, match="optimizer"):
+        load_config(None, ["trainer.optimizer=sgd"])
+    with pytest.raises(ConfigError, match="dual_clip"):
+        load_config(None, ["algorithm.dual_clip=0.5"])
+
+
+def test_unknown_token_weighting_fails_before_loading(tmp_path):
+    from posttrain.algos.registry import UnknownName
+    with pytest.raises(UnknownName, match="high_entropy"):
+        train(load_config(None, FAST + [f"run.output_dir={tmp_path}", "algorithm.token_weighting=high_entrpy"]))
+
+
+def test_presets_fill_only_unset_fields():
+    c = load_config(None, ["algorithm.name=dapo", "algorithm.epsilon_high=0.3"]).algorithm
+    assert c.epsilon_high == 0.3 and c.dynamic_sampling and c.overlong_buffer == 16
+    c = load_config(None, ["algorithm.name=gspo"]).algorithm
+    assert c.loss == "gspo" and c.epsilon == 3e-4
