@@ -53,7 +53,7 @@ def test_high_entropy_token_weighting(tmp_path):
 
 
 def test_overlong_filter_and_soft_penalty(tmp_path):
-    recs = _run(tmp_path, "algorithm.overlong_filter=true", "algorithm.overlong_buffer=8", "sampling.max_tokens=12")
+    recs = _run(tmp_path, "algorithm.overlong_filter=true", "algorithm.overlong_buffer_frac=0.5", "sampling.max_tokens=12")
     r = recs[-1]
     assert r["dapo/overlong_filtered"] >= 0 and r["dapo/overlong_penalty_mean"] <= 0
     assert "dapo/overlong_filtered" in r
@@ -82,6 +82,6 @@ def test_unknown_token_weighting_fails_before_loading(tmp_path):
 
 def test_presets_fill_only_unset_fields():
     c = load_config(None, ["algorithm.name=dapo", "algorithm.epsilon_high=0.3"]).algorithm
-    assert c.epsilon_high == 0.3 and c.dynamic_sampling and c.overlong_buffer == 16
+    assert c.epsilon_high == 0.3 and c.dynamic_sampling and c.overlong_buffer_frac == 0.2
     c = load_config(None, ["algorithm.name=gspo"]).algorithm
     assert c.loss == "gspo" and c.epsilon == 3e-4

@@ -61,7 +61,7 @@ ALGORITHM_PRESETS: dict[str, dict] = {
     "cispo": {"loss": "cispo", "epsilon_high": 4.0},
     "gspo": {"loss": "gspo", "epsilon": 3e-4, "epsilon_high": 4e-4},
     "dapo": {"epsilon_high": 0.28, "aggregation": "token-mean", "dynamic_sampling": True, "overlong_filter": False,
-             "overlong_buffer": 16},
+             "overlong_buffer_frac": 0.2},
     "es": {},
 }
 
@@ -97,7 +97,8 @@ class AlgorithmConfig(_Strict):
     dynamic_sampling: bool = Field(False, description="DAPO: replace zero-variance groups by sampling more prompts")
     max_refill_rounds: int = Field(3, ge=0, description="dynamic sampling: extra sampling rounds per step at most")
     overlong_filter: bool = Field(False, description="DAPO: truncated completions get no loss")
-    overlong_buffer: int = Field(0, ge=0, description="DAPO soft overlong penalty over the last N tokens (0: off)")
+    overlong_buffer_frac: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "DAPO soft overlong penalty over the last fraction of max_tokens (DAPO: 4096 of 20480 = 0.2; 0: off)"))
     overlong_penalty: float = Field(1.0, ge=0.0, description="soft overlong penalty at the token limit")
     es: ESConfig = ESConfig()
 
@@ -138,6 +139,8 @@ class LoopConfig(_Strict):
     num_iterations: int = Field(1, ge=1, description="optimizer passes over each batch")
     eval_every: int = Field(0, ge=0, description="held-out eval every N steps (0: only before and after)")
     eval_prompts: int = Field(48, ge=1, description="held-out prompts per evaluation")
+    eval_before: bool = Field(True, description="evaluate before training (skip it when comparing many runs of one model)")
+    time_budget_s: float | None = Field(None, gt=0.0, description="stop after the step that uses up this much training time")
     save_every: int = Field(10, ge=0, description="checkpoint every N steps (0: only at the end)")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk (oldest removed)")
     samples_per_step: int = Field(2, ge=0, description="rollouts per step written to samples.jsonl")

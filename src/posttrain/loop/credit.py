@@ -21,11 +21,12 @@ from posttrain.types import Batch, Group
 
 def apply_overlong_penalty(groups: list[Group], a: AlgorithmConfig, max_tokens: int) -> float:
     """DAPO soft overlong punishment, added to each trajectory's reward. Returns the mean penalty."""
-    if a.overlong_buffer <= 0:
+    buffer = round(a.overlong_buffer_frac * max_tokens)
+    if buffer <= 0:
         return 0.0
     trajs = [t for g in groups for t in g.trajectories_G]
     lengths = torch.tensor([t.num_completion_tokens for t in trajs])
-    pen = soft_overlong_penalty(lengths, max_tokens, min(a.overlong_buffer, max_tokens), a.overlong_penalty)
+    pen = soft_overlong_penalty(lengths, max_tokens, buffer, a.overlong_penalty)
     for t, p in zip(trajs, pen.tolist()):
         if p != 0.0:
             t.reward += p

@@ -112,10 +112,11 @@ class RLLoop:
         self.say(f"model: {cfg.model.name} ({c.trainable_params / 1e6:.1f}M trainable of {c.total_params / 1e6:.1f}M)"
                  f" | task: {c.task.name} ({len(c.task.train_rows)} train / {len(self.eval_rows)} held-out prompts)"
                  f" | {cfg.loop.steps} steps x {cfg.loop.prompts_per_step} prompts x G={cfg.algorithm.num_generations}")
-        if self.start_step == 0 or not self.before:
+        if (self.start_step == 0 or not self.before) and cfg.loop.eval_before:
             self.before = await self._eval(0, "before training")
         last_eval = self.before
         step = self.start_step
+        t_train = time.perf_counter()
         try:
             for step in range(self.start_step, cfg.loop.steps):
                 await self._train_step(step)
@@ -124,8 +125,13 @@ class RLLoop:
                     last_eval = await self._eval(done, "held-out")
                 if cfg.loop.save_every and done % cfg.loop.save_every == 0:
                     self._checkpoint(done)
-            step = cfg.loop.steps
-            if cfg.loop.steps > self.start_step:
+                if cfg.loop.time_budget_s and time.perf_counter() - t_train >= cfg.loop.time_budget_s:
+                    self.say(f"time budget of {cfg.loop.time_budget_s:.0f}s reached after step {done}")
+                    break
+            else:
+                done = cfg.loop.steps
+            step = done if cfg.loop.steps > self.start_step else self.start_step
+            if step > self.start_step:
                 # Checkpoint before the final eval, so that resuming to train further continues exactly as an
                 # uninterrupted run would (eval may consume sampler randomness).
                 if not (cfg.loop.save_every and step % cfg.loop.save_every == 0):
@@ -139,8 +145,8 @@ class RLLoop:
             ("before", self.before), ("after", last_eval)])) if cfg.logging.console else None
         self.say(f"done in {elapsed / 60:.1f} min -> {self.run_dir}")
         (self.run_dir / "summary.json").write_text(json.dumps(
-            {"before": self.before, "after": last_eval, "steps": cfg.loop.steps, "wall_seconds": elapsed}, indent=2))
-        return RunResult(self.run_dir, self.before, last_eval, cfg.loop.steps, elapsed)
+            {"before": self.before, "after": last_eval, "steps": step, "wall_seconds": elapsed}, indent=2))
+        return RunResult(self.run_dir, self.before, last_eval, step, elapsed)
 
     # ---- one step ----------------------------------------------------------------------------------------
     async def _sample_groups(self, row_indices: list[int], timer: StageTimer) -> list[Group]:
@@ -210,7 +216,7 @@ class RLLoop:
         m.update(pass_rates(trajs, {x.name: x.pass_threshold for x in c.task.rubric.components}))
         zero_var = sum(1 for g in all_groups if not has_signal(g.rewards_G))
         n_tok = sum(t.num_completion_tokens for t in trajs)
-        if a.overlong_buffer > 0:
+        if a.overlong_buffer_frac > 0:
             m["dapo/overlong_penalty_mean"] = sum(self._overlong_pen) / max(len(self._overlong_pen), 1)
         m.update({
             "adv/mean": float(adv_N.mean()) if len(adv_N) else 0.0,
