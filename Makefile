@@ -10,6 +10,8 @@ ARGS   ?=
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml Makefile
+	# bubblewrap: the sandbox's best backend (posttrain.sandbox). Without root it warns; tests then skip that backend.
+	@command -v bwrap >/dev/null || (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1)) || echo "warning: could not install bubblewrap (needs root and apt); the sandbox will fall back to unshare"
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"

@@ -1,0 +1,60 @@
+"""SandboxPool: async fan-out of sandboxed runs with a concurrency limit.
+
+Each run is a blocking call bounded by its own deadline (cfg.timeout_s plus a kill grace), so a worker thread
+per run is enough; the semaphore keeps at most `cfg.concurrency` sandboxes alive at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from posttrain.sandbox.config import GradeResult, RunResult, SandboxConfig
+from posttrain.sandbox.grading import grade_function, grade_pytest
+from posttrain.sandbox.run import run_command
+
+T = TypeVar("T")
+
+
+class SandboxPool:
+    """Run sandboxed commands and graders from asyncio code, at most `cfg.concurrency` at a time."""
+
+    def __init__(self, cfg: SandboxConfig | None = None, concurrency: int | None = None):
+        self.cfg = cfg or SandboxConfig()
+        self.concurrency = concurrency or self.cfg.concurrency
+        self._sem: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        # Created lazily and per loop: a pool built outside a loop (or reused by asyncio.run twice) still works.
+        loop = asyncio.get_running_loop()
+        if self._sem is None or self._loop is not loop:
+            self._sem, self._loop = asyncio.Semaphore(self.concurrency), loop
+        return self._sem
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        async with self._semaphore():
+            # Not wrapped in wait_for: cancelling would free the slot while the thread still runs the sandbox.
+            # The call is bounded by its own deadline instead.
+            return await asyncio.to_thread(functools.partial(fn, *args))
+
+    async def run_command(self, argv: list[str], files: dict[str, str | bytes] | None = None,
+                          cfg: SandboxConfig | None = None) -> RunResult:
+        """Async run_command under the pool's limit."""
+        return await self._call(run_command, argv, files, cfg or self.cfg)
+
+    async def grade_function(self, code: str, entry_point: str, cases: list[dict],
+                             cfg: SandboxConfig | None = None) -> GradeResult:
+        """Async grade_function under the pool's limit."""
+        return await self._call(grade_function, code, entry_point, cases, cfg or self.cfg)
+
+    async def grade_pytest(self, files: dict[str, str], test_files: dict[str, str],
+                           cfg: SandboxConfig | None = None) -> GradeResult:
+        """Async grade_pytest under the pool's limit."""
+        return await self._call(grade_pytest, files, test_files, cfg or self.cfg)
+
+    async def grade_many(self, jobs: list[tuple[str, str, list[dict]]]) -> list[GradeResult]:
+        """grade_function over (code, entry_point, cases) jobs, fanned out; results in input order."""
+        return await asyncio.gather(*(self.grade_function(c, e, cs) for c, e, cs in jobs))

@@ -1,0 +1,91 @@
+"""Positive grading: correct solutions score 1.0, partial ones the right fraction; the comparison rules."""
+
+import asyncio
+
+import pytest
+
+from posttrain.sandbox import GradeResult, SandboxConfig, SandboxPool, detect_backend, grade_function, grade_pytest
+from posttrain.sandbox.grading import static_test_ids, values_equal
+
+CASES = [{"args": [i], "expected": i * i} for i in range(5)]
+
+
+def test_correct_function_scores_one(cfg):
+    g = grade_function("def sq(x):\n    return x * x\n", "sq", CASES, cfg)
+    assert (g.score, g.passed, g.total, g.error) == (1.0, 5, 5, None) and g.isolation == cfg.backend
+
+
+def test_partial_function_scores_fraction(cfg):
+    g = grade_function("def sq(x):\n    return x * x if x < 2 else -1\n", "sq", CASES, cfg)
+    assert g.score == pytest.approx(2 / 5) and g.per_case == [True, True, False, False, False]
+
+
+def test_one_crashing_case_does_not_sink_the_rest(cfg):
+    code = "import time\ndef sq(x):\n    if x == 1: raise ValueError\n    if x == 2: time.sleep(30)\n    return x * x\n"
+    g = grade_function(code, "sq", CASES, cfg)
+    assert g.per_case == [True, False, False, True, True]
+
+
+def test_kwargs_floats_tuples_and_nesting(cfg):
+    code = ("def f(x, scale=1.0):\n    return {'v': x * scale, 'pair': (x, 'a'), 'ok': True}\n")
+    cases = [{"args": [1], "kwargs": {"scale": 0.1}, "expected": {"v": 0.1, "pair": [1, "a"], "ok": True}},
+             {"args": [3], "kwargs": {"scale": 1 / 3}, "expected": {"v": 1.0, "pair": [3, "a"], "ok": True}},
+             {"args": [2], "expected": {"v": 2.5, "pair": [2, "a"], "ok": True}}]
+    assert grade_function(code, "f", cases, cfg).per_case == [True, True, False]
+
+
+def test_missing_entry_point_is_an_error(cfg):
+    g = grade_function("def other(): pass\n", "sq", CASES, cfg)
+    assert g.score == 0 and "AttributeError" in g.error
+
+
+TESTS = {"test_sq.py": "import pytest\nfrom sol import sq\n\n@pytest.mark.parametrize('x', [0, 1, 2, 3])\n"
+                       "def test_sq(x):\n    assert sq(x) == x * x\n\nclass TestMore:\n"
+                       "    def test_neg(self):\n        assert sq(-2) == 4\n"}
+
+
+def test_correct_pytest_scores_one(cfg):
+    g = grade_pytest({"sol.py": "def sq(x):\n    return x * x\n"}, TESTS, cfg)
+    assert (g.score, g.total, g.error) == (1.0, 5, None)
+
+
+def test_partial_pytest_scores_fraction(cfg):
+    g = grade_pytest({"sol.py": "def sq(x):\n    return x * x if x < 2 else 0\n", "helper/x.txt": "data"}, TESTS, cfg)
+    assert g.total == 5 and g.passed == 3 and g.score == pytest.approx(0.6)
+
+
+def test_pool_fans_out(cfg):
+    pool = SandboxPool(cfg.model_copy(update={"concurrency": 2}))
+    jobs = [("def sq(x):\n    return x * x\n", "sq", CASES), ("def sq(x):\n    return 0\n", "sq", CASES)] * 2
+
+    async def go():
+        return await pool.grade_many(jobs)
+
+    results = asyncio.run(go())
+    assert [r.score for r in results] == [1.0, pytest.approx(0.2), 1.0, pytest.approx(0.2)]
+    assert all(isinstance(r, GradeResult) for r in results)
+
+
+def test_values_equal_is_strict():
+    assert values_equal(1.0, 1.0000001) and values_equal(1.0, 1) and not values_equal(1.0, 1.1)
+    assert not values_equal(1, True) and not values_equal(1, 1.0) and not values_equal("1", 1)
+    assert values_equal([1, {"a": [None]}], [1, {"a": [None]}]) and not values_equal([1], [1, 2])
+    assert not values_equal({"a": 1}, {"a": 1, "b": 2}) and not values_equal(True, 1)
+
+
+def test_static_test_ids():
+    src = ("def test_a(): pass\nclass TestB:\n    def test_c(self): pass\n    def helper(self): pass\n"
+           "def helper(): pass\n")
+    assert static_test_ids("t.py", src) == ["t.py::test_a", "t.py::TestB::test_c"]
+    assert static_test_ids("t.py", "def (:") == ["t.py::<syntax error>"]
+
+
+def test_detect_backend_names_one():
+    assert detect_backend() in ("bwrap", "unshare", "unsafe")
+
+
+def test_unsafe_backend_runs_when_allowed():
+    # The venv's interpreter may live under a root-only home, so the unsafe run uses the system Python.
+    cfg = SandboxConfig(backend="unsafe", allow_unsafe=True, python="/usr/bin/python3", timeout_s=5)
+    g = grade_function("def sq(x):\n    return x * x\n", "sq", CASES, cfg)
+    assert g.isolation == "unsafe" and g.score == 1.0
