@@ -9,6 +9,8 @@ from typing import Any
 BUILTIN_TASKS: dict[str, str] = {
     "json-extract": "posttrain.envs.tasks.json_extract",
     "count-a": "posttrain.envs.tasks.count_a",
+    "code-tests": "posttrain.envs.tasks.code_tests",
+    "feature-deletion": "posttrain.envs.tasks.feature_deletion",
 }
 
 

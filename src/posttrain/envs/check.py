@@ -1,0 +1,253 @@
+"""`posttrain env check`: prove an env can score before spending GPU hours training on it.
+
+A task declares smoke checks as `task.smoke_checks` (a list of SmokeCheck): known-good completions that must
+pass (a code task's reference solution), known-bad ones that must not (a wrong answer, a reward hack), and
+shell commands with an expected output (run in the sandbox). A task with none gets one generic check: the
+rubric scores an empty completion without raising. A broken env (a grader that passes everything, a
+reference that fails, a sandbox that cannot start) shows up here as a red row, not as a flat reward curve.
+
+    check_task(task) / check_tasks(tasks) -> list[CheckResult]    each check retried up to 5 times
+    results_table(results) -> rich Table
+    ensure_envs_ok(tasks, on_fail="refuse" | "drop")              what training calls before the first step
+    preflight(cfg) -> PreflightReport                              model x task: baseline, variance, memory
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from posttrain.envs.task import Task
+
+MAX_ATTEMPTS = 5
+
+
+@dataclass
+class SmokeCheck:
+    """One check. Either `completion` scored against `row` (expect "pass", "fail" or "no_error"), or
+    `command` run in the sandbox with `expect_output` a substring its stdout must contain."""
+
+    name: str
+    row: dict[str, Any] | None = None
+    completion: Any = None
+    expect: Literal["pass", "fail", "no_error"] = "pass"
+    command: str | list[str] | None = None
+    expect_output: str | None = None
+    files: dict[str, str] = field(default_factory=dict)  # written next to the command
+    max_attempts: int = MAX_ATTEMPTS  # a check is retried until it is ok, this many runs at most (flakes)
+
+
+@dataclass
+class CheckResult:
+    task: str
+    check: str
+    expected: str
+    got: str
+    attempts: int
+    ok: bool
+    seconds: float = 0.0
+
+
+class EnvCheckError(RuntimeError):
+    """Training refused to start: an env failed its smoke checks."""
+
+    def __init__(self, message: str, results: list[CheckResult]):
+        super().__init__(message)
+        self.results = results
+
+
+def smoke_checks(task: Task) -> list[SmokeCheck]:
+    checks = list(getattr(task, "smoke_checks", None) or [])
+    if not checks:
+        checks = [SmokeCheck("scores an empty completion", row=task.train_rows[0], completion="", expect="no_error")]
+    return checks
+
+
+def score_completion(task: Task, row: dict[str, Any], text: str, completion_ids: list[int] | None = None) -> Any:
+    """Score one completion text against one row the way SingleTurnEnv does. Returns the rubric Score."""
+    completion = [{"role": "assistant", "content": text}] if task.conversational else text
+    cols = {k: v for k, v in row.items() if k != "prompt"}
+    (s,) = task.rubric.score([completion], [cols], prompts=[row["prompt"]], completion_ids=[completion_ids or []])
+    return s
+
+
+def _run_once(task: Task, check: SmokeCheck) -> tuple[str, str, bool]:
+    """(expected, got, ok) for one attempt. Any exception is a failed attempt, never a crash of the check."""
+    try:
+        if check.command is not None:
+            return _run_command_check(check)
+        s = score_completion(task, check.row or task.train_rows[0], check.completion or "")
+        got = f"reward={s.reward:.2f} passed={s.passed}" + (f" error={s.error[:80]}" if s.error else "")
+        if check.expect == "no_error":
+            return "scores without error", got, not s.failed
+        if check.expect == "pass":
+            return "passes", got, s.passed and not s.failed
+        return "does not pass", got, not s.passed and not s.failed
+    except Exception as e:  # noqa: BLE001 - a broken env can raise anything; that is what we report
+        return check.expect, f"raised {type(e).__name__}: {str(e)[:120]}", False
+
+
+def _run_command_check(check: SmokeCheck) -> tuple[str, str, bool]:
+    from posttrain.sandbox import SandboxConfig, run_command
+
+    argv = shlex.split(check.command) if isinstance(check.command, str) else list(check.command or [])
+    r = run_command(argv, check.files or None, SandboxConfig())
+    want = check.expect_output or ""
+    out = (r.stdout or "").strip()
+    ok = r.error is None and not r.timed_out and r.exit_code == 0 and want in out
+    got = f"exit={r.exit_code} out={out[:60]!r}" + (f" error={r.error[:60]}" if r.error else "")
+    return f"exit=0 out~{want!r}", got, ok
+
+
+def run_check(task: Task, check: SmokeCheck, max_attempts: int = MAX_ATTEMPTS) -> CheckResult:
+    t0 = time.perf_counter()
+    n = max(1, min(check.max_attempts, max_attempts))
+    for attempt in range(1, n + 1):
+        expected, got, ok = _run_once(task, check)
+        if ok:
+            break
+    return CheckResult(task.name, check.name, expected, got, attempt, ok, time.perf_counter() - t0)
+
+
+def check_task(task: Task, max_attempts: int = MAX_ATTEMPTS) -> list[CheckResult]:
+    return [run_check(task, c, max_attempts) for c in smoke_checks(task)]
+
+
+def check_tasks(tasks: list[Task], max_attempts: int = MAX_ATTEMPTS) -> list[CheckResult]:
+    return [r for t in tasks for r in check_task(t, max_attempts)]
+
+
+def results_table(results: list[CheckResult], title: str = "env check") -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("task", "check", "expected", "got", "attempts", "ok"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        table.add_row(r.task, r.check, r.expected, r.got, str(r.attempts),
+                      "[green]ok[/green]" if r.ok else "[bold red]FAIL[/bold red]")
+    return table
+
+
+def ensure_envs_ok(tasks: list[Task], on_fail: Literal["refuse", "drop"] = "refuse", log: Any = print,
+                   max_attempts: int = MAX_ATTEMPTS) -> list[Task]:
+    """Run every task's smoke checks. All ok: the tasks back. Otherwise "refuse" raises EnvCheckError (with
+    the results), "drop" logs and returns only the tasks whose checks all passed (EnvCheckError if none)."""
+    if on_fail not in ("refuse", "drop"):
+        raise ValueError(f"on_fail must be 'refuse' or 'drop', got {on_fail!r}")
+    results = {id(t): check_task(t, max_attempts) for t in tasks}
+    bad = [t for t in tasks if not all(r.ok for r in results[id(t)])]
+    if not bad:
+        return list(tasks)
+    failed = [r for t in bad for r in results[id(t)] if not r.ok]
+    msg = "; ".join(f"{r.task}: {r.check}: expected {r.expected}, got {r.got}" for r in failed)
+    every = [r for t in tasks for r in results[id(t)]]
+    if on_fail == "refuse":
+        raise EnvCheckError(f"env check failed: {msg}", every)
+    kept = [t for t in tasks if t not in bad]
+    log(f"env check: dropping {', '.join(t.name for t in bad)} ({msg})")
+    if not kept:
+        raise EnvCheckError(f"env check failed for every task: {msg}", every)
+    return kept
+
+
+# ----------------------------------------------------------------------------------------------- preflight
+
+@dataclass
+class PreflightReport:
+    model: str
+    task: str
+    baseline_pass_rate: float
+    baseline_reward: float
+    zero_variance_frac: float  # groups whose G rewards are all equal: they carry no GRPO signal
+    chat_template_ok: bool
+    chat_template_detail: str
+    memory_gb: dict[str, float]
+    params: int
+
+    def rows(self) -> list[tuple[str, str]]:
+        mem = ", ".join(f"{k} {v:.3g}" for k, v in self.memory_gb.items())
+        return [("model", self.model), ("task", self.task), ("parameters", f"{self.params:,}"),
+                ("baseline pass rate", f"{self.baseline_pass_rate:.3f}"),
+                ("baseline reward", f"{self.baseline_reward:.3f}"),
+                ("zero-variance groups", f"{self.zero_variance_frac:.2f}"),
+                ("chat template prefix", ("ok: " if self.chat_template_ok else "BROKEN: ") + self.chat_template_detail),
+                ("peak memory estimate (GB)", mem)]
+
+
+def chat_template_prefix_ok(tok: Any) -> tuple[bool, str]:
+    """Multi-turn training needs rendering to be append-only: the text for messages[:k] with a generation
+    prompt, plus the assistant reply, must be a prefix of the text for messages[:k+1]. Templates that
+    rewrite history (drop earlier reasoning, move the system prompt) break the token-prefix contract."""
+    if not getattr(tok, "chat_template", None):
+        return False, "no chat template"
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."},
+            {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Add 2 and 3."},
+            {"role": "assistant", "content": "5"}]
+    for k in (2, 4):  # before each assistant turn
+        head = tok.apply_chat_template(msgs[:k], add_generation_prompt=True, tokenize=False)
+        full = tok.apply_chat_template(msgs[: k + 1], tokenize=False)
+        if not full.startswith(head + msgs[k]["content"]):
+            return False, f"turn {k}: rendering messages[:{k + 1}] does not extend messages[:{k}] + reply"
+    return True, "two-turn chat renders append-only"
+
+
+def memory_estimate_gb(model: Any, trainable: int, total: int, batch_seqs: int, seq_len: int,
+                       ref_model: bool = False) -> dict[str, float]:
+    """A rough upper bound, in GB: weights, grads and AdamW's two moments (all in the weights' dtype, as
+    torch keeps them), a reference copy when the KL term needs one, and the sampler's KV cache."""
+    p = next(model.parameters())
+    b = p.element_size()
+    c = model.config
+    layers = getattr(c, "num_hidden_layers", 0)
+    heads = getattr(c, "num_attention_heads", 1)
+    kv_heads = getattr(c, "num_key_value_heads", None) or heads
+    head_dim = getattr(c, "head_dim", None) or getattr(c, "hidden_size", 0) // max(1, heads)
+    gb = 1024 ** 3
+    out = {"weights": total * b / gb, "grads": trainable * b / gb, "adam": 2 * trainable * b / gb,
+           "kv_cache": 2 * layers * kv_heads * head_dim * seq_len * batch_seqs * b / gb}
+    if ref_model:
+        out["reference"] = total * b / gb
+    out["total"] = sum(out.values())
+    return out
+
+
+def zero_variance_fraction(rewards_by_group: list[list[float]]) -> float:
+    groups = [g for g in rewards_by_group if g]
+    if not groups:
+        return 0.0
+    return sum(max(g) - min(g) < 1e-9 for g in groups) / len(groups)
+
+
+def preflight(cfg: Any, n_prompts: int = 16, n_groups: int = 4, log: Any = print) -> PreflightReport:
+    """Model x task preflight from a Config: greedy pass rate on `n_prompts` training prompts, the share of
+    zero-variance groups over `n_groups` sampled groups of G (num_generations) at the training temperature,
+    the chat-template prefix check and a peak memory estimate."""
+    import asyncio
+
+    from posttrain.loop.builder import build
+    from posttrain.loop.evaluate import evaluate
+
+    c = build(cfg, log=log)
+    rows = c.task.train_rows[:n_prompts]
+    m, _ = evaluate(c.env, c.sampler, rows, c.eval_params)
+    g = cfg.algorithm.num_generations
+
+    async def groups() -> list[list[float]]:
+        out = []
+        for row in c.task.train_rows[:n_groups]:
+            trajs = list(await asyncio.gather(*(c.env.rollout(row, c.sampler, c.train_params) for _ in range(g))))
+            await c.env.score(trajs)
+            out.append([t.reward for t in trajs if not t.failed])
+        return out
+
+    zv = zero_variance_fraction(asyncio.run(groups()))
+    ok, detail = chat_template_prefix_ok(c.tokenizer)
+    prompt_len = max(len(c.env.prompt_ids(r)) for r in rows)
+    mem = memory_estimate_gb(c.model, c.trainable_params, c.total_params,
+                             batch_seqs=cfg.loop.prompts_per_step * g, seq_len=prompt_len + c.train_params.max_tokens,
+                             ref_model=c.ref_model is not None)
+    return PreflightReport(cfg.model.name, c.task.name, m["eval/pass_rate"], m["eval/reward/mean"], zv, ok, detail,
+                           mem, c.total_params)

@@ -1,0 +1,1 @@
+"""inventory: a tiny stock-keeping model."""

@@ -1,0 +1,1 @@
+"""mathkit: small number helpers."""

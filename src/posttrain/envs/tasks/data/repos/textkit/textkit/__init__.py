@@ -1,0 +1,1 @@
+"""textkit: small text helpers."""

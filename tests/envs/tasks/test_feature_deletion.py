@@ -1,0 +1,81 @@
+"""feature-deletion: ast body deletion, splicing, and grading restored / deleted functions with pytest."""
+
+import ast
+
+from posttrain.envs.tasks import feature_deletion as F
+
+SRC = '''"""mod."""
+
+
+class A:
+    def f(self, x):
+        """Doc."""
+        y = x + 1
+        return y
+
+
+def g(x):
+    # a comment that must survive
+    return x * 2
+'''
+
+
+def _score(task, rows, texts):
+    return task.rubric.score([[{"role": "assistant", "content": t}] for t in texts],
+                             [{k: v for k, v in r.items() if k != "prompt"} for r in rows])
+
+
+def test_sites_and_delete_body():
+    sites = {s.qualname: s for s in F.function_sites(SRC)}
+    assert set(sites) == {"A.f", "g"}
+    stub = F.delete_body(SRC, sites["A.f"])
+    assert '"""Doc."""\n        raise NotImplementedError\n' in stub and "y = x + 1" not in stub
+    assert "# a comment that must survive" in stub
+    ast.parse(stub)
+    assert F.original_function(SRC, sites["g"]).startswith("def g(x):")
+
+
+def test_splice_reindents_methods_and_adds_imports():
+    stub = F.delete_body(SRC, next(s for s in F.function_sites(SRC) if s.qualname == "A.f"))
+    out = F.splice(stub, "A.f", "import math\n\ndef f(self, x):\n    return math.floor(x)\n")
+    ns: dict = {}
+    exec(compile(out, "m", "exec"), ns)
+    assert ns["A"]().f(2.5) == 2 and ns["g"](2) == 4
+    assert F.splice(stub, "A.f", "def other():\n    pass") is None
+    assert F.splice(stub, "A.f", "def f(:") is None
+
+
+def test_repos_prompts_hide_tests():
+    assert len(F.repo_names()) >= 2
+    task = F.make_task()
+    for row in task.train_rows + task.eval_rows:
+        text = row["prompt"][0]["content"]
+        assert "def test_" not in text and "tests/" not in text
+        assert "raise NotImplementedError" in row["files"][row["path"]]
+    keys = lambda rows: [(r["repo"], r["path"], r["qualname"]) for r in rows]
+    again = F.make_task()
+    assert keys(task.train_rows) == keys(again.train_rows) and keys(task.eval_rows) == keys(again.eval_rows)
+    assert not set(keys(task.train_rows)) & set(keys(task.eval_rows)) and task.eval_rows
+
+
+def test_restored_scores_one_and_deleted_scores_below_one():
+    task = F.make_task()
+    rows = task.train_rows + task.eval_rows
+    refs = [task.references[(r["repo"], r["path"], r["qualname"])] for r in rows]
+    restored = _score(task, rows, [f"```python\n{ref}```" for ref in refs])
+    assert [r["qualname"] for r, s in zip(rows, restored) if s.components["tests_passed"] != 1.0] == []
+    stubs = []
+    for r in rows:
+        site = next(s for s in F.function_sites(r["files"][r["path"]]) if s.qualname == r["qualname"])
+        stubs.append(f"```python\n{F.original_function(r['files'][r['path']], site)}```")
+    deleted = _score(task, rows, stubs)
+    assert [r["qualname"] for r, s in zip(rows, deleted) if s.components["tests_passed"] >= 1.0] == []
+
+
+def test_hack_in_restored_function_is_zeroed():
+    task = F.make_task()
+    row = task.train_rows[0]
+    name = row["qualname"].rsplit(".", 1)[-1]
+    hack = f"```python\nimport os\ndef {name}(*a, **k):\n    os._exit(0)\n```"
+    (s,) = _score(task, [row], [hack])
+    assert s.reward == 0.0 and s.components["hack_flagged"] == 1.0
