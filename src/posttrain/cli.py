@@ -99,6 +99,94 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory"),
     typer.echo(path)
 
 
+@app.command()
+def serve(
+    model: str = typer.Option("default", "--model", help="'default', 'tiny-random', a HF folder, a hub id"),
+    lora: Optional[str] = typer.Option(None, "--lora", help="a LoRA adapter folder (a run's final/) to serve on its base"),
+    host: str = typer.Option("127.0.0.1", "--host", help="0.0.0.0 to accept other machines (no auth!)"),
+    port: int = typer.Option(8000, "--port"),
+    request_timeout: float = typer.Option(300.0, "--request-timeout", help="seconds one generation may take"),
+) -> None:
+    """Serve a model as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/completions, /v1/models)."""
+    from posttrain.models.load import ModelLoadError
+    from posttrain.sampling.http_serve import run_forever
+    from posttrain.sampling.openai_server import build_model_app
+
+    try:
+        api = build_model_app(model, lora, request_timeout_s=request_timeout, log=lambda s: typer.echo(s, err=True))
+    except (ModelLoadError, FileNotFoundError) as e:
+        _fail(str(e))
+    typer.echo(f"serving {lora or model} at http://{host}:{port}/v1", err=True)
+    run_forever(api, host, port)
+
+
+env_app = typer.Typer(add_completion=False, help="Environments and tasks (serve over the OpenEnv protocol, ...).")
+app.add_typer(env_app, name="env")
+
+
+@env_app.command("serve")
+def env_serve(
+    task: str = typer.Option(..., "--task", help="a built-in task, 'path/file.py:make_task' or 'module:make_task'"),
+    model: str = typer.Option("default", "--model", help="whose tokenizer and chat template render prompts"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8001, "--port"),
+) -> None:
+    """Serve a task as an OpenEnv environment (WebSocket /ws, /reset, /step, /state, /schema)."""
+    from posttrain.envs.custom import TaskLoadError
+    from posttrain.envs.openenv_server import build_task_app
+    from posttrain.models.load import ModelLoadError
+    from posttrain.sampling.http_serve import run_forever
+
+    try:
+        api = build_task_app(task, model, log=lambda s: typer.echo(s, err=True))
+    except (TaskLoadError, ModelLoadError, FileNotFoundError) as e:
+        _fail(str(e))
+    typer.echo(f"serving task {task} (OpenEnv protocol) at http://{host}:{port}", err=True)
+    run_forever(api, host, port)
+
+
+@env_app.command("check")
+def env_check(
+    task: Optional[list[str]] = typer.Option(None, "--task", help="a task to check (repeatable); default: every built-in"),
+    model: str = typer.Option("default", "--model", help="--preflight: the model to measure"),
+    preflight: bool = typer.Option(False, "--preflight", help="also measure model x task: baseline, variance, memory"),
+    prompts: int = typer.Option(16, "--prompts", help="--preflight: prompts for the baseline pass rate"),
+    groups: int = typer.Option(4, "--groups", help="--preflight: sampled groups for the zero-variance share"),
+) -> None:
+    """Smoke-check envs (known-good passes, known-bad fails, smoke commands); exit 1 if any check fails."""
+    from posttrain.config import ConfigError, load_config
+    from posttrain.envs import check as env_checks
+    from posttrain.envs.custom import TaskLoadError, load_task
+    from posttrain.envs.tasks import BUILTIN_TASKS
+    from posttrain.models.load import ModelLoadError
+    from posttrain.obs import console as con
+
+    names = list(task or BUILTIN_TASKS)
+    try:
+        tasks = [load_task(n) for n in names]
+    except TaskLoadError as e:
+        _fail(str(e))
+    results = env_checks.check_tasks(tasks)
+    con.console.print(env_checks.results_table(results))
+    if preflight:
+        from rich.table import Table
+
+        for n in names:
+            try:
+                rep = env_checks.preflight(load_config(None, [f"model.name={model}", f"task.name={n}"]), prompts, groups,
+                                           log=lambda s: typer.echo(s, err=True))
+            except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError) as e:
+                _fail(str(e))
+            table = Table(title=f"preflight: {model} on {n}")
+            table.add_column("measure")
+            table.add_column("value", overflow="fold")
+            for k, v in rep.rows():
+                table.add_row(k, v)
+            con.console.print(table)
+    if not all(r.ok for r in results):
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,294 @@
+"""An OpenAI-compatible HTTP server for any Sampler (in practice the live policy's HFSampler).
+
+    GET  /v1/models             the one served model
+    POST /v1/chat/completions   messages (+ tools) -> chat template -> sampler; `<tool_call>` blocks -> tool_calls
+    POST /v1/completions        prompt as text, a list of token ids, or a batch of either (vLLM accepts ids too)
+    GET  /health
+
+Extensions (vLLM's names where vLLM has one): `top_k`; `return_token_ids: true` adds `token_ids` to each
+choice and `prompt_token_ids` to the response; `return_tokens_as_token_ids: true` writes logprob tokens as
+"token_id:123". Only the sampled token's logprob is returned (`top_logprobs` lists are empty).
+
+Rollout recording: a request with header `X-Rollout-Id: <id>` or body field `rollout_id` (the `openai` client
+sends it with `extra_body={"rollout_id": ...}`) is recorded in `app.state.recorder` (a RolloutRecorder) with
+the exact prompt ids, completion ids and logprobs; see recorder.py for how calls become a Trajectory.
+
+Every sampler call has a timeout (`request_timeout_s`): a timeout answers 504 and is counted in
+`app.state.stats["timeouts"]` and logged. The sampler keeps working on a timed-out batch in its thread (Python
+cannot stop it), but no caller waits for it. Bad requests answer 400 (or FastAPI's 422 for schema errors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from posttrain.sampling.base import Sampler
+from posttrain.sampling.chat_prompt import ChatRenderer
+from posttrain.sampling.recorder import RecordedCall, RolloutRecorder
+from posttrain.sampling.tool_calls import parse_tool_calls
+from posttrain.types import Completion, SampleParams
+
+log = logging.getLogger(__name__)
+ROLLOUT_HEADER = "x-rollout-id"
+
+
+class _Sampling(BaseModel):
+    model_config = ConfigDict(extra="allow")  # unknown OpenAI fields (user, presence_penalty, ...) are ignored
+    model: str | None = None
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    n: int = Field(1, ge=1, le=256)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    rollout_id: str | None = None
+    return_token_ids: bool = False
+    return_tokens_as_token_ids: bool = False
+
+
+class ChatRequest(_Sampling):
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    max_tokens: int = Field(16, ge=1)
+    logprobs: int | None = Field(None, ge=0, le=20)
+    echo: bool = False
+
+
+@dataclass
+class ServerState:
+    sampler: Sampler
+    tokenizer: Any
+    model_name: str
+    recorder: RolloutRecorder
+    request_timeout_s: float
+    default_max_tokens: int
+    renderer: ChatRenderer
+    stats: dict[str, int] = field(default_factory=lambda: {"requests": 0, "timeouts": 0, "errors": 0})
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def create_app(sampler: Sampler, tokenizer: Any, model_name: str = "posttrain", recorder: RolloutRecorder | None = None,
+               request_timeout_s: float = 300.0, default_max_tokens: int = 512) -> FastAPI:
+    """The FastAPI app. `app.state.posttrain` is the ServerState; `app.state.recorder` the RolloutRecorder."""
+    st = ServerState(sampler, tokenizer, model_name, recorder or RolloutRecorder(), request_timeout_s,
+                     default_max_tokens, ChatRenderer(tokenizer))
+    app = FastAPI(title="posttrain OpenAI-compatible server")
+    app.state.posttrain = st
+    app.state.recorder = st.recorder
+    add_error_handlers(app)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "policy_version": st.sampler.policy_version, **st.stats}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return list_models(st)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatRequest, request: Request) -> Any:
+        return await chat_completions(st, body, request.headers.get(ROLLOUT_HEADER))
+
+    @app.post("/v1/completions")
+    async def completions_route(body: CompletionRequest, request: Request) -> Any:
+        return await completions(st, body, request.headers.get(ROLLOUT_HEADER))
+
+    return app
+
+
+# ---- routes ------------------------------------------------------------------------------------------------
+def list_models(st: ServerState) -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": st.model_name, "object": "model", "created": 0, "owned_by": "posttrain",
+                                        "policy_version": st.sampler.policy_version}]}
+
+
+async def chat_completions(st: ServerState, body: ChatRequest, header_rid: str | None) -> Any:
+    _reject_unsupported(body.stream, False)
+    rid = header_rid or body.rollout_id
+    try:
+        prev = st.recorder.last(rid) if rid else None
+        prompt_ids = (st.renderer.splice(prev, body.messages, body.tools) if prev else None) \
+            or st.renderer.render(body.messages, body.tools)
+    except (ValueError, TypeError, KeyError) as e:  # bad messages, or the template rejected them
+        raise BadRequest(f"cannot render messages with the chat template: {e}") from None
+    max_tokens = body.max_completion_tokens or body.max_tokens or st.default_max_tokens
+    (comps,) = await _sample(st, [prompt_ids], _params(body, max_tokens), body.n)
+    choices = []
+    for i, c in enumerate(comps):
+        content, calls, _errors = parse_tool_calls(c.text) if body.tools else (c.text, [], [])
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        finish = c.finish_reason
+        if calls:
+            message["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                                      "function": {"name": x["name"], "arguments": json.dumps(x["arguments"])}}
+                                     for x in calls]
+            finish = "tool_calls" if finish == "stop" else finish
+        choice: dict[str, Any] = {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
+        if body.logprobs:
+            choice["logprobs"] = {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+                                              for t, lp in zip(_token_strs(st, c.token_ids, body), c.logprobs)]}
+        if body.return_token_ids:
+            choice["token_ids"] = c.token_ids
+        choices.append(choice)
+        if rid:
+            st.recorder.record(rid, RecordedCall(prompt_ids, c.token_ids, c.logprobs, c.policy_version, c.finish_reason,
+                                                 text=c.text, messages=body.messages, tools=body.tools, reply=message))
+    out = _envelope("chat.completion", st, [prompt_ids], [comps], choices)
+    if body.return_token_ids:
+        out["prompt_token_ids"] = prompt_ids
+    return out
+
+
+async def completions(st: ServerState, body: CompletionRequest, header_rid: str | None) -> Any:
+    _reject_unsupported(body.stream, body.echo)
+    rid = header_rid or body.rollout_id
+    prompts_P = _completion_prompts(st, body.prompt)
+    groups = await _sample(st, prompts_P, _params(body, body.max_tokens), body.n)
+    choices = []
+    for p, (prompt_ids, comps) in enumerate(zip(prompts_P, groups)):
+        for j, c in enumerate(comps):
+            choice: dict[str, Any] = {"index": p * body.n + j, "text": c.text, "finish_reason": c.finish_reason,
+                                      "logprobs": None}
+            if body.logprobs is not None:
+                toks = _token_strs(st, c.token_ids, body)
+                offsets, pos = [], 0
+                for t in toks:
+                    offsets.append(pos)
+                    pos += len(t)
+                choice["logprobs"] = {"tokens": toks, "token_logprobs": c.logprobs,
+                                      "top_logprobs": [{} for _ in toks] if body.logprobs else None,
+                                      "text_offset": offsets}
+            if body.return_token_ids:
+                choice["token_ids"] = c.token_ids
+                choice["prompt_token_ids"] = prompt_ids
+            choices.append(choice)
+            if rid:
+                st.recorder.record(rid, RecordedCall(prompt_ids, c.token_ids, c.logprobs, c.policy_version,
+                                                     c.finish_reason, text=c.text))
+    return _envelope("text_completion", st, prompts_P, groups, choices)
+
+
+# ---- helpers -----------------------------------------------------------------------------------------------
+def _reject_unsupported(stream: bool, echo: bool) -> None:
+    if stream:
+        raise BadRequest("stream=true is not supported by this server; send stream=false")
+    if echo:
+        raise BadRequest("echo=true is not supported by this server")
+
+
+def _params(body: _Sampling, max_tokens: int) -> SampleParams:
+    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    return SampleParams(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
+                        stop=stop, seed=body.seed)
+
+
+def _completion_prompts(st: ServerState, prompt: Any) -> list[list[int]]:
+    if isinstance(prompt, str):
+        prompts: list[Any] = [prompt]
+    elif prompt and all(isinstance(x, int) for x in prompt):
+        prompts = [prompt]
+    else:
+        prompts = list(prompt)
+    if not prompts:
+        raise BadRequest("prompt is empty")
+    vocab = len(st.tokenizer)
+    out = []
+    for p in prompts:
+        ids = [int(i) for i in st.tokenizer(p, add_special_tokens=False)["input_ids"]] if isinstance(p, str) else list(p)
+        if not ids:
+            raise BadRequest("a prompt has no tokens")
+        bad = [i for i in ids if not 0 <= i < vocab]
+        if bad:
+            raise BadRequest(f"prompt token ids out of range [0, {vocab}): {bad[:5]}")
+        out.append(ids)
+    return out
+
+
+async def _sample(st: ServerState, prompts_P: list[list[int]], params: SampleParams, n: int) -> list[list[Completion]]:
+    st.stats["requests"] += 1
+    try:
+        return await asyncio.wait_for(st.sampler.sample(prompts_P, params, n=n), st.request_timeout_s)
+    except asyncio.TimeoutError:
+        st.stats["timeouts"] += 1
+        log.warning("sampler call timed out after %.1fs (%d timeouts so far)", st.request_timeout_s,
+                    st.stats["timeouts"])
+        raise _HTTPError(504, f"sampling timed out after {st.request_timeout_s}s") from None
+    except ValueError as e:  # the sampler rejected the request (empty prompt, bad max_tokens, ...)
+        st.stats["errors"] += 1
+        raise BadRequest(str(e)) from None
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _token_strs(st: ServerState, ids: list[int], body: _Sampling) -> list[str]:
+    if body.return_tokens_as_token_ids:
+        return [f"token_id:{i}" for i in ids]
+    return [st.tokenizer.decode([i]) for i in ids]
+
+
+def _envelope(obj: str, st: ServerState, prompts_P: list[list[int]], groups: list[list[Completion]],
+              choices: list[dict[str, Any]]) -> dict[str, Any]:
+    n_completion = sum(len(c.token_ids) for g in groups for c in g)
+    n_prompt = sum(len(p) for p in prompts_P)
+    prefix = "chatcmpl" if obj == "chat.completion" else "cmpl"
+    return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": obj, "created": int(time.time()), "model": st.model_name,
+            "choices": choices, "policy_version": min((c.policy_version for g in groups for c in g), default=0),
+            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
+                      "total_tokens": n_prompt + n_completion}}
+
+
+def _error(status: int, message: str, kind: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "code": status}})
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(BadRequest)
+    async def _bad_request(_: Request, e: BadRequest) -> JSONResponse:
+        return _error(400, str(e), "invalid_request_error")
+
+    @app.exception_handler(_HTTPError)
+    async def _http_error(_: Request, e: _HTTPError) -> JSONResponse:
+        return _error(e.status, str(e), "timeout" if e.status == 504 else "server_error")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, e: Exception) -> JSONResponse:  # a bug: answer 500, keep serving
+        log.exception("unhandled error in request")
+        return _error(500, f"{type(e).__name__}: {e}", "server_error")
+
+
+def build_model_app(model: str, lora: str | None = None, dtype: str = "float32", seed: int = 0,
+                    request_timeout_s: float = 300.0, log=print) -> FastAPI:
+    """`posttrain serve`: load a model (or a LoRA adapter folder on its base) and serve it with an HFSampler."""
+    from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
+    from posttrain.sampling.hf_sampler import HFSampler
+
+    net, tok = load_model(lora or model, dtype, seed=seed, log=log)
+    ensure_pad_token(tok)
+    sampler = HFSampler(net, tok, stop_token_ids(net, tok), seed=seed)
+    return create_app(sampler, tok, model_name=model, request_timeout_s=request_timeout_s)

@@ -1,0 +1,134 @@
+"""Server-side record of the model calls made under one rollout id, and their conversion to Trajectories.
+
+An agent written against the `openai` client only ever sees text. The server records, per call, the exact
+prompt token ids the sampler was given and the completion token ids and logprobs it produced; that record,
+not the text the agent got back, is what the trainer uses.
+
+Multi-turn and the prefix contract: a Trajectory needs each turn's prompt to extend the previous turn's prompt +
+completion token for token. The server tries to make that true (it splices the policy's own completion tokens
+into the next prompt, see chat_prompt.py), but an agent is free to rewrite history (drop messages, summarize,
+start a fresh conversation). `chains()` therefore SPLITS the calls of a rollout into prefix-consistent chains:
+each call joins the most recent chain whose last turn it extends, or starts a new chain. `trajectory()` returns
+the chain with the most policy tokens (ties: the later one); the calls in other chains are reported in
+`RolloutRecord.dropped_calls` and not trained on. `trajectories()` returns every chain, for callers that
+prefer to train on all of them as separate sequences.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from posttrain.types import Trajectory, Turn
+
+
+@dataclass
+class RecordedCall:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    policy_version: int
+    finish_reason: str
+    text: str = ""  # the completion text returned to the client
+    messages: list[dict[str, Any]] | None = None  # chat requests: the conversation as the client sent it
+    tools: list[dict[str, Any]] | None = None
+    reply: dict[str, Any] | None = None  # chat requests: the assistant message returned
+    created: float = field(default_factory=time.time)
+
+    def as_turn(self) -> Turn:
+        return Turn(prompt_ids=list(self.prompt_ids), completion_ids=list(self.completion_ids),
+                    completion_logprobs=list(self.logprobs), policy_version=self.policy_version,
+                    finish_reason=self.finish_reason)
+
+
+def extends(call: RecordedCall, prev: RecordedCall) -> bool:
+    ctx = prev.prompt_ids + prev.completion_ids
+    return len(call.prompt_ids) >= len(ctx) and call.prompt_ids[: len(ctx)] == ctx
+
+
+def split_chains(calls: list[RecordedCall]) -> list[list[RecordedCall]]:
+    """Group calls (in call order) into prefix-consistent chains; see the module docstring."""
+    chains: list[list[RecordedCall]] = []
+    for c in calls:
+        for chain in reversed(chains):
+            if extends(c, chain[-1]):
+                chain.append(c)
+                break
+        else:
+            chains.append([c])
+    return chains
+
+
+def chain_to_trajectory(chain: list[RecordedCall], row: dict[str, Any] | None = None) -> Trajectory:
+    first = chain[0]
+    prompt_text = ""
+    if first.messages:
+        prompt_text = "\n".join(f"[{m.get('role')}] {m.get('content')}" for m in first.messages)
+    return Trajectory(turns=[c.as_turn() for c in chain], prompt_text=prompt_text, completion_text=chain[-1].text,
+                      row=dict(row or {}))
+
+
+@dataclass
+class RolloutRecord:
+    calls: list[RecordedCall]
+
+    def chains(self) -> list[list[RecordedCall]]:
+        return split_chains(self.calls)
+
+    def trajectories(self, row: dict[str, Any] | None = None) -> list[Trajectory]:
+        return [chain_to_trajectory(ch, row) for ch in self.chains()]
+
+    def best_chain(self) -> list[RecordedCall]:
+        chains = self.chains()
+        if not chains:
+            return []
+        return max(reversed(chains), key=lambda ch: sum(len(c.completion_ids) for c in ch))
+
+    def trajectory(self, row: dict[str, Any] | None = None) -> Trajectory | None:
+        chain = self.best_chain()
+        return chain_to_trajectory(chain, row) if chain else None
+
+    @property
+    def dropped_calls(self) -> int:
+        return len(self.calls) - len(self.best_chain())
+
+
+class RolloutRecorder:
+    """Thread-safe store of RecordedCalls by rollout id. Calls without a rollout id are not recorded.
+
+    `max_rollouts` bounds memory on a long-lived server whose clients never collect their records: the oldest
+    rollout is evicted first.
+    """
+
+    def __init__(self, max_rollouts: int = 10_000):
+        self.max_rollouts = max_rollouts
+        self._calls: dict[str, list[RecordedCall]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, rollout_id: str, call: RecordedCall) -> None:
+        with self._lock:
+            if rollout_id not in self._calls and len(self._calls) >= self.max_rollouts:
+                self._calls.pop(next(iter(self._calls)))
+            self._calls.setdefault(rollout_id, []).append(call)
+
+    def last(self, rollout_id: str) -> RecordedCall | None:
+        with self._lock:
+            calls = self._calls.get(rollout_id)
+            return calls[-1] if calls else None
+
+    def calls(self, rollout_id: str) -> list[RecordedCall]:
+        with self._lock:
+            return list(self._calls.get(rollout_id, []))
+
+    def get(self, rollout_id: str) -> RolloutRecord:
+        return RolloutRecord(self.calls(rollout_id))
+
+    def pop(self, rollout_id: str) -> RolloutRecord:
+        with self._lock:
+            return RolloutRecord(self._calls.pop(rollout_id, []))
+
+    def rollout_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._calls)

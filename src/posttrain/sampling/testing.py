@@ -1,0 +1,60 @@
+"""Samplers for tests: a scripted one (fixed replies, no model) and a wrapper that keeps what a sampler returned.
+
+Useful to test an agent or an env without a model: `ScriptedSampler(tok, ["first reply", "second reply"])`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from posttrain.types import Completion, SampleParams
+
+
+class ScriptedSampler:
+    """Returns the given texts in order, one per `sample` call (tokenized, ending in eos, logprob -0.5 each).
+    Cycles when it runs out. `delay_s` makes each call slow (for timeout tests)."""
+
+    def __init__(self, tokenizer: Any, texts: list[str], delay_s: float = 0.0, policy_version: int = 0):
+        self.tok = tokenizer
+        self.texts = list(texts)
+        self.delay_s = delay_s
+        self.policy_version = policy_version
+        self.calls = 0
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tok.decode(token_ids, skip_special_tokens=True)
+
+    async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        text = self.texts[self.calls % len(self.texts)]
+        self.calls += 1
+        ids = [int(i) for i in self.tok(text, add_special_tokens=False)["input_ids"]] + [self.tok.eos_token_id]
+        return [[Completion(list(ids), [-0.5] * len(ids), "stop", self.policy_version, text=text) for _ in range(n)]
+                for _ in prompts_P]
+
+
+class CapturingSampler:
+    """Wraps a sampler and keeps every (prompt ids, Completion) it returned, in order, in `seen`."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.seen: list[tuple[list[int], Completion]] = []
+
+    @property
+    def policy_version(self) -> int:
+        return self.inner.policy_version
+
+    @policy_version.setter
+    def policy_version(self, v: int) -> None:
+        self.inner.policy_version = v
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.inner.decode(token_ids)
+
+    async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
+        out = await self.inner.sample(prompts_P, params, n)
+        for p, group in zip(prompts_P, out):
+            self.seen.extend((list(p), c) for c in group)
+        return out
