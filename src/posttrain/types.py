@@ -65,6 +65,8 @@ class Trajectory:
     error: str | None = None
     row: dict[str, Any] = field(default_factory=dict)  # the task row it came from (columns for rewards)
     task_index: int = -1
+    metrics: dict[str, float] = field(default_factory=dict)  # per-episode numbers (tool calls, turns, ...)
+    extra: dict[str, Any] = field(default_factory=dict)  # env-specific record (tool call log, messages)
 
     @property
     def prompt_ids(self) -> list[int]:

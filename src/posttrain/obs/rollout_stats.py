@@ -24,6 +24,8 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, floa
         f"{prefix}rollouts/failed": float(len(trajs) - len(ok)),
         f"{prefix}rollouts/count": float(len(trajs)),
     }
+    for key in sorted({k for t in trajs for k in t.metrics}):
+        m[f"{prefix}episode/{key}"] = statistics.fmean(t.metrics.get(key, 0.0) for t in trajs)
     names = [k for k in (ok[0].reward_components if ok else {})]
     for name in names:
         vals = [t.reward_components.get(name, 0.0) for t in ok]
@@ -42,4 +44,5 @@ def pass_rates(trajs: list[Trajectory], thresholds: dict[str, float], prefix: st
 def sample_records(trajs: list[Trajectory], k: int) -> list[dict[str, Any]]:
     return [{"prompt": t.prompt_text[-400:], "completion": t.completion_text, "reward": t.reward,
              "components": t.reward_components, "passed": t.passed, "error": t.error,
-             "tokens": t.num_completion_tokens} for t in trajs[:k]]
+             "tokens": t.num_completion_tokens,
+             **({"messages": t.extra["messages"]} if "messages" in t.extra else {})} for t in trajs[:k]]

@@ -1,0 +1,145 @@
+"""ToolEnv: multi-turn episodes where the policy calls tools, up to `max_turns` model calls.
+
+    prompt ─► policy ─► <tool_call>{...}</tool_call> ─► tool runs (timeout) ─► tool message ─► policy ─► ... ─► answer
+
+Token fidelity: each turn's prompt is the previous prompt + the sampled completion ids (as sampled, never
+re-tokenized) + the environment's tokens (the end of the assistant turn if the sampler stopped before it, the tool
+messages and the next generation prompt, rendered by the chat template). Those env tokens get loss mask 0
+(Trajectory.sequence). The template's prefix property is checked once per tokenizer (models/template_check.py).
+
+The episode ends when the policy answers without a tool call, calls the `final_tool` (e.g. `answer`), or runs out
+of turns. A malformed call gets an error message back and is counted; an unknown tool, bad arguments, a raising
+tool or a timeout likewise. None of them stop the run.
+
+Rewards: the task's rubric scores the final answer; reward functions also receive `tool_calls` (the list of
+calls of the episode) and `num_turns` as columns. An optional `turn_reward(turn_index, text, results) -> float`
+adds per-turn shaping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from posttrain.envs.single_turn import _prompt_text
+from posttrain.envs.task import Task
+from posttrain.envs.tools import Tool, ToolResult, call_tool, parse_calls, tools_system_prompt
+from posttrain.models.template_check import ChatTemplateError, check_prefix_property, render_ids
+from posttrain.sampling.base import Sampler
+from posttrain.types import SampleParams, Trajectory, Turn
+
+_checked: set[int] = set()
+
+
+def turn_end_text(tok: Any) -> str:
+    """What the template writes after an assistant message's content (ChatML: '<|im_end|>\\n')."""
+    marker = "XqZ7 marker"
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}],
+                                   tokenize=False)
+    i = text.rfind(marker)
+    return text[i + len(marker):] if i >= 0 else ""
+
+
+class ToolEnv:
+    def __init__(self, task: Task, tokenizer: Any, params: SampleParams, tools: list[Tool | Callable[..., Any]],
+                 max_turns: int = 4, tool_timeout_s: float = 10.0, final_tool: str | None = None,
+                 tool_role: str = "tool", system_prompt: str | None = None,
+                 turn_reward: Callable[[int, str, list[ToolResult]], float] | None = None,
+                 check_template: bool = True):
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.task, self.tok, self.params = task, tokenizer, params
+        self.tools = {t.name: t for t in (x if isinstance(x, Tool) else Tool.from_function(x) for x in tools)}
+        if final_tool is not None and final_tool not in self.tools:
+            raise ValueError(f"final_tool {final_tool!r} is not one of the tools {sorted(self.tools)}")
+        self.max_turns, self.tool_timeout_s, self.final_tool = max_turns, tool_timeout_s, final_tool
+        self.tool_role, self.turn_reward = tool_role, turn_reward
+        self.system_prompt = system_prompt if system_prompt is not None else tools_system_prompt(list(self.tools.values()))
+        if check_template and id(tokenizer) not in _checked:
+            check_prefix_property(tokenizer, tool_role=tool_role)
+            _checked.add(id(tokenizer))
+        self.turn_end = turn_end_text(tokenizer)
+
+    def initial_messages(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        prompt = row["prompt"]
+        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+        if msgs and msgs[0]["role"] == "system":
+            msgs[0]["content"] = f"{self.system_prompt}\n\n{msgs[0]['content']}"
+        else:
+            msgs.insert(0, {"role": "system", "content": self.system_prompt})
+        return msgs
+
+    def _env_tokens(self, msgs: list[dict[str, Any]], n_new: int, completion_ids: list[int]) -> list[int]:
+        """Tokens between the sampled completion and the next generation: rest of the assistant turn + the new
+        tool messages + the generation prompt. Computed from the template's text, checked to be an extension."""
+        before = self.tok.apply_chat_template(msgs[:-n_new], tokenize=False)
+        after = self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        if not after.startswith(before):
+            i = next((j for j, (a, b) in enumerate(zip(before, after)) if a != b), len(before))
+            raise ChatTemplateError(f"the chat template of {getattr(self.tok, 'name_or_path', 'this model')!r} "
+                                    f"rewrote earlier turns when a {self.tool_role!r} message was added (first "
+                                    f"difference at char {i}: {before[i:i + 30]!r} -> {after[i:i + 30]!r})")
+        sampled = self.tok.decode(completion_ids, skip_special_tokens=False)
+        k = max((k for k in range(len(self.turn_end) + 1) if sampled.endswith(self.turn_end[:k])), default=0)
+        bridge = self.turn_end[k:]
+        return list(self.tok(bridge + after[len(before):], add_special_tokens=False)["input_ids"])
+
+    async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
+        params = params or self.params
+        msgs = self.initial_messages(row)
+        ids = render_ids(self.tok, msgs, add_generation_prompt=True)
+        turns: list[Turn] = []
+        calls_log: list[dict[str, Any]] = []
+        stats = {"tool_calls": 0.0, "tool_errors": 0.0, "malformed_calls": 0.0, "tool_timeouts": 0.0}
+        turn_bonus, answer = 0.0, ""
+        for k in range(self.max_turns):
+            (c,), = await sampler.sample([ids], params, n=1)
+            turns.append(Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
+                              policy_version=c.policy_version, finish_reason=c.finish_reason))
+            msgs.append({"role": "assistant", "content": c.text})
+            calls, errors = parse_calls(c.text)
+            answer = c.text
+            if not calls and not errors:
+                break
+            results: list[ToolResult] = [ToolResult(f"error: malformed tool call: {e}", ok=False) for e in errors]
+            stats["malformed_calls"] += len(errors)
+            final = None
+            for call in calls:
+                calls_log.append(call)
+                stats["tool_calls"] += 1
+                if call["name"] == self.final_tool:
+                    final = call
+                    break
+                r = await call_tool(self.tools, call, self.tool_timeout_s)
+                stats["tool_errors"] += not r.ok
+                stats["tool_timeouts"] += r.timed_out
+                results.append(r)
+            if self.turn_reward is not None:
+                turn_bonus += float(self.turn_reward(k, c.text, results))
+            if final is not None:
+                answer = str(next(iter(final["arguments"].values()), "")) if final["arguments"] else ""
+                break
+            if k == self.max_turns - 1:
+                break
+            msgs += [{"role": self.tool_role, "content": r.content} for r in results]
+            ids = ids + list(c.token_ids) + self._env_tokens(msgs, len(results), c.token_ids)
+        stats["turns"] = float(len(turns))
+        return Trajectory(turns=turns, prompt_text=_prompt_text(row["prompt"]), completion_text=answer, row=row,
+                          metrics={**stats, "turn_reward": turn_bonus},
+                          extra={"tool_calls": calls_log, "messages": msgs[1:]})
+
+    async def score(self, trajectories: list[Trajectory]) -> None:
+        if not trajectories:
+            return
+        conv = self.task.conversational
+        completions = [[{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text
+                       for t in trajectories]
+        rows = [{**{k: v for k, v in t.row.items() if k != "prompt"}, "tool_calls": t.extra.get("tool_calls", []),
+                 "num_turns": len(t.turns)} for t in trajectories]
+        scores = self.task.rubric.score(completions, rows, prompts=[t.row["prompt"] for t in trajectories],
+                                        completion_ids=[t.completion_ids for t in trajectories])
+        for t, s in zip(trajectories, scores):
+            t.reward, t.reward_components, t.passed, t.failed, t.error = (s.reward, s.components, s.passed,
+                                                                          s.failed, s.error)
+            if t.metrics.get("turn_reward"):
+                t.reward += t.metrics["turn_reward"]

@@ -1,0 +1,158 @@
+"""Tools for ToolEnv: plain Python functions whose type hints and docstrings become JSON schemas, a tool-call
+parser (`<tool_call>{json}</tool_call>`, Hermes/Qwen style, with a bare-JSON fallback), and calls with a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+import threading
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from posttrain.sampling.tool_calls import parse_tool_calls
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+
+
+def _schema_for(annotation: Any) -> dict[str, Any]:
+    origin = typing.get_origin(annotation)
+    if annotation in _JSON_TYPES:
+        return {"type": _JSON_TYPES[annotation]}
+    if origin in (list, tuple):
+        args = typing.get_args(annotation)
+        return {"type": "array", **({"items": _schema_for(args[0])} if args else {})}
+    if origin is dict:
+        return {"type": "object"}
+    if origin is typing.Literal:
+        return {"enum": list(typing.get_args(annotation))}
+    return {}
+
+
+def _param_docs(doc: str) -> dict[str, str]:
+    """'name: text' lines of an Args: section (Google style)."""
+    out = {}
+    for line in doc.splitlines():
+        m = re.match(r"\s+(\w+)\s*(?:\([^)]*\))?:\s*(.+)", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+@dataclass
+class Tool:
+    name: str
+    func: Callable[..., Any]
+    description: str
+    parameters: dict[str, Any]
+    required: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_function(cls, func: Callable[..., Any], name: str | None = None) -> "Tool":
+        doc = inspect.getdoc(func) or ""
+        hints = typing.get_type_hints(func)
+        sig = inspect.signature(func)
+        pdocs = _param_docs(doc)
+        props, required = {}, []
+        for p in sig.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            s = _schema_for(hints.get(p.name, str))
+            if p.name in pdocs:
+                s["description"] = pdocs[p.name]
+            props[p.name] = s
+            if p.default is p.empty:
+                required.append(p.name)
+        return cls(name=name or func.__name__, func=func, description=doc.split("\n\n")[0].strip(),
+                   parameters={"type": "object", "properties": props, "required": required}, required=required)
+
+    def schema(self) -> dict[str, Any]:
+        """OpenAI function-tool schema."""
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+
+_BARE_JSON = re.compile(r"\{.*\}", re.DOTALL)
+
+
+def parse_calls(text: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Tool calls in a completion: `<tool_call>` blocks, else one bare JSON object with "name" and "arguments"."""
+    _, calls, errors = parse_tool_calls(text)
+    if calls or errors or "<tool_call>" in text:
+        return calls, errors
+    m = _BARE_JSON.search(text)
+    if m:
+        try:
+            obj = json.loads(m.group(0))
+        except json.JSONDecodeError:
+            return [], []
+        if isinstance(obj, dict) and isinstance(obj.get("name"), str) and isinstance(obj.get("arguments"), dict):
+            return [{"name": obj["name"], "arguments": obj["arguments"]}], []
+    return [], []
+
+
+def _in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> asyncio.Future:
+    """Run a sync tool in a daemon thread. Unlike asyncio.to_thread, a tool that hangs past its timeout holds
+    up neither asyncio.run's shutdown nor the interpreter's exit."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def settle(value: Any, exc: BaseException | None) -> None:
+        if not fut.done():
+            fut.set_exception(exc) if exc is not None else fut.set_result(value)
+
+    def runner() -> None:
+        try:
+            value, exc = fn(**kwargs), None
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+            value, exc = None, e
+        try:
+            loop.call_soon_threadsafe(settle, value, exc)
+        except RuntimeError:  # the loop closed while the tool ran past its timeout
+            pass
+
+    threading.Thread(target=runner, daemon=True, name=f"tool-{getattr(fn, '__name__', 'fn')}").start()
+    return fut
+
+
+@dataclass
+class ToolResult:
+    content: str
+    ok: bool
+    timed_out: bool = False
+
+
+async def call_tool(tools: dict[str, Tool], call: dict[str, Any], timeout_s: float) -> ToolResult:
+    """Run one call. Unknown tools, bad arguments, exceptions and timeouts become error text for the model; they
+    never raise. A sync tool runs in a thread (Python cannot kill it on timeout: it is abandoned and counted)."""
+    tool = tools.get(call["name"])
+    if tool is None:
+        return ToolResult(f"error: unknown tool {call['name']!r}; available: {', '.join(sorted(tools))}", ok=False)
+    args = call.get("arguments") or {}
+    missing = [r for r in tool.required if r not in args]
+    unknown = [a for a in args if a not in tool.parameters["properties"]]
+    if missing or unknown:
+        return ToolResult(f"error: {tool.name} takes {sorted(tool.parameters['properties'])}; missing {missing}, "
+                          f"unknown {unknown}", ok=False)
+    try:
+        if inspect.iscoroutinefunction(tool.func):
+            out = await asyncio.wait_for(tool.func(**args), timeout_s)
+        else:
+            out = await asyncio.wait_for(_in_daemon_thread(tool.func, args), timeout_s)
+    except asyncio.TimeoutError:
+        return ToolResult(f"error: {tool.name} timed out after {timeout_s:g}s", ok=False, timed_out=True)
+    except Exception as e:  # noqa: BLE001 - a tool's failure is the model's observation, not a crash
+        return ToolResult(f"error: {tool.name} raised {type(e).__name__}: {e}", ok=False)
+    return ToolResult(out if isinstance(out, str) else json.dumps(out, default=str), ok=True)
+
+
+def tools_system_prompt(tools: list[Tool]) -> str:
+    """Instructions + schemas, for chat templates that do not render `tools` themselves."""
+    specs = "\n".join(json.dumps(t.schema()["function"]) for t in tools)
+    return ("You can call tools. To call one, reply with exactly\n"
+            '<tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>\n'
+            f"Tools:\n{specs}")

@@ -1,0 +1,148 @@
+"""ToolEnv: tool schemas, parsing, timeouts, malformed calls, token fidelity and the chat-template check."""
+
+import asyncio
+import time
+
+import pytest
+
+from posttrain.envs.task import Task
+from posttrain.envs.tool_env import ToolEnv, turn_end_text
+from posttrain.envs.tools import Tool, call_tool, parse_calls
+from posttrain.models.template_check import ChatTemplateError, check_prefix_property
+from posttrain.rewards.rubric import RewardComponent, Rubric
+from posttrain.types import Completion, SampleParams
+
+
+def add(a: int, b: int = 0) -> int:
+    """Add two numbers.
+
+    Args:
+        a: first number
+        b: second number
+    """
+    return a + b
+
+
+def slow(x: str) -> str:
+    """Sleeps too long."""
+    time.sleep(2)
+    return x
+
+
+class ScriptedSampler:
+    """Replies with scripted texts (as the tokenizer's ids + end of turn), logprob -1 per token."""
+
+    policy_version = 0
+
+    def __init__(self, tok, replies):
+        self.tok, self.replies, self.prompts = tok, list(replies), []
+
+    async def sample(self, prompts_P, params, n=1):
+        self.prompts.append(list(prompts_P[0]))
+        text = self.replies.pop(0)
+        ids = list(self.tok(text, add_special_tokens=False)["input_ids"]) + [self.tok.convert_tokens_to_ids("<|im_end|>")]
+        return [[Completion(token_ids=ids, logprobs=[-1.0] * len(ids), finish_reason="stop", policy_version=0,
+                            text=text)]]
+
+    def decode(self, ids):
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+
+def _task():
+    def correct(completions, answer, **kw):
+        return [float(c[0]["content"].strip() == a) for c, a in zip(completions, answer)]
+
+    rows = [{"prompt": [{"role": "user", "content": "2+3?"}], "answer": "5"}]
+    return Task("t", rows, rows, Rubric([RewardComponent("correct", correct)]))
+
+
+def test_tool_schema_from_hints_and_docstring():
+    s = Tool.from_function(add).schema()["function"]
+    assert s["name"] == "add" and s["description"] == "Add two numbers."
+    assert s["parameters"]["properties"]["a"] == {"type": "integer", "description": "first number"}
+    assert s["parameters"]["required"] == ["a"]
+
+
+def test_parse_calls_tagged_bare_and_malformed():
+    assert parse_calls('x <tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')[0] == [
+        {"name": "add", "arguments": {"a": 1}}]
+    assert parse_calls('{"name": "add", "arguments": {"a": 1}}')[0] == [{"name": "add", "arguments": {"a": 1}}]
+    calls, errors = parse_calls("<tool_call>{not json</tool_call>")
+    assert calls == [] and errors
+    assert parse_calls("just an answer") == ([], [])
+
+
+def test_call_tool_errors_never_raise():
+    tools = {"add": Tool.from_function(add), "slow": Tool.from_function(slow)}
+    run = lambda call, t=1.0: asyncio.run(call_tool(tools, call, t))  # noqa: E731
+    assert run({"name": "add", "arguments": {"a": 2, "b": 3}}).content == "5"
+    assert "unknown tool" in run({"name": "mul", "arguments": {}}).content
+    assert "missing ['a']" in run({"name": "add", "arguments": {}}).content
+    assert "raised TypeError" in run({"name": "add", "arguments": {"a": "x", "b": 1}}).content
+    t0 = time.perf_counter()
+    r = run({"name": "slow", "arguments": {"x": "y"}}, 0.2)
+    assert r.timed_out and not r.ok and time.perf_counter() - t0 < 1.5
+
+
+def test_episode_runs_tools_and_keeps_token_fidelity(tiny):
+    _, tok = tiny
+    env = ToolEnv(_task(), tok, SampleParams(max_tokens=32), [add, slow], max_turns=4, tool_timeout_s=0.2)
+    sampler = ScriptedSampler(tok, [
+        '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',
+        "<tool_call>{broken</tool_call>",
+        '<tool_call>{"name": "slow", "arguments": {"x": "1"}}</tool_call>',
+        "5",
+    ])
+    row = env.task.train_rows[0]
+    traj = asyncio.run(env.rollout(row, sampler))
+    asyncio.run(env.score([traj]))
+    assert len(traj.turns) == 4 and traj.reward == 1.0
+    assert traj.metrics["tool_calls"] == 2 and traj.metrics["malformed_calls"] == 1
+    assert traj.metrics["tool_timeouts"] == 1 and traj.metrics["tool_errors"] == 1
+    # every prompt extends the previous prompt + completion token for token (sequence() checks it)
+    tokens, mask, logps = traj.sequence()
+    completions = sum(len(t.completion_ids) for t in traj.turns)
+    assert sum(mask) == completions and len(mask) == len(tokens) - len(traj.prompt_ids)
+    # env tokens (tool results) are in the sequence with mask 0 and logprob 0
+    env_positions = [i for i, m in enumerate(mask) if m == 0]
+    env_text = tok.decode([tokens[len(traj.prompt_ids) + i] for i in env_positions])
+    assert "tool\n5" in env_text and "malformed tool call" in env_text and "timed out" in env_text
+    assert all(logps[i] == 0.0 for i in env_positions)
+    # the sampler saw exactly these prompts: what the trainer will score
+    assert sampler.prompts == [t.prompt_ids for t in traj.turns]
+    # and the full conversation rendered by the template tokenizes to the same ids (no drift)
+    rendered = tok.apply_chat_template(env.initial_messages(row)[:1] + traj.extra["messages"], tokenize=False)
+    assert rendered.startswith(tok.decode(tokens))
+
+
+def test_final_tool_ends_the_episode(tiny):
+    _, tok = tiny
+
+    def answer(text: str) -> str:
+        """Submit the final answer."""
+        return "ok"
+
+    env = ToolEnv(_task(), tok, SampleParams(), [add, answer], final_tool="answer")
+    sampler = ScriptedSampler(tok, ['<tool_call>{"name": "answer", "arguments": {"text": "5"}}</tool_call>', "x"])
+    traj = asyncio.run(env.rollout(env.task.train_rows[0], sampler))
+    asyncio.run(env.score([traj]))
+    assert len(traj.turns) == 1 and traj.completion_text == "5" and traj.reward == 1.0
+
+
+def test_prefix_check_passes_chatml_and_catches_a_broken_template(tiny):
+    _, tok = tiny
+    check_prefix_property(tok)
+    assert turn_end_text(tok) == "<|im_end|>\n"
+    orig = tok.chat_template
+    try:
+        # drops earlier assistant turns once a later user turn exists (like templates that strip old reasoning)
+        tok.chat_template = (
+            "{% for message in messages %}{% if message['role'] != 'assistant' or loop.last %}"
+            "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+            "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+        with pytest.raises(ChatTemplateError, match=r"not prefix-stable.*token \d+"):
+            check_prefix_property(tok)
+        with pytest.raises(ChatTemplateError):
+            ToolEnv(_task(), tok, SampleParams(), [add])
+    finally:
+        tok.chat_template = orig
