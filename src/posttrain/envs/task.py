@@ -6,6 +6,7 @@ model's chat template) and any other columns, which reward functions receive as 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,11 @@ class Task:
     # Sampling hints the task knows best (e.g. how long a good answer is); config values win when set.
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
+    # Tool use: with tools, the loop runs a multi-turn ToolEnv (envs/tool_env.py) instead of one completion.
+    tools: list[Callable[..., Any]] = field(default_factory=list)
+    max_turns: int = 1
+    final_tool: str | None = None  # calling this tool ends the episode; its first argument is the answer
+    tool_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.train_rows:

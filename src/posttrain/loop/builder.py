@@ -14,6 +14,7 @@ from posttrain.config.schema import Config
 from posttrain.envs.custom import load_task
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.envs.task import Task
+from posttrain.envs.tool_env import ToolEnv
 from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
 from posttrain.models.lora import apply_lora, count_parameters
 from posttrain.sampling.hf_sampler import HFSampler
@@ -26,7 +27,7 @@ class Components:
     model: Any
     tokenizer: Any
     task: Task
-    env: SingleTurnEnv
+    env: SingleTurnEnv | ToolEnv
     sampler: HFSampler
     trainer: Trainer
     ref_model: Any | None
@@ -73,7 +74,11 @@ def build(cfg: Config, log=print) -> Components:
     trainable, total = count_parameters(model)
     train_params, eval_params = sample_params(cfg, task)
     sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=cfg.run.seed)
-    env = SingleTurnEnv(task, tok, train_params)
+    if task.tools:
+        env = ToolEnv(task, tok, train_params, task.tools, max_turns=max(task.max_turns, 1),
+                      tool_timeout_s=task.tool_timeout_s, final_tool=task.final_tool)
+    else:
+        env = SingleTurnEnv(task, tok, train_params)
     trainer = Trainer(model, pad_id=tok.pad_token_id, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay,
                       betas=tuple(cfg.trainer.betas), max_grad_norm=cfg.trainer.max_grad_norm,
                       warmup_steps=cfg.trainer.warmup_steps, micro_batch_tokens=cfg.trainer.micro_batch_tokens,
