@@ -144,6 +144,9 @@ class LoopConfig(_Strict):
     save_every: int = Field(10, ge=0, description="checkpoint every N steps (0: only at the end)")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk (oldest removed)")
     samples_per_step: int = Field(2, ge=0, description="rollouts per step written to samples.jsonl")
+    mode: Literal["sync", "async"] = Field("sync", description="async: rollout workers fill a queue while the trainer trains")
+    max_staleness: int = Field(1, ge=0, description="async: policy versions a trained token may lag behind (admission control)")
+    rollout_workers: int | None = Field(None, ge=1, description="async: groups in flight at most; default prompts_per_step x (max_staleness + 1)")
 
 
 class LoggingConfig(_Strict):
@@ -164,6 +167,10 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "Config":
+        if self.loop.mode == "async" and self.algorithm.dynamic_sampling:
+            raise ValueError("loop.mode=async does not support algorithm.dynamic_sampling yet; use loop.mode=sync")
+        if self.loop.mode == "async" and self.algorithm.name == "es":
+            raise ValueError("algorithm.name=es has no async loop; use loop.mode=sync")
         if self.algorithm.epsilon_high is not None and self.algorithm.epsilon_high < self.algorithm.epsilon:
             raise ValueError(f"algorithm.epsilon_high ({self.algorithm.epsilon_high}) must be >= algorithm.epsilon "
                              f"({self.algorithm.epsilon})")

@@ -28,6 +28,8 @@ class Task:
     max_turns: int = 1
     final_tool: str | None = None  # calling this tool ends the episode; its first argument is the answer
     tool_timeout_s: float = 10.0
+    # Any other environment: env_factory(task, tokenizer, sample_params) -> an Env (envs/base.py). Wins over tools.
+    env_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.train_rows:

@@ -27,7 +27,7 @@ class Components:
     model: Any
     tokenizer: Any
     task: Task
-    env: SingleTurnEnv | ToolEnv
+    env: Any  # an Env: SingleTurnEnv, ToolEnv or the task's own (Task.env_factory)
     sampler: HFSampler
     trainer: Trainer
     ref_model: Any | None
@@ -74,7 +74,9 @@ def build(cfg: Config, log=print) -> Components:
     trainable, total = count_parameters(model)
     train_params, eval_params = sample_params(cfg, task)
     sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=cfg.run.seed)
-    if task.tools:
+    if task.env_factory is not None:
+        env = task.env_factory(task, tok, train_params)
+    elif task.tools:
         env = ToolEnv(task, tok, train_params, task.tools, max_turns=max(task.max_turns, 1),
                       tool_timeout_s=task.tool_timeout_s, final_tool=task.final_tool)
     else:

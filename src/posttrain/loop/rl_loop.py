@@ -130,6 +130,7 @@ class RLLoop:
                     break
             else:
                 done = cfg.loop.steps
+            await self._training_done()
             step = done if cfg.loop.steps > self.start_step else self.start_step
             if step > self.start_step:
                 # Checkpoint before the final eval, so that resuming to train further continues exactly as an
@@ -199,19 +200,14 @@ class RLLoop:
         for s, adv in zip(full_batch.sequences, adv_N.tolist()):
             s.advantage = adv
         batch, loss_cfg = self._trainable_part(full_batch)
+        ref_for_loss = None
+        if ref_lp is not None and a.kl_mode == "loss":
+            keep = {id(s) for s in batch.sequences}
+            ref_for_loss = [r for s, r in zip(full_batch.sequences, ref_lp) if id(s) in keep]
         with timer("train"):
-            old_lp = c.trainer.compute_logprobs(batch) if cfg.loop.num_iterations > 1 else None
-            ref_for_loss = None
-            if ref_lp is not None and a.kl_mode == "loss":
-                keep = {id(s) for s in batch.sequences}
-                ref_for_loss = [r for s, r in zip(full_batch.sequences, ref_lp) if id(s) in keep]
-            for _ in range(cfg.loop.num_iterations):
-                m.update(c.trainer.forward_backward(batch, self.loss_fn, loss_cfg, old_lp, ref_for_loss,
-                                                    token_weight_fn=self.token_weight_fn))
-                m.update(c.trainer.optim_step())
+            m.update(await self._optimize(batch, loss_cfg, ref_for_loss))
         with timer("sync"):
-            # In-process share: the sampler holds the trainer's module, so syncing is a version bump.
-            c.sampler.policy_version += 1
+            await self._sync_weights()
         m.update(rollout_metrics(trajs))
         m.update(pass_rates(trajs, {x.name: x.pass_threshold for x in c.task.rubric.components}))
         zero_var = sum(1 for g in all_groups if not has_signal(g.rewards_G))
@@ -226,11 +222,12 @@ class RLLoop:
             "groups/trained": float(len(groups)),
             "tokens/completion": float(n_tok), "tokens/trained": float(batch.num_tokens),
             "train/zero_adv_seqs_skipped": float(len(full_batch.sequences) - len(batch.sequences)),
-            "perf/sample_tokens_per_s": n_tok / max(timer.seconds["sample"], 1e-9),
+            "perf/sample_tokens_per_s": n_tok / max(timer.seconds.get("sample", 0.0), 1e-9),
             "policy_version": float(c.sampler.policy_version),
         })
         m.update(timer.metrics())
         m["time/step"] = sum(timer.seconds.values())
+        m.update(self._step_extras())
         self.logger.log({"kind": "train", "step": step + 1, **m})
         if cfg.loop.samples_per_step:
             self.logger.log_samples(step + 1, sample_records(trajs, cfg.loop.samples_per_step))
@@ -240,6 +237,27 @@ class RLLoop:
                 break
         self.say(con.step_line(step + 1, cfg.loop.steps, m))
         return m
+
+    async def _optimize(self, batch: Batch, loss_cfg: LossConfig, ref_lp: list[list[float]] | None) -> dict[str, Any]:
+        """num_iterations optimizer passes over the batch (PPO-style reuse scores against the pre-update policy)."""
+        c, m = self.c, {}
+        old_lp = c.trainer.compute_logprobs(batch) if self.cfg.loop.num_iterations > 1 else None
+        for _ in range(self.cfg.loop.num_iterations):
+            m.update(c.trainer.forward_backward(batch, self.loss_fn, loss_cfg, old_lp, ref_lp,
+                                                token_weight_fn=self.token_weight_fn))
+            m.update(c.trainer.optim_step())
+        return m
+
+    async def _sync_weights(self) -> None:
+        # In-process share: the sampler holds the trainer's module, so syncing is a version bump.
+        self.c.sampler.policy_version += 1
+
+    def _step_extras(self) -> dict[str, float]:
+        """Hook: extra per-step metrics (the async loop's idle fractions and busy times)."""
+        return {}
+
+    async def _training_done(self) -> None:
+        """Hook: the last train step ran (the async loop stops its rollout workers here)."""
 
     def _trainable_part(self, batch: Batch) -> tuple[Batch, LossConfig]:
         """Leave zero-advantage sequences out of the forward/backward when that changes nothing.
@@ -300,4 +318,8 @@ def train(cfg: Config, run_dir: Path | None = None, resume: bool = False) -> Run
         from posttrain.loop.es_loop import ESLoop  # es_loop builds on this module
 
         return ESLoop(cfg, run_dir=run_dir, resume=resume).run()
+    if cfg.loop.mode == "async":
+        from posttrain.loop.async_loop import AsyncRLLoop
+
+        return AsyncRLLoop(cfg, run_dir=run_dir, resume=resume).run()
     return RLLoop(cfg, run_dir=run_dir, resume=resume).run()

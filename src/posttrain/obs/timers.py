@@ -23,3 +23,35 @@ class StageTimer:
 
     def reset(self) -> None:
         self.seconds.clear()
+
+
+class BusyMeter:
+    """Wall time during which at least one of possibly many concurrent operations was in progress (the union
+    of their intervals), e.g. "the sampler was generating". Enter/exit pairs may overlap."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self._busy = 0.0
+        self._since = 0.0
+
+    def enter(self) -> None:
+        if self.active == 0:
+            self._since = time.perf_counter()
+        self.active += 1
+
+    def exit(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self._busy += time.perf_counter() - self._since
+
+    def read(self) -> float:
+        """Busy seconds so far (including the interval in progress)."""
+        return self._busy + (time.perf_counter() - self._since if self.active else 0.0)
+
+    @contextmanager
+    def __call__(self):
+        self.enter()
+        try:
+            yield
+        finally:
+            self.exit()

@@ -43,6 +43,19 @@ class HFSampler:
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
+    @torch.no_grad()
+    def load_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
+        """Weight sync by in-process copy, for a sampler that holds its own copy of the model (async loop).
+        Waits for a decode in flight to finish, so no completion mixes two policy versions."""
+        with self._lock:
+            params = dict(self.model.named_parameters())
+            missing = [n for n in named_tensors if n not in params]
+            if missing:
+                raise KeyError(f"sampler model has no parameters {missing[:3]}")
+            for n, t in named_tensors.items():
+                params[n].copy_(t)
+            self.policy_version = version
+
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
         """Concurrent calls made in the same event-loop turn are coalesced into one batch (one prefill per
         distinct prompt, one decode loop), so envs can be written one episode at a time."""
