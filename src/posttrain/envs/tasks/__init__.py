@@ -11,6 +11,7 @@ BUILTIN_TASKS: dict[str, str] = {
     "count-a": "posttrain.envs.tasks.count_a",
     "code-tests": "posttrain.envs.tasks.code_tests",
     "feature-deletion": "posttrain.envs.tasks.feature_deletion",
+    "search-qa": "posttrain.envs.tasks.search_qa",
 }
 
 
