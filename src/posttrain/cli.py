@@ -43,13 +43,15 @@ def train(
         typer.echo(to_yaml(cfg), nl=False)
         return
     from posttrain.algos.registry import UnknownName
+    from posttrain.envs.check import EnvCheckError
     from posttrain.envs.custom import TaskLoadError
     from posttrain.loop import train as run_train
     from posttrain.models.load import ModelLoadError
+    from posttrain.models.template_check import ChatTemplateError
 
     try:
         run_train(cfg, run_dir=resume, resume=resume is not None)
-    except (TaskLoadError, ModelLoadError, FileNotFoundError, UnknownName) as e:
+    except (TaskLoadError, ModelLoadError, FileNotFoundError, UnknownName, EnvCheckError, ChatTemplateError) as e:
         _fail(str(e))
 
 

@@ -109,15 +109,14 @@ def test_chat_template_prefix_check(tiny):
     _, tok = tiny
     assert K.chat_template_prefix_ok(tok)[0]
 
-    class LastOnly:
-        """A template that drops history: rendering is not append-only."""
-        chat_template = "x"
-
-        def apply_chat_template(self, msgs, add_generation_prompt=False, tokenize=False):
-            return msgs[-1]["content"] + ("<a>" if add_generation_prompt else "")
-
-    ok, detail = K.chat_template_prefix_ok(LastOnly())
-    assert not ok and "turn 2" in detail
+    orig = tok.chat_template
+    try:  # a template that only renders the last message: rendering is not append-only
+        tok.chat_template = ("{{ '<|im_start|>' + messages[-1]['role'] + '\n' + messages[-1]['content'] + "
+                             "'<|im_end|>\n' }}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+        ok, detail = K.chat_template_prefix_ok(tok)
+    finally:
+        tok.chat_template = orig
+    assert not ok and "not prefix-stable" in detail
 
 
 def test_zero_variance_and_memory_estimate(tiny):

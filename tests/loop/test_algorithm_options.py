@@ -85,3 +85,25 @@ def test_presets_fill_only_unset_fields():
     assert c.epsilon_high == 0.3 and c.dynamic_sampling and c.overlong_buffer_frac == 0.2
     c = load_config(None, ["algorithm.name=gspo"]).algorithm
     assert c.loss == "gspo" and c.epsilon == 3e-4
+
+
+def test_training_refuses_a_task_whose_env_check_fails(tmp_path):
+    from posttrain.envs.check import EnvCheckError
+
+    task = tmp_path / "broken.py"
+    task.write_text(
+        "from posttrain.envs.check import SmokeCheck\n"
+        "from posttrain.envs.custom import to_task\n"
+        "def reward(completions, **kw):\n"
+        "    return [1.0 for _ in completions]  # passes everything: the known-bad answer will pass too\n"
+        "def make_task():\n"
+        "    rows = [{'prompt': [{'role': 'user', 'content': f'q{i}'}]} for i in range(10)]\n"
+        "    t = to_task({'train': rows, 'rewards': [reward], 'max_tokens': 4}, 'broken')\n"
+        "    t.smoke_checks = [SmokeCheck('wrong answer', row=rows[0], completion='nope', expect='fail')]\n"
+        "    return t\n")
+    cfg = load_config(None, FAST + [f"run.output_dir={tmp_path}", f"task.name={task}:make_task"])
+    with pytest.raises(EnvCheckError, match="wrong answer"):
+        train(cfg)
+    warn = load_config(None, FAST + [f"run.output_dir={tmp_path}", f"task.name={task}:make_task",
+                                     "task.env_check=warn"])
+    assert train(warn).steps == 2

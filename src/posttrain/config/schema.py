@@ -40,6 +40,8 @@ class TaskConfig(_Strict):
     name: str = Field("json-extract", description="a built-in task name, 'path/file.py:make_task' or 'pkg.module:make_task'")
     options: dict = Field(default_factory=dict, description="keyword arguments for the task factory")
     reward_timeout_s: float = Field(60.0, gt=0.0, description="seconds one reward-function call may take; past it the samples count as failed")
+    env_check: Literal["refuse", "warn", "off"] = Field(
+        "refuse", description="run the task's smoke checks before training (posttrain env check); on failure refuse or warn")
 
 
 class SamplingConfig(_Strict):

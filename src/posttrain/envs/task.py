@@ -30,6 +30,9 @@ class Task:
     tool_timeout_s: float = 10.0
     # Any other environment: env_factory(task, tokenizer, sample_params) -> an Env (envs/base.py). Wins over tools.
     env_factory: Callable[..., Any] | None = None
+    # Known-good / known-bad answers and smoke commands (envs/check.py SmokeCheck), run by `posttrain env check`
+    # and before training (task.env_check). Empty: one check that scoring an empty completion does not raise.
+    smoke_checks: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.train_rows:

@@ -76,6 +76,8 @@ class RLLoop:
         if not resume:
             write_run_info(self.run_dir, to_yaml(cfg), cfg.run.seed)
         self.c: Components = build(cfg, log=self.say)
+        if cfg.task.env_check != "off":
+            self._env_check()
         self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard)
         # With KL as a reward penalty the loss has no KL term (beta=0 there); the reference is still loaded.
         self.loss_cfg = LossConfig(epsilon=a.epsilon, epsilon_high=a.epsilon_high,
@@ -91,6 +93,22 @@ class RLLoop:
             self._resume()
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
+    def _env_check(self) -> None:
+        """The task's smoke checks (known-good and known-bad answers, smoke commands) before any training."""
+        from posttrain.envs.check import EnvCheckError, check_task, results_table
+
+        results = check_task(self.c.task)
+        if all(r.ok for r in results):
+            self.say(f"env check: {len(results)} check(s) ok")
+            return
+        if self.cfg.logging.console:
+            con.console.print(results_table(results, title=f"env check: {self.c.task.name}"))
+        failed = "; ".join(f"{r.check}: expected {r.expected}, got {r.got}" for r in results if not r.ok)
+        if self.cfg.task.env_check == "refuse":
+            raise EnvCheckError(f"env check failed for task {self.c.task.name!r}: {failed} "
+                                "(task.env_check=warn trains anyway)", results)
+        self.say(f"warning: env check failed, training anyway (task.env_check=warn): {failed}")
+
     def _resume(self) -> None:
         ckpt = latest_checkpoint(self.run_dir)
         if ckpt is None:
