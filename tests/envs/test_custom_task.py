@@ -49,3 +49,18 @@ def test_bad_task_specs(tmp_path):
         load_task("count-a", {"bogus": 1})
     with pytest.raises(TaskLoadError, match="cannot import module"):
         load_task("no_such_module_xyz:make_task")
+
+
+def test_tool_task_example_loads_and_trains_a_step(tmp_path):
+    from posttrain.config import load_config
+    from posttrain.envs.tool_env import ToolEnv
+    from posttrain.loop import train
+    from posttrain.loop.builder import build
+
+    task = load_task("examples/tool_task.py:make_task")
+    assert task.tools and task.max_turns == 3
+    over = ["model.name=tiny-random", "task.name=examples/tool_task.py:make_task", "loop.steps=1",
+            "loop.eval_prompts=2", "logging.tensorboard=false", "logging.console=false", "loop.save_every=0",
+            f"run.output_dir={tmp_path}", "sampling.max_tokens=8"]
+    assert isinstance(build(load_config(None, over)).env, ToolEnv)
+    assert train(load_config(None, over)).steps == 1

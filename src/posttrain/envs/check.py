@@ -69,6 +69,8 @@ def score_completion(task: Task, row: dict[str, Any], text: str, completion_ids:
     """Score one completion text against one row the way SingleTurnEnv does. Returns the rubric Score."""
     completion = [{"role": "assistant", "content": text}] if task.conversational else text
     cols = {k: v for k, v in row.items() if k != "prompt"}
+    if task.tools:  # ToolEnv's extra columns, for an answer given without any tool call
+        cols = {**cols, "tool_calls": [], "num_turns": 1}
     (s,) = task.rubric.score([completion], [cols], prompts=[row["prompt"]], completion_ids=[completion_ids or []])
     return s
 
