@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+from posttrain.envs.check import SmokeCheck
 from posttrain.envs.task import Task
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.rewards.text import completion_text
@@ -31,5 +32,8 @@ def make_task(n_train: int = 64, n_eval: int = 16, seed: int = 0, max_tokens: in
 
     rubric = Rubric([RewardComponent("a_fraction", a_fraction, weight=1.0, pass_threshold=0.5)],
                     pass_component="a_fraction")
-    return Task(name="count-a", train_rows=[row(i) for i in range(n_train)],
+    train_rows = [row(i) for i in range(n_train)]
+    return Task(name="count-a", train_rows=train_rows,
+                smoke_checks=[SmokeCheck("all a passes", row=train_rows[0], completion="aaaa"),
+                              SmokeCheck("no a fails", row=train_rows[0], completion="xyz", expect="fail")],
                 eval_rows=[row(1000 + i) for i in range(n_eval)], rubric=rubric, max_tokens=max_tokens)

@@ -19,6 +19,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from posttrain.envs.check import SmokeCheck
 from posttrain.envs.task import Task
 from posttrain.envs.tasks import json_data as D
 from posttrain.rewards.json_rewards import json_rubric
@@ -176,10 +177,14 @@ def make_task(seed: int = 0, n_train: int = 400, n_eval: int = 48,
     rubric = json_rubric(weights)
     master = random.Random(seed)
     train_rng, eval_rng = random.Random(master.getrandbits(64)), random.Random(master.getrandbits(64))
+    train_rows = _rows(n_train, train_rng, _Pools(0), schema_style)
+    first = train_rows[0]
     return Task(
         name="json-extract",
-        train_rows=_rows(n_train, train_rng, _Pools(0), schema_style),
+        train_rows=train_rows,
         eval_rows=_rows(n_eval, eval_rng, _Pools(1), schema_style),
+        smoke_checks=[SmokeCheck("the expected JSON passes", row=first, completion=json.dumps(first["expected"])),
+                      SmokeCheck("an empty object fails", row=first, completion="{}", expect="fail")],
         rubric=rubric,
         description="Extract facts from a short text into JSON matching a given schema "
                     f"({len(SHAPES)} shapes: {', '.join(SHAPES)}); held-out rows use unseen entities.",

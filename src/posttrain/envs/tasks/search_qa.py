@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from posttrain.envs.check import SmokeCheck
 from posttrain.envs.task import Task
 from posttrain.envs.tasks import bm25
 from posttrain.envs.tools import parse_calls
@@ -306,7 +307,10 @@ def make_task(n_train: int = 300, n_eval: int = 60, seed: int = 0, search_cost: 
     rows = [_row(q, _hash01("given", seed, q["question"]) < given_fraction) for q in pool]
     eval_rows, train_pool = rows[:n_eval], rows[n_eval:]
     train_rows = [train_pool[i % len(train_pool)] for i in range(n_train)]
+    first = train_rows[0]
     return Task(
+        smoke_checks=[SmokeCheck("the gold answer passes", row=first, completion=first["answer"]),
+                      SmokeCheck("another name fails", row=first, completion="Nobody Atall", expect="fail")],
         name="search-qa",
         train_rows=train_rows,
         eval_rows=eval_rows,
