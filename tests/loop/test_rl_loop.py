@@ -76,8 +76,9 @@ def test_raising_reward_function_does_not_stop_the_run(tmp_path):
         "def make_task():\n"
         "    rows = [{'prompt': [{'role': 'user', 'content': f'q{i}'}]} for i in range(20)]\n"
         "    return {'train': rows, 'rewards': [reward], 'max_tokens': 8}\n")
+    # env_check=off: the pre-training check would (rightly) refuse this reward, which raises on an empty reply
     cfg = _cfg(tmp_path, f"task.name={task_file}:make_task", "loop.steps=3", "loop.save_every=0",
-               "sampling.eval_temperature=1.0")
+               "sampling.eval_temperature=1.0", "task.env_check=off")
     res = train(cfg)
     recs = [r for r in read_metrics(str(res.run_dir)) if r["kind"] == "train"]
     assert len(recs) == 3
