@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -37,6 +37,12 @@ class LoraConfig(_Strict):
 
 
 class TaskConfig(_Strict):
+    @field_validator("env_check", mode="before")
+    @classmethod
+    def _yaml_off(cls, v):
+        # YAML reads a bare `off` as false (and `on` as true): accept what the user meant.
+        return {False: "off", True: "refuse"}.get(v, v) if isinstance(v, bool) else v
+
     name: str = Field("json-extract", description="a built-in task name, 'path/file.py:make_task' or 'pkg.module:make_task'")
     options: dict = Field(default_factory=dict, description="keyword arguments for the task factory")
     reward_timeout_s: float = Field(60.0, gt=0.0, description="seconds one reward-function call may take; past it the samples count as failed")
