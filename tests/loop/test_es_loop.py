@@ -3,6 +3,7 @@
 import json
 
 import torch
+from safetensors.torch import load_file
 
 from posttrain.algos.es import ESHistory, replay_
 from posttrain.config import load_config
@@ -43,3 +44,22 @@ def test_es_resume_replays_history_to_the_same_run(tmp_path):
     b = json.loads((resumed.run_dir / "es_history.json").read_text())
     assert a == b
     assert resumed.after["eval/reward/mean"] == straight.after["eval/reward/mean"]
+
+
+def test_es_on_lora_adapters_replays_too(tmp_path):
+    from posttrain.loop.builder import build
+
+    over = FAST + [f"run.output_dir={tmp_path}", "loop.steps=3", "loop.save_every=0", "lora.enabled=true",
+                   "lora.r=4"]
+    res = train(load_config(None, over))
+    hist = ESHistory.from_dict(json.loads((res.run_dir / "es_history.json").read_text()))
+    c = build(load_config(None, over), log=lambda s: None)  # same seed: the same base weights and adapter init
+    params = [p for p in c.model.parameters() if p.requires_grad]
+    assert params and all("lora" in n for n, p in c.model.named_parameters() if p.requires_grad)
+    replay_(params, hist)
+    trained = load_file(str(res.run_dir / "final" / "adapter_model.safetensors"))
+    mine = {n: p for n, p in c.model.named_parameters() if p.requires_grad}
+    assert len(trained) == len(mine)
+    for n, t in trained.items():
+        key = next(k for k in mine if k.replace(".default", "").endswith(n.split("base_model.model.")[-1]))
+        assert torch.equal(mine[key].detach(), t), n
