@@ -60,6 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default="default")
     p.add_argument("--out-dir", default=str(ROOT / "runs" / "bench-algorithms"))
     p.add_argument("--results", default=str(RESULTS))
+    p.add_argument("--merge", action="store_true",
+                   help="re-run only these variants/tasks and merge into the existing algorithms.json")
     return p.parse_args(argv)
 
 
@@ -172,15 +174,24 @@ def plot(results: list[dict], tasks: list[str], variants: list[str], path: Path)
 def main(argv=None) -> None:
     args = parse_args(argv)
     threads = max(1, (os.cpu_count() or 2) // args.jobs)
-    jobs = [(t, None, 0) for t in args.tasks] + [(t, v, s) for t in args.tasks for v in args.variants
-                                                 for s in args.seeds]
+    out = Path(args.results)
+    old: list[dict] = []
+    if args.merge and (out / "algorithms.json").exists():
+        old = json.loads((out / "algorithms.json").read_text())["results"]
+    have_base = {r["task"] for r in old if r["variant"] == "base" and "error" not in r}
+    jobs = [(t, None, 0) for t in args.tasks if t not in have_base] + [
+        (t, v, s) for t in args.tasks for v in args.variants for s in args.seeds]
     print(f"{len(jobs)} runs, {args.jobs} at a time, {threads} thread(s) each", flush=True)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda j: run_one(args, *j, threads), jobs))
     print(f"all runs done in {(time.perf_counter() - t0) / 60:.1f} min", flush=True)
-    out = Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
+    if old:
+        redone = {(r["task"], r["variant"], r["seed"]) for r in results}
+        results = [r for r in old if (r["task"], r["variant"], r["seed"]) not in redone] + results
+        args.tasks = [t for t in TASKS if any(r["task"] == t for r in results)]
+        args.variants = [v for v in VARIANTS if any(r["variant"] == v for r in results)]
     md = table(results, args.tasks, args.variants)
     print(md, flush=True)
     (out / "algorithms.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))

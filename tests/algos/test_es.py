@@ -30,7 +30,7 @@ def test_update_moves_along_fitness_weighted_noise():
     p = [torch.zeros(1000)]
     it = ESIteration(seeds=[11], weights=[1.0])
     apply_update_(p, it, sigma=0.1, lr=0.2, population=2)
-    assert torch.allclose(p[0], 0.2 / (2 * 0.1) * noise((1000,), 11, 0))
+    assert torch.allclose(p[0], 0.2 / 2 * noise((1000,), 11, 0))
 
 
 def test_perturb_writes_from_base_and_leaves_base_untouched():

@@ -11,7 +11,7 @@ from posttrain.loop import train
 from posttrain.models import load_model
 
 FAST = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false", "logging.console=false",
-        "loop.eval_prompts=8", "algorithm.name=es", "algorithm.es.sigma=0.02", "algorithm.es.lr=0.01",
+        "loop.eval_prompts=8", "algorithm.name=es", "algorithm.es.sigma=0.02", "algorithm.es.lr=0.2",
         "algorithm.es.temperature=0.7", "loop.prompts_per_step=4"]
 
 

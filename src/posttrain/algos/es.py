@@ -8,7 +8,10 @@ GRPO vs ES. For n = population / 2 seeds s_i with noise eps_i = N(0, I) drawn fr
     evaluate   f+_i = F(theta + sigma * eps_i),   f-_i = F(theta - sigma * eps_i)
     shape      u = centred_ranks([f+, f-])   in [-0.5, 0.5]
                w_i = u(f+_i) - u(f-_i)
-    update     theta <- theta + lr / (population * sigma) * sum_i w_i * eps_i
+    update     theta <- theta + lr / population * sum_i w_i * eps_i
+
+The step follows Qiu et al.'s convention (sigma folded into lr, so their lr = 5e-4 with sigma = 1e-3 carries
+over); OpenAI-ES divides by sigma as well, which with sigma = 1e-3 makes the same lr a 1000x larger step.
 
 The noise is a pure function of (seed, parameter index), so an iteration is fully described by its seeds and
 weights: about 12 bytes per antithetic pair. Replaying the list of (seeds, weights) on the base weights repeats
@@ -113,8 +116,9 @@ def perturb_(params: Sequence[torch.Tensor], base: Sequence[torch.Tensor], seed:
 
 @torch.no_grad()
 def apply_update_(params: Sequence[torch.Tensor], it: ESIteration, sigma: float, lr: float, population: int) -> None:
-    """theta <- theta + lr / (population * sigma) * sum_i w_i * eps_i, in a fixed order (bit-exact replays)."""
-    step = lr / (population * sigma)
+    """theta <- theta + lr / population * sum_i w_i * eps_i, in a fixed order (bit-exact replays). `sigma` is
+    recorded in the history but does not scale the step (see the module docstring)."""
+    step = lr / population
     for j, p in enumerate(params):
         delta = torch.zeros(p.shape, dtype=torch.float32)
         for seed, w in zip(it.seeds, it.weights):

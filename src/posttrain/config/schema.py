@@ -77,7 +77,7 @@ ALGORITHM_PRESETS: dict[str, dict] = {
 class ESConfig(_Strict):
     population: int = Field(8, ge=2, description="perturbed models per iteration (antithetic pairs: population/2 seeds)")
     sigma: float = Field(1e-3, gt=0.0, description="noise scale of each perturbation")
-    lr: float = Field(5e-4, gt=0.0, description="step size on the rank-normalised fitness-weighted noise")
+    lr: float = Field(5e-4, gt=0.0, description="step: theta += lr / population * sum of rank-weighted noise (Qiu et al. 2025)")
     samples_per_prompt: int = Field(1, ge=1, description="completions per prompt when scoring one perturbation")
     temperature: float = Field(0.0, ge=0.0, description="sampling temperature for fitness (0: greedy, as Qiu et al. 2025)")
 

@@ -144,6 +144,7 @@ class AsyncRLLoop(RLLoop):
             raise RuntimeError(f"a rollout worker failed: {self._failure!r}") from self._failure
         wait_s = time.perf_counter() - t0
         groups = [self._ready.pop(i) for i in want]
+        self._overlong_pen = self._overlong_pen[-len(want):]  # workers append per group; keep this step's
         version = self.c.sampler.policy_version  # == the trainer's weights: the last sync copied them
         token_versions = [t.policy_version for g in groups for t in g.trajectories_G]
         too_old = [v for v in token_versions if version - v > self.k]
