@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -60,6 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default="default")
     p.add_argument("--out-dir", default=str(ROOT / "runs" / "bench-algorithms"))
     p.add_argument("--results", default=str(RESULTS))
+    p.add_argument("--reuse", action="store_true", help="read finished runs from --out-dir instead of re-running them")
     p.add_argument("--merge", action="store_true",
                    help="re-run only these variants/tasks and merge into the existing algorithms.json")
     return p.parse_args(argv)
@@ -76,17 +78,21 @@ def run_one(args, task: str, variant: str | None, seed: int, threads: int) -> di
     else:
         over += ["loop.steps=0"]
     run_dir = Path(args.out_dir) / name
-    if run_dir.exists():
-        import shutil
-        shutil.rmtree(run_dir)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "train", *over], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=budget * 6 + 600)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        print(f"  {name}: FAILED\n{proc.stderr[-2000:]}", flush=True)
-        return {"task": task, "variant": variant, "seed": seed, "error": proc.stderr[-2000:]}
+    if args.reuse and (run_dir / "summary.json").exists():
+        wall = float("nan")  # measured when it ran; its metrics are read back below
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "train", *over], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=budget * 6 + 600)
+        wall = time.perf_counter() - t0
+        # Weights are not needed here and a full fine-tune's checkpoint + final model take ~2 GB per run.
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        shutil.rmtree(run_dir / "final", ignore_errors=True)
+        if proc.returncode != 0:
+            print(f"  {name}: FAILED\n{proc.stderr[-2000:]}", flush=True)
+            return {"task": task, "variant": variant, "seed": seed, "error": proc.stderr[-2000:]}
     summary = json.loads((run_dir / "summary.json").read_text())
     recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     train = [r for r in recs if r.get("kind") == "train"]
