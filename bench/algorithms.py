@@ -129,16 +129,19 @@ def table(results: list[dict], tasks: list[str], variants: list[str]) -> str:
         rs = [r for r in results if r["task"] == task and "error" not in r]
         base = [r for r in rs if r["variant"] == "base"]
         b = base[0]["pass_rate"] if base else None
-        budget = rs[0]["budget_s"] if rs else 0
+        br = base[0]["eval_reward"] if base else None
+        budget = max((r["budget_s"] for r in rs), default=0)
         lines += [f"### {task} ({budget:.0f} s of training per run; base model held-out pass rate "
-                  f"{b * 100:.1f}%)" if b is not None else f"### {task}", "",
-                  "| variant | held-out pass after | reward @25% | @50% | @75% | @100% | s/step | steps |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  f"{b * 100:.1f}%, held-out reward {br:.3f})" if b is not None else f"### {task}", "",
+                  "| variant | held-out pass after | held-out reward after | train reward @25% | @50% | @75% | @100% "
+                  "| s/step | steps |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for v in variants:
             vr = [r for r in rs if r["variant"] == v]
             if not vr:
                 continue
-            lines.append(f"| {v} | {_ms([r['pass_rate'] for r in vr])} | " + " | ".join(
+            lines.append(f"| {v} | {_ms([r['pass_rate'] for r in vr])} | {_ms([r['eval_reward'] for r in vr])} | "
+                         + " | ".join(
                 _ms([r[f'reward@{q}%'] for r in vr]) for q in (25, 50, 75, 100)) +
                 f" | {statistics.median(r['s_per_step'] for r in vr if r['s_per_step']):.1f} | "
                 f"{statistics.fmean(r['steps'] for r in vr):.1f} |")
