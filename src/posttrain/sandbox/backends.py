@@ -83,6 +83,10 @@ def _outermost(paths) -> list[str]:
     return kept
 
 
+def _roots_under_tmp(interp: "Interpreter") -> list[str]:
+    return [r for r in interp.roots if r == "/tmp" or r.startswith("/tmp/")]
+
+
 def system_binds() -> list[tuple[str, str]]:
     """(kind, path) for the read-only system tree: a merged-/usr symlink stays a symlink, a real dir is bound."""
     out = [("bind", "/usr")]
@@ -137,6 +141,13 @@ def bwrap_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_in
     for kind, path in system_binds():
         cmd += ["--ro-bind", path, path] if kind == "bind" else ["--symlink", os.readlink(path), path]
     made: set[str] = {"/"}
+    tmp_roots = _roots_under_tmp(interp)
+    if tmp_roots:
+        # The interpreter lives under /tmp (a venv in a checkout there): /tmp cannot be the usual symlink into the
+        # work dir, so it becomes a fresh size-limited tmpfs of its own, with the interpreter bound inside it.
+        # Each of the two tmpfs gets half of tmpfs_mb, so the run's total stays within it.
+        cmd += ["--size", str(cfg.tmpfs_mb << 19), "--perms", "1777", "--tmpfs", "/tmp"]
+        made.add("/tmp")
     for root in interp.roots:
         # bwrap 0.8 creates missing parents 0700, which the run's uid could not traverse.
         parts = root.strip("/").split("/")
@@ -147,9 +158,10 @@ def bwrap_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_in
                 made.add(parent)
         cmd += ["--ro-bind", root, root]
     cmd += ["--proc", "/proc", "--dev", "/dev",
-            "--size", str(cfg.tmpfs_mb << 20), "--perms", "0755", "--tmpfs", BOX,
-            "--symlink", layout.tmp, "/tmp",
-            "--ro-bind", stage_in, layout.inputs]
+            "--size", str(cfg.tmpfs_mb << (19 if tmp_roots else 20)), "--perms", "0755", "--tmpfs", BOX]
+    if not tmp_roots:
+        cmd += ["--symlink", layout.tmp, "/tmp"]
+    cmd += ["--ro-bind", stage_in, layout.inputs]
     if stage_tests is not None:
         cmd += ["--ro-bind", stage_tests, layout.tests]
     cmd += ["--perms", "0755", "--dir", "/etc",
@@ -169,6 +181,10 @@ def unshare_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_
     q = shlex.quote
     r = root_dir
     lines = ["set -e", f"mount -t tmpfs -o size=1m,mode=755 ptsb-root {q(r)}"]
+    tmp_roots = _roots_under_tmp(interp)
+    if tmp_roots:  # see bwrap_argv: /tmp becomes its own tmpfs holding the interpreter
+        lines.append(f"mkdir -p {q(r)}/tmp && mount -t tmpfs -o size={cfg.tmpfs_mb << 9}k,mode=1777,nosuid,nodev "
+                     f"ptsb-tmp {q(r)}/tmp")
     ro_dirs = [p for kind, p in system_binds() if kind == "bind"] + interp.roots
     for d in ro_dirs:
         lines.append(f"mkdir -p {q(r + d)} && mount --rbind {q(d)} {q(r + d)} && mount -o remount,bind,ro {q(r + d)}")
@@ -177,9 +193,11 @@ def unshare_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_
             lines.append(f"ln -s {q(os.readlink(p))} {q(r + p)}")
     lines += [f"mkdir -p {q(r)}/proc {q(r)}/dev {q(r + BOX)} {q(r + layout.inputs)} {q(r)}/etc",
               f"mount -t proc -o nosuid,nodev,noexec proc {q(r)}/proc",
-              f"mount -t tmpfs -o size={cfg.tmpfs_mb}m,mode=755,nosuid,nodev ptsb-work {q(r + BOX)}",
-              f"mount --bind {q(stage_in)} {q(r + layout.inputs)} && mount -o remount,bind,ro {q(r + layout.inputs)}",
-              f"ln -s {q(layout.tmp)} {q(r)}/tmp"]
+              f"mount -t tmpfs -o size={cfg.tmpfs_mb << (9 if tmp_roots else 10)}k,mode=755,nosuid,nodev "
+              f"ptsb-work {q(r + BOX)}",
+              f"mount --bind {q(stage_in)} {q(r + layout.inputs)} && mount -o remount,bind,ro {q(r + layout.inputs)}"]
+    if not tmp_roots:
+        lines.append(f"ln -s {q(layout.tmp)} {q(r)}/tmp")
     for dev in ("null", "zero", "full", "random", "urandom"):
         lines.append(f"touch {q(r)}/dev/{dev} && mount --bind /dev/{dev} {q(r)}/dev/{dev}")
     for f in ("passwd", "group"):
