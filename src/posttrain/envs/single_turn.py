@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from posttrain.envs.task import Task
@@ -31,17 +32,25 @@ class SingleTurnEnv:
         return Trajectory(turns=[turn], prompt_text=_prompt_text(row["prompt"]), completion_text=c.text, row=row)
 
     async def score(self, trajectories: list[Trajectory]) -> None:
-        if not trajectories:
-            return
-        conv = self.task.conversational
-        completions = [[{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text
-                       for t in trajectories]
-        rows = [{k: v for k, v in t.row.items() if k != "prompt"} for t in trajectories]
-        scores = self.task.rubric.score(completions, rows, prompts=[t.row["prompt"] for t in trajectories],
-                                        completion_ids=[t.completion_ids for t in trajectories])
-        for t, s in zip(trajectories, scores):
-            t.reward, t.reward_components, t.passed, t.failed, t.error = (s.reward, s.components, s.passed,
-                                                                          s.failed, s.error)
+        score_with_rubric(self.task, trajectories)
+
+
+def score_with_rubric(task: Task, trajectories: list[Trajectory],
+                      extra_columns: Callable[[Trajectory], dict[str, Any]] | None = None) -> None:
+    """Score final answers with the task's rubric (one batched call) and write rewards into the trajectories.
+    Reward functions get the row's columns, plus `extra_columns(trajectory)` (ToolEnv adds its tool calls)."""
+    if not trajectories:
+        return
+    conv = task.conversational
+    completions = [[{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text
+                   for t in trajectories]
+    rows = [{**{k: v for k, v in t.row.items() if k != "prompt"}, **(extra_columns(t) if extra_columns else {})}
+            for t in trajectories]
+    scores = task.rubric.score(completions, rows, prompts=[t.row["prompt"] for t in trajectories],
+                               completion_ids=[t.completion_ids for t in trajectories])
+    for t, s in zip(trajectories, scores):
+        t.reward, t.reward_components, t.passed, t.failed, t.error = (s.reward, s.components, s.passed,
+                                                                      s.failed, s.error)
 
 
 def _prompt_text(prompt: Any) -> str:

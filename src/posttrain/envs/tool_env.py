@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from posttrain.envs.single_turn import _prompt_text
+from posttrain.envs.single_turn import _prompt_text, score_with_rubric
 from posttrain.envs.task import Task
 from posttrain.envs.tools import Tool, ToolResult, call_tool, parse_calls, tools_system_prompt
 from posttrain.models.template_check import ChatTemplateError, check_prefix_property, render_ids
@@ -129,17 +129,8 @@ class ToolEnv:
                           extra={"tool_calls": calls_log, "messages": msgs[1:]})
 
     async def score(self, trajectories: list[Trajectory]) -> None:
-        if not trajectories:
-            return
-        conv = self.task.conversational
-        completions = [[{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text
-                       for t in trajectories]
-        rows = [{**{k: v for k, v in t.row.items() if k != "prompt"}, "tool_calls": t.extra.get("tool_calls", []),
-                 "num_turns": len(t.turns)} for t in trajectories]
-        scores = self.task.rubric.score(completions, rows, prompts=[t.row["prompt"] for t in trajectories],
-                                        completion_ids=[t.completion_ids for t in trajectories])
-        for t, s in zip(trajectories, scores):
-            t.reward, t.reward_components, t.passed, t.failed, t.error = (s.reward, s.components, s.passed,
-                                                                          s.failed, s.error)
+        score_with_rubric(self.task, trajectories,
+                          lambda t: {"tool_calls": t.extra.get("tool_calls", []), "num_turns": len(t.turns)})
+        for t in trajectories:
             if t.metrics.get("turn_reward"):
                 t.reward += t.metrics["turn_reward"]
