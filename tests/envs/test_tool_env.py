@@ -10,7 +10,8 @@ from posttrain.envs.tool_env import ToolEnv, turn_end_text
 from posttrain.envs.tools import Tool, call_tool, parse_calls
 from posttrain.models.template_check import ChatTemplateError, check_prefix_property
 from posttrain.rewards.rubric import RewardComponent, Rubric
-from posttrain.types import Completion, SampleParams
+from posttrain.sampling.testing import ScriptedSampler as _Scripted
+from posttrain.types import SampleParams
 
 
 def add(a: int, b: int = 0) -> int:
@@ -29,23 +30,8 @@ def slow(x: str) -> str:
     return x
 
 
-class ScriptedSampler:
-    """Replies with scripted texts (as the tokenizer's ids + end of turn), logprob -1 per token."""
-
-    policy_version = 0
-
-    def __init__(self, tok, replies):
-        self.tok, self.replies, self.prompts = tok, list(replies), []
-
-    async def sample(self, prompts_P, params, n=1):
-        self.prompts.append(list(prompts_P[0]))
-        text = self.replies.pop(0)
-        ids = list(self.tok(text, add_special_tokens=False)["input_ids"]) + [self.tok.convert_tokens_to_ids("<|im_end|>")]
-        return [[Completion(token_ids=ids, logprobs=[-1.0] * len(ids), finish_reason="stop", policy_version=0,
-                            text=text)]]
-
-    def decode(self, ids):
-        return self.tok.decode(ids, skip_special_tokens=True)
+def ScriptedSampler(tok, replies):  # noqa: N802 - the shared test sampler, ending turns with <|im_end|>
+    return _Scripted(tok, replies, end_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
 
 
 def _task():

@@ -1,4 +1,3 @@
-import random
 
 import pytest
 import torch
@@ -7,20 +6,8 @@ from posttrain.algos import LOSSES, LossConfig
 from posttrain.train import Trainer
 from posttrain.train.optimizers import build_optimizers, muon_param_split
 
-from posttrain.types import Batch, Sequence
 
-
-def _batch(vocab: int, n_groups=3, g=3, seed=0) -> Batch:
-    rng = random.Random(seed)
-    seqs = []
-    for gi in range(n_groups):
-        prompt = [rng.randrange(4, vocab) for _ in range(6 + 3 * gi)]
-        for j in range(g):
-            n = 4 + 2 * j
-            seqs.append(Sequence(prompt_ids=prompt, completion_ids=[rng.randrange(4, vocab) for _ in range(n)],
-                                 loss_mask=[1] * n, sampler_logprobs=[-1.0] * n, advantage=rng.gauss(0, 1),
-                                 group_id=gi))
-    return Batch(seqs)
+from batches import random_batch as _batch
 
 
 def test_muon_gets_hidden_matrices_and_adamw_the_rest(tiny):

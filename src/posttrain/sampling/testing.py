@@ -8,19 +8,24 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from posttrain.sampling.hf_sampler import cut_at_stop
 from posttrain.types import Completion, SampleParams
 
 
 class ScriptedSampler:
-    """Returns the given texts in order, one per `sample` call (tokenized, ending in eos, logprob -0.5 each).
-    Cycles when it runs out. `delay_s` makes each call slow (for timeout tests)."""
+    """Returns the given texts in order, one per `sample` call (tokenized, ending in `end_token_id` (default eos),
+    logprob -0.5 each). Cycles when it runs out. Like the HF sampler, `text` is cut before a stop string while the
+    ids keep it. `delay_s` makes each call slow (for timeout tests); `prompts` records every prompt it was given."""
 
-    def __init__(self, tokenizer: Any, texts: list[str], delay_s: float = 0.0, policy_version: int = 0):
+    def __init__(self, tokenizer: Any, texts: list[str], delay_s: float = 0.0, policy_version: int = 0,
+                 end_token_id: int | None = None):
         self.tok = tokenizer
         self.texts = list(texts)
         self.delay_s = delay_s
         self.policy_version = policy_version
+        self.end_token_id = tokenizer.eos_token_id if end_token_id is None else end_token_id
         self.calls = 0
+        self.prompts: list[list[int]] = []
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tok.decode(token_ids, skip_special_tokens=True)
@@ -30,8 +35,10 @@ class ScriptedSampler:
             await asyncio.sleep(self.delay_s)
         text = self.texts[self.calls % len(self.texts)]
         self.calls += 1
-        ids = [int(i) for i in self.tok(text, add_special_tokens=False)["input_ids"]] + [self.tok.eos_token_id]
-        return [[Completion(list(ids), [-0.5] * len(ids), "stop", self.policy_version, text=text) for _ in range(n)]
+        self.prompts += [list(p) for p in prompts_P]
+        ids = [int(i) for i in self.tok(text, add_special_tokens=False)["input_ids"]] + [self.end_token_id]
+        shown = cut_at_stop(text, params.stop) if params.stop else text
+        return [[Completion(list(ids), [-0.5] * len(ids), "stop", self.policy_version, text=shown) for _ in range(n)]
                 for _ in prompts_P]
 
 

@@ -19,8 +19,8 @@ from posttrain.envs.tasks.search_qa import (
     normalize,
 )
 from posttrain.envs.tool_env import ToolEnv
-from posttrain.sampling.hf_sampler import cut_at_stop
-from posttrain.types import Completion, SampleParams
+from posttrain.sampling.testing import ScriptedSampler as _Scripted
+from posttrain.types import SampleParams
 
 
 @pytest.fixture(scope="module")
@@ -155,24 +155,8 @@ def test_rubric_wrong_partial_hedged_and_unanswered(task: Task) -> None:
 # ---- ToolEnv episode -------------------------------------------------------------------------------------------
 
 
-class ScriptedSampler:
-    """Replies with scripted texts (as the tokenizer's ids + end of turn), logprob -1 per token. Like the HF
-    sampler, the text is cut before a stop string while the ids keep it."""
-
-    policy_version = 0
-
-    def __init__(self, tok, replies):
-        self.tok, self.replies, self.prompts = tok, list(replies), []
-
-    async def sample(self, prompts_P, params, n=1):
-        self.prompts.append(list(prompts_P[0]))
-        text = self.replies.pop(0)
-        ids = list(self.tok(text, add_special_tokens=False)["input_ids"]) + [self.tok.convert_tokens_to_ids("<|im_end|>")]
-        return [[Completion(token_ids=ids, logprobs=[-1.0] * len(ids), finish_reason="stop", policy_version=0,
-                            text=cut_at_stop(text, params.stop))]]
-
-    def decode(self, ids):
-        return self.tok.decode(ids, skip_special_tokens=True)
+def ScriptedSampler(tok, replies):  # noqa: N802 - the shared test sampler, ending turns with <|im_end|>
+    return _Scripted(tok, replies, end_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
 
 
 def _call(name: str, key: str, value: str) -> str:
