@@ -62,3 +62,13 @@ def test_async_rejects_unsupported_combinations():
         load_config(None, ["loop.mode=async", "algorithm.name=dapo"])
     with pytest.raises(ConfigError, match="es"):
         load_config(None, ["loop.mode=async", "algorithm.name=es"])
+
+
+def test_a_hanging_rollout_fails_the_run_with_a_timeout(tmp_path, monkeypatch):
+    async def hang(self, row, sampler, params=None):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(SingleTurnEnv, "rollout", hang)
+    with pytest.raises(TimeoutError, match="batch_timeout_s"):
+        train(load_config(None, FAST + [f"run.output_dir={tmp_path}", "loop.steps=2", "loop.batch_timeout_s=0.5",
+                                        "loop.eval_before=false"]))

@@ -155,6 +155,7 @@ class LoopConfig(_Strict):
     mode: Literal["sync", "async"] = Field("sync", description="async: rollout workers fill a queue while the trainer trains")
     max_staleness: int = Field(1, ge=0, description="async: policy versions a trained token may lag behind (admission control)")
     rollout_workers: int | None = Field(None, ge=1, description="async: groups in flight at most; default prompts_per_step x (max_staleness + 1)")
+    batch_timeout_s: float = Field(3600.0, gt=0.0, description="async: seconds the trainer waits for a step's groups before failing the run")
 
 
 class LoggingConfig(_Strict):

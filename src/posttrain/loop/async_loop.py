@@ -138,8 +138,15 @@ class AsyncRLLoop(RLLoop):
             self._start_workers(step)
         want = range(step * self.per_step, (step + 1) * self.per_step)
         t0 = time.perf_counter()
-        async with self._cond:
-            await self._cond.wait_for(lambda: self._failure is not None or all(i in self._ready for i in want))
+        try:
+            async with self._cond:
+                await asyncio.wait_for(self._cond.wait_for(
+                    lambda: self._failure is not None or all(i in self._ready for i in want)),
+                    self.cfg.loop.batch_timeout_s)
+        except asyncio.TimeoutError:
+            missing = [i for i in want if i not in self._ready]
+            raise TimeoutError(f"step {step}: groups {missing} not ready after loop.batch_timeout_s="
+                               f"{self.cfg.loop.batch_timeout_s:g}s (a rollout, env or reward is hanging)") from None
         if self._failure is not None:
             raise RuntimeError(f"a rollout worker failed: {self._failure!r}") from self._failure
         wait_s = time.perf_counter() - t0
