@@ -7,8 +7,14 @@ Tools are plain functions: their type hints and docstrings become the JSON schem
 <tool_call>{"name": "multiply", "arguments": {"a": 12, "b": 34}}</tool_call>, the result comes back as a tool
 message (loss mask 0), and the episode ends when it replies without a tool call or after `max_turns` replies.
 Reward functions see the final reply plus `tool_calls` (every call of the episode) and `num_turns`.
+
+`demonstrate` shows the policy how it is done (call the tool, then state the result); with it, a short
+supervised warm start runs before RL:
+
+    posttrain train task.name=examples/tool_task.py:make_task warm_start.steps=20 loop.steps=10
 """
 
+import json
 import random
 import re
 
@@ -32,12 +38,18 @@ def fewer_calls(completions, tool_calls, **kwargs):
     return [-0.05 * len(calls) for calls in tool_calls]
 
 
+def demonstrate(row):
+    """The replies of a policy that uses the tool: one call, then the answer."""
+    call = {"name": "multiply", "arguments": {"a": row["a"], "b": row["b"]}}
+    return [f"<tool_call>{json.dumps(call)}</tool_call>", f"{row['a']} * {row['b']} = {row['answer']}"]
+
+
 def make_task(n: int = 200, seed: int = 0):
     rng = random.Random(seed)
     rows = []
     for _ in range(n):
         a, b = rng.randint(11, 99), rng.randint(11, 99)
         rows.append({"prompt": [{"role": "user", "content": f"What is {a} * {b}? End with the number."}],
-                     "answer": a * b})
+                     "a": a, "b": b, "answer": a * b})
     return {"train": rows[:-40], "eval": rows[-40:], "rewards": [correct, fewer_calls], "tools": [multiply],
-            "max_turns": 3, "max_tokens": 48}
+            "max_turns": 3, "max_tokens": 48, "demonstrate": demonstrate}

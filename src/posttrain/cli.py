@@ -61,6 +61,7 @@ def eval_cmd(
     task: str = typer.Option("json-extract", "--task"),
     prompts: int = typer.Option(48, "--prompts", help="held-out prompts to evaluate"),
     temperature: float = typer.Option(0.0, "--temperature"),
+    samples: int = typer.Option(1, "--samples", help="completions per prompt (needs --temperature > 0)"),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens"),
 ) -> None:
     """Pass rates of a model or a trained run on a task's held-out prompts."""
@@ -72,7 +73,7 @@ def eval_cmd(
     from posttrain.obs import console as con
 
     overrides = [f"model.name={model}", f"task.name={task}", f"sampling.eval_temperature={temperature}",
-                 f"loop.eval_prompts={prompts}"]
+                 f"loop.eval_prompts={prompts}", f"loop.eval_samples={samples}"]
     if max_tokens:
         overrides.append(f"sampling.max_tokens={max_tokens}")
     try:
@@ -80,7 +81,7 @@ def eval_cmd(
         c = build(cfg, log=lambda s: typer.echo(s, err=True))
     except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError) as e:
         _fail(str(e))
-    m, _ = evaluate(c.env, c.sampler, c.task.eval_rows[:prompts], c.eval_params)
+    m, _ = evaluate(c.env, c.sampler, c.task.eval_rows[:prompts], c.eval_params, samples)
     m["eval/reward"] = m["eval/reward/mean"]
     con.console.print(con.eval_table(f"{model} on {task} ({min(prompts, len(c.task.eval_rows))} held-out prompts)",
                                      [(Path(model).name or model, m)]))

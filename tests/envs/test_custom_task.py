@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from posttrain.envs import TaskLoadError, load_task
@@ -64,3 +66,7 @@ def test_tool_task_example_loads_and_trains_a_step(tmp_path):
             f"run.output_dir={tmp_path}", "sampling.max_tokens=8"]
     assert isinstance(build(load_config(None, over)).env, ToolEnv)
     assert train(load_config(None, over)).steps == 1
+    # its demonstrations pass its own rubric, so the warm start trains on all of them
+    res = train(load_config(None, over + ["warm_start.steps=2", "warm_start.demos=12", "loop.steps=0"]))
+    summary = json.loads((res.run_dir / "summary.json").read_text())
+    assert summary["warm_start"]["demos"] == 12 and summary["warm_start"]["demos_failed"] == 0

@@ -141,6 +141,13 @@ class TrainerConfig(_Strict):
     prefix_sharing: bool = Field(True, description="compute each group's shared prompt once")
 
 
+class WarmStartConfig(_Strict):
+    steps: int = Field(0, ge=0, description="supervised steps on the task's demonstrations before RL (0: off; needs a task with `demonstrate`)")
+    lr: float = Field(5e-5, gt=0.0, description="learning rate of the warm start (its own AdamW, dropped after)")
+    batch_size: int = Field(8, ge=1, description="demonstrations per warm-start step")
+    demos: int = Field(0, ge=0, description="training rows turned into demonstrations (0: all)")
+
+
 class LoopConfig(_Strict):
     steps: int = Field(60, ge=0, description="optimizer steps (each on a fresh batch of rollouts)")
     prompts_per_step: int = Field(4, ge=1, description="prompts per step; completions per step = this x G")
@@ -148,6 +155,7 @@ class LoopConfig(_Strict):
     eval_every: int = Field(0, ge=0, description="held-out eval every N steps (0: only before and after)")
     eval_prompts: int = Field(48, ge=1, description="held-out prompts per evaluation")
     eval_before: bool = Field(True, description="evaluate before training (skip it when comparing many runs of one model)")
+    eval_samples: int = Field(1, ge=1, description="completions per held-out prompt; > 1 needs sampling.eval_temperature > 0 (pass_rate is then sampled pass@1)")
     time_budget_s: float | None = Field(None, gt=0.0, description="stop after the step that uses up this much training time")
     save_every: int = Field(10, ge=0, description="checkpoint every N steps (0: only at the end)")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk (oldest removed)")
@@ -171,6 +179,7 @@ class Config(_Strict):
     sampling: SamplingConfig = SamplingConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     trainer: TrainerConfig = TrainerConfig()
+    warm_start: WarmStartConfig = WarmStartConfig()
     loop: LoopConfig = LoopConfig()
     logging: LoggingConfig = LoggingConfig()
 
@@ -180,6 +189,12 @@ class Config(_Strict):
             raise ValueError("loop.mode=async does not support algorithm.dynamic_sampling yet; use loop.mode=sync")
         if self.loop.mode == "async" and self.algorithm.name == "es":
             raise ValueError("algorithm.name=es has no async loop; use loop.mode=sync")
+        if self.warm_start.steps and self.algorithm.name == "es":
+            raise ValueError("warm_start with algorithm.name=es is not supported: the ES seed history replays from the "
+                             "loaded weights; warm-start in a separate run (loop.steps=0) and load its final/ folder")
+        if self.loop.eval_samples > 1 and self.sampling.eval_temperature == 0:
+            raise ValueError(f"loop.eval_samples={self.loop.eval_samples} with greedy eval (sampling.eval_temperature=0) "
+                             "repeats one completion; set sampling.eval_temperature > 0 (e.g. 0.7) or eval_samples=1")
         if self.algorithm.epsilon_high is not None and self.algorithm.epsilon_high < self.algorithm.epsilon:
             raise ValueError(f"algorithm.epsilon_high ({self.algorithm.epsilon_high}) must be >= algorithm.epsilon "
                              f"({self.algorithm.epsilon})")

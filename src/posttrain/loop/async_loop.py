@@ -173,6 +173,12 @@ class AsyncRLLoop(RLLoop):
             m.update(await asyncio.to_thread(c.trainer.optim_step))
         return m
 
+    async def _after_warm_start(self) -> None:
+        # The sampler holds its own copy of the weights: copy the warm-started ones in, at the same version (no
+        # train step happened, so admission control and the staleness bound are unchanged).
+        state = {n: p.detach() for n, p in self.c.model.named_parameters() if p.requires_grad}
+        await asyncio.to_thread(self.c.sampler.inner.load_weights, state, self.c.sampler.policy_version)
+
     async def _sync_weights(self) -> None:
         c = self.c
         t0 = time.perf_counter()

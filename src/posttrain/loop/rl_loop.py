@@ -3,6 +3,7 @@
     for each step:  sample G completions per prompt -> rewards -> advantages -> num_iterations updates
                     -> weight sync to the sampler -> log, eval every N, checkpoint every N
 
+With `warm_start.steps`, a supervised warm start on the task's demonstrations (loop/warm_start.py) runs first.
 Held-out eval runs before training, every `loop.eval_every` steps and at the end. All math lives in algos/;
 this file only orchestrates and times.
 """
@@ -13,7 +14,7 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from posttrain.loop.credit import apply_overlong_penalty, filter_overlong, kl_pe
 from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
 from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from posttrain.loop.evaluate import evaluate_async
+from posttrain.loop.warm_start import WarmStartResult, run_warm_start
 from posttrain.obs import console as con
 from posttrain.obs.metrics import MetricsLogger
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics, sample_records
@@ -130,8 +132,11 @@ class RLLoop:
         self.say(f"model: {cfg.model.name} ({c.trainable_params / 1e6:.1f}M trainable of {c.total_params / 1e6:.1f}M)"
                  f" | task: {c.task.name} ({len(c.task.train_rows)} train / {len(self.eval_rows)} held-out prompts)"
                  f" | {cfg.loop.steps} steps x {cfg.loop.prompts_per_step} prompts x G={cfg.algorithm.num_generations}")
+        self.warm: WarmStartResult | None = None
+        if cfg.warm_start.steps and self.start_step == 0:
+            await self._warm_start()
         if (self.start_step == 0 or not self.before) and cfg.loop.eval_before:
-            self.before = await self._eval(0, "before training")
+            self.before = await self._eval(0, "before training" if self.warm is None else "after the warm start")
         last_eval = self.before
         step = self.start_step
         t_train = time.perf_counter()
@@ -157,14 +162,18 @@ class RLLoop:
                     self._checkpoint(step)
                 last_eval = await self._eval(step, "after training")
                 self._save_final()
+            elif self.warm is not None:  # warm start only (loop.steps=0): its model is the result
+                self._save_final()
         finally:
             self.logger.close()
         elapsed = time.perf_counter() - self.t_start
         con.console.print(con.eval_table(f"held-out ({len(self.eval_rows)} prompts): before vs after", [
             ("before", self.before), ("after", last_eval)])) if cfg.logging.console else None
         self.say(f"done in {elapsed / 60:.1f} min -> {self.run_dir}")
-        (self.run_dir / "summary.json").write_text(json.dumps(
-            {"before": self.before, "after": last_eval, "steps": step, "wall_seconds": elapsed}, indent=2))
+        summary = {"before": self.before, "after": last_eval, "steps": step, "wall_seconds": elapsed}
+        if self.warm is not None:
+            summary["warm_start"] = {**asdict(self.warm), "base_eval": self.base_eval}
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return RunResult(self.run_dir, self.before, last_eval, step, elapsed)
 
     # ---- one step ----------------------------------------------------------------------------------------
@@ -299,8 +308,27 @@ class RLLoop:
         with c.model.disable_adapter():  # LoRA: the reference is the base model
             return c.trainer.compute_logprobs(batch)
 
+    async def _warm_start(self) -> None:
+        """Supervised steps on the task's demonstrations (loop/warm_start.py), evaluated before when eval_before."""
+        c = self.c
+        self.base_eval: dict[str, float] = {}
+        if self.cfg.loop.eval_before:
+            m, _ = await evaluate_async(c.env, c.sampler, self.eval_rows, c.eval_params, self.cfg.loop.eval_samples)
+            self.base_eval = m
+            self.logger.log({"kind": "warm_start_eval", "step": 0,
+                             **{k.replace("eval/", "warm_start/base_eval/"): v for k, v in m.items()}})
+            self.say(f"eval (before the warm start): pass_rate={m['eval/pass_rate']:.3f} "
+                     f"reward={m['eval/reward/mean']:.3f} [{m['eval/seconds']:.1f}s]")
+        self.warm = await run_warm_start(self.cfg, c.model, c.tokenizer, c.env, c.task, c.train_params,
+                                         c.trainer.pad_id, self.say, self.logger.log)
+        await self._after_warm_start()
+
+    async def _after_warm_start(self) -> None:
+        """Hook: the policy's weights changed outside a train step (the async loop copies them to its sampler)."""
+
     async def _eval(self, step: int, label: str) -> dict[str, float]:
-        m, trajs = await evaluate_async(self.c.env, self.c.sampler, self.eval_rows, self.c.eval_params)
+        m, trajs = await evaluate_async(self.c.env, self.c.sampler, self.eval_rows, self.c.eval_params,
+                                         self.cfg.loop.eval_samples)
         self.logger.log({"kind": "eval", "step": step, **m})
         self.logger.log_samples(step, [{"eval": True, **r} for r in sample_records(trajs, 4)])
         self.say(f"eval ({label}, step {step}): pass_rate={m['eval/pass_rate']:.3f} reward={m['eval/reward/mean']:.3f} "
@@ -326,7 +354,9 @@ def _truncate_jsonl(path: Path, max_step: int) -> None:
     """On resume, drop records written after the checkpoint (they will be produced again)."""
     if not path.exists():
         return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= max_step]
+    # Warm-start records come before step 1 and are not redone on resume: always kept.
+    keep = [line for line in path.read_text().splitlines() if line.strip() and (
+        json.loads(line).get("step", 0) <= max_step or json.loads(line).get("kind", "").startswith("warm_start"))]
     path.write_text("".join(line + "\n" for line in keep))
 
 

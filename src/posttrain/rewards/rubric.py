@@ -81,7 +81,9 @@ class Rubric:
         if len(weights) != len(funcs):
             raise ValueError(f"{len(funcs)} reward functions but {len(weights)} weights")
         comps = [RewardComponent(name=_func_name(f, i), func=f, weight=w) for i, (f, w) in enumerate(zip(funcs, weights))]
-        return cls(components=comps)
+        # The first function decides pass/fail; the rest shape the reward. Requiring every component to reach 1.0
+        # would make a task with a penalty term (e.g. -0.05 per tool call) never pass.
+        return cls(components=comps, pass_component=comps[0].name if comps else None)
 
     def score(self, completions: list[Any], rows: list[dict[str, Any]], **extra: list[Any]) -> list[Score]:
         """Score a batch. `rows` are the task rows (their columns become kwargs); `extra` adds more

@@ -15,15 +15,18 @@ from posttrain.types import Completion, SampleParams
 class ScriptedSampler:
     """Returns the given texts in order, one per `sample` call (tokenized, ending in `end_token_id` (default eos),
     logprob -0.5 each). Cycles when it runs out. Like the HF sampler, `text` is cut before a stop string while the
-    ids keep it. `delay_s` makes each call slow (for timeout tests); `prompts` records every prompt it was given."""
+    ids keep it. `delay_s` makes each call slow (for timeout tests); `prompts` records every prompt it was given.
+    `stop_ends_reply=True` copies the HF sampler exactly: a text that ends in one of the stop strings gets no end
+    token (the model stopped at the string), which is what demonstrations for a warm start need."""
 
     def __init__(self, tokenizer: Any, texts: list[str], delay_s: float = 0.0, policy_version: int = 0,
-                 end_token_id: int | None = None):
+                 end_token_id: int | None = None, stop_ends_reply: bool = False):
         self.tok = tokenizer
         self.texts = list(texts)
         self.delay_s = delay_s
         self.policy_version = policy_version
         self.end_token_id = tokenizer.eos_token_id if end_token_id is None else end_token_id
+        self.stop_ends_reply = stop_ends_reply
         self.calls = 0
         self.prompts: list[list[int]] = []
 
@@ -36,7 +39,9 @@ class ScriptedSampler:
         text = self.texts[self.calls % len(self.texts)]
         self.calls += 1
         self.prompts += [list(p) for p in prompts_P]
-        ids = [int(i) for i in self.tok(text, add_special_tokens=False)["input_ids"]] + [self.end_token_id]
+        ids = [int(i) for i in self.tok(text, add_special_tokens=False)["input_ids"]]
+        if not (self.stop_ends_reply and any(text.endswith(s) for s in params.stop or [])):
+            ids.append(self.end_token_id)
         shown = cut_at_stop(text, params.stop) if params.stop else text
         return [[Completion(list(ids), [-0.5] * len(ids), "stop", self.policy_version, text=shown) for _ in range(n)]
                 for _ in prompts_P]

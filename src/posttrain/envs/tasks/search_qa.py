@@ -19,6 +19,7 @@ with `text` as the answer. See docs/search_qa.md.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import re
 from collections.abc import Iterable
@@ -231,6 +232,30 @@ def make_tools(world: World) -> list:
     return [search, answer]
 
 
+# ---- demonstrations (for the supervised warm start) ------------------------------------------------------------
+
+
+def tool_call_text(name: str, **arguments: str) -> str:
+    """One call in the format the prompt's example shows."""
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def make_demonstrator(seed: int = 0, search_given: float = 0.5):
+    """demonstrate(row) -> replies: search each entity of the chain but the last, then answer. On rows whose facts
+    are given it searches only for a `search_given` share of them (a seeded hash of the question decides).
+
+    This teaches the mechanics (a working search call, reading the name out of a document, the answer call) but
+    not the policy: on given rows the warm-started model is undecided whether to search, and on the others it
+    always searches. What it should do at a given price per search is left to RL (see docs/search_qa.md)."""
+
+    def demonstrate(row: dict[str, Any]) -> list[str]:
+        chain = row["chain"]
+        searches = [] if row["given"] and _hash01("demo", seed, row["question"]) >= search_given else chain[:-1]
+        return [tool_call_text("search", query=q) for q in searches] + [tool_call_text("answer", text=row["answer"])]
+
+    return demonstrate
+
+
 # ---- rubric ----------------------------------------------------------------------------------------------------
 
 
@@ -289,7 +314,7 @@ def make_rubric(world: World, search_cost: float = 0.1, format_bonus: float = 0.
 
 def make_task(n_train: int = 300, n_eval: int = 60, seed: int = 0, search_cost: float = 0.1, max_turns: int = 4,
               max_tokens: int = 64, hops: Iterable[int] = (1, 2), given_fraction: float = 0.25,
-              format_bonus: float = 0.1) -> Task:
+              format_bonus: float = 0.1, demo_search_given: float = 0.5) -> Task:
     """The `search-qa` task. Deterministic in `seed` (world, split, which questions state their facts). Held-out
     rows are the `n_eval` questions first in a seeded hash order, so they do not depend on `n_train`; training
     rows are the next ones (repeated in order when `n_train` exceeds the pool)."""
@@ -325,4 +350,5 @@ def make_task(n_train: int = 300, n_eval: int = 60, seed: int = 0, search_cost: 
         tools=make_tools(world),
         max_turns=max_turns,
         final_tool="answer",
+        demonstrate=make_demonstrator(seed, demo_search_given),
     )

@@ -1,0 +1,143 @@
+"""Supervised warm start: a few steps of next-token training on a task's demonstrations, before RL.
+
+RL only reinforces what the policy already samples. A 135M model that never writes a working `search` call
+cannot learn *when* to search, however long it trains (this is what happened on `search-qa`). The usual fix is
+a short supervised "cold start" on demonstrations, then RL.
+
+The demonstrations are played through the run's own env by a scripted policy (`Task.demonstrate(row)` gives the
+replies), so the warm start trains on exactly the token layout RL will see: the same chat template, the same
+tool messages, environment tokens masked out, stop strings kept in the ids and no end token after them. Each
+demonstration is scored by the task's rubric first; one that fails is a bug in the demonstrator, so it is
+counted, reported and left out.
+
+The loss is the mean negative log-likelihood of the demonstrated tokens, computed by the RL trainer itself: the
+REINFORCE loss with advantage 1 at temperature 1 is exactly that. The warm start has its own AdamW (dropped
+afterwards), so RL starts with fresh optimizer state, as it would from a supervised checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from posttrain.algos.losses import LossConfig, reinforce_loss
+from posttrain.config.schema import Config
+from posttrain.envs.task import Task
+from posttrain.envs.tool_env import turn_end_text
+from posttrain.sampling.testing import ScriptedSampler
+from posttrain.train.trainer import Trainer
+from posttrain.types import Group, SampleParams, Trajectory, groups_to_batch
+
+
+class WarmStartError(ValueError):
+    """The warm start cannot run: no demonstrations, or none of them passes the task's own rubric."""
+
+
+@dataclass
+class WarmStartResult:
+    steps: int
+    demos: int  # demonstrations trained on (passing)
+    demos_failed: int  # demonstrations the rubric rejected (left out)
+    loss_first: float  # mean NLL per demonstrated token, first step
+    loss_last: float  # ... mean of the last 3 steps
+    seconds: float
+
+
+def reply_end_token(tok: Any) -> int:
+    """The id that closes an assistant reply when the model stops on its own (ChatML: <|im_end|>), else eos."""
+    end = turn_end_text(tok).strip()
+    if end:
+        ids = tok(end, add_special_tokens=False)["input_ids"]
+        if len(ids) == 1:
+            return int(ids[0])
+    return int(tok.eos_token_id)
+
+
+async def demonstration_trajectories(env: Any, task: Task, tok: Any, rows: list[dict[str, Any]],
+                                     params: SampleParams) -> tuple[list[Trajectory], list[Trajectory]]:
+    """Play task.demonstrate(row) through env for each row and score it. Returns (passing, failing)."""
+    if task.demonstrate is None:
+        raise WarmStartError(f"task {task.name!r} has no demonstrations (Task.demonstrate); warm_start.steps needs "
+                             "one -- or set warm_start.steps=0")
+    end = reply_end_token(tok)
+
+    async def one(row: dict[str, Any]) -> tuple[Trajectory, str | None]:
+        replies = list(task.demonstrate(row))
+        if not replies or not all(isinstance(r, str) for r in replies):
+            raise WarmStartError(f"task {task.name!r}: demonstrate(row) must return a non-empty list of strings, "
+                                 f"got {replies!r:.200} for row {str(row)[:200]}")
+        sampler = ScriptedSampler(tok, replies, end_token_id=end, stop_ends_reply=True)
+        traj = await env.rollout(row, sampler, params)
+        # More turns than the demonstrator wrote: the scripted replies cycled, so the episode is not the demo.
+        short = (f"the env asked for {sampler.calls} replies, the demonstration has {len(replies)}"
+                 if sampler.calls > len(replies) else None)
+        return traj, short
+
+    played = list(await asyncio.gather(*(one(r) for r in rows)))
+    trajs = [t for t, _ in played]
+    await env.score(trajs)
+    ok, bad = [], []
+    for t, short in played:
+        if short:
+            t.passed, t.error = False, short
+        (ok if t.passed and not t.failed else bad).append(t)
+    return ok, bad
+
+
+def batches(n: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
+    """`steps` batches of indices into n demonstrations: shuffled epochs, a fresh order each epoch."""
+    rng = random.Random(f"warm-start:{seed}")
+    out: list[list[int]] = []
+    order: list[int] = []
+    for _ in range(steps):
+        b: list[int] = []
+        while len(b) < min(batch_size, n):
+            if not order:
+                order = list(range(n))
+                rng.shuffle(order)
+            b.append(order.pop())
+        out.append(b)
+    return out
+
+
+async def run_warm_start(cfg: Config, model: Any, tok: Any, env: Any, task: Task, params: SampleParams, pad_id: int,
+                   say: Callable[[str], None], log: Callable[[dict[str, Any]], None]) -> WarmStartResult:
+    ws = cfg.warm_start
+    t0 = time.perf_counter()
+    rows = task.train_rows[: ws.demos] if ws.demos else list(task.train_rows)
+    # Play demonstrations deterministically (temperature has no effect on a scripted policy; stop strings do).
+    ok, bad = await demonstration_trajectories(env, task, tok, rows, params)
+    if bad:
+        t = bad[0]
+        say(f"warning: {len(bad)} of {len(rows)} demonstrations fail the task's rubric and are left out "
+            f"(first: reward={t.reward:.2f} {t.error or ''} reply={t.completion_text[:120]!r})")
+    if not ok:
+        raise WarmStartError(f"none of the {len(rows)} demonstrations of task {task.name!r} passes its rubric; "
+                             "check Task.demonstrate")
+    say(f"warm start: {len(ok)} demonstrations, {ws.steps} steps x {min(ws.batch_size, len(ok))} at lr {ws.lr:g}")
+    trainer = Trainer(model, pad_id=pad_id, lr=ws.lr, betas=cfg.trainer.betas, max_grad_norm=cfg.trainer.max_grad_norm,
+                      micro_batch_tokens=cfg.trainer.micro_batch_tokens, prefix_sharing=cfg.trainer.prefix_sharing,
+                      temperature=1.0)
+    loss_cfg = LossConfig(aggregation="token-mean")
+    losses: list[float] = []
+    for k, idx in enumerate(batches(len(ok), ws.batch_size, ws.steps, cfg.run.seed)):
+        groups = [Group(task_index=i, trajectories_G=[ok[i]], advantages_G=[1.0]) for i in idx]
+        ts = time.perf_counter()
+        m = trainer.forward_backward(groups_to_batch(groups), reinforce_loss, loss_cfg)
+        m.update(trainer.optim_step())
+        losses.append(m["train/loss"])  # token-mean of -logp over the demonstrated tokens = NLL per token
+        log({"kind": "warm_start", "step": 0, "warm_start/step": k + 1, "warm_start/nll": m["train/loss"],
+             "warm_start/grad_norm": m["train/grad_norm"], "warm_start/tokens": m["train/loss_tokens"]})
+        if (k + 1) % max(1, ws.steps // 10) == 0 or k + 1 == ws.steps:
+            say(f"warm start {k + 1}/{ws.steps}: nll/token={m['train/loss']:.3f} "
+                f"grad_norm={m['train/grad_norm']:.2f} [{time.perf_counter() - ts:.1f}s]")
+    del trainer  # its optimizer state; RL starts fresh
+    res = WarmStartResult(ws.steps, len(ok), len(bad), losses[0] if losses else float("nan"),
+                          statistics.fmean(losses[-3:]) if losses else float("nan"), time.perf_counter() - t0)
+    say(f"warm start done in {res.seconds:.0f}s: nll/token {res.loss_first:.3f} -> {res.loss_last:.3f}")
+    return res

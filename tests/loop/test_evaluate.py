@@ -1,0 +1,41 @@
+"""Held-out evaluation with several samples per prompt (sampled pass@1 and pass@n)."""
+
+import pytest
+
+from posttrain.config import ConfigError, load_config
+from posttrain.envs.single_turn import SingleTurnEnv
+from posttrain.envs.tasks import count_a
+from posttrain.loop.evaluate import evaluate, pass_at_n
+from posttrain.sampling.testing import ScriptedSampler
+from posttrain.types import SampleParams
+
+
+def test_pass_at_n_counts_prompts_with_any_pass():
+    assert pass_at_n([False, True, False, False, True, True], 2) == pytest.approx(2 / 3)
+    assert pass_at_n([False] * 4, 2) == 0.0
+    assert pass_at_n([True], 1) == 1.0
+
+
+def test_eval_samples_rolls_out_n_per_prompt_and_averages(tiny):
+    _, tok = tiny
+    task = count_a.make_task()
+    rows = task.eval_rows[:3]
+    # Replies cycle through a passing-for-some and a failing text, so the samples of one prompt differ.
+    sampler = ScriptedSampler(tok, ["a a a", "zzz", "a", "b b"])
+    env = SingleTurnEnv(task, tok, SampleParams(max_tokens=8, temperature=1.0))
+    m, trajs = evaluate(env, sampler, rows, SampleParams(max_tokens=8, temperature=1.0), samples=4)
+    assert len(trajs) == 12 and sampler.calls == 12
+    assert [t.row["prompt"] for t in trajs[:4]] == [rows[0]["prompt"]] * 4
+    assert m["eval/rollouts/count"] == 12.0 and m["eval/samples_per_prompt"] == 4.0
+    assert m["eval/pass_at_n"] == pass_at_n([t.passed for t in trajs], 4)
+    assert m["eval/pass_rate"] == sum(t.passed for t in trajs) / 12 == 0.5  # "a a a" and "a" pass
+    assert m["eval/pass_at_n"] == 1.0
+
+
+def test_eval_samples_needs_a_temperature():
+    with pytest.raises(ConfigError, match="eval_temperature"):
+        load_config(None, ["loop.eval_samples=4"])
+    cfg = load_config(None, ["loop.eval_samples=4", "sampling.eval_temperature=0.7"])
+    assert cfg.loop.eval_samples == 4
+    with pytest.raises(ConfigError):
+        load_config(None, ["loop.eval_samples=0"])

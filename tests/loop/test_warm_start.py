@@ -1,0 +1,139 @@
+"""Supervised warm start on a task's demonstrations (loop/warm_start.py)."""
+
+import asyncio
+import json
+import textwrap
+
+import pytest
+
+from posttrain.config import ConfigError, load_config
+from posttrain.envs.tasks import search_qa
+from posttrain.envs.tool_env import ToolEnv
+from posttrain.loop import train
+from posttrain.loop.warm_start import WarmStartError, batches, demonstration_trajectories, reply_end_token
+from posttrain.obs import read_metrics
+from posttrain.types import SampleParams
+
+# count-a with a demonstrator that writes only 'a's (a tiny-random model learns to copy it in a few steps)
+TASK_FILE = textwrap.dedent('''
+    import dataclasses
+    from posttrain.envs.tasks import count_a
+
+    def make_task(reply="a a a a a a", n_train=16):
+        return dataclasses.replace(count_a.make_task(n_train=n_train, max_tokens=8), demonstrate=lambda row: [reply])
+''')
+
+FAST = ["model.name=tiny-random", "logging.tensorboard=false", "logging.console=false", "loop.eval_prompts=8",
+        "task.env_check=off", "loop.save_every=0"]
+
+
+def _cfg(tmp_path, *extra):
+    f = tmp_path / "demo_task.py"
+    f.write_text(TASK_FILE)
+    return load_config(None, FAST + [f"run.output_dir={tmp_path}", f"task.name={f}:make_task"] + list(extra))
+
+
+def test_warm_start_teaches_the_demonstrations_and_saves_the_model(tmp_path):
+    cfg = _cfg(tmp_path, "warm_start.steps=25", "warm_start.lr=3e-3", "warm_start.batch_size=8", "loop.steps=0",
+               "sampling.eval_temperature=0")
+    res = train(cfg)
+    summary = json.loads((res.run_dir / "summary.json").read_text())
+    ws = summary["warm_start"]
+    assert ws["demos"] == 16 and ws["demos_failed"] == 0
+    assert ws["loss_last"] < ws["loss_first"] / 3, ws
+    # the held-out eval before RL is after the warm start; the base model wrote almost no 'a'
+    assert ws["base_eval"]["eval/reward/mean"] < 0.2
+    assert res.before["eval/reward/mean"] > ws["base_eval"]["eval/reward/mean"] + 0.4
+    assert (res.run_dir / "final" / "config.json").exists()  # warm start only: its model is the result
+    recs = [r for r in read_metrics(str(res.run_dir)) if r["kind"] == "warm_start"]
+    assert [r["warm_start/step"] for r in recs] == list(range(1, 26))
+
+
+def test_warm_start_then_rl_in_one_run(tmp_path):
+    cfg = _cfg(tmp_path, "warm_start.steps=4", "warm_start.lr=1e-3", "loop.steps=2", "loop.eval_before=false")
+    res = train(cfg)
+    kinds = [r["kind"] for r in read_metrics(str(res.run_dir))]
+    assert kinds.count("warm_start") == 4 and kinds.count("train") == 2 and "warm_start_eval" not in kinds
+    assert kinds.index("warm_start") < kinds.index("train")
+
+
+def test_async_loop_sampler_gets_the_warm_started_weights(tmp_path):
+    from posttrain.loop.async_loop import AsyncRLLoop
+
+    cfg = _cfg(tmp_path, "warm_start.steps=3", "warm_start.lr=1e-2", "loop.steps=0", "loop.mode=async",
+               "loop.eval_before=false")
+    loop = AsyncRLLoop(cfg)
+    before = {n: p.detach().clone() for n, p in loop.c.model.named_parameters()}
+    loop.run()
+    sampler_model = loop.c.sampler.inner.model
+    changed = 0
+    for n, p in loop.c.model.named_parameters():
+        q = dict(sampler_model.named_parameters())[n]
+        assert (p.detach() == q.detach()).all(), n
+        changed += int(not (p.detach() == before[n]).all())
+    assert changed > 0 and loop.c.sampler.policy_version == 0
+
+
+def test_task_without_demonstrations_is_refused(tmp_path):
+    cfg = load_config(None, FAST + [f"run.output_dir={tmp_path}", "task.name=count-a", "warm_start.steps=2"])
+    with pytest.raises(WarmStartError, match="no demonstrations"):
+        train(cfg)
+
+
+def test_failing_demonstrations_are_left_out_or_refused(tmp_path):
+    # "zzz" has no 'a': every demonstration fails the rubric -> refused before any training
+    cfg = _cfg(tmp_path, "warm_start.steps=2", "task.options={reply: zzz}")
+    with pytest.raises(WarmStartError, match="none of the 16 demonstrations"):
+        train(cfg)
+
+
+def test_es_with_warm_start_is_refused():
+    with pytest.raises(ConfigError, match="warm_start"):
+        load_config(None, ["algorithm.name=es", "warm_start.steps=3"])
+
+
+def test_batches_cover_every_demo_each_epoch():
+    bs = batches(10, 4, 5, seed=0)
+    assert [len(b) for b in bs] == [4] * 5
+    flat = [i for b in bs for i in b]
+    assert sorted(flat[:10]) == list(range(10))  # the first epoch covers all ten, no repeats
+    assert batches(3, 8, 2, seed=0)[0] and len(batches(3, 8, 2, seed=0)[0]) == 3  # batch capped at n
+    assert batches(10, 4, 5, seed=0) == bs
+
+
+# ---- search-qa: the demonstrator is right on every row, and the tokens look like sampled ones --------------------
+
+
+def test_search_qa_demonstrations_all_pass(tiny):
+    _, tok = tiny
+    task = search_qa.make_task(search_cost=0.1)
+    params = SampleParams(max_tokens=task.max_tokens, stop=task.stop)
+    env = ToolEnv(task, tok, params, task.tools, max_turns=task.max_turns, final_tool=task.final_tool)
+    rows = task.train_rows[:80]
+    ok, bad = asyncio.run(demonstration_trajectories(env, task, tok, rows, params))
+    assert not bad and len(ok) == 80
+    for t in ok:
+        searches = t.reward_components["num_searches"]
+        row = t.row
+        if not row["given"]:
+            assert searches == row["hops"]
+        assert t.reward == pytest.approx(1.1 - 0.1 * searches)
+    given = [t for t in ok if t.row["given"]]
+    assert given and 0 < sum(t.reward_components["num_searches"] > 0 for t in given) < len(given)
+    # each reply stops at '</tool_call>' with no end token, as sampling does; env tokens are masked out
+    end = reply_end_token(tok)
+    t = next(t for t in ok if t.row["hops"] == 2 and not t.row["given"])
+    for turn in t.turns:
+        assert tok.decode(turn.completion_ids).endswith("</tool_call>") and end not in turn.completion_ids
+    ids, mask, _ = t.sequence()
+    assert sum(mask) == sum(len(turn.completion_ids) for turn in t.turns) < len(ids) - len(t.prompt_ids)
+
+
+def test_a_demonstration_too_short_for_the_episode_fails(tiny):
+    _, tok = tiny
+    task = search_qa.make_task()
+    task.demonstrate = lambda row: [search_qa.tool_call_text("search", query="Tovenar")]  # never answers
+    params = SampleParams(max_tokens=task.max_tokens, stop=task.stop)
+    env = ToolEnv(task, tok, params, task.tools, max_turns=task.max_turns, final_tool=task.final_tool)
+    ok, bad = asyncio.run(demonstration_trajectories(env, task, tok, task.train_rows[:2], params))
+    assert not ok and len(bad) == 2 and "replies" in bad[0].error
