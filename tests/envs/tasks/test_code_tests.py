@@ -108,6 +108,15 @@ def test_wrong_and_hacky_solutions_score_below_one():
     assert no_code.reward == 0.0 and no_code.components["sandbox_isolation"] == -1.0
 
 
+def test_without_partial_credit_only_a_full_pass_scores():
+    task = C.make_task(partial_credit=False)
+    p = {q["id"]: q for q in C.load_problems()}["is_even"]
+    row = C.make_row(p)
+    full, partial = _score(task, [row] * 2, [C.reference_completion(p), "```python\ndef is_even(n):\n    return n == 0\n```"])
+    assert full.components["tests_passed"] == 1.0 and full.passed
+    assert partial.components["tests_passed"] == 0.0 and partial.reward == 0.1  # format only
+
+
 def test_hack_detection_can_be_disabled():
     task = C.make_task(detect_hacks=False)
     assert "hack_flagged" not in [c.name for c in task.rubric.components]

@@ -163,14 +163,18 @@ class FunctionGrader:
         return out
 
 
-def code_rubric(grader: FunctionGrader, format_weight: float = 0.1, detect_hacks: bool = True) -> Rubric:
-    """The code-tests rubric over rows with `entry_point` and `tests` columns."""
+def code_rubric(grader: FunctionGrader, format_weight: float = 0.1, detect_hacks: bool = True,
+                partial_credit: bool = True) -> Rubric:
+    """The code-tests rubric over rows with `entry_point` and `tests` columns. partial_credit=False scores
+    tests_passed 1 only when every case passes (else 0): partial credit pays a one-line guess that gets some
+    cases right, which a small model drifts towards (see docs/code_tasks.md)."""
 
     def tests_passed(completions: list[Any], entry_point: list[str], tests: list[list[dict[str, Any]]],
                      **kwargs: Any) -> list[float]:
         codes = [extract_code(completion_text(c), e) for c, e in zip(completions, entry_point)]
         results = grader.grade(list(zip(codes, entry_point, tests)))
-        return [r.score if r is not None else 0.0 for r in results]
+        scores = [r.score if r is not None else 0.0 for r in results]
+        return scores if partial_credit else [float(x >= 1.0) for x in scores]
 
     def code_format(completions: list[Any], entry_point: list[str], **kwargs: Any) -> list[float]:
         return [float(defines(extract_code(completion_text(c), e), e)) for c, e in zip(completions, entry_point)]
@@ -200,7 +204,8 @@ def wrong_completion(problem: dict[str, Any]) -> str:
 
 def make_task(seed: int = 0, eval_fraction: float = 0.2, split_seed: int = 0, difficulties: list[str] | None = None,
               detect_hacks: bool = True, format_weight: float = 0.1, sandbox: dict[str, Any] | None = None,
-              max_tokens: int = 256, problems: Sequence[dict[str, Any]] | None = None) -> Task:
+              max_tokens: int = 256, problems: Sequence[dict[str, Any]] | None = None,
+              partial_credit: bool = True) -> Task:
     """The `code-tests` task. `difficulties` keeps only those levels ("easy", "medium", "hard");
     `sandbox` holds SandboxConfig fields (e.g. {"backend": "unsafe", "allow_unsafe": true} where no
     isolation tool exists); `problems` replaces the built-in set (same JSON shape). `seed` is unused: the
@@ -215,9 +220,10 @@ def make_task(seed: int = 0, eval_fraction: float = 0.2, split_seed: int = 0, di
         name="code-tests",
         train_rows=[make_row(p) for p in train],
         eval_rows=[make_row(p) for p in held],
-        rubric=code_rubric(grader, format_weight, detect_hacks),
+        rubric=code_rubric(grader, format_weight, detect_hacks, partial_credit),
         description=f"Write a small Python function that passes hidden tests ({len(train)} train / "
-                    f"{len(held)} held-out problems); reward = fraction of hidden cases passed.",
+                    f"{len(held)} held-out problems); reward = "
+                    + ("fraction of hidden cases passed." if partial_credit else "1 if every hidden case passes."),
         max_tokens=max_tokens,
         # Stop after the closing fence: a fence followed by a newline ends the code; the opening fence
         # ("```python\n") does not match, so prose before the code is allowed.
