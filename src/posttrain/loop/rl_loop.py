@@ -167,8 +167,13 @@ class RLLoop:
         finally:
             self.logger.close()
         elapsed = time.perf_counter() - self.t_start
-        con.console.print(con.eval_table(f"held-out ({len(self.eval_rows)} prompts): before vs after", [
-            ("before", self.before), ("after", last_eval)])) if cfg.logging.console else None
+        if self.warm is not None and self.base_eval:
+            cols = [("base", _with_reward(self.base_eval)), ("warm start", self.before)]
+            cols += [("after RL", last_eval)] if step > self.start_step else []
+        else:
+            cols = [("before", self.before), ("after", last_eval)]
+        title = f"held-out ({len(self.eval_rows)} prompts): {' vs '.join(c for c, _ in cols)}"
+        con.console.print(con.eval_table(title, cols)) if cfg.logging.console else None
         self.say(f"done in {elapsed / 60:.1f} min -> {self.run_dir}")
         summary = {"before": self.before, "after": last_eval, "steps": step, "wall_seconds": elapsed}
         if self.warm is not None:
@@ -348,6 +353,10 @@ class RLLoop:
             self.c.tokenizer.save_pretrained(out)
         except Exception as e:  # noqa: BLE001 - the checkpoint already holds the weights; report and go on
             self.say(f"warning: could not export the final model to {out}: {e}")
+
+
+def _with_reward(m: dict[str, float]) -> dict[str, float]:
+    return {**m, "eval/reward": m["eval/reward/mean"]} if "eval/reward/mean" in m else m
 
 
 def _truncate_jsonl(path: Path, max_step: int) -> None:
