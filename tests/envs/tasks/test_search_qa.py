@@ -133,6 +133,23 @@ def test_rubric_correct_answer_pays_minus_lambda_per_search(lam: float, n_search
     assert s.reward == pytest.approx(1.0 + 0.1 - lam * n_search)
 
 
+def test_every_step_before_the_answer_costs_so_junk_calls_do_not_dodge_the_price() -> None:
+    task = make_task(n_train=20, n_eval=5, search_cost=0.6)
+    row = task.train_rows[0]
+    junk = '<tool_call>{"name": "Gipa", "arguments": {"masca": "Gipa"}}'  # unknown tool; turns run out
+    extra = {k: v for k, v in row.items() if k != "prompt"}
+    (s,) = task.rubric.score([[{"role": "assistant", "content": junk}]],
+                             [{**extra, "tool_calls": [{"name": "Gipa", "arguments": {}}] * 4, "num_turns": 4}])
+    assert s.components["num_searches"] == 0 and s.components["search_cost"] == pytest.approx(-4 * 0.6)
+    # a plain-text guess after one malformed reply: one wasted step
+    (g,) = task.rubric.score([[{"role": "assistant", "content": "Nobody"}]],
+                             [{**extra, "tool_calls": [], "num_turns": 2}])
+    assert g.components["search_cost"] == pytest.approx(-0.6)
+    # an honest two-search episode costs exactly its searches, and beats the junk episode
+    honest = _score(task, row, row["answer"], _calls(2, row["answer"]))
+    assert honest.components["search_cost"] == pytest.approx(-1.2) and honest.reward > s.reward
+
+
 def test_rubric_wrong_partial_hedged_and_unanswered(task: Task) -> None:
     world = build_world(0)
     row = next(r for r in task.train_rows if r["answer_kind"] == "person")

@@ -3,7 +3,9 @@
 After the "Adaptive Instructed-Retriever" idea: the agent learns *when* to search, because the reward is answer
 correctness minus a price per search:
 
-    reward = correct + format_bonus * called_answer - search_cost * num_searches
+    reward = correct + format_bonus * called_answer - search_cost * tool_steps
+
+(tool_steps: replies before the final answer; in a well-formed episode, the number of searches)
 
 The world is generated from `seed` (people, cities, countries, festivals, companies and the relations between
 them), so no fact can be known from pretraining. Each entity has a 2-3 sentence document. Questions are single-hop
@@ -269,7 +271,8 @@ def _names(calls: list[dict[str, Any]] | None, name: str) -> int:
 
 
 def make_rubric(world: World, search_cost: float = 0.1, format_bonus: float = 0.1) -> Rubric:
-    """correct (pass) + format_bonus * called answer + search_cost (= -lambda * searches); num_searches is logged
+    """correct (pass) + format_bonus * called answer + search_cost (= -lambda * tool steps: every reply before the
+    final answer, which for a well-formed episode is the number of searches); num_searches is logged
     with weight 0. The format bonus is shaping: it pays a 135M model for producing the answer call at all, which
     it rarely does before training; it is small next to `correct` so it never beats a right answer."""
     by_kind = {k: [normalize(n) for n in world.names(k)] for k in ("person", "city", "country")}
@@ -292,8 +295,21 @@ def make_rubric(world: World, search_cost: float = 0.1, format_bonus: float = 0.
         calls = tool_calls if tool_calls is not None else [[]] * len(completions)
         return [float(_names(c, "search")) for c in calls]
 
-    def search_penalty(completions, tool_calls=None, **kwargs) -> list[float]:
-        return [-search_cost * n for n in num_searches(completions, tool_calls)]
+    def tool_steps(completions, tool_calls=None, num_turns=None, **kwargs) -> list[float]:
+        """Replies spent before the final answer: searches, and also malformed calls or calls to unknown tools.
+        Pricing only `search` calls let a policy at a high price escape every cost by emitting junk calls and
+        never answering (reward 0 beats a two-search episode at -0.1; seen in a run at lambda 0.6)."""
+        if num_turns is None:  # scored outside an episode (env check): count the calls
+            return [float(len(c or []) - _names(c, "answer")) for c in (tool_calls or [[]] * len(completions))]
+        out = []
+        for c, n in zip(completions, num_turns):
+            text = completion_text(c)
+            ended = not ("<tool_call>" in text or parse_calls(text)[0])  # answered, or a plain-text reply
+            out.append(float(max(int(n) - int(ended), 0)))
+        return out
+
+    def search_penalty(completions, tool_calls=None, num_turns=None, **kwargs) -> list[float]:
+        return [-search_cost * n for n in tool_steps(completions, tool_calls, num_turns)]
 
     def called_answer(completions, tool_calls=None, **kwargs) -> list[float]:
         calls = tool_calls if tool_calls is not None else [[]] * len(completions)
@@ -302,7 +318,7 @@ def make_rubric(world: World, search_cost: float = 0.1, format_bonus: float = 0.
     return Rubric([
         RewardComponent("correct", correct, weight=1.0),
         RewardComponent("format", called_answer, weight=format_bonus),
-        # passes (pass/search_cost) when the episode did not search
+        # passes (pass/search_cost) when the episode spent no step before answering
         RewardComponent("search_cost", search_penalty, weight=1.0, pass_threshold=0.0),
         # weight 0: logged only; passes (pass/num_searches) when the episode searched at least once
         RewardComponent("num_searches", num_searches, weight=0.0, pass_threshold=1.0),
@@ -341,7 +357,8 @@ def make_task(n_train: int = 300, n_eval: int = 60, seed: int = 0, search_cost: 
         eval_rows=eval_rows,
         rubric=make_rubric(world, search_cost, format_bonus),
         description=f"Questions about a generated world ({len(world.entities)} documents); search a BM25 index "
-                    f"(top-{TOP_K}) at a cost of {search_cost:g} per search, then call answer.",
+                    f"(top-{TOP_K}) at a cost of {search_cost:g} per search (or any other step before the answer), "
+                    "then call answer.",
         max_tokens=max_tokens,
         # One call per reply: stop once the call is closed. The text is cut before the stop string, which the
         # tool-call parser accepts (an unterminated final block parses when its JSON is complete); the sampled
