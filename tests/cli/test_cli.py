@@ -68,6 +68,12 @@ def test_train_report_and_eval_end_to_end(tmp_path):
     r = run_cli("eval", "--model", str(run / "final"), "--task", "count-a", "--prompts", "4")
     assert r.returncode == 0, r.stderr
     assert "pass_rate" in r.stdout
+    r = run_cli("eval", "--model", str(run / "final"), "--task", "count-a", "--prompts", "2", "--samples", "3",
+                "--temperature", "1.0")
+    assert r.returncode == 0, r.stderr
+    assert "pass_at_n" in r.stdout
+    r = run_cli("eval", "--model", str(run / "final"), "--task", "count-a", "--samples", "3")  # greedy: refused
+    assert r.returncode != 0 and "eval_temperature" in r.stderr
     r = run_cli("train", "--resume", str(run), "loop.steps=3", "logging.tensorboard=false")
     assert r.returncode == 0, r.stderr
     assert "resumed from" in r.stdout and "step    3/3" in r.stdout
