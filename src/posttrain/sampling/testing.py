@@ -1,4 +1,5 @@
-"""Samplers for tests: a scripted one (fixed replies, no model) and a wrapper that keeps what a sampler returned.
+"""Samplers without a model: a scripted one (fixed replies; used by tests and to play demonstrations for the warm
+start, loop/warm_start.py) and a wrapper that keeps what a sampler returned.
 
 Useful to test an agent or an env without a model: `ScriptedSampler(tok, ["first reply", "second reply"])`.
 """

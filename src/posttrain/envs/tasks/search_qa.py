@@ -266,6 +266,11 @@ def normalize(text: str) -> str:
     return " ".join(re.sub(r"[^a-z0-9]+", " ", str(text).lower()).split())
 
 
+def still_a_call(text: str) -> bool:
+    """The episode's last reply is a tool call, not an answer (the turns ran out before one)."""
+    return "<tool_call>" in text or bool(parse_calls(text)[0])
+
+
 def _names(calls: list[dict[str, Any]] | None, name: str) -> int:
     return sum(1 for c in calls or [] if c.get("name") == name)
 
@@ -283,7 +288,7 @@ def make_rubric(world: World, search_cost: float = 0.1, format_bonus: float = 0.
         out = []
         for c, gold, kind in zip(completions, answer, answer_kind):
             text = completion_text(c)
-            if "<tool_call>" in text or parse_calls(text)[0]:
+            if still_a_call(text):
                 out.append(0.0)
                 continue
             a, g = f" {normalize(text)} ", normalize(gold)
@@ -304,7 +309,7 @@ def make_rubric(world: World, search_cost: float = 0.1, format_bonus: float = 0.
         out = []
         for c, n in zip(completions, num_turns):
             text = completion_text(c)
-            ended = not ("<tool_call>" in text or parse_calls(text)[0])  # answered, or a plain-text reply
+            ended = not still_a_call(text)  # answered, or a plain-text reply
             out.append(float(max(int(n) - int(ended), 0)))
         return out
 
