@@ -109,7 +109,7 @@ def _json_columns(func):
 def trl_dataset(args: argparse.Namespace, task):
     """posttrain's prompts, in posttrain's per-step order, so that step s sees the same 4 prompts in both."""
     from datasets import Dataset
-    from posttrain.loop.rl_loop import prompts_for_step
+    from posttrain.loop.collect import prompts_for_step
 
     n = len(task.train_rows)
     rows = [task.train_rows[i] for s in range(args.steps)

@@ -17,8 +17,8 @@ import re
 import openai
 import torch
 
-from posttrain.agent import AgentEnv
-from posttrain.algos import ADVANTAGES, LOSSES, LossConfig
+from posttrain.envs.agent import AgentEnv
+from posttrain.algos import ADVANTAGES, LOSSES, LossParams
 from posttrain.models import ensure_pad_token, load_model, stop_token_ids
 from posttrain.obs.rollout_stats import rollout_metrics
 from posttrain.sampling import HFSampler
@@ -71,7 +71,7 @@ async def train(model_name: str, steps: int, prompts_per_step: int, group: int, 
         batch = groups_to_batch(groups, policy_version=sampler.policy_version)
         m = {}
         if batch.sequences:
-            cfg = LossConfig(total_tokens=float(max(batch.num_loss_tokens, 1)), total_seqs=float(len(batch.sequences)))
+            cfg = LossParams()
             m.update(trainer.forward_backward(batch, loss_fn, cfg))
             m.update(trainer.optim_step())
         sampler.policy_version += 1  # in-process weight share: the sampler holds the trainer's module

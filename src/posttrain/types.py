@@ -64,7 +64,6 @@ class Trajectory:
     failed: bool = False  # a reward function raised: the sample is counted and kept out of training
     error: str | None = None
     row: dict[str, Any] = field(default_factory=dict)  # the task row it came from (columns for rewards)
-    task_index: int = -1
     metrics: dict[str, float] = field(default_factory=dict)  # per-episode numbers (tool calls, turns, ...)
     extra: dict[str, Any] = field(default_factory=dict)  # env-specific record (tool call log, messages)
 
@@ -118,7 +117,8 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
-        d = dict(d)
+        known = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}  # records from older versions may hold retired fields
         d["turns"] = [Turn(**t) for t in d["turns"]]
         return cls(**d)
 
@@ -148,9 +148,14 @@ class Sequence:
     completion_ids: list[int]
     loss_mask: list[int]
     sampler_logprobs: list[float]
-    advantage: float
-    group_id: int
+    advantage: float = 0.0
+    group_id: int = 0
     policy_version: int = 0
+    reward: float = 0.0  # the trajectory's reward after shaping (advantages are computed from it)
+    finish_reason: str = "stop"  # of the last turn: "length" means the completion was truncated
+    ref_logprobs: list[float] | None = None  # the reference model's, when a KL term needs them
+    # The behaviour policy of the PPO ratio (algorithm.behavior_logprobs); None: the current policy, detached.
+    old_logprobs: list[float] | None = None
 
 
 @dataclass
@@ -159,6 +164,10 @@ class Batch:
 
     sequences: list[Sequence]
     policy_version: int = 0
+    # Normalizers of the whole optimizer batch, when `sequences` is only the part that needs a forward pass
+    # (sequences whose advantage is 0 change nothing but still count). None: counted from `sequences`.
+    total_loss_tokens: float | None = None
+    total_seqs: float | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -169,24 +178,18 @@ class Batch:
         return sum(sum(s.loss_mask) for s in self.sequences)
 
 
+def sequence_of(traj: Trajectory, advantage: float = 0.0, group_id: int = 0) -> Sequence:
+    """A trajectory as one training sequence: the first prompt, then everything after it with its loss mask."""
+    tokens, mask, logps = traj.sequence()
+    n_prompt = len(traj.prompt_ids)
+    return Sequence(prompt_ids=tokens[:n_prompt], completion_ids=tokens[n_prompt:], loss_mask=mask,
+                    sampler_logprobs=logps, advantage=float(advantage), group_id=group_id,
+                    policy_version=traj.policy_version, reward=traj.reward, finish_reason=traj.turns[-1].finish_reason)
+
+
 def groups_to_batch(groups: list[Group], policy_version: int = 0) -> Batch:
-    """Turn scored groups (with advantages set) into a Batch. Failed trajectories are left out."""
-    seqs: list[Sequence] = []
-    for gi, g in enumerate(groups):
-        for traj, adv in zip(g.trajectories_G, g.advantages_G):
-            if traj.failed:
-                continue
-            tokens, mask, logps = traj.sequence()
-            n_prompt = len(traj.prompt_ids)
-            seqs.append(
-                Sequence(
-                    prompt_ids=tokens[:n_prompt],
-                    completion_ids=tokens[n_prompt:],
-                    loss_mask=mask,
-                    sampler_logprobs=logps,
-                    advantage=float(adv),
-                    group_id=gi,
-                    policy_version=traj.policy_version,
-                )
-            )
+    """Turn groups with advantages set into a Batch, failed trajectories left out. (The RL loop's batch, with
+    reward shaping and advantages, is built by posttrain.loop.batch.build_batch.)"""
+    seqs = [sequence_of(t, adv, gi) for gi, g in enumerate(groups)
+            for t, adv in zip(g.trajectories_G, g.advantages_G) if not t.failed]
     return Batch(sequences=seqs, policy_version=policy_version)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from posttrain.algos import LOSSES, LossConfig
+from posttrain.algos import LOSSES, LossInputs, LossParams
 from posttrain.algos.token_weights import TOKEN_WEIGHTS
 
 
@@ -22,7 +22,7 @@ def test_zero_weight_tokens_get_no_gradient_in_every_loss():
     for name in ("ppo_clip", "reinforce", "cispo"):
         logp = torch.randn(2, 4, requires_grad=True)
         loss, _ = LOSSES[name](logp, logp.detach(), None, torch.tensor([1.0, -0.5]), mask,
-                               LossConfig(token_weights_BT=w))
+                               LossParams(), LossInputs(token_weights_BT=w))
         loss.backward()
         assert torch.all(logp.grad[w == 0] == 0), name
         assert torch.all(logp.grad[w == 1] != 0), name

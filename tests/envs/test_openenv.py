@@ -21,7 +21,7 @@ from posttrain.envs.openenv_server import create_task_app
 from posttrain.envs.task import Task
 from posttrain.rewards.rubric import Rubric
 from posttrain.sampling.http_serve import serve_in_loop
-from posttrain.sampling.testing import ScriptedSampler
+from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.types import SampleParams
 
 

@@ -15,7 +15,7 @@ def _stored(task, row, text, tok, index):
     ids = render_prompt(tok, row["prompt"])
     traj = Trajectory(turns=[Turn(ids, list(tok(text, add_special_tokens=False)["input_ids"]), [0.0] * 3, 0)],
                       prompt_text="\n".join(f"[{m['role']}] {m['content']}" for m in row["prompt"]),
-                      completion_text=text, row=row, task_index=index)
+                      completion_text=text, row=row)
     import asyncio
 
     asyncio.run(env.score([traj]))

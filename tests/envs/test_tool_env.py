@@ -10,7 +10,7 @@ from posttrain.envs.tool_env import ToolEnv, turn_end_text
 from posttrain.envs.tools import Tool, call_tool, parse_calls
 from posttrain.models.template_check import ChatTemplateError, check_prefix_property
 from posttrain.rewards.rubric import RewardComponent, Rubric
-from posttrain.sampling.testing import ScriptedSampler as _Scripted
+from posttrain.sampling.scripted import ScriptedSampler as _Scripted
 from posttrain.types import SampleParams
 
 

@@ -107,3 +107,44 @@ def test_training_refuses_a_task_whose_env_check_fails(tmp_path):
     warn = load_config(None, FAST + [f"run.output_dir={tmp_path}", f"task.name={task}:make_task",
                                      "task.env_check=warn"])
     assert train(warn).steps == 2
+
+
+class _RecordingTrainer:
+    """Records which old log-probs each forward_backward saw."""
+
+    def __init__(self):
+        self.seen = []
+
+    def compute_logprobs(self, batch):
+        return [[-9.0] * len(s.completion_ids) for s in batch.sequences]
+
+    def forward_backward(self, batch, loss_fn, params, token_weight_fn=None):
+        self.seen.append([s.old_logprobs for s in batch.sequences])
+        return {}
+
+    def optim_step(self):
+        return {}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("behavior,n_iter,want", [("trainer", 1, None), ("trainer", 2, -9.0), ("sampler", 1, -0.25),
+                                                  ("sampler", 2, -0.25)])
+def test_behaviour_logprobs_are_an_explicit_choice_the_same_in_both_modes(mode, behavior, n_iter, want):
+    from posttrain.loop.pg_stepper import PolicyGradientStepper
+    from posttrain.types import Batch, Sequence
+
+    cfg = load_config(None, [f"loop.mode={mode}", f"algorithm.behavior_logprobs={behavior}",
+                             f"loop.num_iterations={n_iter}"])
+    tr = _RecordingTrainer()
+    stepper = PolicyGradientStepper(cfg, tr, collector=None, sync=None, pass_thresholds={}, max_tokens=8)
+    batch = Batch([Sequence([1], [2, 3], [1, 1], [-0.25, -0.25], advantage=1.0)])
+    stepper._optimize(batch)
+    assert len(tr.seen) == n_iter
+    for old in tr.seen:
+        assert old == [None if want is None else [want, want]]
+
+
+def test_behaviour_logprobs_default_is_documented_and_validated():
+    assert load_config(None, []).algorithm.behavior_logprobs == "trainer"
+    with pytest.raises(ConfigError, match="behavior_logprobs"):
+        load_config(None, ["algorithm.behavior_logprobs=old"])

@@ -6,7 +6,7 @@ from posttrain.config import ConfigError, load_config
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.envs.tasks import count_a
 from posttrain.loop.evaluate import evaluate, pass_at_n
-from posttrain.sampling.testing import ScriptedSampler
+from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.types import SampleParams
 
 

@@ -5,8 +5,9 @@ import json
 import pytest
 
 from posttrain.config import load_config
-from posttrain.loop import RLLoop, train
-from posttrain.loop.rl_loop import prompts_for_step
+from posttrain.loop import Run, train
+from posttrain.loop.collect import prompts_for_step
+from posttrain.loop.pg_stepper import PolicyGradientStepper
 from posttrain.obs import read_metrics
 
 FAST = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false", "logging.console=false",
@@ -43,19 +44,19 @@ def test_resume_after_crash_gives_identical_metrics(tmp_path, monkeypatch):
     straight = train(_cfg(tmp_path / "a", *common))
 
     cfg = _cfg(tmp_path / "b", *common, "run.name=crashy")
-    loop = RLLoop(cfg)
-    orig = RLLoop._train_step
+    run = Run(cfg)
+    orig = PolicyGradientStepper.step
 
     async def crash_at_4(self, step):
         if step == 3:
             raise RuntimeError("simulated crash")
         return await orig(self, step)
 
-    monkeypatch.setattr(RLLoop, "_train_step", crash_at_4)
+    monkeypatch.setattr(PolicyGradientStepper, "step", crash_at_4)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        loop.run()
-    monkeypatch.setattr(RLLoop, "_train_step", orig)
-    resumed = RLLoop(cfg, run_dir=loop.run_dir, resume=True).run()
+        run.run()
+    monkeypatch.setattr(PolicyGradientStepper, "step", orig)
+    resumed = Run(cfg, run_dir=run.run_dir, resume=True).run()
 
     a, b = _train_records(straight.run_dir), _train_records(resumed.run_dir)
     assert [r["step"] for r in b] == [1, 2, 3, 4, 5, 6]

@@ -57,21 +57,31 @@ def test_warm_start_then_rl_in_one_run(tmp_path):
     assert kinds.index("warm_start") < kinds.index("train")
 
 
-def test_async_loop_sampler_gets_the_warm_started_weights(tmp_path):
-    from posttrain.loop.async_loop import AsyncRLLoop
+def test_async_loop_sampler_gets_the_warm_started_weights(tmp_path, monkeypatch):
+    import posttrain.loop.run as run_mod
+    from posttrain.loop import Run
 
+    made = []
+
+    def capture(*args, **kw):
+        made.append(orig(*args, **kw))
+        return made[-1]
+
+    orig = run_mod.make_stepper
+    monkeypatch.setattr(run_mod, "make_stepper", capture)
     cfg = _cfg(tmp_path, "warm_start.steps=3", "warm_start.lr=1e-2", "loop.steps=0", "loop.mode=async",
                "loop.eval_before=false")
-    loop = AsyncRLLoop(cfg)
-    before = {n: p.detach().clone() for n, p in loop.c.model.named_parameters()}
-    loop.run()
-    sampler_model = loop.c.sampler.inner.model
+    run = Run(cfg)
+    before = {n: p.detach().clone() for n, p in run.c.model.named_parameters()}
+    run.run()
+    sampler = made[0].sync.sampler  # the async collector's own copy of the model
+    assert sampler.model is not run.c.model
     changed = 0
-    for n, p in loop.c.model.named_parameters():
-        q = dict(sampler_model.named_parameters())[n]
+    for n, p in run.c.model.named_parameters():
+        q = dict(sampler.model.named_parameters())[n]
         assert (p.detach() == q.detach()).all(), n
         changed += int(not (p.detach() == before[n]).all())
-    assert changed > 0 and loop.c.sampler.policy_version == 0
+    assert changed > 0 and sampler.policy_version == 0
 
 
 def test_task_without_demonstrations_is_refused(tmp_path):

@@ -11,8 +11,8 @@ from posttrain.sampling import HFSampler
 from posttrain.sampling.http_serve import serve_in_loop
 from posttrain.sampling.openai_sampler import OpenAISampler, OpenAISamplerError
 from posttrain.sampling.openai_server import create_app
-from posttrain.sampling.testing import CapturingSampler as Capturing
-from posttrain.sampling.testing import ScriptedSampler as Scripted
+from posttrain.sampling.scripted import CapturingSampler as Capturing
+from posttrain.sampling.scripted import ScriptedSampler as Scripted
 from posttrain.types import SampleParams
 
 

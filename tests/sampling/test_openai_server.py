@@ -11,8 +11,8 @@ from posttrain.models import render_prompt, stop_token_ids
 from posttrain.sampling import HFSampler
 from posttrain.sampling.http_serve import serve_in_loop
 from posttrain.sampling.openai_server import create_app
-from posttrain.sampling.testing import CapturingSampler as Capturing
-from posttrain.sampling.testing import ScriptedSampler
+from posttrain.sampling.scripted import CapturingSampler as Capturing
+from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.sampling.tool_calls import parse_tool_calls
 
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from posttrain.algos import LOSSES, LossConfig
+from posttrain.algos import LOSSES, LossParams
 from posttrain.train import Trainer
 from posttrain.train.optimizers import build_optimizers, muon_param_split
 
@@ -24,7 +24,7 @@ def test_muon_gets_hidden_matrices_and_adamw_the_rest(tiny):
     adamw_ids = {id(p) for g in opts[1].param_groups for p in g["params"]}
     assert muon_ids == {id(p) for _, p in muon} and adamw_ids == {id(p) for _, p in adamw}
     assert not muon_ids & adamw_ids and len(muon_ids | adamw_ids) == len(named)
-    with pytest.raises(ValueError, match="unknown optimizer"):
+    with pytest.raises(KeyError, match="unknown optimizer .sgd."):
         build_optimizers(named, "sgd", 1e-3, (0.9, 0.99), 0.0)
 
 
@@ -36,7 +36,7 @@ def test_muon_trains_the_tiny_model_loss_goes_down(tiny):
     tr = Trainer(model, pad_id=tok.pad_token_id, lr=2e-2, optimizer="muon")
     losses = []
     for _ in range(8):
-        m = tr.forward_backward(batch, LOSSES["reinforce"], LossConfig())
+        m = tr.forward_backward(batch, LOSSES["reinforce"], LossParams())
         tr.optim_step()
         losses.append(m["train/loss"])
     assert losses[-1] < losses[0] - 0.5, losses
@@ -45,7 +45,7 @@ def test_muon_trains_the_tiny_model_loss_goes_down(tiny):
 def test_muon_state_saves_and_loads(tiny, tmp_path):
     model, tok = tiny
     tr = Trainer(model, pad_id=tok.pad_token_id, lr=1e-3, optimizer="muon")
-    tr.forward_backward(_batch(len(tok)), LOSSES["reinforce"], LossConfig())
+    tr.forward_backward(_batch(len(tok)), LOSSES["reinforce"], LossParams())
     tr.optim_step()
     tr.save_state(str(tmp_path / "s.pt"))
     tr2 = Trainer(model, pad_id=tok.pad_token_id, lr=1e-3, optimizer="muon")
@@ -67,6 +67,6 @@ def test_token_weight_fn_is_applied_per_micro_batch(tiny):
 
     tr = Trainer(model, pad_id=tok.pad_token_id, micro_batch_tokens=40)
     model.zero_grad()
-    m = tr.forward_backward(batch, LOSSES["ppo_clip"], LossConfig(), token_weight_fn=zero_all)
+    m = tr.forward_backward(batch, LOSSES["ppo_clip"], LossParams(), token_weight_fn=zero_all)
     assert len(seen) > 1 and m["train/w"] == 1.0
     assert all(p.grad is None or torch.count_nonzero(p.grad) == 0 for p in model.parameters())

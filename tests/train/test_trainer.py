@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from posttrain.algos import LOSSES, LossConfig
+from posttrain.algos import LOSSES, LossParams
 from posttrain.train import Trainer
 from posttrain.train.batching import plan_micro_batches
 from posttrain.train.logprobs import completion_logprobs
@@ -48,7 +48,7 @@ def test_gradient_accumulation_matches_one_big_batch(tiny):
     for budget in (10**9, 40):  # one micro-batch vs several
         tr = Trainer(model, pad_id=tok.pad_token_id, micro_batch_tokens=budget)
         model.zero_grad()
-        tr.forward_backward(batch, LOSSES["ppo_clip"], LossConfig())
+        tr.forward_backward(batch, LOSSES["ppo_clip"], LossParams())
         grads.append(_grads(model).clone())
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
 
@@ -57,7 +57,7 @@ def test_step_changes_weights_and_logs_mismatch(tiny):
     model, tok = tiny
     tr = Trainer(model, pad_id=tok.pad_token_id, lr=1e-2)
     before = [p.detach().clone() for p in model.parameters()]
-    m = tr.forward_backward(_batch(len(tok)), LOSSES["ppo_clip"], LossConfig())
+    m = tr.forward_backward(_batch(len(tok)), LOSSES["ppo_clip"], LossParams())
     m.update(tr.optim_step())
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     for k in ("train/loss", "train/grad_norm", "train/entropy", "train/sampler_logp_abs_diff", "train/clipfrac_high"):
@@ -70,10 +70,10 @@ def test_non_finite_loss_skips_step(tiny):
     tr = Trainer(model, pad_id=tok.pad_token_id, lr=1e-2)
     before = [p.detach().clone() for p in model.parameters()]
 
-    def nan_loss(logp, old, ref, adv, mask, cfg):
+    def nan_loss(logp, old, ref, adv, mask, cfg, inputs):
         return (logp * float("nan")).sum(), {}
 
-    tr.forward_backward(_batch(len(tok)), nan_loss, LossConfig())
+    tr.forward_backward(_batch(len(tok)), nan_loss, LossParams())
     m = tr.optim_step()
     assert m["train/skipped_step"] == 1.0 and tr.skipped_steps == 1
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
@@ -82,11 +82,11 @@ def test_non_finite_loss_skips_step(tiny):
 def test_save_and_load_state_roundtrip(tiny, tmp_path):
     model, tok = tiny
     tr = Trainer(model, pad_id=tok.pad_token_id, lr=1e-2)
-    tr.forward_backward(_batch(len(tok)), LOSSES["ppo_clip"], LossConfig())
+    tr.forward_backward(_batch(len(tok)), LOSSES["ppo_clip"], LossParams())
     tr.optim_step()
     tr.save_state(str(tmp_path / "s.pt"))
     saved = {n: p.detach().clone() for n, p in model.named_parameters()}
-    tr.forward_backward(_batch(len(tok), seed=1), LOSSES["ppo_clip"], LossConfig())
+    tr.forward_backward(_batch(len(tok), seed=1), LOSSES["ppo_clip"], LossParams())
     tr.optim_step()
     tr.load_state(str(tmp_path / "s.pt"))
     assert all(torch.equal(saved[n], p) for n, p in model.named_parameters())
@@ -101,18 +101,16 @@ def test_model_without_trainable_params_is_an_error(tiny):
 
 
 def test_leaving_out_zero_advantage_sequences_gives_the_same_gradient(tiny):
-    from dataclasses import replace as dc_replace
-
     model, tok = tiny
     batch = _batch(len(tok), n_groups=4)
     for s in batch.sequences[:5]:
         s.advantage = 0.0
     tr = Trainer(model, pad_id=tok.pad_token_id)
     model.zero_grad()
-    tr.forward_backward(batch, LOSSES["ppo_clip"], LossConfig())
+    tr.forward_backward(batch, LOSSES["ppo_clip"], LossParams())
     full = _grads(model).clone()
-    cfg = LossConfig(total_tokens=float(batch.num_loss_tokens), total_seqs=float(len(batch.sequences)))
-    part = Batch([s for s in batch.sequences if s.advantage != 0.0])
+    part = Batch([s for s in batch.sequences if s.advantage != 0.0], total_loss_tokens=float(batch.num_loss_tokens),
+                 total_seqs=float(len(batch.sequences)))
     model.zero_grad()
-    tr.forward_backward(part, LOSSES["ppo_clip"], dc_replace(cfg))
+    tr.forward_backward(part, LOSSES["ppo_clip"], LossParams())
     assert torch.allclose(full, _grads(model), atol=1e-7, rtol=1e-5)

@@ -25,10 +25,16 @@ def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return 0.5 * (ref_logp - logp) ** 2
 
 
+def k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """k3 = exp(log_ratio) - 1 - log_ratio: the one k3 in the codebase. With log_ratio = log q(x) - log p(x) for
+    x ~ p it estimates KL(p || q) without bias and is never negative. Used for KL to the reference, PPO's approx_kl
+    and the sampler-vs-trainer mismatch."""
+    return torch.exp(log_ratio) - 1 - log_ratio
+
+
 @KL_ESTIMATORS.register("k3")
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    log_ratio = ref_logp - logp
-    return torch.exp(log_ratio) - 1 - log_ratio
+    return k3(ref_logp - logp)
 
 
 def kl_reward_penalty(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, mask_BT: torch.Tensor, beta: float,

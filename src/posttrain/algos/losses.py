@@ -1,7 +1,8 @@
 """Policy losses: `fn(logp, old_logp, ref_logp, adv, mask, cfg) -> (loss, metrics)`.
 
 Shapes: logp_BT, old_logp_BT, ref_logp_BT (or None), mask_BT over completion tokens; adv_B per sequence.
-`cfg` carries the hyper-parameters and the batch-wide normalizers (see aggregation.py).
+`cfg` (LossParams) carries the hyper-parameters, built once per run; `x` (LossInputs) the batch-wide normalizers
+(see aggregation.py) and per-token weights, which change per micro-batch.
 
 Every loss is A times something in its policy-gradient term, so with beta == 0 a sequence whose advantage is
 0 contributes exactly 0 to the loss and to the gradient (the loop relies on this to skip such sequences).
@@ -15,21 +16,21 @@ from typing import Any
 import torch
 
 from posttrain.algos.aggregation import aggregate
-from posttrain.algos.kl import KL_ESTIMATORS
+from posttrain.algos.kl import KL_ESTIMATORS, k3
 from posttrain.algos.registry import Registry
 
 LOSSES: Registry = Registry("policy loss")
 
 
-@dataclass
-class LossConfig:
+@dataclass(frozen=True)
+class LossParams:
+    """The loss's hyper-parameters, built once from the config (see `loss_params`)."""
+
     epsilon: float = 0.2
     epsilon_high: float | None = None  # None: same as epsilon
     beta: float = 0.0
     kl_estimator: str = "k3"
     aggregation: str = "token-mean"
-    total_tokens: float | None = None  # loss tokens in the whole optimizer batch
-    total_seqs: float | None = None  # sequences in the whole optimizer batch
     max_tokens: int | None = None  # completion budget, for seq-mean-token-sum-norm
     # CISPO only: lower bound of the clipped IS weight is 1 - cispo_epsilon_low; None: no lower bound
     # (MiniMax-M1's setting). The upper bound is 1 + epsilon_high (or 1 + epsilon).
@@ -37,10 +38,22 @@ class LossConfig:
     # ppo_clip only: dual-clip constant c > 1 (Ye et al. 2020); bounds the loss of negative-advantage tokens whose
     # ratio exploded. None: off.
     dual_clip: float | None = None
-    # Per-token credit weights (DACA-GRPO style), shaped like (or broadcastable to) the logp_BT of *this call*,
-    # i.e. per micro-batch. Multiplied (detached) into the policy-gradient term of every loss before
-    # aggregation; the KL-to-reference term is not weighted. None: all ones.
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """What changes per micro-batch: the whole optimizer batch's normalizers (so gradient accumulation is exact;
+    None: this call's own counts) and per-token credit weights."""
+
+    total_tokens: float | None = None  # loss tokens in the whole optimizer batch
+    total_seqs: float | None = None  # sequences in the whole optimizer batch
+    # Per-token weights (TIS, DACA-GRPO style credit), shaped like (or broadcastable to) the logp_BT of *this
+    # call*. Multiplied (detached) into the policy-gradient term of every loss before aggregation; the
+    # KL-to-reference term is not weighted. None: all ones.
     token_weights_BT: Any = None
+
+
+NO_INPUTS = LossInputs()
 
 
 def _masked_mean(x_BT: torch.Tensor, mask_BT: torch.Tensor) -> float:
@@ -48,15 +61,15 @@ def _masked_mean(x_BT: torch.Tensor, mask_BT: torch.Tensor) -> float:
     return float((x_BT * m).sum() / m.sum().clamp(min=1))
 
 
-def _eps(cfg: LossConfig) -> tuple[float, float]:
+def _eps(cfg: LossParams) -> tuple[float, float]:
     return cfg.epsilon, (cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon)
 
 
 def _finish(pg_BT: torch.Tensor, logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor | None, mask_BT: torch.Tensor,
-            cfg: LossConfig, metrics: dict[str, float], aggregation: str | None = None) -> torch.Tensor:
+            cfg: LossParams, x: LossInputs, metrics: dict[str, float], aggregation: str | None = None) -> torch.Tensor:
     """Shared tail of every loss: loss_t = w_t * pg_t + beta * KL_t, then `aggregate`."""
-    if cfg.token_weights_BT is not None:
-        w = torch.as_tensor(cfg.token_weights_BT, dtype=pg_BT.dtype, device=pg_BT.device).detach()
+    if x.token_weights_BT is not None:
+        w = torch.as_tensor(x.token_weights_BT, dtype=pg_BT.dtype, device=pg_BT.device).detach()
         try:
             fits = torch.broadcast_shapes(w.shape, pg_BT.shape) == pg_BT.shape
         except RuntimeError:
@@ -71,13 +84,14 @@ def _finish(pg_BT: torch.Tensor, logp_BT: torch.Tensor, ref_logp_BT: torch.Tenso
         kl_BT = KL_ESTIMATORS[cfg.kl_estimator](logp_BT, ref_logp_BT)
         per_token = per_token + cfg.beta * kl_BT
         metrics["kl_ref"] = _masked_mean(kl_BT.detach(), mask_BT)
-    return aggregate(per_token, mask_BT, aggregation or cfg.aggregation, cfg.total_tokens, cfg.total_seqs,
+    return aggregate(per_token, mask_BT, aggregation or cfg.aggregation, x.total_tokens, x.total_seqs,
                      cfg.max_tokens)
 
 
 @LOSSES.register("ppo_clip")
 def ppo_clip_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor | None,
-                  adv_B: torch.Tensor, mask_BT: torch.Tensor, cfg: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+                  adv_B: torch.Tensor, mask_BT: torch.Tensor, cfg: LossParams,
+                  x: LossInputs = NO_INPUTS) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level clipped surrogate (PPO, Schulman et al. 2017, arXiv:1707.06347; as used by GRPO), with
     DAPO's decoupled clip range (clip-higher, arXiv:2503.14476), optional dual clip (Ye et al. 2020, "Mastering
     Complex Control in MOBA Games with Deep RL", arXiv:1912.09729) and an optional KL-to-reference term:
@@ -99,7 +113,7 @@ def ppo_clip_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT:
             raise ValueError(f"dual_clip must be > 1, got {cfg.dual_clip}")
         pg_loss = torch.where(adv_BT < 0, torch.min(pg_loss, -adv_BT * cfg.dual_clip), pg_loss)
     metrics: dict[str, float] = {}
-    loss = _finish(pg_loss, logp_BT, ref_logp_BT, mask_BT, cfg, metrics)
+    loss = _finish(pg_loss, logp_BT, ref_logp_BT, mask_BT, cfg, x, metrics)
     with torch.no_grad():
         clipped_low = (ratio < 1 - eps_low) & (adv_BT < 0)
         clipped_high = (ratio > 1 + eps_high) & (adv_BT > 0)
@@ -108,7 +122,7 @@ def ppo_clip_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT:
             "clipfrac_high": _masked_mean(clipped_high.float(), mask_BT),
             "ratio_mean": _masked_mean(ratio, mask_BT),
             # approx KL(old || new), k3 form: http://joschu.net/blog/kl-approx.html
-            "approx_kl": _masked_mean((ratio - 1) - log_ratio, mask_BT),
+            "approx_kl": _masked_mean(k3(log_ratio), mask_BT),
         })
     return loss, metrics
 
@@ -116,7 +130,7 @@ def ppo_clip_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT:
 @LOSSES.register("reinforce")
 def reinforce_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor | None,
                    adv_B: torch.Tensor, mask_BT: torch.Tensor,
-                   cfg: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+                   cfg: LossParams, x: LossInputs = NO_INPUTS) -> tuple[torch.Tensor, dict[str, float]]:
     """Vanilla policy gradient (REINFORCE, Williams 1992), no importance ratio and no clipping; on-policy only
     (old_logp is ignored):
 
@@ -125,13 +139,14 @@ def reinforce_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT
     adv_BT = adv_B[:, None].to(logp_BT.dtype)
     pg_loss = -adv_BT * logp_BT
     metrics: dict[str, float] = {}
-    loss = _finish(pg_loss, logp_BT, ref_logp_BT, mask_BT, cfg, metrics)
+    loss = _finish(pg_loss, logp_BT, ref_logp_BT, mask_BT, cfg, x, metrics)
     return loss, metrics
 
 
 @LOSSES.register("cispo")
 def cispo_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor | None,
-               adv_B: torch.Tensor, mask_BT: torch.Tensor, cfg: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+               adv_B: torch.Tensor, mask_BT: torch.Tensor, cfg: LossParams,
+                  x: LossInputs = NO_INPUTS) -> tuple[torch.Tensor, dict[str, float]]:
     """CISPO, clipped IS-weight policy optimization (MiniMax-M1, arXiv:2506.13585, eq. 4-5):
 
         ratio  = exp(logp - old_logp)
@@ -150,21 +165,22 @@ def cispo_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: to
     is_weight = torch.clamp(ratio, min=low, max=1 + eps_high).detach()
     pg_loss = -is_weight * adv_BT * logp_BT
     metrics: dict[str, float] = {}
-    loss = _finish(pg_loss, logp_BT, ref_logp_BT, mask_BT, cfg, metrics)
+    loss = _finish(pg_loss, logp_BT, ref_logp_BT, mask_BT, cfg, x, metrics)
     with torch.no_grad():
         metrics.update({
             "clipfrac_low": _masked_mean((ratio < low).float() if low is not None else torch.zeros_like(ratio),
                                          mask_BT),
             "clipfrac_high": _masked_mean((ratio > 1 + eps_high).float(), mask_BT),
             "ratio_mean": _masked_mean(ratio, mask_BT),
-            "approx_kl": _masked_mean((ratio - 1) - log_ratio, mask_BT),
+            "approx_kl": _masked_mean(k3(log_ratio), mask_BT),
         })
     return loss, metrics
 
 
 @LOSSES.register("gspo")
 def gspo_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor | None,
-              adv_B: torch.Tensor, mask_BT: torch.Tensor, cfg: LossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+              adv_B: torch.Tensor, mask_BT: torch.Tensor, cfg: LossParams,
+                  x: LossInputs = NO_INPUTS) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO, group sequence policy optimization (Qwen, arXiv:2507.18071, eq. 5-7): one length-normalised
     importance ratio per sequence, clipped per sequence:
 
@@ -186,7 +202,7 @@ def gspo_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: tor
     pg_loss1 = -adv_BT * s_BT
     pg_loss2 = -adv_BT * torch.clamp(s_BT, 1 - eps_low, 1 + eps_high)
     metrics: dict[str, float] = {}
-    loss = _finish(torch.max(pg_loss1, pg_loss2), logp_BT, ref_logp_BT, mask_BT, cfg, metrics,
+    loss = _finish(torch.max(pg_loss1, pg_loss2), logp_BT, ref_logp_BT, mask_BT, cfg, x, metrics,
                    aggregation="seq-mean-token-mean")
     with torch.no_grad():
         s_B, adv = torch.exp(log_s_B), adv_B.to(logp_BT.dtype)

@@ -7,9 +7,9 @@ Pure functions, no state. Ratio r = pi_trainer / pi_sampler, over the tokens the
 
 Truncated IS (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training",
 https://fengyao.notion.site/off-policy-rl) multiplies the per-token loss by min(r, cap); feed the weights as
-`LossConfig.token_weights_BT`. Masked IS (Liu et al. 2025, "When Speed Kills Stability: Demystifying RL Collapse
+`LossInputs.token_weights_BT`. Masked IS (Liu et al. 2025, "When Speed Kills Stability: Demystifying RL Collapse
 from the Training-Inference Mismatch") instead drops tokens / sequences whose r is outside [1/threshold,
-threshold]; use the returned mask as the loss mask (keep the batch's normalizers in LossConfig).
+threshold]; use the returned mask as the loss mask (the batch's normalizers stay as they were).
 
 Metrics: is_ratio_mean / is_ratio_max (of r at the chosen level, before capping; can be inf at sequence level),
 is_capped_frac or is_masked_frac (over tokens, or over sequences at sequence level), and sampler_kl_k3: mean over
@@ -21,6 +21,9 @@ from __future__ import annotations
 import math
 
 import torch
+
+from posttrain.algos.kl import k3
+from posttrain.algos.registry import Registry
 
 LEVELS = ("token", "sequence")
 
@@ -48,12 +51,12 @@ def _metrics(lr_BT: torch.Tensor, tok_lr: torch.Tensor, m: torch.Tensor, level: 
         frac = out_BT[:, 0]
     n = valid.sum().clamp(min=1)
     r = torch.exp(units)
-    k3 = torch.exp(tok_lr) - 1 - tok_lr
+    k3_BT = k3(tok_lr)
     return {
         "is_ratio_mean": float(torch.where(valid, r, torch.zeros_like(r)).sum() / n),
         "is_ratio_max": float(r[valid].max()) if bool(valid.any()) else 1.0,
         out_name: float((frac * valid).sum() / n),
-        "sampler_kl_k3": float((k3 * m).sum() / m.sum().clamp(min=1)),
+        "sampler_kl_k3": float((k3_BT * m).sum() / m.sum().clamp(min=1)),
     }
 
 
@@ -84,3 +87,24 @@ def mask_by_ratio(logp_BT: torch.Tensor, sampler_logp_BT: torch.Tensor, mask_BT:
     outside = (lr_BT.abs() > bound).float()
     keep_BT = (m * (1 - outside)).to(mask_BT.dtype)
     return keep_BT, _metrics(lr_BT, tok_lr, m, level, outside, "is_masked_frac")
+
+
+# The `algorithm.is_correction` choices: `fn(logp_BT, sampler_logp_BT, mask_BT, cap, level) -> (weights_BT or None,
+# metrics)`. The weights multiply the policy-gradient term (LossInputs.token_weights_BT).
+IS_CORRECTIONS: Registry = Registry("importance-sampling correction")
+
+
+@IS_CORRECTIONS.register("none")
+def no_correction(logp_BT, sampler_logp_BT, mask_BT, cap=2.0, level="token"):
+    return None, {}
+
+
+@IS_CORRECTIONS.register("truncate")
+def truncate_correction(logp_BT, sampler_logp_BT, mask_BT, cap=2.0, level="token"):
+    return tis_weights(logp_BT, sampler_logp_BT, mask_BT, cap=cap, level=level)
+
+
+@IS_CORRECTIONS.register("mask")
+def mask_correction(logp_BT, sampler_logp_BT, mask_BT, cap=2.0, level="token"):
+    keep_BT, m = mask_by_ratio(logp_BT, sampler_logp_BT, mask_BT, threshold=cap, level=level)
+    return keep_BT.float(), m

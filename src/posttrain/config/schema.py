@@ -70,7 +70,7 @@ ALGORITHM_PRESETS: dict[str, dict] = {
     "gspo": {"loss": "gspo", "epsilon": 3e-4, "epsilon_high": 4e-4},
     "dapo": {"epsilon_high": 0.28, "aggregation": "token-mean", "dynamic_sampling": True, "overlong_filter": False,
              "overlong_buffer_frac": 0.2},
-    "es": {},
+    "es": {"stepper": "es"},
 }
 
 
@@ -84,6 +84,8 @@ class ESConfig(_Strict):
 
 class AlgorithmConfig(_Strict):
     name: str = Field("grpo", description=f"preset: {', '.join(ALGORITHM_PRESETS)} (fills fields you did not set)")
+    stepper: Literal["policy_gradient", "es"] = Field(
+        "policy_gradient", description="how a step trains: policy_gradient (a Trainer), or es (evolution strategies); the es preset sets it")
     advantage: str = Field("grpo", description="advantage estimator, by registry name")
     scale_std: bool = Field(True, description="divide group-centred rewards by the group std")
     loss: str = Field("ppo_clip", description="policy loss, by registry name")
@@ -93,6 +95,9 @@ class AlgorithmConfig(_Strict):
     dual_clip: float | None = Field(None, gt=1.0, description="ppo_clip dual-clip constant c (e.g. 3); null: off")
     cispo_epsilon_low: float | None = Field(None, ge=0.0, description="CISPO: lower IS-weight bound 1 - this; null: none")
     beta: float = Field(0.0, ge=0.0, description="KL-to-reference coefficient; 0 loads no reference model")
+    behavior_logprobs: Literal["trainer", "sampler"] = Field("trainer", description=(
+        "the PPO ratio's old policy: trainer (the policy before this step's updates, recomputed when "
+        "num_iterations > 1) or sampler (the log-probs the sampler returned); the same in sync and async mode"))
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     kl_mode: Literal["loss", "reward"] = Field("loss", description="KL as a loss term or as a per-sequence reward penalty")
     aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
@@ -187,9 +192,9 @@ class Config(_Strict):
     def _check(self) -> "Config":
         if self.loop.mode == "async" and self.algorithm.dynamic_sampling:
             raise ValueError("loop.mode=async does not support algorithm.dynamic_sampling yet; use loop.mode=sync")
-        if self.loop.mode == "async" and self.algorithm.name == "es":
+        if self.loop.mode == "async" and self.algorithm.stepper == "es":
             raise ValueError("algorithm.name=es has no async loop; use loop.mode=sync")
-        if self.warm_start.steps and self.algorithm.name == "es":
+        if self.warm_start.steps and self.algorithm.stepper == "es":
             raise ValueError("warm_start with algorithm.name=es is not supported: the ES seed history replays from the "
                              "loaded weights; warm-start in a separate run (loop.steps=0) and load its final/ folder")
         if self.loop.eval_samples > 1 and self.sampling.eval_temperature == 0:

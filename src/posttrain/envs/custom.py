@@ -109,4 +109,5 @@ def to_task(out: Any, name: str, seed: int = 0) -> Task:
     return Task(name=name, train_rows=train, eval_rows=evals, rubric=rubric, max_tokens=out.get("max_tokens"),
                 stop=list(out.get("stop") or []), tools=list(out.get("tools") or []),
                 max_turns=int(out.get("max_turns", 4 if out.get("tools") else 1)), final_tool=out.get("final_tool"),
-                env_factory=out.get("env_factory"), demonstrate=out.get("demonstrate"))
+                env_factory=out.get("env_factory"), demonstrate=out.get("demonstrate"),
+                group_rewards=list(out.get("group_rewards") or []))

@@ -152,7 +152,8 @@ class OpenEnvTextEnv:
         text = self.render(obs)
         return list(text) if isinstance(text, list) else [{"role": "user", "content": text}]
 
-    async def rollout(self, row: dict[str, Any], sampler: Sampler) -> Trajectory:
+    async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
+        params = params or self.params
         calls: list[RecordedCall] = []
         error, rewards_seen = None, []
         async with OpenEnvClient(self.base_url, timeout_s=self.timeout_s) as env:
@@ -166,7 +167,7 @@ class OpenEnvTextEnv:
                     prev = calls[-1] if calls else None
                     ids = (self.renderer.splice(prev, messages, None) if prev else None) or \
                         self.renderer.render(messages, None)
-                    (c,), = await sampler.sample([ids], self.params, n=1)
+                    (c,), = await sampler.sample([ids], params, n=1)
                     reply = {"role": "assistant", "content": c.text}
                     calls.append(RecordedCall(ids, c.token_ids, c.logprobs, c.policy_version, c.finish_reason,
                                               text=c.text, messages=list(messages), reply=reply))

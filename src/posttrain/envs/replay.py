@@ -35,12 +35,10 @@ class ReplayResult:
         return self.observations_equal and self.reward_equal
 
 
-def _find_row(task: Task, stored: dict[str, Any], task_index: int) -> dict[str, Any] | None:
-    """The rebuilt task's row with the stored prompt: at `task_index` in train when it matches (the common
-    case), else anywhere in train or eval. Compared as JSON so a JSONL round trip does not matter."""
+def _find_row(task: Task, stored: dict[str, Any]) -> dict[str, Any] | None:
+    """The rebuilt task's row with the stored prompt, in train or eval. Compared as JSON so a JSONL round trip
+    does not matter."""
     key = json.dumps(stored.get("prompt"), sort_keys=True)
-    if 0 <= task_index < len(task.train_rows) and json.dumps(task.train_rows[task_index]["prompt"], sort_keys=True) == key:
-        return task.train_rows[task_index]
     for row in (*task.train_rows, *task.eval_rows):
         if json.dumps(row["prompt"], sort_keys=True) == key:
             return row
@@ -61,7 +59,7 @@ def replay(env_or_task: Any, trajectory: dict[str, Any] | Trajectory, tokenizer:
     if len(traj.turns) != 1:
         raise ValueError(f"replay handles single-turn trajectories; this one has {len(traj.turns)} turns")
     notes: list[str] = []
-    row = _find_row(task, traj.row, traj.task_index)
+    row = _find_row(task, traj.row)
     obs_equal = row is not None
     if row is None:
         notes.append("no row of the task has the stored prompt")

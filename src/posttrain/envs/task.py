@@ -38,6 +38,10 @@ class Task:
     # Known-good / known-bad answers and smoke commands (envs/check.py SmokeCheck), run by `posttrain env check`
     # and before training (task.env_check). Empty: one check that scoring an empty completion does not raise.
     smoke_checks: list[Any] = field(default_factory=list)
+    # Rewards relative to the other completions of the same prompt (a ranking judge, a tournament):
+    # fn(completions_G, **columns) -> G scores, called once per group (envs/base.py score_groups).
+    group_rewards: list[Callable[..., Any]] = field(default_factory=list)
+    group_reward_weights: list[float] | None = None  # None: 1.0 each
 
     def __post_init__(self) -> None:
         if not self.train_rows:

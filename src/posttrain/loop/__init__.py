@@ -1,5 +1,6 @@
-"""The orchestrator: the synchronous RL loop, evaluation, checkpoints."""
+"""The orchestrator: a Run drives a Stepper (policy gradient or ES); collectors, batch assembly, weight sync,
+evaluation, checkpoints. See docs/architecture.md."""
 
-from posttrain.loop.rl_loop import RLLoop, RunResult, train
+from posttrain.loop.run import Run, RunResult, Stepper, train
 
-__all__ = ["RLLoop", "RunResult", "train"]
+__all__ = ["Run", "RunResult", "Stepper", "train"]

@@ -1,4 +1,5 @@
-"""Build the run's components (model, task, env, sampler, trainer) from a Config."""
+"""Build the run's shared components (model, tokenizer, task, env, the policy's sampler, the reference model)
+from a Config. The stepper (loop/schedule.py) builds what only it needs: the Trainer, collectors, weight sync."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from posttrain.envs.tool_env import ToolEnv
 from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
 from posttrain.models.lora import apply_lora, count_parameters
 from posttrain.sampling.hf_sampler import HFSampler
-from posttrain.train.trainer import Trainer
 from posttrain.types import SampleParams
 
 
@@ -28,8 +28,7 @@ class Components:
     tokenizer: Any
     task: Task
     env: Any  # an Env: SingleTurnEnv, ToolEnv or the task's own (Task.env_factory)
-    sampler: HFSampler
-    trainer: Trainer
+    sampler: HFSampler  # generates with the policy's own module (eval, and rollouts in the sync loop)
     ref_model: Any | None
     train_params: SampleParams
     eval_params: SampleParams
@@ -65,8 +64,8 @@ def build(cfg: Config, log=print) -> Components:
     model, tok = load_model(cfg.model.name, cfg.model.dtype, cfg.model.attn_implementation, seed=cfg.run.seed, log=log)
     ensure_pad_token(tok)
     ref_model = None
-    if cfg.algorithm.beta > 0:
-        # The reference is only loaded when the loss needs it (beta > 0). With LoRA it is the base model with
+    if cfg.algorithm.beta > 0 and cfg.algorithm.stepper == "policy_gradient":
+        # The reference is only loaded when a KL term needs it (beta > 0). With LoRA it is the base model with
         # adapters disabled, so no second copy is held.
         ref_model = None if cfg.lora.enabled else copy.deepcopy(model).eval().requires_grad_(False)
     if cfg.lora.enabled:
@@ -81,9 +80,4 @@ def build(cfg: Config, log=print) -> Components:
                       tool_timeout_s=task.tool_timeout_s, final_tool=task.final_tool)
     else:
         env = SingleTurnEnv(task, tok, train_params)
-    trainer = Trainer(model, pad_id=tok.pad_token_id, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay,
-                      betas=tuple(cfg.trainer.betas), max_grad_norm=cfg.trainer.max_grad_norm,
-                      warmup_steps=cfg.trainer.warmup_steps, micro_batch_tokens=cfg.trainer.micro_batch_tokens,
-                      prefix_sharing=cfg.trainer.prefix_sharing, temperature=cfg.sampling.temperature,
-                      ref_model=ref_model, optimizer=cfg.trainer.optimizer, muon_momentum=cfg.trainer.muon_momentum)
-    return Components(model, tok, task, env, sampler, trainer, ref_model, train_params, eval_params, trainable, total)
+    return Components(model, tok, task, env, sampler, ref_model, train_params, eval_params, trainable, total)

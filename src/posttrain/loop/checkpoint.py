@@ -1,6 +1,6 @@
 """Checkpoints: trainer state + RNG states + loop state, one folder per step, written atomically.
 
-Layout: RUN_DIR/checkpoints/step_000010/{trainer.pt, rng.pt, loop_state.json}. The folder is assembled under
+Layout: RUN_DIR/checkpoints/step_000010/{stepper.pt, rng.pt, loop_state.json}. The folder is assembled under
 a temporary name and renamed into place, so a crash mid-write never leaves a checkpoint that looks whole.
 """
 
@@ -20,9 +20,9 @@ def checkpoint_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
-def save_checkpoint(run_dir: Path, step: int, trainer, sampler_generator: torch.Generator,
-                    loop_state: dict[str, Any], keep: int = 2, extra_files: dict[str, str] | None = None) -> Path:
-    """trainer=None writes no weights (evolution strategies checkpoint a seed history in `extra_files`)."""
+def save_checkpoint(run_dir: Path, step: int, states: dict[str, Any], sampler_generator: torch.Generator,
+                    loop_state: dict[str, Any], keep: int = 2) -> Path:
+    """`states`: file name -> object saved with torch.save (the stepper's state_dict); `loop_state`: JSON."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -30,10 +30,8 @@ def save_checkpoint(run_dir: Path, step: int, trainer, sampler_generator: torch.
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    if trainer is not None:
-        trainer.save_state(str(tmp / "trainer.pt"))
-    for name, text in (extra_files or {}).items():
-        (tmp / name).write_text(text)
+    for name, obj in states.items():
+        torch.save(obj, tmp / name)
     torch.save({"torch": torch.get_rng_state(), "sampler": sampler_generator.get_state(),
                 "python": random.getstate()}, tmp / "rng.pt")
     (tmp / "loop_state.json").write_text(json.dumps({"step": step, **loop_state}, indent=2))
@@ -53,9 +51,8 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def load_checkpoint(path: Path, trainer, sampler_generator: torch.Generator) -> dict[str, Any]:
-    if trainer is not None:
-        trainer.load_state(str(path / "trainer.pt"))
+def load_checkpoint(path: Path, sampler_generator: torch.Generator) -> dict[str, Any]:
+    """Restore the RNG states; returns the loop state (the caller loads its own state files)."""
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
     sampler_generator.set_state(rng["sampler"])

@@ -11,6 +11,7 @@ import asyncio
 import time
 from typing import Any
 
+from posttrain.envs.base import score_groups
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.sampling.base import Sampler
@@ -23,7 +24,7 @@ async def evaluate_async(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[s
         raise ValueError(f"samples per held-out prompt must be >= 1, got {samples}")
     t0 = time.perf_counter()
     trajs = list(await asyncio.gather(*(env.rollout(r, sampler, params) for r in rows for _ in range(samples))))
-    await env.score(trajs)
+    await score_groups(env, [trajs[i:i + samples] for i in range(0, len(trajs), samples)])
     rubric = env.task.rubric
     m = rollout_metrics(trajs, prefix="eval/")
     m.update(pass_rates(trajs, {c.name: c.pass_threshold for c in rubric.components}, prefix="eval/"))

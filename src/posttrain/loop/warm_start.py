@@ -25,11 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from posttrain.algos.losses import LossConfig, reinforce_loss
+from posttrain.algos.losses import LossParams, reinforce_loss
 from posttrain.config.schema import Config
 from posttrain.envs.task import Task
 from posttrain.envs.tool_env import turn_end_text
-from posttrain.sampling.testing import ScriptedSampler
+from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.train.trainer import Trainer
 from posttrain.types import Group, SampleParams, Trajectory, groups_to_batch
 
@@ -123,12 +123,12 @@ async def run_warm_start(cfg: Config, model: Any, tok: Any, env: Any, task: Task
     trainer = Trainer(model, pad_id=pad_id, lr=ws.lr, betas=cfg.trainer.betas, max_grad_norm=cfg.trainer.max_grad_norm,
                       micro_batch_tokens=cfg.trainer.micro_batch_tokens, prefix_sharing=cfg.trainer.prefix_sharing,
                       temperature=1.0)
-    loss_cfg = LossConfig(aggregation="token-mean")
+    loss_params = LossParams(aggregation="token-mean")
     losses: list[float] = []
     for k, idx in enumerate(batches(len(ok), ws.batch_size, ws.steps, cfg.run.seed)):
         groups = [Group(task_index=i, trajectories_G=[ok[i]], advantages_G=[1.0]) for i in idx]
         ts = time.perf_counter()
-        m = trainer.forward_backward(groups_to_batch(groups), reinforce_loss, loss_cfg)
+        m = trainer.forward_backward(groups_to_batch(groups), reinforce_loss, loss_params)
         m.update(trainer.optim_step())
         losses.append(m["train/loss"])  # token-mean of -logp over the demonstrated tokens = NLL per token
         log({"kind": "warm_start", "step": 0, "warm_start/step": k + 1, "warm_start/nll": m["train/loss"],

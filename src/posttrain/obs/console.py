@@ -14,9 +14,12 @@ def step_line(step: int, total: int, m: dict[str, Any]) -> str:
     stages = " ".join(f"{k[5:]}={m[k]:.1f}s" for k in ("time/sample", "time/reward", "time/train", "time/sync")
                       if k in m)
     passes = " ".join(f"{k[5:]}={m[k]:.2f}" for k in sorted(m) if k.startswith("pass/"))
-    return (f"step {step:>4}/{total} reward={m.get('reward/mean', 0):.3f}±{m.get('reward/std', 0):.3f} "
+    line = (f"step {step:>4}/{total} reward={m.get('reward/mean', 0):.3f}±{m.get('reward/std', 0):.3f} "
             f"{passes} tok/s={m.get('perf/sample_tokens_per_s', 0):.0f} len={m.get('completion/len_mean', 0):.0f} "
             f"loss={m.get('train/loss', 0):+.4f} gnorm={m.get('train/grad_norm', 0):.2f} {stages}")
+    if "es/fitness_mean" in m:  # evolution strategies: no loss or gradient, the population's fitness instead
+        line += f" fitness={m['es/fitness_mean']:.3f}[{m['es/fitness_min']:.3f},{m['es/fitness_max']:.3f}]"
+    return line
 
 
 def print_line(text: str, enabled: bool = True) -> None:

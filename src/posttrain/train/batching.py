@@ -16,6 +16,7 @@ from posttrain.types import Batch, Sequence
 class GroupSlice:
     prompt_ids: list[int]
     sequences: list[Sequence]
+    indices: list[int]  # each sequence's position in the batch, so results map back without lookups
 
     @property
     def max_completion(self) -> int:
@@ -25,11 +26,12 @@ class GroupSlice:
 def group_sequences(batch: Batch) -> list[GroupSlice]:
     """Group sequences by (group_id, prompt) preserving order."""
     groups: dict[tuple[int, tuple[int, ...]], GroupSlice] = {}
-    for s in batch.sequences:
+    for i, s in enumerate(batch.sequences):
         key = (s.group_id, tuple(s.prompt_ids))
         if key not in groups:
-            groups[key] = GroupSlice(prompt_ids=s.prompt_ids, sequences=[])
+            groups[key] = GroupSlice(prompt_ids=s.prompt_ids, sequences=[], indices=[])
         groups[key].sequences.append(s)
+        groups[key].indices.append(i)
     return list(groups.values())
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-OPTIMIZERS = ("adamw", "muon")
+from posttrain.algos.registry import Registry
+
 # Parameter names (substrings) that stay on AdamW under Muon even when 2-D.
 _NOT_MUON = ("embed", "lm_head", "wte", "wpe", "output_layer")
 
@@ -29,32 +30,32 @@ def muon_param_split(named_params: list[tuple[str, torch.nn.Parameter]]) -> tupl
     return muon, adamw
 
 
+# `trainer.optimizer` by name: fn(named_params, lr, betas, weight_decay, muon_momentum) -> optimizers.
+OPTIMIZERS: Registry = Registry("optimizer")
+
+
+@OPTIMIZERS.register("adamw")
+def adamw(named_params, lr, betas, weight_decay, muon_momentum=0.95) -> list[torch.optim.Optimizer]:
+    return [torch.optim.AdamW([p for _, p in named_params], lr=lr, betas=betas, weight_decay=weight_decay,
+                              foreach=True)]
+
+
+@OPTIMIZERS.register("muon")
+def muon(named_params, lr, betas, weight_decay, muon_momentum=0.95) -> list[torch.optim.Optimizer]:
+    if not hasattr(torch.optim, "Muon"):
+        raise RuntimeError(f"trainer.optimizer=muon needs torch >= 2.9 (torch.optim.Muon); this is {torch.__version__}")
+    muon_params, adamw_params = muon_param_split(named_params)
+    opts: list[torch.optim.Optimizer] = []
+    if muon_params:
+        opts.append(torch.optim.Muon([p for _, p in muon_params], lr=lr, weight_decay=weight_decay,
+                                     momentum=muon_momentum, adjust_lr_fn="match_rms_adamw"))
+    if adamw_params:
+        opts += adamw(adamw_params, lr, betas, weight_decay)
+    return opts
+
+
 def build_optimizers(named_params: list[tuple[str, torch.nn.Parameter]], name: str, lr: float,
                      betas: tuple[float, float], weight_decay: float,
                      muon_momentum: float = 0.95) -> list[torch.optim.Optimizer]:
     """One or two optimizers over the trainable parameters; the trainer steps them together."""
-    if name not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {name!r} (known: {', '.join(OPTIMIZERS)})")
-    if name == "adamw":
-        return [torch.optim.AdamW([p for _, p in named_params], lr=lr, betas=betas, weight_decay=weight_decay,
-                                  foreach=True)]
-    if not hasattr(torch.optim, "Muon"):
-        raise RuntimeError(f"trainer.optimizer=muon needs torch >= 2.9 (torch.optim.Muon); this is {torch.__version__}")
-    muon, adamw = muon_param_split(named_params)
-    opts: list[torch.optim.Optimizer] = []
-    if muon:
-        opts.append(torch.optim.Muon([p for _, p in muon], lr=lr, weight_decay=weight_decay, momentum=muon_momentum,
-                                     adjust_lr_fn="match_rms_adamw"))
-    if adamw:
-        opts.append(torch.optim.AdamW([p for _, p in adamw], lr=lr, betas=betas, weight_decay=weight_decay,
-                                      foreach=True))
-    return opts
-
-
-def optimizer_summary(opts: list[torch.optim.Optimizer]) -> dict[str, Any]:
-    """Parameter counts per optimizer type, for the run log."""
-    out: dict[str, int] = {}
-    for o in opts:
-        n = sum(p.numel() for g in o.param_groups for p in g["params"])
-        out[type(o).__name__] = out.get(type(o).__name__, 0) + n
-    return out
+    return OPTIMIZERS[name](named_params, lr, betas, weight_decay, muon_momentum)

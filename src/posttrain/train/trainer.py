@@ -12,17 +12,18 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import torch
 
-from posttrain.algos.losses import LossConfig
+from posttrain.algos.kl import k3
+from posttrain.algos.losses import LossInputs, LossParams
 from posttrain.train.batching import plan_micro_batches
 from posttrain.train.logprobs import completion_logprobs
 from posttrain.train.optimizers import build_optimizers
 from posttrain.types import Batch
 
+# (logp_BT, old_logp_BT, ref_logp_BT or None, adv_B, mask_BT, LossParams, LossInputs) -> (loss, metrics)
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 # (logp_BT detached, sampler_logp_BT, entropy_BT, mask_BT) -> (token weights or None, metrics). The caller builds
 # it from algos/ (importance-sampling correction, credit weights); the trainer just applies it per micro-batch.
@@ -34,14 +35,13 @@ class Trainer:
     def __init__(self, model: Any, pad_id: int, lr: float = 1e-5, weight_decay: float = 0.0,
                  betas: tuple[float, float] = (0.9, 0.99), max_grad_norm: float = 1.0, warmup_steps: int = 0,
                  micro_batch_tokens: int = 4096, prefix_sharing: bool = True, temperature: float = 1.0,
-                 ref_model: Any | None = None, optimizer: str = "adamw", muon_momentum: float = 0.95):
+                 optimizer: str = "adamw", muon_momentum: float = 0.95):
         self.model = model
         self.pad_id = pad_id
         self.max_grad_norm = max_grad_norm
         self.micro_batch_tokens = micro_batch_tokens
         self.prefix_sharing = prefix_sharing
         self.temperature = temperature if temperature > 0 else 1.0
-        self.ref_model = ref_model
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
         if not self.params:
@@ -56,39 +56,35 @@ class Trainer:
     # ---- compute -----------------------------------------------------------------------------------------
     @torch.no_grad()
     def compute_logprobs(self, batch: Batch, model: Any | None = None) -> list[list[float]]:
-        """Per-completion-token log-probs under `model` (default: the policy), without gradients."""
+        """Per-completion-token log-probs of each sequence under `model` (default: the policy), no gradients."""
         model = model or self.model
         was = model.training
         model.eval()
-        out: dict[int, list[float]] = {}
+        out: list[list[float]] = [[] for _ in batch.sequences]
         try:
             for groups in plan_micro_batches(batch, self.micro_batch_tokens):
                 t = completion_logprobs(model, groups, self.pad_id, self.temperature, self.prefix_sharing)
-                for i, s in enumerate(s for g in groups for s in g.sequences):
-                    out[id(s)] = t.logp_BT[i, : len(s.completion_ids)].tolist()
+                for row, (i, s) in enumerate((i, s) for g in groups for i, s in zip(g.indices, g.sequences)):
+                    out[i] = t.logp_BT[row, : len(s.completion_ids)].tolist()
         finally:
             model.train(was)
-        return [out[id(s)] for s in batch.sequences]
+        return out
 
-    def forward_backward(self, batch: Batch, loss_fn: LossFn, loss_cfg: LossConfig,
-                         old_logprobs: list[list[float]] | None = None,
-                         ref_logprobs: list[list[float]] | None = None,
+    def forward_backward(self, batch: Batch, loss_fn: LossFn, params: LossParams,
                          token_weight_fn: TokenWeightFn | None = None) -> dict[str, float]:
         """Accumulate gradients of loss_fn over the batch. Returns summed/averaged metrics.
 
-        old_logprobs: the behaviour policy's log-probs (None: on-policy, use the current ones detached).
-        ref_logprobs: the reference model's log-probs, needed when the loss has a KL term.
-        token_weight_fn: per-token weights computed per micro-batch (see TokenWeightFn), passed to the loss as
-        LossConfig.token_weights_BT.
+        Everything per sequence comes from the sequence: its advantage, the behaviour policy's log-probs
+        (`old_logprobs`; None: the current policy, detached, i.e. on-policy), the reference's (`ref_logprobs`,
+        needed when params.beta > 0) and the sampler's. `token_weight_fn` gives per-token weights per micro-batch
+        (see TokenWeightFn), passed to the loss as LossInputs.token_weights_BT.
         """
         if not batch.sequences:
             return {"train/empty_batch": 1.0}
         self.model.train()
-        pos = {id(s): i for i, s in enumerate(batch.sequences)}
-        # Batch-wide normalizers, unless the caller set them (it does when it trains on part of a batch).
-        cfg = replace(loss_cfg,
-                      total_tokens=loss_cfg.total_tokens or float(max(batch.num_loss_tokens, 1)),
-                      total_seqs=loss_cfg.total_seqs or float(len(batch.sequences)))
+        # Batch-wide normalizers (the batch carries them when it holds only part of the optimizer batch).
+        total_tokens = batch.total_loss_tokens or float(max(batch.num_loss_tokens, 1))
+        total_seqs = batch.total_seqs or float(len(batch.sequences))
         sums: dict[str, float] = {}
         weights = 0.0
         loss_total = 0.0
@@ -100,16 +96,15 @@ class Trainer:
                                     with_entropy=True)
             B, T = t.logp_BT.shape
             sampler_BT = _pad_float([s.sampler_logprobs for s in seqs], T)
-            old_BT = (_pad_float([old_logprobs[pos[id(s)]] for s in seqs], T) if old_logprobs is not None
-                      else t.logp_BT.detach())
-            ref_BT = (_pad_float([ref_logprobs[pos[id(s)]] for s in seqs], T) if ref_logprobs is not None else None)
+            old_BT = _behaviour_BT(seqs, t.logp_BT)
+            has_ref = all(s.ref_logprobs is not None for s in seqs)
+            ref_BT = _pad_float([s.ref_logprobs for s in seqs], T) if has_ref else None
             adv_B = torch.tensor([s.advantage for s in seqs], dtype=torch.float32)
-            mb_cfg, w_metrics = cfg, {}
+            w_BT, w_metrics = None, {}
             if token_weight_fn is not None:
                 w_BT, w_metrics = token_weight_fn(t.logp_BT.detach(), sampler_BT, t.entropy_BT, t.mask_BT)
-                if w_BT is not None:
-                    mb_cfg = replace(cfg, token_weights_BT=w_BT)
-            loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, mb_cfg)
+            inputs = LossInputs(total_tokens=total_tokens, total_seqs=total_seqs, token_weights_BT=w_BT)
+            loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, params, inputs)
             m = {**m, **w_metrics}
             if not torch.isfinite(loss):
                 self._poisoned = True
@@ -124,8 +119,7 @@ class Trainer:
                 mask = t.mask_BT.float()
                 diff = (t.logp_BT.detach() - sampler_BT) * mask
                 mismatch_abs += float(diff.abs().sum())
-                lr_ = sampler_BT - t.logp_BT.detach()
-                mismatch_k3 += float(((torch.exp(lr_) - 1 - lr_) * mask).sum())
+                mismatch_k3 += float((k3(sampler_BT - t.logp_BT.detach()) * mask).sum())
                 ent_sum += float((t.entropy_BT * mask).sum())
                 tok += float(mask.sum())
         metrics = {f"train/{k}": v / max(weights, 1.0) for k, v in sums.items()}
@@ -161,16 +155,21 @@ class Trainer:
     def trainable_state(self) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
 
+    def state_dict(self) -> dict[str, Any]:
+        """Trainable weights (full model or LoRA adapter), optimizer, scheduler and counters."""
+        return {"params": self.trainable_state(), "optimizers": [o.state_dict() for o in self.optimizers],
+                "schedulers": [s.state_dict() for s in self.schedulers], "step": self.step,
+                "skipped_steps": self.skipped_steps}
+
     def save_state(self, path: str) -> None:
-        """Trainable weights (full model or LoRA adapter), optimizer, scheduler and counters, written
-        atomically (temp file, then rename) so a crash never leaves a half-written state."""
-        state = {"params": self.trainable_state(), "optimizers": [o.state_dict() for o in self.optimizers],
-                 "schedulers": [s.state_dict() for s in self.schedulers], "step": self.step,
-                 "skipped_steps": self.skipped_steps}
-        atomic_torch_save(state, path)
+        """`state_dict()` written atomically (temp file, then rename): a crash never leaves a half-written state."""
+        atomic_torch_save(self.state_dict(), path)
 
     def load_state(self, path: str) -> None:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False), source=path)
+
+    def load_state_dict(self, state: dict[str, Any], source: str = "the checkpoint") -> None:
+        path = source
         named = dict(self.model.named_parameters())
         missing = [n for n in state["params"] if n not in named]
         if missing:
@@ -189,6 +188,18 @@ class Trainer:
             sch.load_state_dict(ss)
         self.step = state["step"]
         self.skipped_steps = state["skipped_steps"]
+
+
+def _behaviour_BT(seqs: list, logp_BT: torch.Tensor) -> torch.Tensor:
+    """The PPO ratio's old log-probs: each sequence's `old_logprobs`, or the current ones (detached) where None."""
+    if all(s.old_logprobs is None for s in seqs):
+        return logp_BT.detach()
+    old_BT = logp_BT.detach().clone()
+    for i, s in enumerate(seqs):
+        if s.old_logprobs is not None:
+            old_BT[i] = 0.0
+            old_BT[i, : len(s.old_logprobs)] = torch.tensor(s.old_logprobs, dtype=old_BT.dtype)
+    return old_BT
 
 
 def _pad_float(rows: list[list[float]], T: int) -> torch.Tensor:

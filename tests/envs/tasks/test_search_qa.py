@@ -19,7 +19,7 @@ from posttrain.envs.tasks.search_qa import (
     normalize,
 )
 from posttrain.envs.tool_env import ToolEnv
-from posttrain.sampling.testing import ScriptedSampler as _Scripted
+from posttrain.sampling.scripted import ScriptedSampler as _Scripted
 from posttrain.types import SampleParams
 
 

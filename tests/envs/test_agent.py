@@ -5,12 +5,12 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("openai")
 
-from posttrain.agent import AgentEnv
+from posttrain.envs.agent import AgentEnv
 from posttrain.envs.task import Task
 from posttrain.models import stop_token_ids
 from posttrain.rewards.rubric import Rubric
 from posttrain.sampling import HFSampler
-from posttrain.sampling.testing import CapturingSampler, ScriptedSampler
+from posttrain.sampling.scripted import CapturingSampler, ScriptedSampler
 from posttrain.types import Group, groups_to_batch
 
 

@@ -37,7 +37,7 @@ from posttrain.envs.task import Task
 from posttrain.sampling.base import Sampler
 from posttrain.sampling.http_serve import InLoopServer
 from posttrain.sampling.openai_server import create_app
-from posttrain.types import Trajectory, Turn
+from posttrain.types import SampleParams, Trajectory, Turn
 
 log = logging.getLogger(__name__)
 AgentFn = Callable[[Any, dict[str, Any]], Awaitable[Any]]
@@ -96,7 +96,9 @@ class AgentEnv:
         self._servers.clear()
 
     # ---- Env protocol ------------------------------------------------------------------------------------
-    async def rollout(self, row: dict[str, Any], sampler: Sampler) -> Trajectory:
+    async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
+        """One agent run. The agent's own requests choose how to sample, so `params` (part of the Env
+        protocol) is not used here."""
         import openai
 
         srv, app = await self.server_for(sampler)

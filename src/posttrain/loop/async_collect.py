@@ -1,0 +1,150 @@
+"""The asynchronous collector (`loop.mode=async`): rollout workers run while the trainer trains.
+
+    workers (asyncio tasks) ─► generate + env + reward per group ─► ready buffer ─► collect(step)
+                 ▲                                                                    │
+                 └──── on_weights(version): the sampler serves newer weights ◄───────┘ (after the stepper's sync)
+
+Producer-consumer as in the Tunix seed post. The sampler holds its own copy of the model (the stepper's
+WeightSync copies the trainer's weights in), so generation goes on while the trainer updates its weights; every
+completion records the version that produced it.
+
+One staleness knob, `loop.max_staleness`, enforced at admission (loop/staleness.py): a worker does not start a
+group until the sampler is recent enough, so no work is generated and then discarded. `collect(step)` returns
+the groups of step s in the data order (the same prompts as the sync collector) and checks the bound. Which
+log-probs the PPO ratio uses is not this module's business: `algorithm.behavior_logprobs` decides it, the same
+in both schedules.
+
+Resuming restarts the workers at the checkpoint's weights: in-flight rollouts are not saved, so a resumed async
+run is not bit-identical to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from posttrain.config.schema import Config
+from posttrain.loop.collect import Collected, Rollouts, prompts_for_step
+from posttrain.loop.staleness import admissible, staleness_metrics
+from posttrain.obs.timers import BusyMeter, StageTimer
+from posttrain.types import Completion, Group, SampleParams
+
+
+class MeteredSampler:
+    """Delegates to a sampler and records when generation is in flight (for the sampler-idle fraction)."""
+
+    def __init__(self, inner, meter: BusyMeter):
+        self.inner, self.meter = inner, meter
+
+    @property
+    def policy_version(self) -> int:
+        return self.inner.policy_version
+
+    async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
+        with self.meter():
+            return await self.inner.sample(prompts_P, params, n)
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.inner.decode(token_ids)
+
+
+class AsyncCollector:
+    def __init__(self, cfg: Config, rollouts: Rollouts, meters: dict[str, BusyMeter]):
+        """`rollouts.sampler` is the (metered) rollout sampler; `meters` has model_call, rollout and reward."""
+        self.cfg, self.rollouts, self.meters = cfg, rollouts, meters
+        self.per_step = cfg.loop.prompts_per_step
+        self.k = cfg.loop.max_staleness
+        self.n_workers = cfg.loop.rollout_workers or self.per_step * (self.k + 1)
+        self._ready: dict[int, tuple[Group, float]] = {}
+        self._cond = asyncio.Condition()
+        self._workers: list[asyncio.Task] = []
+        self._next_group = 0
+        self._failure: BaseException | None = None
+        self._wait_s = 0.0
+        self._busy_mark = {k: m.read() for k, m in meters.items()}
+
+    @property
+    def version(self) -> int:
+        return self.rollouts.sampler.policy_version
+
+    # ---- producers ---------------------------------------------------------------------------------------
+    def _start(self, step: int) -> None:
+        self._next_group = step * self.per_step
+        self._workers = [asyncio.create_task(self._worker()) for _ in range(self.n_workers)]
+
+    async def _worker(self) -> None:
+        n_rows = len(self.rollouts.rows)
+        try:
+            while True:
+                i = self._next_group
+                s = i // self.per_step
+                if s >= self.cfg.loop.steps:
+                    return
+                self._next_group += 1
+                async with self._cond:
+                    await self._cond.wait_for(lambda: admissible(i, self.per_step, self.version, self.k))
+                row = prompts_for_step(n_rows, s, self.per_step, self.cfg.run.seed)[i % self.per_step]
+                with self.meters["rollout"]():
+                    (group,), pen = await self.rollouts.groups([row], StageTimer())
+                async with self._cond:
+                    self._ready[i] = (group, pen)
+                    self._cond.notify_all()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # noqa: BLE001 - surface a worker crash in the trainer, don't hang it
+            self._failure = e
+            async with self._cond:
+                self._cond.notify_all()
+
+    async def on_weights(self, version: int) -> None:
+        """Wake the workers waiting for admission: the sampler serves a newer version."""
+        async with self._cond:
+            self._cond.notify_all()
+
+    async def close(self) -> None:
+        for w in self._workers:
+            w.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+
+    # ---- consumer ----------------------------------------------------------------------------------------
+    async def collect(self, step: int, timer: StageTimer) -> Collected:
+        if not self._workers:
+            self._start(step)
+        want = range(step * self.per_step, (step + 1) * self.per_step)
+        t0 = time.perf_counter()
+        try:
+            async with self._cond:
+                await asyncio.wait_for(self._cond.wait_for(
+                    lambda: self._failure is not None or all(i in self._ready for i in want)),
+                    self.cfg.loop.batch_timeout_s)
+        except asyncio.TimeoutError:
+            missing = [i for i in want if i not in self._ready]
+            raise TimeoutError(f"step {step}: groups {missing} not ready after loop.batch_timeout_s="
+                               f"{self.cfg.loop.batch_timeout_s:g}s (a rollout, env or reward is hanging)") from None
+        if self._failure is not None:
+            raise RuntimeError(f"a rollout worker failed: {self._failure!r}") from self._failure
+        self._wait_s = time.perf_counter() - t0
+        ready = [self._ready.pop(i) for i in want]
+        groups = [g for g, _ in ready]
+        version = self.version  # == the trainer's weights: the last sync copied them
+        token_versions = [t.policy_version for g in groups for t in g.trajectories_G]
+        too_old = [v for v in token_versions if version - v > self.k]
+        if too_old:  # admission makes this impossible; a violation is a bug, not a statistic
+            raise RuntimeError(f"staleness bound broken: trainer at version {version}, tokens from {too_old[:3]}, "
+                               f"max_staleness={self.k}")
+        m = {"async/ready_groups": float(len(self._ready)), "async/trainer_wait_s": self._wait_s,
+             **staleness_metrics(version, token_versions)}
+        if self.cfg.algorithm.overlong_buffer_frac > 0:
+            m["dapo/overlong_penalty_mean"] = sum(p for _, p in ready) / max(len(ready), 1)
+        return Collected(groups, groups, m)
+
+    def window_metrics(self, wall_s: float) -> dict[str, float]:
+        """Busy seconds of model calls and rollouts since the last call, and the idle fractions over `wall_s`."""
+        now = {k: m.read() for k, m in self.meters.items()}
+        busy = {k: now[k] - self._busy_mark.get(k, 0.0) for k in now}
+        self._busy_mark = now
+        wall = max(wall_s, 1e-9)
+        return {"async/step_wall_s": wall, "async/trainer_idle_frac": min(1.0, self._wait_s / wall),
+                "async/sampler_idle_frac": max(0.0, 1.0 - busy["model_call"] / wall),
+                "time/model_call_busy": busy["model_call"], "time/rollout_busy": busy["rollout"]}

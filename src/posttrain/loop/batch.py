@@ -1,0 +1,95 @@
+"""Batch assembly for a policy-gradient step: scored groups in, one Batch out.
+
+    sequences_from_groups(groups)      one Sequence per trajectory that did not fail, with its shaped reward
+    (the stepper attaches reference log-probs to the sequences when a KL term needs them)
+    build_batch(sequences, options)    overlong filter -> KL-as-reward -> advantages per group -> the trained part
+
+`build_batch` is a pure function: it never mutates its inputs, and everything it needs per sequence (reward,
+group, sampler and reference log-probs, finish reason) is a field of the sequence, so filtering is subsetting
+one list. Reward shaping that the group filter of dynamic sampling must see (the DAPO overlong penalty) happens
+earlier, when a group is scored (loop/collect.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from posttrain.algos.advantages import ADVANTAGES
+from posttrain.algos.dapo import overlong_keep_mask
+from posttrain.algos.kl import kl_reward_penalty
+from posttrain.config.schema import AlgorithmConfig
+from posttrain.types import Batch, Group, Sequence, sequence_of
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    advantage: str = "grpo"  # advantage estimator, by registry name
+    scale_std: bool = True
+    kl_reward_beta: float = 0.0  # > 0: KL to the reference as a per-sequence reward penalty (needs ref_logprobs)
+    kl_estimator: str = "k3"
+    overlong_filter: bool = False  # DAPO: truncated completions get no loss
+    # With a KL term in the loss every sequence contributes; without one, a sequence whose advantage is 0
+    # contributes exactly 0 (every registered loss is A times something), so only the rest needs a forward pass.
+    keep_zero_advantage: bool = False
+
+    @classmethod
+    def from_config(cls, a: AlgorithmConfig) -> "BatchOptions":
+        return cls(advantage=a.advantage, scale_std=a.scale_std,
+                   kl_reward_beta=a.beta if a.kl_mode == "reward" else 0.0, kl_estimator=a.kl_estimator,
+                   overlong_filter=a.overlong_filter, keep_zero_advantage=a.beta > 0 and a.kl_mode == "loss")
+
+
+def sequences_from_groups(groups: list[Group]) -> list[Sequence]:
+    """Every trajectory that did not fail, as a Sequence whose group_id is its group's position."""
+    return [sequence_of(t, group_id=gi) for gi, g in enumerate(groups) for t in g.trajectories_G if not t.failed]
+
+
+def kl_penalties(seqs: list[Sequence], beta: float, estimator: str) -> list[float]:
+    """KL to the reference as a reward penalty per sequence, estimated on the sampler's log-probs of its own tokens
+    over the loss mask (so a filtered sequence pays none)."""
+    T = max((len(s.completion_ids) for s in seqs), default=0)
+    if T == 0:
+        return [0.0] * len(seqs)
+    logp, ref, mask = (torch.zeros(len(seqs), T) for _ in range(3))
+    for i, s in enumerate(seqs):
+        if s.ref_logprobs is None:
+            raise ValueError("KL as a reward needs each sequence's ref_logprobs")
+        n = len(s.completion_ids)
+        logp[i, :n] = torch.tensor(s.sampler_logprobs)
+        ref[i, :n] = torch.tensor(s.ref_logprobs)
+        mask[i, :n] = torch.tensor(s.loss_mask, dtype=torch.float32)
+    return kl_reward_penalty(logp, ref, mask, beta, estimator).tolist()
+
+
+def build_batch(seqs: list[Sequence], opts: BatchOptions,
+                policy_version: int = 0) -> tuple[Batch, dict[str, float]]:
+    """The optimizer batch from scored sequences, and its metrics. Normalizers count every sequence, the trained
+    part is the sequences that change the update."""
+    m: dict[str, float] = {}
+    if opts.overlong_filter:
+        keep = overlong_keep_mask([s.finish_reason for s in seqs])
+        seqs = [s if k else replace(s, loss_mask=[0] * len(s.loss_mask)) for s, k in zip(seqs, keep)]
+        m["dapo/overlong_filtered"] = float(sum(not k for k in keep))
+    rewards = [s.reward for s in seqs]
+    if opts.kl_reward_beta > 0 and seqs:
+        pen = kl_penalties(seqs, opts.kl_reward_beta, opts.kl_estimator)
+        rewards = [r - p for r, p in zip(rewards, pen)]
+        m["kl/reward_penalty_mean"] = sum(pen) / max(len(pen), 1)
+    adv_N = (ADVANTAGES[opts.advantage](torch.tensor(rewards, dtype=torch.float32),
+                                        torch.tensor([s.group_id for s in seqs]), scale_std=opts.scale_std)
+             if seqs else torch.zeros(0))
+    seqs = [replace(s, advantage=a, reward=r) for s, a, r in zip(seqs, adv_N.tolist(), rewards)]
+    trained = seqs if opts.keep_zero_advantage else [s for s in seqs if s.advantage != 0.0 and any(s.loss_mask)]
+    batch = Batch(sequences=trained, policy_version=policy_version,
+                  total_loss_tokens=float(max(sum(sum(s.loss_mask) for s in seqs), 1)),
+                  total_seqs=float(max(len(seqs), 1)))
+    m.update({
+        "adv/mean": float(adv_N.mean()) if len(adv_N) else 0.0,
+        "adv/std": float(adv_N.std()) if len(adv_N) > 1 else 0.0,
+        "adv/abs_max": float(adv_N.abs().max()) if len(adv_N) else 0.0,
+        "tokens/trained": float(batch.num_tokens),
+        "train/zero_adv_seqs_skipped": float(len(seqs) - len(trained)),
+    })
+    return batch, m

@@ -1,0 +1,128 @@
+"""Collectors: where a step's scored groups come from.
+
+    Collector.collect(step) -> Collected     the step's groups, rolled out, scored and shaped
+    Collector.on_weights(version)            the sampler now serves `version` (admits waiting work, async)
+    Collector.window_metrics(wall_s)         utilisation since the last call (async: busy/idle fractions)
+    Collector.close()                        stop background work
+
+`SyncCollector` samples the step's prompts when asked (with DAPO dynamic sampling when configured);
+`AsyncCollector` (loop/async_collect.py) keeps rollout workers running ahead under the staleness bound. Both
+roll out and score groups with `rollout_groups`, so a group means the same thing in either schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from posttrain.algos.dapo import has_signal
+from posttrain.config.schema import Config
+from posttrain.envs.base import Env, score_groups
+from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
+from posttrain.loop.shaping import apply_overlong_penalty
+from posttrain.obs.timers import StageTimer
+from posttrain.sampling.base import Sampler
+from posttrain.types import Group, SampleParams
+
+
+@dataclass
+class Collected:
+    groups: list[Group]  # the groups to train on
+    all_groups: list[Group]  # every group sampled this step (dynamic sampling drops some), for the metrics
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Collector(Protocol):
+    async def collect(self, step: int, timer: StageTimer) -> Collected: ...
+
+    async def on_weights(self, version: int) -> None: ...
+
+    def window_metrics(self, wall_s: float) -> dict[str, float]: ...
+
+    async def close(self) -> None: ...
+
+
+def prompts_for_step(n_rows: int, step: int, per_step: int, seed: int) -> list[int]:
+    """Row indices for a step: epochs over a seeded shuffle. A pure function of the step, so resume needs no
+    data-loader state beyond the step number."""
+    out = []
+    for k in range(step * per_step, (step + 1) * per_step):
+        epoch, pos = divmod(k, n_rows)
+        order = list(range(n_rows))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        out.append(order[pos])
+    return out
+
+
+@dataclass(frozen=True)
+class Rollouts:
+    """What rolling out a group needs: the env, the sampler, G, how to sample, and the overlong shaping."""
+
+    env: Env
+    sampler: Sampler
+    rows: list[dict[str, Any]]
+    G: int
+    params: SampleParams
+    overlong_buffer_frac: float = 0.0
+    overlong_penalty: float = 1.0
+
+    async def groups(self, row_indices: list[int], timer: StageTimer) -> tuple[list[Group], float]:
+        """G rollouts per row, scored (group rewards included) and shaped. Returns the groups and the mean
+        overlong penalty."""
+        G, rows = self.G, [self.rows[i] for i in row_indices]
+        with timer("sample"):
+            trajs = list(await asyncio.gather(*(self.env.rollout(r, self.sampler, self.params)
+                                                for r in rows for _ in range(G))))
+        groups = [Group(task_index=idx, trajectories_G=trajs[i * G:(i + 1) * G]) for i, idx in enumerate(row_indices)]
+        with timer("reward"):
+            await score_groups(self.env, [g.trajectories_G for g in groups])
+        pen = apply_overlong_penalty(groups, self.overlong_buffer_frac, self.overlong_penalty, self.params.max_tokens)
+        return groups, pen
+
+    @classmethod
+    def from_config(cls, cfg: Config, env: Env, sampler: Sampler, rows: list[dict[str, Any]],
+                    params: SampleParams) -> "Rollouts":
+        a = cfg.algorithm
+        return cls(env, sampler, rows, a.num_generations, params, a.overlong_buffer_frac, a.overlong_penalty)
+
+
+class SyncCollector:
+    """Sample the step's prompts now; with dynamic sampling, refill until enough groups carry signal."""
+
+    def __init__(self, cfg: Config, rollouts: Rollouts):
+        self.cfg, self.rollouts = cfg, rollouts
+
+    async def collect(self, step: int, timer: StageTimer) -> Collected:
+        cfg, a = self.cfg, self.cfg.algorithm
+        n_rows = len(self.rollouts.rows)
+        first = prompts_for_step(n_rows, step, cfg.loop.prompts_per_step, cfg.run.seed)
+        penalties: list[float] = []
+
+        async def sample(rows: list[int]) -> list[Group]:
+            groups, pen = await self.rollouts.groups(rows, timer)
+            penalties.append(pen)
+            return groups
+
+        m: dict[str, float] = {}
+        if a.dynamic_sampling:
+            kept, all_groups, stats = await collect_groups(
+                sample, first, lambda rnd, k, used: refill_rows(n_rows, step, rnd, k, cfg.run.seed, used),
+                target=cfg.loop.prompts_per_step, max_rounds=a.max_refill_rounds,
+                keep=lambda g: has_signal(g.rewards_G))
+            m.update(stats.metrics())
+        else:
+            kept = all_groups = await sample(first)
+        if a.overlong_buffer_frac > 0:
+            m["dapo/overlong_penalty_mean"] = sum(penalties) / max(len(penalties), 1)
+        return Collected(kept, all_groups, m)
+
+    async def on_weights(self, version: int) -> None:
+        """Nothing waits: the next collect samples with whatever the sampler serves."""
+
+    def window_metrics(self, wall_s: float) -> dict[str, float]:
+        return {}
+
+    async def close(self) -> None:
+        return None

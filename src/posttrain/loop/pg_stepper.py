@@ -1,0 +1,144 @@
+"""The policy-gradient stepper (GRPO and its family): one step, top to bottom.
+
+    collected = collector.collect(step)                  scored, shaped groups (sync or async)
+    seqs      = sequences_from_groups(collected.groups)  one Sequence per trajectory that did not fail
+    (+ reference log-probs on each sequence when a KL term needs them)
+    batch     = build_batch(seqs, options)               overlong filter, KL-as-reward, advantages, trained part
+    (+ the behaviour policy's log-probs, algorithm.behavior_logprobs)
+    trainer.forward_backward(batch, loss) x num_iterations, optim_step
+    sync.push(version + 1); collector.on_weights(...)    the sampler serves the new weights
+
+All math is in algos/ (looked up by name); batch assembly is a pure function (loop/batch.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from posttrain.algos import IS_CORRECTIONS, LOSSES, TOKEN_WEIGHTS, LossParams
+from posttrain.algos.dapo import has_signal
+from posttrain.config.schema import AlgorithmConfig, Config
+from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
+from posttrain.loop.collect import Collector
+from posttrain.loop.weight_sync import WeightSync
+from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
+from posttrain.obs.timers import StageTimer
+from posttrain.train.trainer import TokenWeightFn, Trainer
+from posttrain.types import Batch
+
+
+def loss_params(cfg: Config, max_tokens: int) -> LossParams:
+    """The loss's hyper-parameters, once per run. With KL as a reward the loss has no KL term (beta 0 there)."""
+    a = cfg.algorithm
+    return LossParams(epsilon=a.epsilon, epsilon_high=a.epsilon_high, beta=a.beta if a.kl_mode == "loss" else 0.0,
+                      kl_estimator=a.kl_estimator, aggregation=a.aggregation,
+                      max_tokens=max_tokens, cispo_epsilon_low=a.cispo_epsilon_low,
+                      dual_clip=a.dual_clip)
+
+
+def token_weight_fn(a: AlgorithmConfig) -> TokenWeightFn | None:
+    """Importance-sampling correction times credit weights, as one per-micro-batch function (None: neither)."""
+    if a.is_correction == "none" and a.token_weighting == "none":
+        return None
+    correct = IS_CORRECTIONS[a.is_correction]
+    credit = TOKEN_WEIGHTS[a.token_weighting] if a.token_weighting != "none" else None
+
+    def fn(logp_BT, sampler_BT, entropy_BT, mask_BT):
+        w_BT, m = correct(logp_BT, sampler_BT, mask_BT, cap=a.is_cap, level=a.is_level)
+        metrics = {f"is/{k}": v for k, v in m.items()}
+        if credit is not None:
+            c_BT = credit(entropy_BT, mask_BT, frac=a.token_weighting_frac)
+            metrics["credit/weighted_token_frac"] = float((c_BT > 0).sum() / mask_BT.sum().clamp(min=1))
+            w_BT = c_BT if w_BT is None else w_BT * c_BT
+        return w_BT, metrics
+
+    return fn
+
+
+class PolicyGradientStepper:
+    def __init__(self, cfg: Config, trainer: Trainer, collector: Collector, sync: WeightSync,
+                 pass_thresholds: dict[str, float], max_tokens: int, ref_model: Any | None = None,
+                 ref_disable_adapter: Any | None = None, version: int = 0):
+        """`pass_thresholds`: the task's rubric components (for pass rates); `max_tokens`: the completion budget.
+        `ref_model`: a frozen reference for a KL term; with LoRA pass `ref_disable_adapter` instead (a context
+        manager factory, e.g. peft's `model.disable_adapter`: the base model is the reference)."""
+        self.cfg, self.trainer, self.collector, self.sync = cfg, trainer, collector, sync
+        a = cfg.algorithm
+        self.loss_fn = LOSSES[a.loss]
+        self.params = loss_params(cfg, max_tokens)
+        self.pass_thresholds = pass_thresholds
+        self.batch_options = BatchOptions.from_config(a)
+        self.token_weight_fn = token_weight_fn(a)
+        self.ref_model, self.ref_disable_adapter = ref_model, ref_disable_adapter
+        self.version = version
+
+    async def step(self, step: int) -> dict[str, Any]:
+        cfg, a = self.cfg, self.cfg.algorithm
+        timer, t0 = StageTimer(), time.perf_counter()
+        collected = await self.collector.collect(step, timer)
+        seqs = sequences_from_groups(collected.groups)
+        if a.beta > 0 and seqs:
+            for s, lp in zip(seqs, self._ref_logprobs(Batch(seqs))):
+                s.ref_logprobs = lp
+        batch, m = build_batch(seqs, self.batch_options, policy_version=self.version)
+        m.update(collected.metrics)
+        with timer("train"):
+            m.update(await asyncio.to_thread(self._optimize, batch) if cfg.loop.mode == "async"
+                     else self._optimize(batch))
+        with timer("sync"):
+            self.version += 1
+            m.update(await asyncio.to_thread(self.sync.push, self.version) if cfg.loop.mode == "async"
+                     else self.sync.push(self.version))
+            await self.collector.on_weights(self.version)
+        trajs = [t for g in collected.all_groups for t in g.trajectories_G]
+        m.update(rollout_metrics(trajs))
+        m.update(pass_rates(trajs, self.pass_thresholds))
+        n_tok = sum(t.num_completion_tokens for t in trajs)
+        m.update({
+            "groups/zero_variance_frac": sum(not has_signal(g.rewards_G) for g in collected.all_groups)
+            / max(len(collected.all_groups), 1),
+            "groups/trained": float(len(collected.groups)),
+            "tokens/completion": float(n_tok),
+            "perf/sample_tokens_per_s": n_tok / max(timer.seconds.get("sample", 0.0), 1e-9),
+            "policy_version": float(self.version),
+        })
+        m.update(timer.metrics())
+        m["time/step"] = time.perf_counter() - t0
+        m.update(self.collector.window_metrics(m["time/step"]))
+        self.last_trajectories = trajs
+        return m
+
+    def _optimize(self, batch: Batch) -> dict[str, float]:
+        """num_iterations optimizer passes over the batch; the ratio's old policy per algorithm.behavior_logprobs."""
+        m: dict[str, float] = {}
+        n_iter = self.cfg.loop.num_iterations
+        if self.cfg.algorithm.behavior_logprobs == "sampler":
+            for s in batch.sequences:
+                s.old_logprobs = list(s.sampler_logprobs)
+        elif n_iter > 1:  # "trainer": the policy before this step's updates (with one pass: the current, detached)
+            for s, lp in zip(batch.sequences, self.trainer.compute_logprobs(batch)):
+                s.old_logprobs = lp
+        for _ in range(n_iter):
+            m.update(self.trainer.forward_backward(batch, self.loss_fn, self.params, self.token_weight_fn))
+            m.update(self.trainer.optim_step())
+        return m
+
+    def _ref_logprobs(self, batch: Batch) -> list[list[float]]:
+        if self.ref_model is not None:
+            return self.trainer.compute_logprobs(batch, model=self.ref_model)
+        with self.ref_disable_adapter():  # LoRA: the reference is the base model
+            return self.trainer.compute_logprobs(batch)
+
+    # ---- Stepper protocol --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"trainer": self.trainer.state_dict(), "policy_version": self.version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.trainer.load_state_dict(state["trainer"])
+        self.version = state["policy_version"]
+        self.sync.push(self.version)
+
+    async def close(self) -> None:
+        await self.collector.close()

@@ -1,0 +1,243 @@
+"""A Run: everything about a training job except how one step trains.
+
+    Run(cfg).run():  build components ─► env check ─► [warm start] ─► stepper = make_stepper(cfg)
+                     ─► [resume] ─► eval before ─► for each step: stepper.step(i), log, eval every N,
+                     checkpoint every N, time budget ─► checkpoint ─► eval after ─► final/ ─► summary.json
+
+The Run owns the run directory, console, metrics logger, eval schedule, checkpoints and resume, the time
+budget and the summary. It drives a Stepper (the protocol below); loop/schedule.py picks which one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from posttrain.config.load import to_yaml
+from posttrain.config.schema import Config
+from posttrain.loop.builder import Components, build
+from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from posttrain.loop.evaluate import evaluate_async
+from posttrain.loop.schedule import make_stepper
+from posttrain.loop.warm_start import WarmStartResult, run_warm_start
+from posttrain.obs import console as con
+from posttrain.obs.metrics import MetricsLogger
+from posttrain.obs.rollout_stats import sample_records
+from posttrain.obs.run_dir import make_run_dir, write_run_info
+
+STEPPER_FILE = "stepper.pt"
+
+
+class Stepper(Protocol):
+    """One training step at a time. `step(i)` trains step i (0-based) and returns its metrics; the trajectories
+    it rolled out are left in `last_trajectories` for samples.jsonl. `state_dict()` / `load_state_dict()` hold
+    everything a checkpoint needs beyond the RNG states; `close()` stops background work."""
+
+    last_trajectories: list
+
+    async def step(self, step: int) -> dict[str, Any]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    before: dict[str, float]
+    after: dict[str, float]
+    steps: int
+    seconds: float
+
+
+class Run:
+    def __init__(self, cfg: Config, run_dir: Path | None = None, resume: bool = False):
+        self.cfg, self.resume = cfg, resume
+        self.t_start = time.perf_counter()
+        _check_names(cfg)  # a typo in an algorithm name fails before a run dir or minutes of model loading
+        self.run_dir = Path(run_dir or make_run_dir(cfg.run.output_dir, cfg.run.name, cfg.task.name))
+        self.say = partial(con.print_line, enabled=cfg.logging.console)
+        if not resume:
+            write_run_info(self.run_dir, to_yaml(cfg), cfg.run.seed)
+        self.c: Components = build(cfg, log=self.say)
+        if cfg.task.env_check != "off":
+            env_check(self.c, cfg.task.env_check, self.say, cfg.logging.console)
+        self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
+        self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard)
+
+    def run(self) -> RunResult:
+        return asyncio.run(self.run_async())
+
+    async def run_async(self) -> RunResult:
+        cfg, c = self.cfg, self.c
+        self.say(f"run dir: {self.run_dir}")
+        self.say(f"model: {cfg.model.name} ({c.trainable_params / 1e6:.1f}M trainable of {c.total_params / 1e6:.1f}M)"
+                 f" | task: {c.task.name} ({len(c.task.train_rows)} train / {len(self.eval_rows)} held-out prompts)"
+                 f" | {cfg.loop.steps} steps x {cfg.loop.prompts_per_step} prompts x G={cfg.algorithm.num_generations}")
+        start, before, warm, base_eval = 0, {}, None, {}
+        ckpt = latest_checkpoint(self.run_dir) if self.resume else None
+        if self.resume and ckpt is None:
+            raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir}/checkpoints")
+        if cfg.warm_start.steps and ckpt is None:
+            warm, base_eval = await self._warm_start()
+        stepper: Stepper = make_stepper(cfg, c, self.run_dir, self.say)
+        try:
+            try:
+                if ckpt is not None:
+                    state = load_checkpoint(ckpt, c.sampler.generator)
+                    stepper.load_state_dict(torch.load(ckpt / STEPPER_FILE, map_location="cpu", weights_only=False))
+                    start, before = state["step"], state.get("before", {})
+                    _truncate_jsonl(self.run_dir / "metrics.jsonl", start)
+                    _truncate_jsonl(self.run_dir / "samples.jsonl", start)
+                    self.say(f"resumed from {ckpt} at step {start}")
+                if not before and cfg.loop.eval_before:
+                    before = await self._eval(0, "before training" if warm is None else "after the warm start")
+                done = await self._train(stepper, start, before)
+            finally:
+                await stepper.close()  # stops rollout workers before the final eval
+            last_eval = before
+            if done > start:
+                # Checkpoint before the final eval, so that resuming to train further continues exactly as an
+                # uninterrupted run would (eval may consume sampler randomness).
+                if not (cfg.loop.save_every and done % cfg.loop.save_every == 0):
+                    self._checkpoint(stepper, done, before)
+                last_eval = await self._eval(done, "after training")
+            if done > start or warm is not None:  # warm start only (loop.steps=0): its model is the result
+                self._save_final()
+        finally:
+            self.logger.close()
+        return self._summarize(before, last_eval, done, start, warm, base_eval)
+
+    async def _train(self, stepper: Stepper, start: int, before: dict[str, float]) -> int:
+        """Steps from `start`, with eval, checkpoints and the time budget. Returns the number of steps done."""
+        cfg, done = self.cfg, start
+        t_train = time.perf_counter()
+        for i in range(start, cfg.loop.steps):
+            m = await stepper.step(i)
+            done = i + 1
+            self.logger.log({"kind": "train", "step": done, **m})
+            trajs = stepper.last_trajectories
+            if cfg.loop.samples_per_step:
+                self.logger.log_samples(done, sample_records(trajs, cfg.loop.samples_per_step))
+            failed = next((t for t in trajs if t.failed and t.error), None)
+            if failed is not None:
+                self.say(f"  sample failed (kept out of training): {failed.error}")
+            self.say(con.step_line(done, cfg.loop.steps, m))
+            if cfg.loop.eval_every and done % cfg.loop.eval_every == 0 and done < cfg.loop.steps:
+                await self._eval(done, "held-out")
+            if cfg.loop.save_every and done % cfg.loop.save_every == 0:
+                self._checkpoint(stepper, done, before)
+            if cfg.loop.time_budget_s and time.perf_counter() - t_train >= cfg.loop.time_budget_s:
+                self.say(f"time budget of {cfg.loop.time_budget_s:.0f}s reached after step {done}")
+                break
+        return done
+
+    # ---- pieces ------------------------------------------------------------------------------------------
+    async def _warm_start(self) -> tuple[WarmStartResult, dict[str, float]]:
+        """Supervised steps on the task's demonstrations (loop/warm_start.py), evaluated before when eval_before."""
+        c, base_eval = self.c, {}
+        if self.cfg.loop.eval_before:
+            base_eval, _ = await evaluate_async(c.env, c.sampler, self.eval_rows, c.eval_params,
+                                                self.cfg.loop.eval_samples)
+            self.logger.log({"kind": "warm_start_eval", "step": 0,
+                             **{k.replace("eval/", "warm_start/base_eval/"): v for k, v in base_eval.items()}})
+            self.say(f"eval (before the warm start): pass_rate={base_eval['eval/pass_rate']:.3f} "
+                     f"reward={base_eval['eval/reward/mean']:.3f} [{base_eval['eval/seconds']:.1f}s]")
+        warm = await run_warm_start(self.cfg, c.model, c.tokenizer, c.env, c.task, c.train_params,
+                                    c.tokenizer.pad_token_id, self.say, self.logger.log)
+        return warm, base_eval
+
+    async def _eval(self, step: int, label: str) -> dict[str, float]:
+        m, trajs = await evaluate_async(self.c.env, self.c.sampler, self.eval_rows, self.c.eval_params,
+                                         self.cfg.loop.eval_samples)
+        self.logger.log({"kind": "eval", "step": step, **m})
+        self.logger.log_samples(step, [{"eval": True, **r} for r in sample_records(trajs, 4)])
+        self.say(f"eval ({label}, step {step}): pass_rate={m['eval/pass_rate']:.3f} reward={m['eval/reward/mean']:.3f} "
+                 f"[{m['eval/seconds']:.1f}s]")
+        m["eval/reward"] = m["eval/reward/mean"]
+        return m
+
+    def _checkpoint(self, stepper: Stepper, step: int, before: dict[str, float]) -> None:
+        save_checkpoint(self.run_dir, step, {STEPPER_FILE: stepper.state_dict()}, self.c.sampler.generator,
+                        {"before": before}, keep=self.cfg.loop.keep_checkpoints)
+
+    def _save_final(self) -> None:
+        out = self.run_dir / "final"
+        try:
+            self.c.model.save_pretrained(out)
+            self.c.tokenizer.save_pretrained(out)
+        except Exception as e:  # noqa: BLE001 - the checkpoint already holds the weights; report and go on
+            self.say(f"warning: could not export the final model to {out}: {e}")
+
+    def _summarize(self, before, last_eval, done, start, warm, base_eval) -> RunResult:
+        elapsed = time.perf_counter() - self.t_start
+        if warm is not None and base_eval:
+            cols = [("base", _with_reward(base_eval)), ("warm start", before)]
+            cols += [("after RL", last_eval)] if done > start else []
+        else:
+            cols = [("before", before), ("after", last_eval)]
+        title = f"held-out ({len(self.eval_rows)} prompts): {' vs '.join(c for c, _ in cols)}"
+        con.console.print(con.eval_table(title, cols)) if self.cfg.logging.console else None
+        self.say(f"done in {elapsed / 60:.1f} min -> {self.run_dir}")
+        summary: dict[str, Any] = {"before": before, "after": last_eval, "steps": done, "wall_seconds": elapsed}
+        if warm is not None:
+            summary["warm_start"] = {**asdict(warm), "base_eval": base_eval}
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        return RunResult(self.run_dir, before, last_eval, done, elapsed)
+
+
+def env_check(c: Components, mode: str, say, console: bool) -> None:
+    """The task's smoke checks (known-good and known-bad answers, smoke commands) before any training."""
+    from posttrain.envs.check import EnvCheckError, check_task, results_table
+
+    results = check_task(c.task)
+    if all(r.ok for r in results):
+        say(f"env check: {len(results)} check(s) ok")
+        return
+    if console:
+        con.console.print(results_table(results, title=f"env check: {c.task.name}"))
+    failed = "; ".join(f"{r.check}: expected {r.expected}, got {r.got}" for r in results if not r.ok)
+    if mode == "refuse":
+        raise EnvCheckError(f"env check failed for task {c.task.name!r}: {failed} "
+                            "(task.env_check=warn trains anyway)", results)
+    say(f"warning: env check failed, training anyway (task.env_check=warn): {failed}")
+
+
+def _check_names(cfg: Config) -> None:
+    from posttrain.algos import ADVANTAGES, IS_CORRECTIONS, LOSSES, TOKEN_WEIGHTS
+    from posttrain.loop.schedule import COLLECTORS, STEPPERS
+    from posttrain.train.optimizers import OPTIMIZERS
+
+    a = cfg.algorithm
+    STEPPERS[a.stepper], COLLECTORS[cfg.loop.mode], OPTIMIZERS[cfg.trainer.optimizer]
+    if a.stepper == "policy_gradient":
+        LOSSES[a.loss], ADVANTAGES[a.advantage], IS_CORRECTIONS[a.is_correction], TOKEN_WEIGHTS[a.token_weighting]
+
+
+def _with_reward(m: dict[str, float]) -> dict[str, float]:
+    return {**m, "eval/reward": m["eval/reward/mean"]} if "eval/reward/mean" in m else m
+
+
+def _truncate_jsonl(path: Path, max_step: int) -> None:
+    """On resume, drop records written after the checkpoint (they will be produced again)."""
+    if not path.exists():
+        return
+    # Warm-start records come before step 1 and are not redone on resume: always kept.
+    keep = [line for line in path.read_text().splitlines() if line.strip() and (
+        json.loads(line).get("step", 0) <= max_step or json.loads(line).get("kind", "").startswith("warm_start"))]
+    path.write_text("".join(line + "\n" for line in keep))
+
+
+def train(cfg: Config, run_dir: Path | None = None, resume: bool = False) -> RunResult:
+    """The high-level API: run a whole training job from a Config."""
+    return Run(cfg, run_dir=run_dir, resume=resume).run()

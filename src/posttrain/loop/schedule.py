@@ -1,0 +1,80 @@
+"""The one place that picks how a run steps: a registry of stepper factories, keyed by `algorithm.stepper`.
+
+    policy_gradient   Trainer + Collector (loop.mode: sync, or async with staleness admission) + WeightSync
+    es                evolution strategies: perturbed copies scored by the env, no Trainer
+
+A factory gets the config, the run's components (loop/builder.py) and the run directory, and returns a Stepper
+(loop/run.py). Adding a schedule is a function registered here.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from posttrain.algos.registry import Registry
+from posttrain.config.schema import Config
+from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
+from posttrain.loop.builder import Components
+from posttrain.loop.collect import Rollouts, SyncCollector
+from posttrain.loop.es_stepper import ESStepper
+from posttrain.loop.pg_stepper import PolicyGradientStepper
+from posttrain.loop.weight_sync import CopyWeights, SharedWeights
+from posttrain.models.load import stop_token_ids
+from posttrain.obs.timers import BusyMeter
+from posttrain.sampling.hf_sampler import HFSampler
+from posttrain.train.trainer import Trainer
+
+STEPPERS: Registry = Registry("stepper")
+COLLECTORS: Registry = Registry("loop mode")
+
+
+def pass_thresholds(c: Components) -> dict[str, float]:
+    return {x.name: x.pass_threshold for x in c.task.rubric.components}
+
+
+@COLLECTORS.register("sync")
+def sync_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
+    """Roll out with the policy's own sampler; syncing is a version bump (the sampler holds the trainer's model)."""
+    rollouts = Rollouts.from_config(cfg, c.env, c.sampler, c.task.train_rows, c.train_params)
+    return SyncCollector(cfg, rollouts), SharedWeights(c.sampler)
+
+
+@COLLECTORS.register("async")
+def async_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
+    """Roll out with a sampler that holds its own copy of the model, so training and generation overlap; each
+    sync copies the trainable weights in."""
+    sampler_model = copy.deepcopy(c.model).eval()
+    sampler = HFSampler(sampler_model, c.tokenizer, stop_token_ids(sampler_model, c.tokenizer), seed=cfg.run.seed)
+    sampler.generator.set_state(c.sampler.generator.get_state())
+    sampler.policy_version = c.sampler.policy_version
+    meters = {k: BusyMeter() for k in ("model_call", "rollout")}
+    rollouts = Rollouts.from_config(cfg, c.env, MeteredSampler(sampler, meters["model_call"]), c.task.train_rows,
+                                    c.train_params)
+    return AsyncCollector(cfg, rollouts, meters), CopyWeights(c.model, sampler)
+
+
+@STEPPERS.register("policy_gradient")
+def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]) -> PolicyGradientStepper:
+    t = cfg.trainer
+    trainer = Trainer(c.model, pad_id=c.tokenizer.pad_token_id, lr=t.lr, weight_decay=t.weight_decay,
+                      betas=tuple(t.betas), max_grad_norm=t.max_grad_norm, warmup_steps=t.warmup_steps,
+                      micro_batch_tokens=t.micro_batch_tokens, prefix_sharing=t.prefix_sharing,
+                      temperature=cfg.sampling.temperature, optimizer=t.optimizer, muon_momentum=t.muon_momentum)
+    collector, sync = COLLECTORS[cfg.loop.mode](cfg, c)
+    lora_ref = c.model.disable_adapter if cfg.algorithm.beta > 0 and c.ref_model is None else None
+    return PolicyGradientStepper(cfg, trainer, collector, sync, pass_thresholds(c), c.train_params.max_tokens,
+                                 ref_model=c.ref_model, ref_disable_adapter=lora_ref,
+                                 version=c.sampler.policy_version)
+
+
+@STEPPERS.register("es")
+def evolution_strategies(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]) -> ESStepper:
+    return ESStepper(cfg, c.model, c.env, c.sampler, c.task.train_rows, c.train_params, pass_thresholds(c), run_dir,
+                     say=say)
+
+
+def make_stepper(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]):
+    return STEPPERS[cfg.algorithm.stepper](cfg, c, run_dir, say)

@@ -1,0 +1,43 @@
+"""WeightSync: how the sampler comes to serve the trainer's weights.
+
+    WeightSync.push(version) -> metrics    blocking (the stepper runs it in a thread); afterwards the sampler
+                                           serves the trainer's current weights as `version`
+
+Transports here:
+- `SharedWeights`: the sampler holds the trainer's own module (the sync loop, one process): nothing to move,
+  the version is bumped.
+- `CopyWeights`: the sampler holds its own copy of the model (the async loop): the trainable tensors are copied
+  in between decodes.
+Every push is timed (`time/weight_sync`). A transport that crosses a process or a network adds its own
+timeout and bounded retry behind the same call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+
+class WeightSync(Protocol):
+    def push(self, version: int) -> dict[str, float]: ...
+
+
+class SharedWeights:
+    def __init__(self, sampler: Any):
+        self.sampler = sampler
+
+    def push(self, version: int) -> dict[str, float]:
+        self.sampler.policy_version = version
+        return {}
+
+
+class CopyWeights:
+    def __init__(self, model: Any, sampler: Any):
+        """`model`: the trainer's; `sampler`: has `load_weights(state, version)` (HFSampler does)."""
+        self.model, self.sampler = model, sampler
+
+    def push(self, version: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        state = {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad}
+        self.sampler.load_weights(state, version)
+        return {"time/weight_sync": time.perf_counter() - t0}

@@ -1,0 +1,111 @@
+"""build_batch: failed samples, zero-variance groups, overlong filter and penalty, KL as reward, normalizers."""
+
+import math
+
+import pytest
+import torch
+
+from posttrain.algos import ADVANTAGES, LOSSES, LossParams
+from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
+from posttrain.loop.shaping import apply_overlong_penalty
+from posttrain.train.trainer import Trainer
+from posttrain.types import Batch, Group, Trajectory, Turn
+
+
+def _traj(reward, n=4, finish="stop", failed=False, prompt=(1, 2, 3)):
+    t = Trajectory(turns=[Turn(list(prompt), list(range(10, 10 + n)), [-0.5] * n, 0, finish)], reward=reward)
+    t.failed = failed
+    return t
+
+
+def _groups(*reward_lists, **kw):
+    return [Group(i, [_traj(r, prompt=(1, 2, 3 + i), **kw) for r in rs]) for i, rs in enumerate(reward_lists)]
+
+
+def test_failed_samples_are_left_out_of_advantages_and_batch():
+    groups = _groups([1.0, 0.0, 5.0])
+    groups[0].trajectories_G[2].failed = True  # its reward (5.0) must not move the baseline
+    seqs = sequences_from_groups(groups)
+    assert len(seqs) == 2
+    batch, m = build_batch(seqs, BatchOptions())
+    assert [s.advantage for s in batch.sequences] == pytest.approx([0.5 / math.sqrt(0.5), -0.5 / math.sqrt(0.5)], rel=1e-4)
+    assert batch.total_seqs == 2.0 and batch.total_loss_tokens == 8.0
+
+
+def test_zero_variance_group_contributes_nothing_but_counts_in_normalizers():
+    seqs = sequences_from_groups(_groups([1.0, 1.0], [1.0, 0.0]))
+    batch, m = build_batch(seqs, BatchOptions())
+    assert [s.group_id for s in batch.sequences] == [1, 1]  # group 0 has no signal: no forward needed
+    assert m["train/zero_adv_seqs_skipped"] == 2.0
+    assert batch.total_seqs == 4.0 and batch.total_loss_tokens == 16.0  # ...but it still counts
+    kept, _ = build_batch(seqs, BatchOptions(keep_zero_advantage=True))  # a KL term in the loss: all trained
+    assert len(kept.sequences) == 4
+
+
+def test_overlong_filter_zeroes_the_mask_of_truncated_samples_only():
+    groups = _groups([1.0, 0.0, 0.2])
+    groups[0].trajectories_G[1].turns[0].finish_reason = "length"
+    seqs = sequences_from_groups(groups)
+    batch, m = build_batch(seqs, BatchOptions(overlong_filter=True))
+    assert m["dapo/overlong_filtered"] == 1.0
+    assert [s.finish_reason for s in batch.sequences] == ["stop", "stop"]  # no loss tokens left: not trained
+    assert batch.total_loss_tokens == 8.0 and batch.total_seqs == 3.0  # still counted as a sequence
+    assert seqs[1].loss_mask == [1] * 4  # pure: the input sequences are untouched
+
+
+def test_overlong_penalty_is_shaped_into_rewards_before_advantages():
+    groups = [Group(0, [_traj(1.0, n=2), _traj(1.0, n=10)])]
+    mean = apply_overlong_penalty(groups, buffer_frac=0.5, penalty=1.0, max_tokens=10)
+    short, long_ = groups[0].trajectories_G
+    assert short.reward == 1.0 and long_.reward == pytest.approx(0.0)  # at the limit: the full penalty
+    assert long_.reward_components["overlong_penalty"] == pytest.approx(-1.0)
+    assert mean == pytest.approx(-0.5)
+    batch, _ = build_batch(sequences_from_groups(groups), BatchOptions())
+    assert batch.sequences[0].advantage > 0 > batch.sequences[1].advantage  # equal rewards no longer
+
+
+def test_kl_as_reward_penalises_by_the_reference_and_needs_ref_logprobs():
+    seqs = sequences_from_groups(_groups([1.0, 1.0]))
+    for s, ref in zip(seqs, (-0.5, -2.5)):
+        s.ref_logprobs = [ref] * 4
+    batch, m = build_batch(seqs, BatchOptions(kl_reward_beta=0.1, kl_estimator="k1"))
+    # k1 = logp - ref per token, summed: 0 for the first, 4 * 2.0 for the second -> penalties 0 and 0.8
+    assert m["kl/reward_penalty_mean"] == pytest.approx(0.4)
+    assert [s.reward for s in batch.sequences] == pytest.approx([1.0, 0.2])
+    assert batch.sequences[0].advantage > 0 > batch.sequences[1].advantage
+    for s in seqs:
+        s.ref_logprobs = None
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        build_batch(seqs, BatchOptions(kl_reward_beta=0.1))
+
+
+@pytest.mark.parametrize("name", ADVANTAGES.names())
+def test_every_advantage_estimator_is_used_by_name(name):
+    seqs = sequences_from_groups(_groups([1.0, 0.0, 0.5], [0.2, 0.9]))
+    batch, m = build_batch(seqs, BatchOptions(advantage=name, keep_zero_advantage=True))
+    rewards = torch.tensor([s.reward for s in seqs])
+    want = ADVANTAGES[name](rewards, torch.tensor([s.group_id for s in seqs]), scale_std=True)
+    assert [s.advantage for s in batch.sequences] == pytest.approx(want.tolist())
+
+
+def test_empty_and_all_failed_inputs_give_an_empty_batch():
+    batch, m = build_batch([], BatchOptions())
+    assert batch.sequences == [] and m["adv/mean"] == 0.0
+    assert sequences_from_groups(_groups([1.0, 0.0], failed=True)) == []
+
+
+def test_the_trained_part_gives_the_full_batch_gradient(tiny):
+    """The normalizers the batch carries make training on the non-zero part exactly the full update."""
+    model, tok = tiny
+    groups = [Group(i, [_traj(r, n=3 + j, prompt=(5, 6, 7 + i)) for j, r in enumerate(rs)])
+              for i, rs in enumerate(([1.0, 1.0, 1.0], [1.0, 0.0, 0.5]))]
+    seqs = sequences_from_groups(groups)
+    part, _ = build_batch(seqs, BatchOptions())
+    full, _ = build_batch(seqs, BatchOptions(keep_zero_advantage=True))
+    assert len(part.sequences) < len(full.sequences)
+    grads = []
+    for b in (full, Batch(part.sequences, total_loss_tokens=part.total_loss_tokens, total_seqs=part.total_seqs)):
+        model.zero_grad()
+        Trainer(model, pad_id=tok.pad_token_id).forward_backward(b, LOSSES["ppo_clip"], LossParams())
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-7, rtol=1e-5)
