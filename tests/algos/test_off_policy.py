@@ -71,6 +71,6 @@ def test_sampler_kl_k3_metric():
     _, m = tis_weights(logp, sampler, mask)
     lr = (logp.detach() - sampler) * mask
     assert m["sampler_kl_k3"] == pytest.approx(float(((torch.exp(lr) - 1 - lr) * mask).sum() / 7), rel=1e-5)
-    assert m["sampler_kl_k3"] >= 0
+    assert m["sampler_kl_k3"] > 0.01  # the pair differs: the estimate must see it
     _, m0 = tis_weights(sampler, sampler, mask)
     assert m0["sampler_kl_k3"] == 0.0 and m0["is_ratio_mean"] == 1.0

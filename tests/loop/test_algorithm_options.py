@@ -54,9 +54,10 @@ def test_high_entropy_token_weighting(tmp_path):
 
 def test_overlong_filter_and_soft_penalty(tmp_path):
     recs = _run(tmp_path, "algorithm.overlong_filter=true", "algorithm.overlong_buffer_frac=0.5", "sampling.max_tokens=12")
-    r = recs[-1]
-    assert r["dapo/overlong_filtered"] >= 0 and r["dapo/overlong_penalty_mean"] <= 0
-    assert "dapo/overlong_filtered" in r
+    # tiny-random rarely ends a reply within 12 tokens: some samples must be filtered and penalised
+    assert sum(r["dapo/overlong_filtered"] for r in recs) > 0
+    assert min(r["dapo/overlong_penalty_mean"] for r in recs) < 0
+    assert all(r["dapo/overlong_penalty_mean"] <= 0 for r in recs)
 
 
 def test_muon_optimizer_in_the_loop(tmp_path):
