@@ -1,0 +1,257 @@
+"""Weight sync across processes: the trainer's weights into a sampler that lives in another process.
+
+Transports (each is a `WeightSync`: `push(version) -> metrics`, timed, with a timeout and a bounded retry):
+
+- `SharedMemoryWeights`: same host. One pre-allocated shared-memory block holds one copy of the synced tensors
+  and a version; the sampler process binds its parameters to views of that block (`SharedWeightsReceiver`), so a
+  push is one copy (trainer -> block) and the sampler reads the new weights in place. A cross-process lock keeps
+  a push from landing in the middle of a decode, so no completion mixes two versions.
+- `BroadcastWeights`: torch.distributed (gloo on CPU, NCCL on GPU). The synced tensors are flattened into one
+  buffer and broadcast from the trainer rank; `BroadcastReceiver.pull()` on the sampler rank unflattens them in.
+- `FileWeights`: a safetensors file written atomically plus a version file, for an inference server that
+  reloads from disk (vLLM/SGLang-style "update weights from disk"); `read_file_weights` is the reader.
+
+Only trainable tensors are synced (`trainable_state`): with LoRA that is the adapter alone, which is what makes
+adapter-only sync cheap. bench/weight_sync.py measures each transport on the default model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from multiprocessing import shared_memory
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_ALIGN = 64
+_HEADER = 64  # int64 version at offset 0
+
+
+class WeightSyncError(RuntimeError):
+    """A push or pull did not complete within its timeout and retries."""
+
+
+def trainable_state(model: Any) -> dict[str, torch.Tensor]:
+    """The tensors a sync moves: the trainable ones (the LoRA adapter alone under LoRA), detached, no copy."""
+    return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # e.g. "float32"
+    offset: int  # bytes from the start of the data area
+    nbytes: int
+
+
+def tensor_specs(named: dict[str, torch.Tensor]) -> list[TensorSpec]:
+    """A flat layout for `named`, each tensor 64-byte aligned. Pure: both processes compute the same layout."""
+    specs, off = [], 0
+    for name, t in named.items():
+        nbytes = t.numel() * t.element_size()
+        specs.append(TensorSpec(name, tuple(t.shape), str(t.dtype).removeprefix("torch."), off, nbytes))
+        off += (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+    return specs
+
+
+def _with_retry(fn, timeout_s: float, retries: int, what: str):
+    """Call fn(timeout_s) up to 1 + retries times; it returns True on success."""
+    for _ in range(1 + retries):
+        if fn(timeout_s):
+            return
+    raise WeightSyncError(f"{what} did not complete in {1 + retries} tries of {timeout_s:g}s")
+
+
+# ---- shared memory -----------------------------------------------------------------------------------------
+class SharedWeightBlock:
+    """A shared-memory block: a version header, then each tensor at its spec's offset. `lock` is a
+    multiprocessing lock shared by writer and readers."""
+
+    def __init__(self, specs: list[TensorSpec], lock: Any, name: str | None = None):
+        self.specs, self.lock = specs, lock
+        size = _HEADER + (max((s.offset + s.nbytes for s in specs), default=0))
+        self.owner = name is None
+        self.shm = shared_memory.SharedMemory(name=name, create=self.owner, size=max(size, _HEADER))
+        self._version = torch.frombuffer(self.shm.buf, dtype=torch.int64, count=1, offset=0)
+        if self.owner:
+            self._version[0] = -1
+
+    @property
+    def name(self) -> str:
+        return self.shm.name
+
+    @property
+    def version(self) -> int:
+        return int(self._version[0])
+
+    def views(self) -> dict[str, torch.Tensor]:
+        """Tensors backed by the block (no copy): writes through them are seen by every process."""
+        out = {}
+        for s in self.specs:
+            dtype = getattr(torch, s.dtype)
+            n = s.nbytes // torch.empty((), dtype=dtype).element_size()
+            out[s.name] = torch.frombuffer(self.shm.buf, dtype=dtype, count=n, offset=_HEADER + s.offset).view(s.shape)
+        return out
+
+    def close(self) -> None:
+        self._version = None  # release the buffer export before closing the mapping
+        try:
+            self.shm.close()
+        except BufferError:  # views still alive in this process; the OS frees the mapping at exit
+            pass
+        if self.owner:
+            self.shm.unlink()
+
+
+class SharedMemoryWeights:
+    """Trainer side: copy the trainable tensors into the shared block under the lock, then set the version."""
+
+    def __init__(self, model: Any, lock: Any, timeout_s: float = 30.0, retries: int = 2):
+        self.model, self.timeout_s, self.retries = model, timeout_s, retries
+        self.block = SharedWeightBlock(tensor_specs(trainable_state(model)), lock)
+        self._views = self.block.views()
+
+    def receiver_args(self) -> tuple[str, list[dict[str, Any]]]:
+        """What a sampler process needs to attach: the block's name and the layout (picklable)."""
+        return self.block.name, [asdict(s) for s in self.block.specs]
+
+    def push(self, version: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        state = trainable_state(self.model)
+
+        def attempt(timeout_s: float) -> bool:
+            if not self.block.lock.acquire(timeout=timeout_s):
+                return False
+            try:
+                with torch.no_grad():
+                    for name, view in self._views.items():
+                        view.copy_(state[name])
+                self.block._version[0] = version
+            finally:
+                self.block.lock.release()
+            return True
+
+        _with_retry(attempt, self.timeout_s, self.retries, "shared-memory weight push (sampler held the lock)")
+        return {"time/weight_sync": time.perf_counter() - t0}
+
+    def close(self) -> None:
+        self._views = {}
+        self.block.close()
+
+
+class SharedWeightsReceiver:
+    """Sampler side: bind the model's parameters to the shared block, then decode inside `guard()`."""
+
+    def __init__(self, name: str, specs: list[dict[str, Any]], lock: Any):
+        self.block = SharedWeightBlock([TensorSpec(**{**s, "shape": tuple(s["shape"])}) for s in specs], lock, name)
+
+    def bind(self, model: Any) -> None:
+        """Make the model's synced parameters views of the block: no copy on this side, ever."""
+        params = dict(model.named_parameters())
+        missing = [n for n in self.block.specs if n.name not in params]
+        if missing:
+            raise KeyError(f"sampler model has no parameters {[s.name for s in missing[:3]]}")
+        views = self.block.views()
+        with torch.no_grad():
+            for s in self.block.specs:
+                if self.block.version < 0:  # nothing pushed yet: start from this model's own weights
+                    views[s.name].copy_(params[s.name])
+                params[s.name].data = views[s.name]
+
+    @contextmanager
+    def guard(self, timeout_s: float = 60.0):
+        """Hold the weights still (no push lands) while decoding; yields the version being served."""
+        if not self.block.lock.acquire(timeout=timeout_s):
+            raise WeightSyncError(f"sampler could not take the weight lock in {timeout_s:g}s")
+        try:
+            yield self.block.version
+        finally:
+            self.block.lock.release()
+
+    def close(self) -> None:
+        self.block.close()
+
+
+# ---- torch.distributed broadcast --------------------------------------------------------------------------
+class BroadcastWeights:
+    """Trainer rank: broadcast the version, then one flat buffer of the trainable tensors, from `src`."""
+
+    def __init__(self, model: Any, src: int = 0, group: Any = None):
+        self.model, self.src, self.group = model, src, group
+
+    def push(self, version: int) -> dict[str, float]:
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors
+
+        t0 = time.perf_counter()
+        flat = _flatten_dense_tensors(list(trainable_state(self.model).values()))
+        dist.broadcast(torch.tensor([version], dtype=torch.int64), self.src, group=self.group)
+        dist.broadcast(flat, self.src, group=self.group)
+        return {"time/weight_sync": time.perf_counter() - t0}
+
+
+class BroadcastReceiver:
+    """Sampler rank: receive a version and the flat buffer, copy it into the model's synced parameters.
+    The process group's own timeout (init_process_group(timeout=...)) bounds the wait."""
+
+    def __init__(self, model: Any, src: int = 0, group: Any = None):
+        self.model, self.src, self.group = model, src, group
+        self.targets = trainable_state(model)
+
+    def pull(self) -> int:
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        v = torch.zeros(1, dtype=torch.int64)
+        dist.broadcast(v, self.src, group=self.group)
+        flat = torch.empty_like(_flatten_dense_tensors(list(self.targets.values())))
+        dist.broadcast(flat, self.src, group=self.group)
+        with torch.no_grad():
+            for t, new in zip(self.targets.values(), _unflatten_dense_tensors(flat, list(self.targets.values()))):
+                t.copy_(new)
+        return int(v[0])
+
+
+# ---- files (external inference servers) -------------------------------------------------------------------
+class FileWeights:
+    """Write the trainable tensors to DIR/weights.safetensors (temp file, then rename) and DIR/version.json."""
+
+    def __init__(self, model: Any, directory: str | Path):
+        self.model, self.dir = model, Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def push(self, version: int) -> dict[str, float]:
+        from safetensors.torch import save_file
+
+        t0 = time.perf_counter()
+        state = {n: t.contiguous() for n, t in trainable_state(self.model).items()}
+        fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=".partial")
+        os.close(fd)
+        try:
+            save_file(state, tmp)
+            os.replace(tmp, self.dir / "weights.safetensors")
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        (self.dir / "version.json").write_text(json.dumps({"version": version}))
+        return {"time/weight_sync": time.perf_counter() - t0}
+
+
+def read_file_weights(directory: str | Path, model: Any) -> int:
+    """Load what FileWeights wrote into `model`; returns the version."""
+    from safetensors.torch import load_file
+
+    d = Path(directory)
+    state = load_file(str(d / "weights.safetensors"))
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for n, t in state.items():
+            params[n].copy_(t)
+    return json.loads((d / "version.json").read_text())["version"]
