@@ -42,6 +42,11 @@ def train(
     if dry_run:
         typer.echo(to_yaml(cfg), nl=False)
         return
+    from posttrain.train.launch import launched_rank, run_worker
+
+    if launched_rank() > 0:  # under torchrun: ranks > 0 train what rank 0 sends them (train/distributed.py)
+        run_worker(cfg)
+        return
     from posttrain.algos.registry import UnknownName
     from posttrain.envs.check import EnvCheckError
     from posttrain.envs.custom import TaskLoadError

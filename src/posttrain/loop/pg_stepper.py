@@ -142,3 +142,4 @@ class PolicyGradientStepper:
 
     async def close(self) -> None:
         await self.collector.close()
+        self.trainer.close()

@@ -25,6 +25,7 @@ from posttrain.loop.weight_sync import CopyWeights, SharedWeights
 from posttrain.models.load import stop_token_ids
 from posttrain.obs.timers import BusyMeter
 from posttrain.sampling.hf_sampler import HFSampler
+from posttrain.train.launch import start_ranks, world_size
 from posttrain.train.trainer import Trainer
 
 STEPPERS: Registry = Registry("stepper")
@@ -56,13 +57,20 @@ def async_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
     return AsyncCollector(cfg, rollouts, meters), CopyWeights(c.model, sampler)
 
 
+def make_trainer(cfg: Config, model: Any, pad_id: int) -> Trainer:
+    t = cfg.trainer
+    return Trainer(model, pad_id=pad_id, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
+                   max_grad_norm=t.max_grad_norm, warmup_steps=t.warmup_steps, micro_batch_tokens=t.micro_batch_tokens,
+                   prefix_sharing=t.prefix_sharing, temperature=cfg.sampling.temperature, optimizer=t.optimizer,
+                   muon_momentum=t.muon_momentum)
+
+
 @STEPPERS.register("policy_gradient")
 def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]) -> PolicyGradientStepper:
-    t = cfg.trainer
-    trainer = Trainer(c.model, pad_id=c.tokenizer.pad_token_id, lr=t.lr, weight_decay=t.weight_decay,
-                      betas=tuple(t.betas), max_grad_norm=t.max_grad_norm, warmup_steps=t.warmup_steps,
-                      micro_batch_tokens=t.micro_batch_tokens, prefix_sharing=t.prefix_sharing,
-                      temperature=cfg.sampling.temperature, optimizer=t.optimizer, muon_momentum=t.muon_momentum)
+    trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)
+    if world_size(cfg) > 1:  # data parallel over trainer ranks (train/distributed.py); rank 0 runs this loop
+        say(f"trainer: {world_size(cfg)} ranks, data parallel")
+        trainer = start_ranks(cfg, trainer, run_dir / "config.yaml")
     collector, sync = COLLECTORS[cfg.loop.mode](cfg, c)
     lora_ref = c.model.disable_adapter if cfg.algorithm.beta > 0 and c.ref_model is None else None
     return PolicyGradientStepper(cfg, trainer, collector, sync, pass_thresholds(c), c.train_params.max_tokens,

@@ -151,6 +151,9 @@ class Trainer:
         return {"train/grad_norm": grad_norm, "train/skipped_step": float(skipped),
                 "train/skipped_steps_total": float(self.skipped_steps), "train/lr": self.schedulers[0].get_last_lr()[0]}
 
+    def close(self) -> None:
+        """Nothing to release in one process (a DataParallelTrainer stops its ranks here)."""
+
     # ---- state -------------------------------------------------------------------------------------------
     def trainable_state(self) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}

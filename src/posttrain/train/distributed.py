@@ -1,0 +1,180 @@
+"""A trainer over several processes (torch.distributed, gloo on CPU, NCCL on GPU), data parallel.
+
+Rank 0 runs the whole loop (rollouts, env, eval, logging) and holds a `DataParallelTrainer`, which has the
+Trainer's interface. Every other rank runs `worker_loop`: it holds a full model copy and its own Trainer and
+does what rank 0 tells it over the process group:
+
+    forward_backward(batch):  rank 0 splits the batch by whole groups (prefix sharing stays within a rank) and
+                              sends each rank its shard; every shard keeps the *whole* batch's normalizers, so
+                              the per-rank losses add up to exactly the one-process loss
+    optim_step():             gradients summed across ranks in one flat all-reduce, the non-finite flag OR-ed,
+                              then every rank clips and steps the same gradient: the weights stay identical
+
+Checkpoints are rank 0's trainer state (one full copy), so a run resumes at any world size. A rank that dies
+makes the next collective fail on rank 0 (the process group's timeout bounds the wait): the run stops with a
+clear error and `--resume` continues from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from posttrain.train.batching import group_sequences
+from posttrain.types import Batch
+
+SUMMED = ("train/loss", "train/loss_tokens")
+
+
+class TrainerRankError(RuntimeError):
+    """A trainer rank stopped answering or failed."""
+
+
+def split_by_groups(batch: Batch, n: int) -> list[Batch]:
+    """n shards of whole groups, balanced by tokens (largest first onto the lightest shard), each carrying the
+    whole batch's normalizers. Pure."""
+    total_tokens = batch.total_loss_tokens or float(max(batch.num_loss_tokens, 1))
+    total_seqs = batch.total_seqs or float(len(batch.sequences))
+    shards: list[list] = [[] for _ in range(n)]
+    load = [0] * n
+    groups = sorted(group_sequences(batch), key=lambda g: -sum(len(s.prompt_ids) + len(s.completion_ids)
+                                                               for s in g.sequences))
+    for g in groups:
+        r = load.index(min(load))
+        shards[r] += g.sequences
+        load[r] += sum(len(s.prompt_ids) + len(s.completion_ids) for s in g.sequences)
+    return [Batch(s, batch.policy_version, total_loss_tokens=total_tokens, total_seqs=total_seqs) for s in shards]
+
+
+def combine_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """One-process metrics from each rank's: loss and token counts add up, timings take the slowest rank, every
+    other metric is a per-token mean, weighted by each rank's loss tokens."""
+    tokens = [m.get("train/loss_tokens", 0.0) for m in per_rank]
+    total = max(sum(tokens), 1.0)
+    out: dict[str, float] = {}
+    for k in {k for m in per_rank for k in m}:
+        vals = [m.get(k, 0.0) for m in per_rank]
+        if k in SUMMED:
+            out[k] = sum(vals)
+        elif k.startswith("time/"):
+            out[k] = max(vals)
+        elif k == "train/empty_batch":
+            out[k] = float(all(m.get(k) for m in per_rank))
+        else:
+            out[k] = sum(v * w for v, w in zip(vals, tokens)) / total
+    if "train/empty_batch" in out and not out["train/empty_batch"]:
+        del out["train/empty_batch"]
+    return out
+
+
+def _all_reduce_grads(trainer) -> None:
+    """Sum the gradients over ranks in one flat buffer; OR the non-finite flag."""
+    grads = []
+    for p in trainer.params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        grads.append(p.grad)
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    off = 0
+    for g in grads:
+        g.copy_(flat[off:off + g.numel()].view_as(g))
+        off += g.numel()
+    flag = torch.tensor([float(trainer._poisoned)])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    trainer._poisoned = bool(flag.item())
+
+
+def _run(trainer, cmd: tuple, rank: int, world: int, loss_fn, params, token_weight_fn) -> Any:
+    """Execute one command on this rank; returns what rank 0 needs back (or None)."""
+    kind = cmd[0]
+    if kind == "forward_backward":
+        m = trainer.forward_backward(cmd[1][rank], loss_fn, params, token_weight_fn)
+        got: list = [None] * world
+        dist.all_gather_object(got, m)
+        return combine_metrics(got)
+    if kind == "optim_step":
+        _all_reduce_grads(trainer)
+        return trainer.optim_step()
+    if kind == "load_state_dict":
+        trainer.load_state_dict(cmd[1])
+        return None
+    if kind == "broadcast_params":  # rank 0's weights to every rank (after a warm start, say)
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        flat = _flatten_dense_tensors([p.detach() for p in trainer.params])
+        dist.broadcast(flat, src=0)
+        with torch.no_grad():
+            for p, new in zip(trainer.params, _unflatten_dense_tensors(flat, trainer.params)):
+                p.copy_(new)
+        return None
+    raise ValueError(f"unknown trainer command {kind!r}")
+
+
+class DataParallelTrainer:
+    """Rank 0's trainer: the Trainer interface, work spread over the process group's ranks."""
+
+    def __init__(self, trainer, world_size: int, workers: list | None = None):
+        """`workers`: processes this rank started (closed with it); empty under torchrun."""
+        self.trainer, self.world, self.workers = trainer, world_size, list(workers or [])
+        self.model, self.pad_id, self.params = trainer.model, trainer.pad_id, trainer.params
+        self._send(("broadcast_params",))
+
+    def _send(self, cmd: tuple, loss_fn=None, params=None, token_weight_fn=None):
+        try:
+            dist.broadcast_object_list([cmd], src=0)
+            return _run(self.trainer, cmd, 0, self.world, loss_fn, params, token_weight_fn)
+        except RuntimeError as e:  # gloo/NCCL raise RuntimeError when a peer is gone or times out
+            raise TrainerRankError(f"a trainer rank failed during {cmd[0]}: {e} (resume with --resume RUN_DIR)") from e
+
+    def forward_backward(self, batch: Batch, loss_fn, params, token_weight_fn=None) -> dict[str, float]:
+        m = self._send(("forward_backward", split_by_groups(batch, self.world)), loss_fn, params, token_weight_fn)
+        return {**m, "train/world_size": float(self.world)}
+
+    def optim_step(self) -> dict[str, float]:
+        return self._send(("optim_step",))
+
+    def compute_logprobs(self, batch: Batch, model: Any | None = None) -> list[list[float]]:
+        return self.trainer.compute_logprobs(batch, model)  # rank 0 holds a full model: no need to spread it
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.trainer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._send(("load_state_dict", state))
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        if dist.is_initialized():
+            try:
+                dist.broadcast_object_list([("stop",)], src=0)
+            except RuntimeError:
+                pass  # a rank is already gone; the processes are reaped below
+            finally:
+                dist.destroy_process_group()
+        for w in self.workers:
+            try:
+                w.wait(timeout=timeout_s)
+            except Exception:  # noqa: BLE001 - a worker that does not stop is killed, never waited on forever
+                w.kill()
+
+
+def worker_loop(trainer, loss_fn, params, token_weight_fn, rank: int, world: int) -> None:
+    """Ranks 1..N-1: obey rank 0 until it says stop (or the group fails, which ends this process)."""
+    while True:
+        box: list = [None]
+        dist.broadcast_object_list(box, src=0)
+        if box[0][0] == "stop":
+            dist.destroy_process_group()
+            return
+        _run(trainer, box[0], rank, world, loss_fn, params, token_weight_fn)
+
+
+def init_group(rank: int, world: int, timeout_s: float, backend: str | None = None) -> None:
+    """Join the process group (MASTER_ADDR / MASTER_PORT from the environment, as torchrun sets them)."""
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s))

@@ -1,0 +1,84 @@
+"""Starting trainer ranks: `trainer.world_size=N` starts N-1 worker processes beside this one, or the ranks come
+from `torchrun` (RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment).
+
+    rank 0     the whole run (loop/run.py); its Trainer is a DataParallelTrainer (train/distributed.py)
+    rank k>0   `python -m posttrain.train.launch CONFIG.yaml`: builds the same model and Trainer, then obeys rank 0
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from posttrain.config.schema import Config
+
+
+def world_size(cfg: Config) -> int:
+    """torchrun's WORLD_SIZE wins over trainer.world_size."""
+    return int(os.environ.get("WORLD_SIZE", cfg.trainer.world_size))
+
+
+def launched_rank() -> int:
+    return int(os.environ.get("RANK", 0))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ranks(cfg: Config, trainer, config_path: Path):
+    """On rank 0: start the other ranks unless torchrun did, join the group, return a DataParallelTrainer."""
+    from posttrain.train.distributed import DataParallelTrainer, init_group
+
+    world = world_size(cfg)
+    workers = []
+    if "RANK" not in os.environ:  # our own launch: the workers are this process's children
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(_free_port())
+        threads = str(max(1, (os.cpu_count() or 1) // world))
+        for rank in range(1, world):
+            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "OMP_NUM_THREADS": threads}
+            workers.append(subprocess.Popen([sys.executable, "-m", "posttrain.train.launch", str(config_path)],
+                                            env=env))
+    init_group(0, world, cfg.trainer.dist_timeout_s)
+    return DataParallelTrainer(trainer, world, workers)
+
+
+def run_worker(cfg: Config) -> None:
+    """A rank > 0: the same model and Trainer as rank 0, then the worker loop until rank 0 says stop."""
+    import torch
+
+    from posttrain.loop.builder import seed_everything
+    from posttrain.loop.pg_stepper import loss_params, token_weight_fn
+    from posttrain.loop.schedule import make_trainer
+    from posttrain.models.load import ensure_pad_token, load_model
+    from posttrain.models.lora import apply_lora
+    from posttrain.algos import LOSSES
+    from posttrain.envs.custom import load_task
+    from posttrain.train.distributed import init_group, worker_loop
+
+    rank, world = launched_rank(), world_size(cfg)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 1)))
+    seed_everything(cfg.run.seed)
+    model, tok = load_model(cfg.model.name, cfg.model.dtype, cfg.model.attn_implementation, seed=cfg.run.seed,
+                            log=lambda s: None)
+    ensure_pad_token(tok)
+    if cfg.lora.enabled:
+        model = apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules)
+    task = load_task(cfg.task.name, cfg.task.options, seed=cfg.run.seed)
+    max_tokens = cfg.sampling.max_tokens or task.max_tokens or 128
+    trainer = make_trainer(cfg, model, tok.pad_token_id)
+    init_group(rank, world, cfg.trainer.dist_timeout_s)
+    worker_loop(trainer, LOSSES[cfg.algorithm.loss], loss_params(cfg, max_tokens), token_weight_fn(cfg.algorithm),
+                rank, world)
+
+
+if __name__ == "__main__":
+    from posttrain.config import load_config
+
+    run_worker(load_config(sys.argv[1], []))
