@@ -100,3 +100,31 @@ def test_two_rank_run_matches_the_one_rank_run(tmp_path):
             if k.startswith(("time/", "perf/")) or k == "kind":
                 continue
             assert b[k] == pytest.approx(v, abs=1e-6, rel=1e-5), (a["step"], k, v, b[k])
+
+
+def test_a_killed_rank_stops_the_run_clearly_and_it_resumes_on_one_rank(tmp_path, monkeypatch):
+    from posttrain.config import load_config
+    from posttrain.loop import Run
+    from posttrain.loop.pg_stepper import PolicyGradientStepper
+    from posttrain.obs import read_metrics
+    from posttrain.train.distributed import TrainerRankError
+
+    common = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false", "logging.console=false",
+              "loop.eval_prompts=4", "loop.steps=4", "loop.save_every=2", "model.threads=1",
+              "trainer.dist_timeout_s=60", f"run.output_dir={tmp_path}", "run.name=r"]
+    orig = PolicyGradientStepper.step
+
+    async def kill_at_3(self, step):
+        if step == 2:
+            self.trainer.workers[0].kill()  # SIGKILL the rank-1 process mid-run
+            self.trainer.workers[0].wait(timeout=30)
+        return await orig(self, step)
+
+    monkeypatch.setattr(PolicyGradientStepper, "step", kill_at_3)
+    run = Run(load_config(None, common + ["trainer.world_size=2"]))
+    with pytest.raises(TrainerRankError, match="trainer rank failed.*--resume"):
+        run.run()
+    monkeypatch.setattr(PolicyGradientStepper, "step", orig)
+    resumed = Run(load_config(None, common + ["trainer.world_size=1"]), run_dir=run.run_dir, resume=True).run()
+    steps = [r["step"] for r in read_metrics(str(resumed.run_dir)) if r["kind"] == "train"]
+    assert steps == [1, 2, 3, 4]  # the 2-rank checkpoint at step 2 resumed on one rank
