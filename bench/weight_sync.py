@@ -94,9 +94,11 @@ def file_sampler(model_name, directory, req, rep):
 
 
 # ---- the trainer side -------------------------------------------------------------------------------------
-def timed_pushes(push, confirm, repeats: int) -> list[float]:
+def timed_pushes(model, push, confirm, repeats: int) -> list[float]:
+    """Change the weights (untimed), then time push + the sampler's confirmation."""
     out = []
     for v in range(1, repeats + 1):
+        nudge(model)
         t0 = time.perf_counter()
         push(v)
         got = confirm(v)
@@ -120,7 +122,7 @@ def bench_copy(model, repeats):
 
     recv = Recv()
     sync = CopyWeights(model, recv)
-    return timed_pushes(lambda v: (nudge(model), sync.push(v)), lambda v: recv.policy_version, repeats)
+    return timed_pushes(model, sync.push, lambda v: recv.policy_version, repeats)
 
 
 def bench_shm(model, model_name, lora_r, repeats):
@@ -132,12 +134,11 @@ def bench_shm(model, model_name, lora_r, repeats):
     assert rep.get(timeout=600) == "ready"
 
     def push(v):
-        nudge(model)
         sync.push(v)
         req.put(v)
 
     try:
-        return timed_pushes(push, lambda v: rep.get(timeout=600), repeats)
+        return timed_pushes(model, push, lambda v: rep.get(timeout=600), repeats)
     finally:
         req.put(None)
         proc.join(timeout=120)
@@ -159,7 +160,7 @@ def bench_broadcast(model, model_name, repeats):
     assert rep.get(timeout=600) == "ready"
     sync = BroadcastWeights(model)
     try:
-        return timed_pushes(lambda v: (nudge(model), sync.push(v)), lambda v: rep.get(timeout=600), repeats)
+        return timed_pushes(model, sync.push, lambda v: rep.get(timeout=600), repeats)
     finally:
         proc.join(timeout=120)
         dist.destroy_process_group()
@@ -175,12 +176,11 @@ def bench_file(model, model_name, repeats):
         assert rep.get(timeout=600) == "ready"
 
         def push(v):
-            nudge(model)
             sync.push(v)
             req.put(v)
 
         try:
-            return timed_pushes(push, lambda v: rep.get(timeout=600), repeats)
+            return timed_pushes(model, push, lambda v: rep.get(timeout=600), repeats)
         finally:
             req.put(None)
             proc.join(timeout=120)
