@@ -57,6 +57,9 @@ class SamplingConfig(_Strict):
     top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
     stop: list[str] | None = Field(None, description="stop strings (the text is cut before the stop; the tokens keep it); null: the task's, []: none")
     eval_temperature: float = Field(0.0, ge=0.0, description="0 = greedy held-out eval")
+    precision: Literal["fp32", "bf16", "int8"] = Field("fp32", description=(
+        "rollout sampler's weights: fp32 (shares the trainer's), or a bf16 / int8 copy refreshed at each sync; "
+        "not fp32 makes algorithm.behavior_logprobs default to sampler and is_correction to truncate"))
 
 
 # Presets: `algorithm.name` fills in every field the user did not set, so `algorithm.name=dapo` is DAPO and
@@ -192,6 +195,14 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "Config":
+        a = self.algorithm
+        if self.sampling.precision != "fp32":
+            # A sampler in other precision is a different policy: the ratio must be taken against what it
+            # sampled, and TIS bounds the correction. Values the user set win.
+            if "behavior_logprobs" not in a.model_fields_set:
+                object.__setattr__(a, "behavior_logprobs", "sampler")
+            if "is_correction" not in a.model_fields_set:
+                object.__setattr__(a, "is_correction", "truncate")
         if self.loop.mode == "async" and self.algorithm.dynamic_sampling:
             raise ValueError("loop.mode=async does not support algorithm.dynamic_sampling yet; use loop.mode=sync")
         if self.loop.mode == "async" and self.algorithm.stepper == "es":

@@ -21,10 +21,11 @@ from posttrain.loop.builder import Components
 from posttrain.loop.collect import Rollouts, SyncCollector
 from posttrain.loop.es_stepper import ESStepper
 from posttrain.loop.pg_stepper import PolicyGradientStepper
-from posttrain.loop.weight_sync import CopyWeights, SharedWeights
+from posttrain.loop.weight_sync import CopyWeights, LowPrecisionCopy, SharedWeights
 from posttrain.models.load import stop_token_ids
 from posttrain.obs.timers import BusyMeter
 from posttrain.sampling.hf_sampler import HFSampler
+from posttrain.sampling.precision import low_precision_copy
 from posttrain.train.launch import start_ranks, world_size
 from posttrain.train.trainer import Trainer
 
@@ -36,25 +37,37 @@ def pass_thresholds(c: Components) -> dict[str, float]:
     return {x.name: x.pass_threshold for x in c.task.rubric.components}
 
 
+def rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[HFSampler, Any]:
+    """The sampler rollouts use and the WeightSync that keeps it current: the policy's own sampler (a version
+    bump), a full-precision copy (the async loop: training and generation overlap), or a low-precision copy
+    (sampling.precision), refreshed at each sync."""
+    p = cfg.sampling.precision
+    if p == "fp32" and not own_copy:
+        return c.sampler, SharedWeights(c.sampler)
+    model = low_precision_copy(c.model, p) if p != "fp32" else copy.deepcopy(c.model).eval()
+    sampler = HFSampler(model, c.tokenizer, stop_token_ids(c.model, c.tokenizer), seed=cfg.run.seed)
+    sampler.generator.set_state(c.sampler.generator.get_state())
+    sampler.policy_version = c.sampler.policy_version
+    return sampler, (LowPrecisionCopy(c.model, sampler, p) if p != "fp32" else CopyWeights(c.model, sampler))
+
+
 @COLLECTORS.register("sync")
 def sync_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
-    """Roll out with the policy's own sampler; syncing is a version bump (the sampler holds the trainer's model)."""
-    rollouts = Rollouts.from_config(cfg, c.env, c.sampler, c.task.train_rows, c.train_params)
-    return SyncCollector(cfg, rollouts), SharedWeights(c.sampler)
+    """Roll out now, when the step asks."""
+    sampler, sync = rollout_sampler(cfg, c, own_copy=False)
+    rollouts = Rollouts.from_config(cfg, c.env, sampler, c.task.train_rows, c.train_params)
+    return SyncCollector(cfg, rollouts), sync
 
 
 @COLLECTORS.register("async")
 def async_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
-    """Roll out with a sampler that holds its own copy of the model, so training and generation overlap; each
-    sync copies the trainable weights in."""
-    sampler_model = copy.deepcopy(c.model).eval()
-    sampler = HFSampler(sampler_model, c.tokenizer, stop_token_ids(sampler_model, c.tokenizer), seed=cfg.run.seed)
-    sampler.generator.set_state(c.sampler.generator.get_state())
-    sampler.policy_version = c.sampler.policy_version
+    """Rollout workers run ahead with a sampler that holds its own copy of the model, so training and generation
+    overlap; each sync copies the weights in."""
+    sampler, sync = rollout_sampler(cfg, c, own_copy=True)
     meters = {k: BusyMeter() for k in ("model_call", "rollout")}
     rollouts = Rollouts.from_config(cfg, c.env, MeteredSampler(sampler, meters["model_call"]), c.task.train_rows,
                                     c.train_params)
-    return AsyncCollector(cfg, rollouts, meters), CopyWeights(c.model, sampler)
+    return AsyncCollector(cfg, rollouts, meters), sync
 
 
 def make_trainer(cfg: Config, model: Any, pad_id: int) -> Trainer:

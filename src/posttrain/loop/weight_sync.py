@@ -8,6 +8,8 @@ Transports here:
   the version is bumped.
 - `CopyWeights`: the sampler holds its own copy of the model (the async loop): the trainable tensors are copied
   in between decodes.
+- `LowPrecisionCopy`: the sampler holds a bf16 or int8 copy (sampling.precision): each push re-quantizes the
+  policy's weights into it in place (sampling/precision.py).
 Every push is timed (`time/weight_sync`). A transport that crosses a process or a network adds its own
 timeout and bounded retry behind the same call.
 """
@@ -40,4 +42,17 @@ class CopyWeights:
         t0 = time.perf_counter()
         state = {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad}
         self.sampler.load_weights(state, version)
+        return {"time/weight_sync": time.perf_counter() - t0}
+
+
+class LowPrecisionCopy:
+    def __init__(self, model: Any, sampler: Any, precision: str):
+        """`sampler`: an HFSampler whose model is `low_precision_copy(model, precision)`."""
+        self.model, self.sampler, self.precision = model, sampler, precision
+
+    def push(self, version: int) -> dict[str, float]:
+        from posttrain.sampling.precision import refresh_
+
+        t0 = time.perf_counter()
+        self.sampler.update_weights(lambda m: refresh_(m, self.model, self.precision), version)
         return {"time/weight_sync": time.perf_counter() - t0}

@@ -56,6 +56,13 @@ class HFSampler:
                 params[n].copy_(t)
             self.policy_version = version
 
+    def update_weights(self, write, version: int) -> None:
+        """Run `write(model)` (it changes the model's weights in place) between decodes, then serve `version`.
+        For copies that are not a plain parameter copy (a quantized sampler refreshed from the policy)."""
+        with self._lock:
+            write(self.model)
+            self.policy_version = version
+
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
         """Concurrent calls made in the same event-loop turn are coalesced into one batch (one prefill per
         distinct prompt, one decode loop), so envs can be written one episode at a time."""

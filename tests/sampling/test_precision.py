@@ -1,0 +1,89 @@
+"""The sampler's low-precision copy: close to the policy, refreshed exactly at each sync, LoRA merged, and a run
+with an int8 sampler trains (with the sampler as behaviour policy and TIS on by default)."""
+
+import copy
+
+import pytest
+import torch
+
+from posttrain.config import load_config
+from posttrain.sampling.precision import low_precision_copy, refresh_
+
+X = torch.randint(3, 100, (2, 12), generator=torch.Generator().manual_seed(0))
+
+
+def _logits(m):
+    with torch.no_grad():
+        return m(X).logits.float()
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_copy_is_close_and_leaves_the_policy_alone(tiny, precision):
+    model, _ = tiny
+    before = {n: p.clone() for n, p in model.named_parameters()}
+    lp = low_precision_copy(model, precision)
+    diff = (_logits(lp) - _logits(model)).abs().max()
+    assert 0 < diff < 0.1 * _logits(model).abs().max()
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
+    assert all(not p.requires_grad for p in lp.parameters())
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_refresh_equals_a_fresh_copy_of_the_updated_policy(tiny, precision):
+    model, _ = tiny
+    lp = low_precision_copy(model, precision)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.1).add_(0.01)
+    refresh_(lp, model, precision)
+    assert torch.equal(_logits(lp), _logits(low_precision_copy(model, precision)))
+
+
+def test_refresh_merges_lora_adapters(tiny):
+    from posttrain.models.lora import apply_lora
+
+    model, _ = tiny
+    lora = apply_lora(model, r=4, alpha=8.0, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj"])
+    lp = low_precision_copy(lora, "int8")
+    with torch.no_grad():
+        for n, p in lora.named_parameters():
+            if "lora_B" in n:
+                p.add_(0.05)  # B starts at zero: make the adapter matter
+    refresh_(lp, lora, "int8")
+    merged = copy.deepcopy(lora).merge_and_unload()
+    assert torch.equal(_logits(lp), _logits(low_precision_copy(merged, "int8")))
+    assert (_logits(lp) - _logits(merged)).abs().max() < 0.1 * _logits(merged).abs().max()
+
+
+def test_unknown_precision_is_refused():
+    with pytest.raises(ValueError, match="sampling.precision"):
+        low_precision_copy(torch.nn.Linear(2, 2), "fp4")
+    with pytest.raises(Exception, match="precision"):
+        load_config(None, ["sampling.precision=fp4"])
+
+
+def test_low_precision_defaults_to_sampler_ratio_and_tis_but_the_user_wins():
+    a = load_config(None, ["sampling.precision=int8"]).algorithm
+    assert (a.behavior_logprobs, a.is_correction) == ("sampler", "truncate")
+    a = load_config(None, ["sampling.precision=int8", "algorithm.is_correction=mask"]).algorithm
+    assert (a.behavior_logprobs, a.is_correction) == ("sampler", "mask")
+    a = load_config(None, []).algorithm
+    assert (a.behavior_logprobs, a.is_correction) == ("trainer", "none")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_int8_sampler_run_trains_and_logs_the_gap(tmp_path, mode):
+    from posttrain.loop import train
+    from posttrain.obs import read_metrics
+
+    res = train(load_config(None, ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false",
+                                   "logging.console=false", "loop.eval_prompts=8", f"run.output_dir={tmp_path}",
+                                   "loop.steps=25", "loop.prompts_per_step=4", "algorithm.num_generations=8",
+                                   "trainer.lr=3e-3", "loop.save_every=0", "sampling.precision=int8",
+                                   f"loop.mode={mode}"]))
+    recs = [r for r in read_metrics(str(res.run_dir)) if r["kind"] == "train"]
+    assert all(r["train/sampler_kl_k3"] > 0 and "train/is/is_capped_frac" in r for r in recs)
+    assert all(r["time/weight_sync"] >= 0 for r in recs)
+    first = sum(r["reward/mean"] for r in recs[:5]) / 5
+    last = sum(r["reward/mean"] for r in recs[-5:]) / 5
+    assert last > first + 0.2, (first, last)
