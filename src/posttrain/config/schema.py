@@ -147,6 +147,9 @@ class TrainerConfig(_Strict):
     muon_momentum: float = Field(0.95, ge=0.0, lt=1.0, description="Muon momentum")
     micro_batch_tokens: int = Field(4096, ge=64, description="tokens per forward/backward micro-batch (gradient accumulation above it)")
     prefix_sharing: bool = Field(True, description="compute each group's shared prompt once")
+    logits_chunk_tokens: int = Field(0, ge=0, description=(
+        "> 0: compute log-probs and entropy through the output projection in chunks of this many tokens, "
+        "recomputed in backward, so a micro-batch's full B x T x vocab logits are never held (0: off)"))
     world_size: int = Field(1, ge=1, description="trainer processes (data parallel, gloo on CPU / NCCL on GPU); under torchrun its WORLD_SIZE wins")
     dist_timeout_s: float = Field(600.0, gt=0.0, description="seconds a collective between trainer ranks may wait before the run fails")
 

@@ -9,8 +9,10 @@ prompts are longer than completions. `shared=False` runs plain padded full seque
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from posttrain.sampling.kv_cache import cache_arg_name
@@ -52,19 +54,67 @@ def _pad(rows: list[list[int]], value: int, left: bool = False) -> torch.Tensor:
     return out
 
 
+def chunked_token_logprobs(hidden_BTH: torch.Tensor, head: Any, targets_BT: torch.Tensor, temperature: float = 1.0,
+                           with_entropy: bool = False, chunk_tokens: int = 1024) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`token_logprobs(head(hidden), ...)` without ever holding B x T x V logits (the Liger-kernel idea): the output
+    projection, log-softmax and entropy run per chunk of tokens, and each chunk is checkpointed, so backward
+    recomputes that chunk's logits instead of keeping them. Peak memory: one chunk of logits, not the batch's."""
+    B, T, H = hidden_BTH.shape
+    flat_NH, tgt_N = hidden_BTH.reshape(B * T, H), targets_BT.reshape(B * T)
+
+    def one(h_nH, t_n):
+        lp, ent = token_logprobs(head(h_nH)[None], t_n[None], temperature, with_entropy)
+        return lp[0], (ent[0] if ent is not None else torch.zeros(0))
+
+    logps, ents = [], []
+    for i in range(0, B * T, chunk_tokens):
+        h, t = flat_NH[i:i + chunk_tokens], tgt_N[i:i + chunk_tokens]
+        lp, ent = (checkpoint(one, h, t, use_reentrant=False) if torch.is_grad_enabled() and h.requires_grad
+                   else one(h, t))
+        logps.append(lp)
+        ents.append(ent.detach())
+    logp_BT = torch.cat(logps).view(B, T)
+    return logp_BT, (torch.cat(ents).view(B, T) if with_entropy else None)
+
+
 def completion_logprobs(model, groups: list[GroupSlice], pad_id: int, temperature: float = 1.0,
-                        shared: bool = True, with_entropy: bool = False) -> MicroBatchTensors:
+                        shared: bool = True, with_entropy: bool = False, chunk_tokens: int = 0) -> MicroBatchTensors:
+    """chunk_tokens > 0: compute the output projection per chunk of that many tokens (chunked_token_logprobs)."""
     seqs = [s for g in groups for s in g.sequences]
     comp_BT = _pad([s.completion_ids for s in seqs], pad_id)
     mask_BT = _pad([s.loss_mask for s in seqs], 0)
     valid_BT = _pad([[1] * len(s.completion_ids) for s in seqs], 0)
+    # With chunking the forward passes stop before the output projection (`hidden`), else they return logits.
+    run = _HiddenModel(model) if chunk_tokens else model
     if shared:
-        logits = _shared_prefix_logits(model, groups, comp_BT, valid_BT, pad_id)
+        out = _shared_prefix_logits(run, groups, comp_BT, valid_BT, pad_id)
     else:
-        logits = _full_logits(model, seqs, pad_id, comp_BT.shape[1])
-    logp_BT, ent_BT = token_logprobs(logits, comp_BT, temperature, with_entropy)
+        out = _full_logits(run, seqs, pad_id, comp_BT.shape[1])
+    if chunk_tokens:
+        logp_BT, ent_BT = chunked_token_logprobs(out, model.get_output_embeddings(), comp_BT, temperature,
+                                                 with_entropy, chunk_tokens)
+    else:
+        logp_BT, ent_BT = token_logprobs(out, comp_BT, temperature, with_entropy)
     logp_BT = logp_BT * valid_BT
     return MicroBatchTensors(logp_BT=logp_BT, mask_BT=mask_BT * valid_BT, entropy_BT=ent_BT)
+
+
+class _HiddenModel:
+    """Calls the model's decoder (no output projection) and presents its last hidden states as `.logits`, so the
+    prefix-sharing and full-sequence passes below serve both paths unchanged."""
+
+    def __init__(self, model):
+        self.model, self.decoder = model, model.get_decoder()
+
+    def __call__(self, logits_to_keep: int = 0, **kw):
+        out = self.decoder(**kw)
+        h = out.last_hidden_state
+        return _Out(h[:, -logits_to_keep:] if logits_to_keep else h)
+
+
+@dataclass
+class _Out:
+    logits: torch.Tensor
 
 
 def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pad_id: int) -> torch.Tensor:
@@ -74,7 +124,7 @@ def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pa
     ppos_PL = (pmask_PL.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     out = model(input_ids=prompt_PL, attention_mask=pmask_PL if padded else None, position_ids=ppos_PL,
-                **{cache_arg_name(model): cache}, use_cache=True, logits_to_keep=1)
+                **{cache_arg_name(getattr(model, "model", model)): cache}, use_cache=True, logits_to_keep=1)
     row_to_prompt = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.sequences])
     cache.batch_select_indices(row_to_prompt)
     first_BV = out.logits[:, -1][row_to_prompt]
@@ -86,7 +136,7 @@ def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pa
     attn = torch.cat([pmask_PL[row_to_prompt], valid_BT[:, :-1]], dim=1)
     pos_BT = ppos_PL[row_to_prompt][:, -1:] + 1 + torch.arange(T - 1)[None]
     rest = model(input_ids=inp_BT, attention_mask=attn, position_ids=pos_BT,
-                 **{cache_arg_name(model): cache}, use_cache=True).logits
+                 **{cache_arg_name(getattr(model, "model", model)): cache}, use_cache=True).logits
     return torch.cat([first_BV[:, None], rest], dim=1)
 
 

@@ -35,13 +35,14 @@ class Trainer:
     def __init__(self, model: Any, pad_id: int, lr: float = 1e-5, weight_decay: float = 0.0,
                  betas: tuple[float, float] = (0.9, 0.99), max_grad_norm: float = 1.0, warmup_steps: int = 0,
                  micro_batch_tokens: int = 4096, prefix_sharing: bool = True, temperature: float = 1.0,
-                 optimizer: str = "adamw", muon_momentum: float = 0.95):
+                 optimizer: str = "adamw", muon_momentum: float = 0.95, logits_chunk_tokens: int = 0):
         self.model = model
         self.pad_id = pad_id
         self.max_grad_norm = max_grad_norm
         self.micro_batch_tokens = micro_batch_tokens
         self.prefix_sharing = prefix_sharing
         self.temperature = temperature if temperature > 0 else 1.0
+        self.chunk = logits_chunk_tokens  # > 0: never hold a micro-batch's full logits (train/logprobs.py)
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
         if not self.params:
@@ -63,7 +64,8 @@ class Trainer:
         out: list[list[float]] = [[] for _ in batch.sequences]
         try:
             for groups in plan_micro_batches(batch, self.micro_batch_tokens):
-                t = completion_logprobs(model, groups, self.pad_id, self.temperature, self.prefix_sharing)
+                t = completion_logprobs(model, groups, self.pad_id, self.temperature, self.prefix_sharing,
+                                        chunk_tokens=self.chunk)
                 for row, (i, s) in enumerate((i, s) for g in groups for i, s in zip(g.indices, g.sequences)):
                     out[i] = t.logp_BT[row, : len(s.completion_ids)].tolist()
         finally:
@@ -93,7 +95,7 @@ class Trainer:
         for groups in plan_micro_batches(batch, self.micro_batch_tokens):
             seqs = [s for g in groups for s in g.sequences]
             t = completion_logprobs(self.model, groups, self.pad_id, self.temperature, self.prefix_sharing,
-                                    with_entropy=True)
+                                    with_entropy=True, chunk_tokens=self.chunk)
             B, T = t.logp_BT.shape
             sampler_BT = _pad_float([s.sampler_logprobs for s in seqs], T)
             old_BT = _behaviour_BT(seqs, t.logp_BT)
