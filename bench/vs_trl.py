@@ -16,6 +16,11 @@ and TRL's logged `reward`. Each framework runs in its own child process (this sc
 the peak RSS of one does not include the other.
 
     python bench/vs_trl.py [--lora] [--steps K] [--model default|tiny-random|PATH] [--only posttrain|trl]
+                           [--precision fp32|bf16|int8] [--chunk N]
+
+`--precision int8` samples posttrain's rollouts with an int8 copy of the policy (sampling.precision; the ratio
+then uses the sampler's log-probs with TIS) and also runs posttrain in fp32, printed as its own column.
+`--chunk N` sets trainer.logits_chunk_tokens.
 
 Prints a per-step table per framework and a summary (medians over all steps and over steps 2..K, the first
 step carrying warm-up), and writes bench/results/vs_trl[_lora].json and .md. Needs the `bench` extra (trl).
@@ -34,7 +39,7 @@ import time
 from functools import wraps
 from pathlib import Path
 
-FRAMEWORKS = ("posttrain", "trl")
+FRAMEWORKS = ("posttrain", "trl", "posttrain_fp32")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 JSON_COLUMNS = ("schema", "expected")  # nested values whose shape varies per row: Arrow needs them as strings
 
@@ -51,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--generations", type=int, default=4, help="G: completions per prompt")
     p.add_argument("--prompts-per-step", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32", help="posttrain's sampler")
+    p.add_argument("--chunk", type=int, default=0, help="posttrain's trainer.logits_chunk_tokens")
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"), help="output folder")
     p.add_argument("--out", help=argparse.SUPPRESS)  # child: where to write its JSON result
     args = p.parse_args(argv)
@@ -190,10 +197,10 @@ def child(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"vs_trl_{args.only}_") as workdir:
-        steps = (run_posttrain if args.only == "posttrain" else run_trl)(args, workdir)
+        steps = (run_trl if args.only == "trl" else run_posttrain)(args, workdir)
     result = {"framework": args.only, "steps": steps, "wall_seconds": time.perf_counter() - t0,
               "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,  # KiB on Linux
-              "version": _version(args.only)}
+              "version": _version("trl" if args.only == "trl" else "posttrain")}
     text = json.dumps(result, indent=2)
     Path(args.out).write_text(text) if args.out else print(text)
 
@@ -238,11 +245,18 @@ def step_table(name: str, steps: list[dict]) -> str:
 
 
 def markdown(summary: dict, title: str) -> str:
-    lines = [f"### {title}", "", "| metric | posttrain | TRL | ratio (>1: posttrain better) |", "|---|---:|---:|---:|"]
+    fp32 = "posttrain_fp32" in summary
+    lines = [f"### {title}", "", "| metric | posttrain | TRL | ratio (>1: posttrain better) |"
+             + (" posttrain fp32 sampler | ratio fp32 |" if fp32 else ""),
+             "|---|---:|---:|---:|" + ("---:|---:|" if fp32 else "")]
     for label, key in ROWS:
         r = ratio(summary, key) if key in RATIOS else None
-        lines.append(f"| {label} | {summary['posttrain'][key]:.3f} | {summary['trl'][key]:.3f} | "
-                     f"{f'{r:.2f}x' if r is not None else ''} |")
+        line = (f"| {label} | {summary['posttrain'][key]:.3f} | {summary['trl'][key]:.3f} | "
+                f"{f'{r:.2f}x' if r is not None else ''} |")
+        if fp32:
+            r32 = ratio({"posttrain": summary["posttrain_fp32"], "trl": summary["trl"]}, key) if key in RATIOS else None
+            line += f" {summary['posttrain_fp32'][key]:.3f} | {f'{r32:.2f}x' if r32 is not None else ''} |"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -254,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.only:  # a child, or one framework run by hand (prints its JSON without --out)
             return child(argparse.Namespace(**{**vars(args), "model": model_path}))
         results = {}
-        for fw in FRAMEWORKS:
+        for fw in FRAMEWORKS if args.precision != "fp32" else FRAMEWORKS[:2]:
             out = Path(tmp) / f"{fw}.json"
             cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--only", fw, "--model", model_path,
                    "--out", str(out)]
@@ -265,7 +279,8 @@ def main(argv: list[str] | None = None) -> None:
     title = (f"posttrain vs TRL {results['trl'].get('version', '?')}: {args.model}, "
              f"{'LoRA r=16' if args.lora else 'full fine-tune'}, lr {args.lr:g}, {args.steps} steps x "
              f"{args.prompts_per_step} prompts x G={args.generations}, {args.max_tokens} new tokens, "
-             f"{args.threads} threads")
+             f"{args.threads} threads, posttrain sampler {args.precision}"
+             + (f", logits chunk {args.chunk}" if args.chunk else ""))
     print("\n" + "\n\n".join(step_table(fw, r["steps"]) for fw, r in results.items()) + "\n")
     md = markdown(summary, title)
     print(md)
@@ -273,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
               "summary": summary, "ratios": {k: ratio(summary, k) for k in RATIOS}, "runs": results}
     dest = Path(args.results)
     dest.mkdir(parents=True, exist_ok=True)
-    stem = "vs_trl_lora" if args.lora else "vs_trl"
+    stem = ("vs_trl_lora" if args.lora else "vs_trl") + ("" if args.precision == "fp32" else f"_{args.precision}")
     (dest / f"{stem}.json").write_text(json.dumps(report, indent=2))
     (dest / f"{stem}.md").write_text(md)
     print(f"wrote {dest / stem}.json and .md")
