@@ -72,3 +72,19 @@ def test_cross_field_validation():
 def test_config_import_does_not_import_torch():
     code = "import sys, posttrain.config; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_device_and_dtype_resolution():
+    from posttrain.loop.builder import resolve_device, resolve_dtype
+
+    assert load_config(None, []).model.device == "auto" and load_config(None, ["model.device=cuda:1"]).model.device == "cuda:1"
+    with pytest.raises(ConfigError, match="model.device"):
+        load_config(None, ["model.device=gpu"])
+    assert resolve_dtype("auto", "cpu") == "float32" and resolve_dtype("auto", "cuda:0") == "bfloat16"
+    assert resolve_dtype("float16", "cpu") == "float16"
+    import torch
+
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            resolve_device("cuda")

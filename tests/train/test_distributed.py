@@ -71,7 +71,7 @@ def test_two_rank_update_equals_one_rank_update(tiny):
         m2.update(two.optim_step())
     finally:
         two.close()
-        proc.join(timeout=60)
+        proc.join(timeout=300)  # generous: a loaded 2-core machine starts and stops processes slowly
     assert proc.exitcode == 0
     diff = max(float((a - b).detach().abs().max()) for a, b in zip(one.model.parameters(), two.model.parameters()))
     assert diff <= 1e-6, diff

@@ -111,7 +111,7 @@ def perturb_(params: Sequence[torch.Tensor], base: Sequence[torch.Tensor], seed:
     """params <- base + scale * eps(seed)  (scale = +sigma or -sigma). Written from the base, never by adding
     and subtracting noise in place, so the base is never changed by rounding."""
     for j, (p, b) in enumerate(zip(params, base)):
-        p.copy_(b + scale * noise(p.shape, seed, j).to(p.dtype))
+        p.copy_(b + scale * noise(p.shape, seed, j).to(device=p.device, dtype=p.dtype))
 
 
 @torch.no_grad()
@@ -124,7 +124,7 @@ def apply_update_(params: Sequence[torch.Tensor], it: ESIteration, sigma: float,
         for seed, w in zip(it.seeds, it.weights):
             if w != 0.0:
                 delta.add_(noise(p.shape, seed, j), alpha=w)
-        p.add_(delta.to(p.dtype), alpha=step)
+        p.add_(delta.to(device=p.device, dtype=p.dtype), alpha=step)
 
 
 @torch.no_grad()

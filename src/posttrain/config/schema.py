@@ -22,9 +22,21 @@ class RunConfig(_Strict):
 
 class ModelConfig(_Strict):
     name: str = Field("default", description="'default' (SmolLM2-135M-Instruct), 'tiny-random', a local HF folder, or a hub id")
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = Field("auto", description="auto (cuda when present, else cpu), cpu, cuda or cuda:N")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bfloat16 on a GPU, float32 on the CPU")
     threads: int | None = Field(None, ge=1, description="torch threads; default: all cores")
     attn_implementation: str = Field("sdpa", description="transformers attention backend (sdpa, eager, flash_attention_2)")
+
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        import re
+
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
+            raise ValueError(f"model.device must be auto, cpu, cuda or cuda:N, got {v!r}")
+        return v
 
 
 class LoraConfig(_Strict):

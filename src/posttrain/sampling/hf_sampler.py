@@ -146,8 +146,9 @@ class HFSampler:
 
     def _decode_loop(self, rows: list[list[int]], params: SampleParams):
         # Prefill each distinct prompt once, then copy its KV cache to every row that uses it.
+        dev = _device(self.model)
         uniq: dict[tuple[int, ...], int] = {}
-        row_to_prompt = torch.tensor([uniq.setdefault(tuple(r), len(uniq)) for r in rows])
+        row_to_prompt = torch.tensor([uniq.setdefault(tuple(r), len(uniq)) for r in rows], device=dev)
         prompts_P = [list(p) for p in uniq]
         P, B, max_new = len(prompts_P), len(rows), params.max_tokens
         Lp = max(len(p) for p in prompts_P)
@@ -157,24 +158,25 @@ class HFSampler:
         for i, p in enumerate(prompts_P):
             ids_PL[i, Lp - len(p) :] = torch.tensor(p)
             mask_PL[i, Lp - len(p) :] = 1
+        ids_PL, mask_PL = ids_PL.to(dev), mask_PL.to(dev)
         pos_PL = (mask_PL.cumsum(-1) - 1).clamp(min=0)
         n_layers = self.model.config.get_text_config().num_hidden_layers
         cache = PreallocCache(n_layers, capacity=Lp + max_new)
         logits = self.model(input_ids=ids_PL, attention_mask=mask_PL if padded else None, position_ids=pos_PL,
                             **{self._cache_arg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
-        if P != B or P > 1 and not bool((row_to_prompt == torch.arange(P)).all()):
+        if P != B or P > 1 and not bool((row_to_prompt == torch.arange(P, device=dev)).all()):
             cache.batch_select_indices(row_to_prompt)
             logits = logits[row_to_prompt]
-        mask_BT = torch.ones((B, Lp + max_new), dtype=torch.long)
+        mask_BT = torch.ones((B, Lp + max_new), dtype=torch.long, device=dev)
         mask_BT[:, :Lp] = mask_PL[row_to_prompt]
         next_pos_B = pos_PL[row_to_prompt, -1] + 1
-        tokens_BT = torch.full((B, max_new), self.pad_id, dtype=torch.long)
-        logps_BT = torch.zeros((B, max_new), dtype=torch.float32)
-        lengths_B = torch.zeros(B, dtype=torch.long)
+        tokens_BT = torch.full((B, max_new), self.pad_id, dtype=torch.long, device=dev)
+        logps_BT = torch.zeros((B, max_new), dtype=torch.float32, device=dev)
+        lengths_B = torch.zeros(B, dtype=torch.long, device=dev)
         reasons = ["length"] * B
-        rows = torch.arange(B)  # the output row each live batch row writes to
-        done_B = torch.zeros(B, dtype=torch.bool)
-        stop_ids = torch.tensor(self.stop_token_ids, dtype=torch.long)
+        rows = torch.arange(B, device=dev)  # the output row each live batch row writes to
+        done_B = torch.zeros(B, dtype=torch.bool, device=dev)
+        stop_ids = torch.tensor(self.stop_token_ids, dtype=torch.long, device=dev)
         for t in range(max_new):
             tok_b, logp_b = choose_tokens(logits, params.temperature, params.top_k, params.top_p, self.generator)
             live_b = ~done_B[rows]  # finished rows ride along until the next compaction; their tokens are dropped
@@ -199,7 +201,7 @@ class HFSampler:
             logits = self.model(input_ids=tok_b[:, None], attention_mask=attn, position_ids=next_pos_B[:, None],
                                 **{self._cache_arg: cache}, use_cache=True).logits[:, -1]
             next_pos_B = next_pos_B + 1
-        return tokens_BT, logps_BT, lengths_B.tolist(), reasons
+        return tokens_BT.cpu(), logps_BT.cpu(), lengths_B.tolist(), reasons
 
     def _hit_stop_string(self, tokens_BT: torch.Tensor, rows: torch.Tensor, t: int, stops: list[str]) -> torch.Tensor:
         window = max(len(s) for s in stops) + 8  # tokens are at least one char, so this tail covers any stop
@@ -207,7 +209,13 @@ class HFSampler:
         for r in rows.tolist():
             tail = self.tokenizer.decode(tokens_BT[r, max(0, t + 1 - window) : t + 1].tolist(), skip_special_tokens=True)
             hits.append(any(s in tail for s in stops))
-        return torch.tensor(hits, dtype=torch.bool)
+        return torch.tensor(hits, dtype=torch.bool, device=tokens_BT.device)
+
+
+def _device(model: Any) -> torch.device:
+    """Where the model's weights live (CPU for a quantized copy, whose packed weights are not parameters)."""
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
 
 
 def cut_at_stop(text: str, stops: list[str]) -> str:

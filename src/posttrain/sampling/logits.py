@@ -46,6 +46,6 @@ def sample_from_logp(logp_BV: torch.Tensor, generator: torch.Generator | None) -
     per decode step at batch 16. A cumulative sum plus a binary search costs about a tenth of that.
     """
     cdf_BV = logp_BV.exp().cumsum(-1)
-    u_B1 = torch.rand((cdf_BV.shape[0], 1), generator=generator, dtype=cdf_BV.dtype) * cdf_BV[:, -1:]
+    u_B1 = torch.rand((cdf_BV.shape[0], 1), generator=generator, dtype=cdf_BV.dtype).to(cdf_BV.device) * cdf_BV[:, -1:]
     tok_B = torch.searchsorted(cdf_BV, u_B1, right=True).squeeze(-1)
     return tok_B.clamp_(max=cdf_BV.shape[-1] - 1)

@@ -40,6 +40,8 @@ def low_precision_copy(model: Any, precision: str) -> Any:
     if precision == "bf16":
         return m.to(torch.bfloat16)
     if precision == "int8":
+        if any(p.is_cuda for p in m.parameters()):
+            raise ValueError("sampling.precision=int8 uses torch's CPU int8 kernels; on a GPU use bf16")
         with warnings.catch_warnings():  # torch.ao's deprecation notice; the kernels are the fast path on x86
             warnings.simplefilter("ignore")
             return torch.ao.quantization.quantize_dynamic(

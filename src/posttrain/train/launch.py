@@ -53,7 +53,7 @@ def run_worker(cfg: Config) -> None:
     """A rank > 0: the same model and Trainer as rank 0, then the worker loop until rank 0 says stop."""
     import torch
 
-    from posttrain.loop.builder import seed_everything
+    from posttrain.loop.builder import resolve_device, resolve_dtype, seed_everything
     from posttrain.loop.pg_stepper import loss_params, token_weight_fn
     from posttrain.loop.schedule import make_trainer
     from posttrain.models.load import ensure_pad_token, load_model
@@ -65,8 +65,12 @@ def run_worker(cfg: Config) -> None:
     rank, world = launched_rank(), world_size(cfg)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 1)))
     seed_everything(cfg.run.seed)
-    model, tok = load_model(cfg.model.name, cfg.model.dtype, cfg.model.attn_implementation, seed=cfg.run.seed,
-                            log=lambda s: None)
+    device = resolve_device(cfg.model.device)
+    if device.startswith("cuda"):
+        device = f"cuda:{rank % torch.cuda.device_count()}"  # one GPU per rank on this host
+    model, tok = load_model(cfg.model.name, resolve_dtype(cfg.model.dtype, device), cfg.model.attn_implementation,
+                            seed=cfg.run.seed, log=lambda s: None)
+    model = model.to(device)
     ensure_pad_token(tok)
     if cfg.lora.enabled:
         model = apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules)

@@ -81,15 +81,16 @@ def completion_logprobs(model, groups: list[GroupSlice], pad_id: int, temperatur
                         shared: bool = True, with_entropy: bool = False, chunk_tokens: int = 0) -> MicroBatchTensors:
     """chunk_tokens > 0: compute the output projection per chunk of that many tokens (chunked_token_logprobs)."""
     seqs = [s for g in groups for s in g.sequences]
-    comp_BT = _pad([s.completion_ids for s in seqs], pad_id)
-    mask_BT = _pad([s.loss_mask for s in seqs], 0)
-    valid_BT = _pad([[1] * len(s.completion_ids) for s in seqs], 0)
+    dev = next(model.parameters()).device
+    comp_BT = _pad([s.completion_ids for s in seqs], pad_id).to(dev)
+    mask_BT = _pad([s.loss_mask for s in seqs], 0).to(dev)
+    valid_BT = _pad([[1] * len(s.completion_ids) for s in seqs], 0).to(dev)
     # With chunking the forward passes stop before the output projection (`hidden`), else they return logits.
     run = _HiddenModel(model) if chunk_tokens else model
     if shared:
         out = _shared_prefix_logits(run, groups, comp_BT, valid_BT, pad_id)
     else:
-        out = _full_logits(run, seqs, pad_id, comp_BT.shape[1])
+        out = _full_logits(run, seqs, pad_id, comp_BT.shape[1], dev)
     if chunk_tokens:
         logp_BT, ent_BT = chunked_token_logprobs(out, model.get_output_embeddings(), comp_BT, temperature,
                                                  with_entropy, chunk_tokens)
@@ -118,14 +119,15 @@ class _Out:
 
 
 def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pad_id: int) -> torch.Tensor:
-    prompt_PL = _pad([g.prompt_ids for g in groups], pad_id, left=True)
-    pmask_PL = _pad([[1] * len(g.prompt_ids) for g in groups], 0, left=True)
+    dev = comp_BT.device
+    prompt_PL = _pad([g.prompt_ids for g in groups], pad_id, left=True).to(dev)
+    pmask_PL = _pad([[1] * len(g.prompt_ids) for g in groups], 0, left=True).to(dev)
     padded = bool((pmask_PL == 0).any())
     ppos_PL = (pmask_PL.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     out = model(input_ids=prompt_PL, attention_mask=pmask_PL if padded else None, position_ids=ppos_PL,
                 **{cache_arg_name(getattr(model, "model", model)): cache}, use_cache=True, logits_to_keep=1)
-    row_to_prompt = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.sequences])
+    row_to_prompt = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.sequences], device=dev)
     cache.batch_select_indices(row_to_prompt)
     first_BV = out.logits[:, -1][row_to_prompt]
     T = comp_BT.shape[1]
@@ -134,17 +136,17 @@ def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pa
     # Feed completion tokens 0..T-2; their outputs predict tokens 1..T-1 (token 0 comes from the prompt).
     inp_BT = comp_BT[:, :-1]
     attn = torch.cat([pmask_PL[row_to_prompt], valid_BT[:, :-1]], dim=1)
-    pos_BT = ppos_PL[row_to_prompt][:, -1:] + 1 + torch.arange(T - 1)[None]
+    pos_BT = ppos_PL[row_to_prompt][:, -1:] + 1 + torch.arange(T - 1, device=dev)[None]
     rest = model(input_ids=inp_BT, attention_mask=attn, position_ids=pos_BT,
                  **{cache_arg_name(getattr(model, "model", model)): cache}, use_cache=True).logits
     return torch.cat([first_BV[:, None], rest], dim=1)
 
 
-def _full_logits(model, seqs, pad_id: int, T: int) -> torch.Tensor:
+def _full_logits(model, seqs, pad_id: int, T: int, dev: Any = "cpu") -> torch.Tensor:
     rows = [s.prompt_ids + s.completion_ids for s in seqs]
-    ids = _pad(rows, pad_id)
-    attn = _pad([[1] * len(r) for r in rows], 0)
+    ids = _pad(rows, pad_id).to(dev)
+    attn = _pad([[1] * len(r) for r in rows], 0).to(dev)
     logits = model(input_ids=ids, attention_mask=attn).logits
     # Completion token j of row i sits at position len(prompt_i) + j and is predicted at the position before.
-    idx = torch.stack([torch.arange(T) + len(s.prompt_ids) - 1 for s in seqs]).clamp(max=ids.shape[1] - 1)
+    idx = torch.stack([torch.arange(T) + len(s.prompt_ids) - 1 for s in seqs]).clamp(max=ids.shape[1] - 1).to(dev)
     return logits.gather(1, idx[:, :, None].expand(-1, -1, logits.shape[-1]))

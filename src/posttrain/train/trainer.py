@@ -97,11 +97,12 @@ class Trainer:
             t = completion_logprobs(self.model, groups, self.pad_id, self.temperature, self.prefix_sharing,
                                     with_entropy=True, chunk_tokens=self.chunk)
             B, T = t.logp_BT.shape
-            sampler_BT = _pad_float([s.sampler_logprobs for s in seqs], T)
+            dev = t.logp_BT.device
+            sampler_BT = _pad_float([s.sampler_logprobs for s in seqs], T).to(dev)
             old_BT = _behaviour_BT(seqs, t.logp_BT)
             has_ref = all(s.ref_logprobs is not None for s in seqs)
-            ref_BT = _pad_float([s.ref_logprobs for s in seqs], T) if has_ref else None
-            adv_B = torch.tensor([s.advantage for s in seqs], dtype=torch.float32)
+            ref_BT = _pad_float([s.ref_logprobs for s in seqs], T).to(dev) if has_ref else None
+            adv_B = torch.tensor([s.advantage for s in seqs], dtype=torch.float32, device=dev)
             w_BT, w_metrics = None, {}
             if token_weight_fn is not None:
                 w_BT, w_metrics = token_weight_fn(t.logp_BT.detach(), sampler_BT, t.entropy_BT, t.mask_BT)
@@ -203,7 +204,7 @@ def _behaviour_BT(seqs: list, logp_BT: torch.Tensor) -> torch.Tensor:
     for i, s in enumerate(seqs):
         if s.old_logprobs is not None:
             old_BT[i] = 0.0
-            old_BT[i, : len(s.old_logprobs)] = torch.tensor(s.old_logprobs, dtype=old_BT.dtype)
+            old_BT[i, : len(s.old_logprobs)] = torch.tensor(s.old_logprobs, dtype=old_BT.dtype, device=old_BT.device)
     return old_BT
 
 
