@@ -402,8 +402,11 @@ def test_skip_exit_or_syntax_error_scores_zero(cfg, sol):
 
 
 def test_patching_pytest_in_process_is_caught(cfg):
+    # Out of process the patch lands in the solution's process, where there is no pytest run to change.
     g = grade_pytest({"sol.py": PATCH_PYTEST + WRONG}, ADD_TESTS, cfg)
-    assert g.score == 0 and "patched" in (g.error or "")
+    assert g.score == 0 and g.trust == "out-of-process" and g.passed == 0
+    g = grade_pytest({"sol.py": PATCH_PYTEST + WRONG}, ADD_TESTS, cfg, mode="in-process")
+    assert g.score == 0 and "patched" in (g.error or "") and g.trust == "in-process"
 
 
 def test_deleting_or_editing_tests(cfg):
