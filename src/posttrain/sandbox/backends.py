@@ -161,7 +161,7 @@ def unshare_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_
     (argv, the mount script to feed on stdin).
 
     The mount script (it names host paths) is fed on stdin, not a command line. A root shell stays as
-    pid 1 and waits: the launch chain changes uid, which clears the parent-death signal, so pid 1 must be a
+    pid 1 (inside the chroot) and waits: the launch chain changes uid, which clears the parent-death signal, so pid 1 must be a
     process that keeps it. When pid 1 exits, the kernel kills the whole namespace.
     """
     q = shlex.quote
@@ -193,9 +193,11 @@ def unshare_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_
         lines.append(f"mkdir -p {q(r + layout.tests)} && mount --bind {q(stage_tests)} {q(r + layout.tests)}"
                      f" && mount -o remount,bind,ro {q(r + layout.tests)}")
     lines.append(f"mount -o remount,ro {q(r)}")
-    lines.append(f"chroot {q(r)} /bin/sh -e {q(layout.inputs + '/' + LAUNCH)} </dev/null &")
-    lines.append("wait $!")
-    cmd = [tool("setpriv"), "--pdeathsig=KILL", "--", tool("unshare"), "--mount", "--uts", "--ipc", "--net", "--pid",
+    # pid 1 enters the chroot too, so its /proc/1/mountinfo and root show no host paths; it stays root and keeps
+    # the parent-death signal (chroot(1) is no setuid exec), waiting for the launch script's process.
+    inner = f"/bin/sh -e {q(layout.inputs + '/' + LAUNCH)} </dev/null & wait $!"
+    lines.append(f"exec chroot {q(r)} /bin/sh -c {q(inner)} </dev/null")
+    cmd = [tool("setpriv"), "--pdeathsig=KILL", "--", tool("unshare"), "--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup",
            "--fork", "--kill-child", "--propagation", "private"]
     if uid_namespace:
         cmd += ["--user", "--map-root-user"]

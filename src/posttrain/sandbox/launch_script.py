@@ -30,11 +30,12 @@ class Proc:
     env: dict[str, str]
     uid: int | None
     cwd: str
+    pre: list[str] | None = None  # run as root between prlimit and setpriv (the seccomp loader, for unshare)
 
 
 def chain(cfg: SandboxConfig, proc: Proc) -> list[str]:
     """prlimit (as root, so hard limits can be set) -> setpriv (drop to the run's uid) -> env -i (clean env)."""
-    out = [tool("prlimit"), *prlimit_args(cfg), "--"]
+    out = [tool("prlimit"), *prlimit_args(cfg), "--", *(proc.pre or [])]
     if proc.uid is not None:
         out += [tool("setpriv"), f"--reuid={proc.uid}", f"--regid={proc.uid}", "--clear-groups", "--inh-caps=-all",
                 "--bounding-set=-all", "--no-new-privs", "--"]

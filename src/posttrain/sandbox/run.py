@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from posttrain.sandbox import cgroups, mounts, seccomp_filter
 from posttrain.sandbox.backends import (
@@ -34,6 +35,8 @@ from posttrain.sandbox.tools import SandboxUnavailable, tool
 KILL_GRACE_S = 2.0  # after SIGKILL, how long we wait for pipes to close before giving up on them
 EXIT_DRAIN_S = 0.5  # after the launcher exits, how long a leftover writer may keep our pipes open
 STAGE_BYTES, STAGE_INODES = 256 << 20, 65536  # the staging tmpfs: inputs and tests, written by us
+HERE = Path(__file__).parent
+SECCOMP_EXEC, SECCOMP_BPF = "seccomp_exec.py", ".seccomp.bpf"
 HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}  # the launcher's own environment
 
 
@@ -245,18 +248,20 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
             main = Proc(fill(argv), {**env, "HOME": layout.runner, "TMPDIR": layout.runner}, uid, layout.runner)
             companion = Proc(fill(companion_argv), env, uid2, layout.work)
         stdin = -1
+        bpf, why = seccomp_filter.build() if backend != "unsafe" else (None, "the unsafe backend has no sandbox")
+        if bpf is None:
+            unavailable["seccomp"] = why or "unknown"
         if backend == "unsafe":
             cmd = chain(cfg, main)
-            unavailable["seccomp"] = "the unsafe backend has no sandbox to load a filter into"
         else:
-            if backend == "bwrap":
-                bpf, why = seccomp_filter.build()
-                if bpf is None:
-                    unavailable["seccomp"] = why or "unknown"
-                else:
-                    launch_fds.append(_memfd("ptsb-seccomp", bpf))
-            else:
-                unavailable["seccomp"] = "only the bwrap backend loads a seccomp filter"
+            if backend == "bwrap" and bpf is not None:
+                launch_fds.append(_memfd("ptsb-seccomp", bpf))
+            elif bpf is not None:  # unshare: a loader in the launch chain, reading a root-only copy
+                write_tree(stage_in, {SECCOMP_BPF: bpf, SECCOMP_EXEC: (HERE / SECCOMP_EXEC).read_bytes()}, mode=0o600)
+                for p in (main, companion):
+                    if p is not None:
+                        p.pre = [interp.path, "-I", "-S", f"{layout.inputs}/{SECCOMP_EXEC}",
+                                 f"{layout.inputs}/{SECCOMP_BPF}", "--"]
             if backend == "bwrap":
                 args = bwrap_argv(cfg, interp, layout, stage_in, stage_tests, box_dir, uid is None,
                                   launch_fds[0] if launch_fds else None)
