@@ -210,3 +210,8 @@ def test_solution_process_sees_no_host_paths_in_two_process_grading(cfg):
     assert g.score == 1.0 and g.trust == "out-of-process"
     assert "CMDLINE" in g.run.stdout and not _leaks(g.run.stdout), _leaks(g.run.stdout)
     assert f"envval-{MARK}" not in cmdlines(g.run.stdout)
+
+
+def test_docs_list_every_refused_syscall():
+    docs = (__import__("pathlib").Path(__file__).parents[2] / "docs" / "sandbox.md").read_text()
+    assert [name for name, _ in seccomp_filter.DENIED if f"| `{name}` |" not in docs] == []
