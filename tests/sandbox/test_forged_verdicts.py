@@ -76,7 +76,8 @@ def test_in_process_verdicts_are_labelled_forgeable(cfg):
      ' + b\'{"kind": "done", "count": 500}\\n\'', "not in the pristine tests"),
     ('b\'{"kind": "item", "nodeid": "test_add.py::test_a", "passed": true}\\n\' * 2'
      ' + b\'{"kind": "done", "count": 2}\\n\'', "two results"),
-    ('b"".join(b\'{"kind": "item", "nodeid": "test_add.py::test_%s", "passed": true}\\n\' % c for c in [b"a", b"b", b"c"])',
+    ('b"".join(b\'{"kind": "item", "nodeid": "test_add.py::test_%s", "passed": true}\\n\' % c'
+     ' for c in [b"a", b"b", b"c"])',
      "no closing record"),
 ], ids=["unknown-ids", "repeated-id", "no-closing-record"])
 def test_channel_protocol_breaks_score_zero(cfg, lines, why):
@@ -152,7 +153,8 @@ def test_always_equal_and_subclass_returns_cannot_pass_remote_asserts(cfg):
 # ---- class 3: the host grader trusts what comes back -----------------------------------------------------------
 
 @pytest.mark.parametrize("lines", [
-    'b\'{"i": 0, "v": \' + b"9" * 4000 + b\'}\\n{"i": 1, "v": 1}\\n{"i": 2, "v": 1}\\n{"i": 3, "v": 1}\\n{"done": 4}\\n\'',
+    'b\'{"i": 0, "v": \' + b"9" * 4000'
+    ' + b\'}\\n{"i": 1, "v": 1}\\n{"i": 2, "v": 1}\\n{"i": 3, "v": 1}\\n{"done": 4}\\n\'',
     'b\'{"i": 0, "v": \' + b"[" * 200000 + b"]" * 200000 + b\'}\\n{"done": 1}\\n\'',
     'b"\\xff\\xfe" * 100000 + b"\\n"',
 ], ids=["huge-int-vs-float", "nested-json", "binary"])

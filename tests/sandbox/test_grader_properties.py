@@ -110,7 +110,8 @@ def test_only_a_perfect_channel_scores():
     good = _judge_pytest(ok + b'{"kind": "done", "count": 3}\n', HASHES, TESTS, RUN, "out-of-process")
     assert good.score == 1.0 and good.error is None
     for bad in (ok, ok + b'{"kind": "done", "count": 4}\n', ok + ok + b'{"kind": "done", "count": 6}\n',
-                ok + b'{"kind": "item", "nodeid": "test_a.py::test_q", "passed": true}\n{"kind": "done", "count": 4}\n'):
+                ok + b'{"kind": "item", "nodeid": "test_a.py::test_q", "passed": true}\n'
+                + b'{"kind": "done", "count": 4}\n'):
         assert _judge_pytest(bad, HASHES, TESTS, RUN, "out-of-process").score == 0
 
 

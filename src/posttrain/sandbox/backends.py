@@ -161,8 +161,8 @@ def unshare_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_
     (argv, the mount script to feed on stdin).
 
     The mount script (it names host paths) is fed on stdin, not a command line. A root shell stays as
-    pid 1 (inside the chroot) and waits: the launch chain changes uid, which clears the parent-death signal, so pid 1 must be a
-    process that keeps it. When pid 1 exits, the kernel kills the whole namespace.
+    pid 1 (inside the chroot) and waits: the launch chain changes uid, which clears the parent-death signal,
+    so pid 1 must be a process that keeps it. When pid 1 exits, the kernel kills the whole namespace.
     """
     q = shlex.quote
     r = root_dir
@@ -197,8 +197,8 @@ def unshare_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_
     # the parent-death signal (chroot(1) is no setuid exec), waiting for the launch script's process.
     inner = f"/bin/sh -e {q(layout.inputs + '/' + LAUNCH)} </dev/null & wait $!"
     lines.append(f"exec chroot {q(r)} /bin/sh -c {q(inner)} </dev/null")
-    cmd = [tool("setpriv"), "--pdeathsig=KILL", "--", tool("unshare"), "--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup",
-           "--fork", "--kill-child", "--propagation", "private"]
+    cmd = [tool("setpriv"), "--pdeathsig=KILL", "--", tool("unshare"), "--mount", "--uts", "--ipc", "--net", "--pid",
+           "--cgroup", "--fork", "--kill-child", "--propagation", "private"]
     if uid_namespace:
         cmd += ["--user", "--map-root-user"]
     return cmd + ["--", "/bin/sh", "-s"], "\n".join(lines) + "\n"

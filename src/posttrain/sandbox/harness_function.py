@@ -1,8 +1,9 @@
 """Runs INSIDE the sandbox (stdlib only, started with `python -I`): call the solution on each case's inputs.
 
-It knows no expected values. Each case's return value goes out as one JSON line on the result fd (then a closing record with the count), encoded by a
-strict encoder that accepts only exact builtin types, so an always-equal object or a `str` subclass cannot pass
-as anything. The grader outside compares; a case with no line (crash, exit, timeout) counts as failed.
+It knows no expected values. Each case's return value goes out as one JSON line on the result fd (then a
+closing record with the count), encoded by a strict encoder that accepts only exact builtin types, so an
+always-equal object or a `str` subclass cannot pass as anything. The grader outside compares; a run with no
+closing record (crash, exit, timeout) scores 0.
 
 usage: python -I harness_function.py RESULT_FD CASES_JSON SOLUTION_PY ENTRY_POINT CASE_TIMEOUT_S
 """

@@ -286,7 +286,8 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
         else:
             unavailable["cgroup"] = why_cg
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=stdin if stdin >= 0 else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(cmd, stdin=stdin if stdin >= 0 else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE,
                                 pass_fds=tuple(pass_fds), start_new_session=True, close_fds=True, env=HOST_ENV)
         for fd in [write_fd, stdin, *launch_fds]:
             if fd >= 0:
