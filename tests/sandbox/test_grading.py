@@ -1,6 +1,7 @@
 """Positive grading: correct solutions score 1.0, partial ones the right fraction; the comparison rules."""
 
 import asyncio
+import os
 
 import pytest
 
@@ -89,3 +90,25 @@ def test_unsafe_backend_runs_when_allowed():
     cfg = SandboxConfig(backend="unsafe", allow_unsafe=True, python="/usr/bin/python3", timeout_s=5)
     g = grade_function("def sq(x):\n    return x * x\n", "sq", CASES, cfg)
     assert g.isolation == "unsafe" and g.score == 1.0
+
+
+def _fill_free_fds_below(n):
+    held = []
+    for fd in range(3, n):
+        try:
+            os.fstat(fd)
+        except OSError:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+    return held
+
+
+@pytest.mark.parametrize("low", [5, 6, 7, 8])
+def test_out_of_process_pytest_whatever_fd_the_result_pipe_gets(cfg, low):
+    # The result pipe's write end lands on low+1: one of the single-digit fds the two processes' pipes may use.
+    held = _fill_free_fds_below(low)
+    try:
+        g = grade_pytest({"sol.py": "def sq(x):\n    return x * x\n"}, TESTS, cfg)
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert (g.score, g.error, g.trust) == (1.0, None, "out-of-process")

@@ -19,7 +19,14 @@ from posttrain.sandbox.config import SandboxConfig
 from posttrain.sandbox.limits import prlimit_args
 from posttrain.sandbox.tools import tool
 
-RPC_FDS = (7, 8)  # fd numbers of the request and reply pipes in both processes; never a passed-in fd
+RPC_CANDIDATES = (7, 8, 9, 6, 5, 4, 3)  # single digits: dash redirects no others
+
+
+def rpc_fds(taken: list[int]) -> tuple[int, int]:
+    """fd numbers for the request and reply pipes in both processes: single digits that no fd passed into the
+    sandbox uses (a result fd of 7 would otherwise be overwritten by the request pipe)."""
+    free = [n for n in RPC_CANDIDATES if n not in taken]
+    return free[0], free[1]
 
 
 @dataclass
@@ -44,7 +51,7 @@ def chain(cfg: SandboxConfig, proc: Proc) -> list[str]:
 
 def inner_script(cfg: SandboxConfig, box: str, work: str, tmp: str, inputs: str, main: Proc,
                  companion: Proc | None = None, close_fds: tuple[int, ...] = (), result_fd: int | None = None,
-                 runner: str = "", rpc_dir: str = "") -> str:
+                 runner: str = "", rpc_dir: str = "", rpc: tuple[int, int] = (7, 8)) -> str:
     """The script's text. `close_fds` (the launch's own fds: bwrap args, seccomp program) are closed before
     anything untrusted starts; `result_fd` is closed for the companion only."""
     q = shlex.quote
@@ -58,7 +65,7 @@ def inner_script(cfg: SandboxConfig, box: str, work: str, tmp: str, inputs: str,
         lines.append(f"chown -R {owner}:{owner} {q(box)}")
     if companion is None:
         return "\n".join(lines + ["exec " + shlex.join(chain(cfg, main))]) + "\n"
-    a, b = RPC_FDS
+    a, b = rpc
     lines += [f"mkdir -m 700 {q(runner)} {q(rpc_dir)}", f"mkfifo -m 600 {q(rpc_dir)}/q {q(rpc_dir)}/r"]
     if main.uid is not None:
         lines.append(f"chown {main.uid}:{main.uid} {q(runner)}")

@@ -28,7 +28,7 @@ from posttrain.sandbox.backends import (
 )
 from posttrain.sandbox.cgroups import RunCgroup
 from posttrain.sandbox.config import RunResult, SandboxConfig
-from posttrain.sandbox.launch_script import RPC_FDS, Proc, chain, inner_script
+from posttrain.sandbox.launch_script import Proc, chain, inner_script, rpc_fds
 from posttrain.sandbox.limits import allocate_uid, can_switch_uid, release_uid, sweep_uid
 from posttrain.sandbox.tools import SandboxUnavailable, tool
 
@@ -233,7 +233,9 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
         if result_channel:
             read_fd, write_fd = os.pipe()
             pass_fds.append(write_fd)
-        rpc = {"{result_fd}": str(write_fd), "{rpc_req}": str(RPC_FDS[0]), "{rpc_reply}": str(RPC_FDS[1])}
+        # Only the result fd survives into the sandbox's shell (bwrap closes its --args and --seccomp fds).
+        rpc_pair = rpc_fds([write_fd])
+        rpc = {"{result_fd}": str(write_fd), "{rpc_req}": str(rpc_pair[0]), "{rpc_reply}": str(rpc_pair[1])}
 
         def fill(args: list[str]) -> list[str]:
             for k, v in rpc.items():
@@ -274,7 +276,7 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
                 stdin = _memfd("ptsb-mounts", mount_script.encode())
             script = inner_script(cfg, BOX, layout.work, layout.tmp, layout.inputs, main, companion,
                                   close_fds=tuple(launch_fds), result_fd=write_fd if write_fd >= 0 else None,
-                                  runner=layout.runner, rpc_dir=layout.rpc)
+                                  runner=layout.runner, rpc_dir=layout.rpc, rpc=rpc_pair)
             launch = os.path.join(stage_in, LAUNCH)
             with open(os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700), "w") as f:
                 f.write(script)
