@@ -92,23 +92,38 @@ def test_unsafe_backend_runs_when_allowed():
     assert g.isolation == "unsafe" and g.score == 1.0
 
 
-def _fill_free_fds_below(n):
-    held = []
-    for fd in range(3, n):
-        try:
-            os.fstat(fd)
-        except OSError:
-            held.append(os.open("/dev/null", os.O_RDONLY))
-    return held
+
+PIPE_ON_TARGET = """
+import os, sys
+from posttrain.sandbox import SandboxConfig, grade_pytest, run_command
+target, backend, staging = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+cfg = SandboxConfig(backend=backend, staging_dir=staging, timeout_s=10)
+run_command(["true"], {}, cfg)  # warms the cached probes, which make pipes of their own
+real_pipe, calls = os.pipe, []
+def pipe_on_target():  # the first pipe run_sandboxed makes is the result channel
+    r, w = real_pipe()
+    if not calls:
+        calls.append(w)
+        if w != target:
+            os.dup2(w, target); os.close(w); w = target
+    return r, w
+os.pipe = pipe_on_target
+tests = {"test_sq.py": "from sol import sq\\ndef test_a():\\n    assert sq(3) == 9\\n"}
+g = grade_pytest({"sol.py": "def sq(x):\\n    return x * x\\n"}, tests, cfg)
+print("RESULT", g.score, g.error, g.trust)
+"""
 
 
-@pytest.mark.parametrize("low", [5, 6, 7, 8])
-def test_out_of_process_pytest_whatever_fd_the_result_pipe_gets(cfg, low):
-    # The result pipe's write end lands on low+1: one of the single-digit fds the two processes' pipes may use.
-    held = _fill_free_fds_below(low)
-    try:
-        g = grade_pytest({"sol.py": "def sq(x):\n    return x * x\n"}, TESTS, cfg)
-    finally:
-        for fd in held:
-            os.close(fd)
-    assert (g.score, g.error, g.trust) == (1.0, None, "out-of-process")
+@pytest.mark.parametrize("target", [5, 7, 8, 9])
+def test_out_of_process_pytest_whatever_fd_the_result_pipe_gets(cfg, target):
+    # The two processes' pipes use single-digit fds inside; a result pipe on the same number was overwritten
+    # (seen under the CLI, whose open files put it on 7). A fresh process, so fds 3-9 are free to aim at.
+    import subprocess
+    import sys
+
+    from conftest import STAGING
+
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(sys.path)}
+    p = subprocess.run([sys.executable, "-c", PIPE_ON_TARGET, str(target), cfg.backend, STAGING],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert "RESULT 1.0 None out-of-process" in p.stdout, p.stdout + p.stderr[-2000:]
