@@ -7,6 +7,7 @@ import textwrap
 import time
 
 import pytest
+from sbhelpers import needs_root
 
 from posttrain.sandbox import SandboxPool, grade_function, grade_pytest
 from posttrain.sandbox import pool as pool_mod
@@ -60,6 +61,7 @@ def write_to_channel(lines: str) -> str:
 
 # ---- class 1: forged verdicts -----------------------------------------------------------------------------------
 
+@needs_root
 def test_forged_item_lines_out_of_process_score_zero(cfg):
     g = grade_pytest({"sol.py": FORGE + WRONG}, TESTS, cfg)
     assert g.trust == "out-of-process" and g.score == 0 and g.passed == 0 and g.total == 3
@@ -125,6 +127,7 @@ TAMPER = textwrap.dedent('''
 ''')
 
 
+@needs_root
 def test_runtime_plugin_and_self_restoring_patch_score_zero(cfg):
     g = grade_pytest({"sol.py": TAMPER + WRONG}, TESTS, cfg)
     assert g.trust == "out-of-process" and g.score == 0 and g.passed == 0
@@ -135,6 +138,7 @@ def test_runtime_plugin_in_process_is_caught(cfg):
     assert g.score == 0 and "plugin registered at run time" in (g.error or "")
 
 
+@needs_root
 def test_always_equal_and_subclass_returns_cannot_pass_remote_asserts(cfg):
     sol = textwrap.dedent('''
         class Eq:

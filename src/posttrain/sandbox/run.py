@@ -157,11 +157,20 @@ def _mount_private(stage: str, cfg: SandboxConfig, half_box: bool, unavailable: 
     if why is not None:
         unavailable["private_staging"] = unavailable["inode_cap"] = why
         return []
-    mounts.mount_tmpfs(stage, STAGE_BYTES, STAGE_INODES, mode=0o711)
-    box = os.path.join(stage, "box")
-    os.mkdir(box, 0o755)
-    mounts.mount_tmpfs(box, cfg.tmpfs_mb << (19 if half_box else 20), cfg.max_inodes, mode=0o755)
-    return [box, stage]
+    done: list[str] = []
+    try:
+        mounts.mount_tmpfs(stage, STAGE_BYTES, STAGE_INODES, mode=0o711)
+        done.insert(0, stage)
+        box = os.path.join(stage, "box")
+        os.mkdir(box, 0o755)
+        mounts.mount_tmpfs(box, cfg.tmpfs_mb << (19 if half_box else 20), cfg.max_inodes, mode=0o755)
+        done.insert(0, box)
+    except OSError as e:  # e.g. the mount table is full: run without, and say so
+        for m in done:
+            mounts.unmount(m)
+        unavailable["private_staging"] = unavailable["inode_cap"] = str(e)
+        return []
+    return done
 
 
 def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: SandboxConfig, *,
@@ -283,9 +292,12 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
         pass_fds += launch_fds
         why_cg = cgroups.probe() if can_switch_uid() else "cgroups need root here"
         if why_cg is None:
-            cg = RunCgroup.create(cfg.run_memory_mb << 20, 2 * cfg.max_procs + 16)
-            cmd = cg.wrap(cmd)
-        else:
+            try:
+                cg = RunCgroup.create(cfg.run_memory_mb << 20, 2 * cfg.max_procs + 16)
+                cmd = cg.wrap(cmd)
+            except OSError as e:
+                why_cg = f"cannot create the run's cgroup: {e}"
+        if why_cg is not None:
             unavailable["cgroup"] = why_cg
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=stdin if stdin >= 0 else subprocess.DEVNULL, stdout=subprocess.PIPE,
