@@ -130,12 +130,16 @@ def main():
                 self.plugins = [id(p) for p in session.config.pluginmanager.get_plugins()]
                 self.pm = session.config.pluginmanager
 
-        def check(self):
+        def check(self, final=False):
             """In-process only, and only a tripwire: checked at every report, not just at the end, so a patch
-            that restores itself before the session ends is still seen if it was on while a test reported."""
+            that restores itself before the session ends is still seen if it was on while a test reported.
+            Between tests only pytest's and pluggy's own objects count: a pristine test may monkeypatch `os`
+            or `json` for its duration."""
             if work_dir is None:
                 return []
             changed = _changed(self.watch) if self.watch else ["snapshot missing"]
+            if not final:
+                changed = [c for c in changed if c.startswith(("_pytest", "pluggy", "snapshot"))]
             if self.plugins is not None:
                 changed += [f"plugin registered at run time: {self.pm.get_name(p)}" for p in self.pm.get_plugins()
                             if id(p) not in self.plugins]
@@ -162,7 +166,7 @@ def main():
                 self.items += 1
 
         def pytest_sessionfinish(self, session, exitstatus):
-            changed = self.check()
+            changed = self.check(final=True)
             if changed and not self.tamper_sent:
                 emit({"kind": "tamper", "what": changed[:20]})
             emit({"kind": "done", "count": self.items})

@@ -173,6 +173,44 @@ def _mount_private(stage: str, cfg: SandboxConfig, half_box: bool, unavailable: 
     return done
 
 
+def _namespaced_command(cfg: SandboxConfig, backend: str, interp, layout: Layout, stage: str, stage_in: str,
+                        stage_tests: str | None, box_dir: str | None, main: Proc, companion: Proc | None,
+                        bpf: bytes | None, result_fd: int,
+                        rpc_pair: tuple[int, int]) -> tuple[list[str], list[int], int]:
+    """The host argv for bwrap or unshare, the fds it must inherit, and an fd for its stdin (-1: none).
+
+    Writes the root-only launch script into the staged inputs. Nothing that names a host path or holds an
+    environment value goes on a command line: bwrap reads its options from a memfd, unshare its mount script
+    from stdin, and both run /in/.launch.sh.
+    """
+    launch_fds: list[int] = []
+    stdin = -1
+    if backend == "bwrap" and bpf is not None:
+        launch_fds.append(_memfd("ptsb-seccomp", bpf))
+    elif bpf is not None:  # unshare: a loader in the launch chain, reading a root-only copy
+        write_tree(stage_in, {SECCOMP_BPF: bpf, SECCOMP_EXEC: (HERE / SECCOMP_EXEC).read_bytes()}, mode=0o600)
+        for p in (main, companion):
+            if p is not None:
+                p.pre = [interp.path, "-I", "-S", f"{layout.inputs}/{SECCOMP_EXEC}", f"{layout.inputs}/{SECCOMP_BPF}",
+                         "--"]
+    if backend == "bwrap":
+        args = bwrap_argv(cfg, interp, layout, stage_in, stage_tests, box_dir, main.uid is None,
+                          launch_fds[0] if launch_fds else None)
+        launch_fds.append(_memfd("ptsb-args", b"".join(a.encode() + b"\0" for a in args)))
+        cmd = [tool("bwrap"), "--args", str(launch_fds[-1]), *bwrap_command(layout)]
+    else:
+        root_dir = os.path.join(stage, "root")
+        os.makedirs(root_dir)
+        cmd, mount_script = unshare_argv(cfg, interp, layout, stage_in, stage_tests, root_dir, main.uid is None)
+        stdin = _memfd("ptsb-mounts", mount_script.encode())
+    script = inner_script(cfg, BOX, layout.work, layout.tmp, layout.inputs, main, companion,
+                          close_fds=tuple(launch_fds), result_fd=result_fd if result_fd >= 0 else None,
+                          runner=layout.runner, rpc_dir=layout.rpc, rpc=rpc_pair)
+    with open(os.open(os.path.join(stage_in, LAUNCH), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700), "w") as f:
+        f.write(script)
+    return cmd, launch_fds, stdin
+
+
 def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: SandboxConfig, *,
                   inputs: dict[str, str | bytes] | None = None, tests: dict[str, str | bytes] | None = None,
                   result_channel: bool = False, argv_fn=None,
@@ -258,37 +296,14 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
         else:
             main = Proc(fill(argv), {**env, "HOME": layout.runner, "TMPDIR": layout.runner}, uid, layout.runner)
             companion = Proc(fill(companion_argv), env, uid2, layout.work)
-        stdin = -1
         bpf, why = seccomp_filter.build() if backend != "unsafe" else (None, "the unsafe backend has no sandbox")
         if bpf is None:
             unavailable["seccomp"] = why or "unknown"
         if backend == "unsafe":
             cmd = chain(cfg, main)
         else:
-            if backend == "bwrap" and bpf is not None:
-                launch_fds.append(_memfd("ptsb-seccomp", bpf))
-            elif bpf is not None:  # unshare: a loader in the launch chain, reading a root-only copy
-                write_tree(stage_in, {SECCOMP_BPF: bpf, SECCOMP_EXEC: (HERE / SECCOMP_EXEC).read_bytes()}, mode=0o600)
-                for p in (main, companion):
-                    if p is not None:
-                        p.pre = [interp.path, "-I", "-S", f"{layout.inputs}/{SECCOMP_EXEC}",
-                                 f"{layout.inputs}/{SECCOMP_BPF}", "--"]
-            if backend == "bwrap":
-                args = bwrap_argv(cfg, interp, layout, stage_in, stage_tests, box_dir, uid is None,
-                                  launch_fds[0] if launch_fds else None)
-                launch_fds.append(_memfd("ptsb-args", b"".join(a.encode() + b"\0" for a in args)))
-                cmd = [tool("bwrap"), "--args", str(launch_fds[-1]), *bwrap_command(layout)]
-            else:
-                root_dir = os.path.join(stage, "root")
-                os.makedirs(root_dir)
-                cmd, mount_script = unshare_argv(cfg, interp, layout, stage_in, stage_tests, root_dir, uid is None)
-                stdin = _memfd("ptsb-mounts", mount_script.encode())
-            script = inner_script(cfg, BOX, layout.work, layout.tmp, layout.inputs, main, companion,
-                                  close_fds=tuple(launch_fds), result_fd=write_fd if write_fd >= 0 else None,
-                                  runner=layout.runner, rpc_dir=layout.rpc, rpc=rpc_pair)
-            launch = os.path.join(stage_in, LAUNCH)
-            with open(os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700), "w") as f:
-                f.write(script)
+            cmd, launch_fds, stdin = _namespaced_command(cfg, backend, interp, layout, stage, stage_in, stage_tests,
+                                                         box_dir, main, companion, bpf, write_fd, rpc_pair)
         pass_fds += launch_fds
         why_cg = cgroups.probe() if can_switch_uid() else "cgroups need root here"
         if why_cg is None:
