@@ -145,3 +145,34 @@ def test_parse_records_rejects_over_long_channels():
         read_function_channel(b'{"i": 0, "v": 1}\n', 1)  # no closing record
     with pytest.raises(ChannelError):
         read_pytest_channel(b'{"kind": "done", "count": 1}\n', set(IDS), 10)
+
+
+plain_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+    | st.binary(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner) | st.frozensets(st.integers(), max_size=4)
+    | st.dictionaries(st.text(max_size=5) | st.integers(), inner, max_size=4),
+    max_leaves=20)
+
+
+@FAST
+@given(value=plain_values)
+def test_wire_round_trips_plain_values_exactly(value):
+    from posttrain.sandbox.harness_wire import dumps, encode
+
+    def no_refs(x):
+        raise AssertionError(f"plain value sent as a reference: {x!r}")
+
+    back = decode(loads(dumps({"v": encode(value, no_refs)})[:-1])["v"], no_refs)
+    assert back == value and type(back) is type(value)
+
+
+def test_wire_sends_subclasses_as_references():
+    from posttrain.sandbox.harness_wire import encode
+
+    class S(str):
+        pass
+
+    refs = []
+    encode([S("x"), 1, True], lambda x: refs.append(x) or {"ref": len(refs)})
+    assert [type(r) for r in refs] == [S]
