@@ -48,7 +48,8 @@ def _marked_processes():
 def host_guard(monkeypatch, tmp_path):
     """Plant a secret, record every uid the sandbox hands out, and check the host afterwards:
     the secret is intact, no new entries in system dirs, no staging dirs or MARK files left in /tmp,
-    no process of any run's uid and no process carrying MARK still alive, a sentinel host process alive."""
+    no process of any run's uid and no process carrying MARK still alive, a sentinel host process alive, no cgroup
+    or mount of a run left."""
     secret = tmp_path / "host_secret.txt"
     secret.write_text(f"TOPSECRET-{MARK}")
     before = {d: _listing(d) for d in WATCHED_DIRS}
@@ -61,6 +62,15 @@ def host_guard(monkeypatch, tmp_path):
         return uid
 
     monkeypatch.setattr(run_mod, "allocate_uid", recording_allocate)
+    cgroup_dirs = []
+    real_create = run_mod.RunCgroup.create
+
+    def recording_create(*a, **k):
+        cg = real_create(*a, **k)
+        cgroup_dirs.extend(cg.dirs)
+        return cg
+
+    monkeypatch.setattr(run_mod.RunCgroup, "create", recording_create)
     sentinel = subprocess.Popen(["sleep", "120"])
     try:
         yield {"secret": secret, "uids": uids, "sentinel": sentinel}
@@ -78,6 +88,9 @@ def host_guard(monkeypatch, tmp_path):
     survivors = {u: processes_of_uid(u) for u in uids}
     assert not any(survivors.values()), f"processes of sandbox uids survived: {survivors}"
     assert not _marked_processes(), "a marked process survived"
+    assert not [d for d in cgroup_dirs if os.path.exists(d)], "a run's cgroup was left behind"
+    with open("/proc/self/mountinfo") as f:
+        assert STAGING not in f.read(), "a run's staging mount was left behind"
 
 
 def _backend_params():

@@ -9,7 +9,7 @@ import textwrap
 import threading
 
 import pytest
-from sbhelpers import MARK
+from sbhelpers import MARK, needs_root
 
 from posttrain.sandbox import SandboxConfig, SandboxUnavailable, grade_function, grade_pytest, run_command
 
@@ -401,9 +401,13 @@ def test_skip_exit_or_syntax_error_scores_zero(cfg, sol):
     assert g.score == 0 and g.total == 2
 
 
+@needs_root
 def test_patching_pytest_in_process_is_caught(cfg):
+    # Out of process the patch lands in the solution's process, where there is no pytest run to change.
     g = grade_pytest({"sol.py": PATCH_PYTEST + WRONG}, ADD_TESTS, cfg)
-    assert g.score == 0 and "patched" in (g.error or "")
+    assert g.score == 0 and g.trust == "out-of-process" and g.passed == 0
+    g = grade_pytest({"sol.py": PATCH_PYTEST + WRONG}, ADD_TESTS, cfg, mode="in-process")
+    assert g.score == 0 and "patched" in (g.error or "") and g.trust == "in-process"
 
 
 def test_deleting_or_editing_tests(cfg):

@@ -15,16 +15,15 @@ import subprocess
 from dataclasses import dataclass
 
 from posttrain.sandbox.config import SandboxConfig
-from posttrain.sandbox.limits import can_switch_uid, prlimit_args
+from posttrain.sandbox.limits import can_switch_uid
+from posttrain.sandbox.tools import SandboxUnavailable, tool
+
+__all__ = ["SandboxUnavailable", "tool"]  # re-exported: older imports name them here
 
 BACKENDS = ("bwrap", "unshare", "unsafe")
 # Paths inside a namespaced sandbox. The work dir is a fresh tmpfs; /tmp points into it so its size limit covers both.
 BOX = "/sandbox"
 PROBE_TIMEOUT_S = 20.0
-
-
-class SandboxUnavailable(RuntimeError):
-    """The requested isolation cannot run here (or only the unsafe backend could, and it was not allowed)."""
 
 
 @dataclass
@@ -35,9 +34,13 @@ class Layout:
     tmp: str  # TMPDIR
     inputs: str  # read-only: the staged files, harness scripts, case inputs
     tests: str  # read-only: pristine test files (grade_pytest)
+    runner: str = ""  # two-process runs: the test process's private home
+    rpc: str = ""  # two-process runs: root-only dir of the FIFOs between the processes
 
 
-NS_LAYOUT = Layout(work=f"{BOX}/work", tmp=f"{BOX}/tmp", inputs="/in", tests="/tests")
+NS_LAYOUT = Layout(work=f"{BOX}/work", tmp=f"{BOX}/tmp", inputs="/in", tests="/tests", runner=f"{BOX}/runner",
+                   rpc=f"{BOX}/rpc")
+LAUNCH = ".launch.sh"  # the root-only launch script, staged in the inputs dir
 
 
 @dataclass
@@ -98,46 +101,21 @@ def system_binds() -> list[tuple[str, str]]:
     return out
 
 
-def tool(name: str) -> str:
-    """Absolute path of a util-linux/coreutils tool used in the launch chain; all live under the bound /usr."""
-    path = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
-    if path is None:
-        raise SandboxUnavailable(f"{name} not found (util-linux / coreutils)")
-    return path
-
-
-def _inner_chain(cfg: SandboxConfig, layout: Layout, argv: list[str], env: dict[str, str],
-                 uid: int | None) -> list[str]:
-    """prlimit (as root, so hard limits can be set) -> setpriv (drop to the run's uid) -> env -i (clean env)."""
-    chain = [tool("prlimit"), *prlimit_args(cfg), "--"]
-    if uid is not None:
-        chain += [tool("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-                  "--bounding-set=-all", "--no-new-privs", "--"]
-    chain += [tool("env"), "-i", "-C", layout.work, *[f"{k}={v}" for k, v in env.items()], *argv]
-    return chain
-
-
-def _prepare_script(layout: Layout, uid: int | None, box: str) -> str:
-    """Root-side setup inside the sandbox: the work dir gets the staged files and belongs to the run's uid."""
-    q = shlex.quote
-    lines = [f"mkdir -p {q(layout.work)} {q(layout.tmp)}",
-             f"if [ -d {q(layout.inputs)}/files ]; then cp -R {q(layout.inputs)}/files/. {q(layout.work)}/; fi"]
-    if uid is not None:
-        lines.append(f"chown -R {uid}:{uid} {q(box)}")
-    return "\n".join(lines)
-
-
 def bwrap_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_in: str, stage_tests: str | None,
-               argv: list[str], env: dict[str, str], uid: int | None) -> list[str]:
+               box_dir: str | None, uid_namespace: bool, seccomp_fd: int | None) -> list[str]:
     """bubblewrap: new mount/pid/net/ipc/uts/cgroup namespaces, only system dirs and the interpreter visible.
 
     As root we keep bwrap out of a user namespace and drop to the run's own uid with setpriv instead: inside a
     user namespace the process would still be host uid 0, and RLIMIT_NPROC would count all of root's processes.
+    `box_dir` is a host tmpfs with an inode cap to bind as the box (None: bwrap makes a plain tmpfs). The
+    result is meant for `bwrap --args FD`: it names host paths, and bwrap's own command line is readable inside.
     """
-    cmd = [tool("bwrap"), "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+    cmd = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"]
-    if not can_switch_uid():
+    if uid_namespace:
         cmd.append("--unshare-user")
+    if seccomp_fd is not None:
+        cmd += ["--seccomp", str(seccomp_fd)]
     for kind, path in system_binds():
         cmd += ["--ro-bind", path, path] if kind == "bind" else ["--symlink", os.readlink(path), path]
     made: set[str] = {"/"}
@@ -157,8 +135,11 @@ def bwrap_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_in
                 cmd += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
         cmd += ["--ro-bind", root, root]
-    cmd += ["--proc", "/proc", "--dev", "/dev",
-            "--size", str(cfg.tmpfs_mb << (19 if tmp_roots else 20)), "--perms", "0755", "--tmpfs", BOX]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    if box_dir is not None:
+        cmd += ["--bind", box_dir, BOX]
+    else:
+        cmd += ["--size", str(cfg.tmpfs_mb << (19 if tmp_roots else 20)), "--perms", "0755", "--tmpfs", BOX]
     if not tmp_roots:
         cmd += ["--symlink", layout.tmp, "/tmp"]
     cmd += ["--ro-bind", stage_in, layout.inputs]
@@ -167,24 +148,30 @@ def bwrap_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_in
     cmd += ["--perms", "0755", "--dir", "/etc",
             "--ro-bind", f"{stage_in}/etc/passwd", "/etc/passwd", "--ro-bind", f"{stage_in}/etc/group", "/etc/group",
             "--remount-ro", "/", "--chdir", "/"]
-    script = _prepare_script(layout, uid, BOX) + "\nexec " + shlex.join(_inner_chain(cfg, layout, argv, env, uid))
-    return cmd + ["--", "/bin/sh", "-ec", script]
+    return cmd  # the command itself (bwrap_command) goes on the real command line: --args takes options only
+
+
+def bwrap_command(layout: Layout) -> list[str]:
+    return ["--", "/bin/sh", "-e", f"{layout.inputs}/{LAUNCH}"]
 
 
 def unshare_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_in: str, stage_tests: str | None,
-                 root_dir: str, argv: list[str], env: dict[str, str], uid: int | None) -> list[str]:
-    """util-linux unshare: the same namespaces, plus a root we assemble on a tmpfs and chroot into.
+                 root_dir: str, uid_namespace: bool) -> tuple[list[str], str]:
+    """util-linux unshare: the same namespaces, plus a root we assemble on a tmpfs and chroot into. Returns
+    (argv, the mount script to feed on stdin).
 
-    A root shell stays as pid 1 and waits: the launch chain changes uid, which clears the parent-death signal,
+    The mount script (it names host paths) is fed on stdin, not a command line. A root shell stays as
+    pid 1 (inside the chroot) and waits: the launch chain changes uid, which clears the parent-death signal,
     so pid 1 must be a process that keeps it. When pid 1 exits, the kernel kills the whole namespace.
     """
     q = shlex.quote
     r = root_dir
-    lines = ["set -e", f"mount -t tmpfs -o size=1m,mode=755 ptsb-root {q(r)}"]
+    inodes = cfg.max_inodes
+    lines = ["set -e", f"mount -t tmpfs -o size=1m,nr_inodes=256,mode=755 ptsb-root {q(r)}"]
     tmp_roots = _roots_under_tmp(interp)
     if tmp_roots:  # see bwrap_argv: /tmp becomes its own tmpfs holding the interpreter
-        lines.append(f"mkdir -p {q(r)}/tmp && mount -t tmpfs -o size={cfg.tmpfs_mb << 9}k,mode=1777,nosuid,nodev "
-                     f"ptsb-tmp {q(r)}/tmp")
+        lines.append(f"mkdir -p {q(r)}/tmp && mount -t tmpfs -o size={cfg.tmpfs_mb << 9}k,nr_inodes={inodes},"
+                     f"mode=1777,nosuid,nodev ptsb-tmp {q(r)}/tmp")
     ro_dirs = [p for kind, p in system_binds() if kind == "bind"] + interp.roots
     for d in ro_dirs:
         lines.append(f"mkdir -p {q(r + d)} && mount --rbind {q(d)} {q(r + d)} && mount -o remount,bind,ro {q(r + d)}")
@@ -193,8 +180,8 @@ def unshare_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_
             lines.append(f"ln -s {q(os.readlink(p))} {q(r + p)}")
     lines += [f"mkdir -p {q(r)}/proc {q(r)}/dev {q(r + BOX)} {q(r + layout.inputs)} {q(r)}/etc",
               f"mount -t proc -o nosuid,nodev,noexec proc {q(r)}/proc",
-              f"mount -t tmpfs -o size={cfg.tmpfs_mb << (9 if tmp_roots else 10)}k,mode=755,nosuid,nodev "
-              f"ptsb-work {q(r + BOX)}",
+              f"mount -t tmpfs -o size={cfg.tmpfs_mb << (9 if tmp_roots else 10)}k,nr_inodes={inodes},mode=755,"
+              f"nosuid,nodev ptsb-work {q(r + BOX)}",
               f"mount --bind {q(stage_in)} {q(r + layout.inputs)} && mount -o remount,bind,ro {q(r + layout.inputs)}"]
     if not tmp_roots:
         lines.append(f"ln -s {q(layout.tmp)} {q(r)}/tmp")
@@ -205,21 +192,16 @@ def unshare_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_
     if stage_tests is not None:
         lines.append(f"mkdir -p {q(r + layout.tests)} && mount --bind {q(stage_tests)} {q(r + layout.tests)}"
                      f" && mount -o remount,bind,ro {q(r + layout.tests)}")
-    prep = _prepare_script(layout, uid, BOX)
-    lines.append(f"chroot {q(r)} /bin/sh -ec {q(prep)}")
     lines.append(f"mount -o remount,ro {q(r)}")
-    lines.append(f"chroot {q(r)} {shlex.join(_inner_chain(cfg, layout, argv, env, uid))} &")
-    lines.append("wait $!")
+    # pid 1 enters the chroot too, so its /proc/1/mountinfo and root show no host paths; it stays root and keeps
+    # the parent-death signal (chroot(1) is no setuid exec), waiting for the launch script's process.
+    inner = f"/bin/sh -e {q(layout.inputs + '/' + LAUNCH)} </dev/null & wait $!"
+    lines.append(f"exec chroot {q(r)} /bin/sh -c {q(inner)} </dev/null")
     cmd = [tool("setpriv"), "--pdeathsig=KILL", "--", tool("unshare"), "--mount", "--uts", "--ipc", "--net", "--pid",
-           "--fork", "--kill-child", "--propagation", "private"]
-    if not can_switch_uid():
+           "--cgroup", "--fork", "--kill-child", "--propagation", "private"]
+    if uid_namespace:
         cmd += ["--user", "--map-root-user"]
-    return cmd + ["--", "/bin/sh", "-c", "\n".join(lines)]
-
-
-def unsafe_argv(cfg: SandboxConfig, layout: Layout, argv: list[str], env: dict[str, str], uid: int | None) -> list[str]:
-    """Limits and a uid switch only: the host filesystem and network stay visible."""
-    return _inner_chain(cfg, layout, argv, env, uid)
+    return cmd + ["--", "/bin/sh", "-s"], "\n".join(lines) + "\n"
 
 
 def _probe(cmd: list[str]) -> str | None:

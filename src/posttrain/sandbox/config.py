@@ -35,6 +35,9 @@ class SandboxConfig(BaseModel):
     max_file_mb: int = Field(16, gt=0, description="RLIMIT_FSIZE: largest file a process may write")
     max_open_files: int = Field(64, gt=3, description="RLIMIT_NOFILE")
     tmpfs_mb: int = Field(64, gt=0, description="size of the fresh work dir (also holds /tmp)")
+    max_inodes: int = Field(8192, gt=64, description="files and dirs the work dir's tmpfs may hold")
+    run_memory_mb: int = Field(1024, gt=0, description="cgroup memory limit for the whole run: every process, "
+                                                       "tmpfs, shared memory, memfd and kernel objects together")
     max_output_bytes: int = Field(65536, ge=0, description="stdout and stderr are each cut at this many bytes")
     max_result_bytes: int = Field(4 << 20, gt=0, description="cap on the grading result channel")
     python: str = Field(default_factory=_default_python,
@@ -62,11 +65,21 @@ class RunResult:
     stderr_truncated: bool = False
     uid: int | None = None  # the run's own uid on the host (None when not root: the caller's uid was kept)
     error: str | None = None  # set when the sandbox itself could not start
+    oom_killed: bool = False  # the kernel killed a process of the run at the run's cgroup memory limit
+    # Defences that could not be used for this run, each with the reason ("seccomp", "cgroup", "inode_cap",
+    # "private_staging", "separate_uids"). Empty on a fully equipped machine.
+    unavailable: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class GradeResult:
-    """Outcome of grading; computed outside the sandbox from the solution's outputs and hidden expectations."""
+    """Outcome of grading; computed outside the sandbox from the solution's outputs and hidden expectations.
+
+    `trust` says where the verdict came from: "out-of-process" when the solution never ran in the process that
+    decided or reported it (values compared on the host, or tests run in a separate process under another
+    uid); "in-process" when the solution shared that process, so a solution written against the harness could
+    forge it.
+    """
 
     score: float
     passed: int
@@ -77,3 +90,4 @@ class GradeResult:
     timed_out: bool = False
     duration_s: float = 0.0
     run: RunResult | None = field(default=None, repr=False)  # the underlying run, for logs and hack detectors
+    trust: str = "out-of-process"

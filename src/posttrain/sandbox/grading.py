@@ -1,8 +1,15 @@
-"""Graders: the sandbox only produces outputs; expected values and the comparison stay on this side.
+"""Graders: the sandbox only produces outputs; expected values, the comparison and the verdict stay on this side.
 
-grade_function sends case inputs in and gets one JSON line per case back over a pipe (not stdout). grade_pytest
-runs pristine, read-only test files against the solution and reads our own plugin's per-item lines. In both, a
-case or test that did not report counts as failed, so exiting early, crashing or timing out never scores.
+grade_function sends case inputs in and gets one JSON line per case back over a pipe (not stdout), then a
+closing record; the values are compared here. grade_pytest runs pristine, read-only test files against the
+solution; by default ("out-of-process") the tests and pytest run in one sandboxed process and the solution in
+another, under another uid, reached only through a narrow call interface, so the solution never shares a process
+or an fd with what reports the verdicts. In every mode the channel is checked by channel.py: ids from the
+pristine tests only, each once, a closing record with the count, or the score is 0.
+
+Nothing the sandbox sends can raise out of these functions: any failure to read or judge its output is a
+score of 0 with an `error`. SandboxUnavailable (no allowed backend here) is the only exception, raised before
+anything runs.
 """
 
 from __future__ import annotations
@@ -10,57 +17,52 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import math
-import re
+import os
 from pathlib import Path
 from typing import Any
 
+from posttrain.sandbox.backends import resolve_backend
+from posttrain.sandbox.channel import ChannelError, base_id, read_function_channel, read_pytest_channel, values_equal
 from posttrain.sandbox.config import GradeResult, RunResult, SandboxConfig
+from posttrain.sandbox.limits import can_switch_uid
 from posttrain.sandbox.run import run_sandboxed
 
 HERE = Path(__file__).parent
-FLOAT_TOL = 1e-6
+OUT_OF_PROCESS, IN_PROCESS = "out-of-process", "in-process"
+__all__ = ["grade_function", "grade_pytest", "static_test_ids", "values_equal", "OUT_OF_PROCESS", "IN_PROCESS"]
 
 
-def values_equal(expected: Any, got: Any) -> bool:
-    """Strict JSON equality; floats (where expected is a float) within 1e-6, relative or absolute."""
-    if isinstance(expected, bool) or expected is None or isinstance(expected, str):
-        return type(got) is type(expected) and got == expected
-    if isinstance(expected, float):
-        return type(got) in (int, float) and math.isclose(got, expected, rel_tol=FLOAT_TOL, abs_tol=FLOAT_TOL)
-    if isinstance(expected, int):
-        return type(got) is int and got == expected
-    if isinstance(expected, (list, tuple)):
-        return type(got) is list and len(got) == len(expected) and all(map(values_equal, expected, got))
-    if isinstance(expected, dict):
-        return (type(got) is dict and set(got) == set(expected)
-                and all(values_equal(v, got[k]) for k, v in expected.items()))
-    raise TypeError(f"expected value of type {type(expected).__name__} is not JSON")
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"non-finite number {name} in result channel")
-
-
-def parse_lines(raw: bytes) -> list[dict]:
-    """Result-channel lines that parse as JSON objects; anything else is ignored (it proves nothing)."""
-    out = []
-    for line in raw.decode("utf-8", "replace").splitlines():
-        try:
-            obj = json.loads(line, parse_constant=_reject_constant)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
-
-
-def _result(per_case: list[bool], run: RunResult, error: str | None) -> GradeResult:
+def _result(per_case: list[bool], run: RunResult, error: str | None, trust: str = OUT_OF_PROCESS) -> GradeResult:
     passed = sum(per_case)
     total = len(per_case)
     return GradeResult(score=passed / total if total else 0.0, passed=passed, total=total, per_case=per_case,
                        isolation=run.isolation, error=error, timed_out=run.timed_out, duration_s=run.duration_s,
-                       run=run)
+                       run=run, trust=trust)
+
+
+def _why_no_report(run: RunResult) -> str:
+    if run.timed_out:
+        return "timed out"
+    if run.oom_killed:
+        return "killed at the run's memory limit"
+    return f"exit code {run.exit_code}"
+
+
+def _judge_function(raw: bytes, cases: list[dict], run: RunResult) -> GradeResult:
+    fail = [False] * len(cases)
+    try:
+        lines = read_function_channel(raw, len(cases))
+    except ChannelError as e:
+        return _result(fail, run, f"result channel rejected ({_why_no_report(run)}): {e}")
+    if lines.load_error is not None:
+        return _result(fail, run, f"solution failed to load: {lines.load_error}")
+    per_case = []
+    for i, c in enumerate(cases):
+        try:
+            per_case.append(i in lines.values and values_equal(c["expected"], lines.values[i]))
+        except RecursionError:
+            per_case.append(False)
+    return _result(per_case, run, None)
 
 
 def grade_function(code: str, entry_point: str, cases: list[dict], cfg: SandboxConfig | None = None) -> GradeResult:
@@ -70,6 +72,7 @@ def grade_function(code: str, entry_point: str, cases: list[dict], cfg: SandboxC
     (exact JSON types; floats within 1e-6). Raises SandboxUnavailable if no allowed backend can run.
     """
     cfg = cfg or SandboxConfig()
+    resolve_backend(cfg)
     inputs_only = [{"args": list(c.get("args", [])), "kwargs": dict(c.get("kwargs", {}))} for c in cases]
     case_timeout = cfg.case_timeout_s or cfg.timeout_s
     inputs = {"harness_function.py": (HERE / "harness_function.py").read_bytes(),
@@ -80,26 +83,10 @@ def grade_function(code: str, entry_point: str, cases: list[dict], cfg: SandboxC
                 f"{layout.inputs}/cases.json", f"{layout.inputs}/solution.py", entry_point, str(case_timeout)]
 
     run, raw, _ = run_sandboxed([], None, cfg, inputs=inputs, result_channel=True, argv_fn=argv)
-    got: dict[int, Any] = {}
-    seen_twice: set[int] = set()
-    error = None
-    for obj in parse_lines(raw):
-        if "load_error" in obj and error is None:
-            error = f"solution failed to load: {obj['load_error']}"
-        i = obj.get("i")
-        if type(i) is not int or not 0 <= i < len(cases):
-            continue
-        if i in got:
-            seen_twice.add(i)  # two answers for one case: someone other than the harness wrote; trust neither
-        got[i] = obj
-    per_case = [i in got and i not in seen_twice and "v" in got[i] and values_equal(c["expected"], got[i]["v"])
-                for i, c in enumerate(cases)]
-    if error is None and len(got) < len(cases):
-        error = "timed out" if run.timed_out else f"{len(cases) - len(got)} of {len(cases)} cases did not report"
-    return _result(per_case, run, error)
-
-
-_PARAM = re.compile(r"\[.*\]$")
+    try:
+        return _judge_function(raw, cases, run)
+    except Exception as e:  # noqa: BLE001 - a bug here must cost this sample, not the batch
+        return _result([False] * len(cases), run, f"grader error: {type(e).__name__}: {str(e)[:200]}")
 
 
 def static_test_ids(rel: str, source: str) -> list[str]:
@@ -122,48 +109,86 @@ def static_test_ids(rel: str, source: str) -> list[str]:
     return ids or [f"{rel}::<no tests>"]
 
 
-def grade_pytest(files: dict[str, str], test_files: dict[str, str], cfg: SandboxConfig | None = None) -> GradeResult:
+def top_level_names(files: dict[str, str]) -> list[str]:
+    """Module names the solution's files provide at the top of the import path ("pkg/x.py" -> "pkg")."""
+    names = set()
+    for rel in files:
+        first = Path(rel).parts[0]
+        name = first[:-3] if first.endswith(".py") and len(Path(rel).parts) == 1 else first
+        if name.isidentifier():
+            names.add(name)
+    return sorted(names)
+
+
+def default_mode(cfg: SandboxConfig) -> str:
+    """Out-of-process wherever it can run: a namespaced backend and root (a uid for each process)."""
+    backend = resolve_backend(cfg)
+    return OUT_OF_PROCESS if backend != "unsafe" and can_switch_uid() else IN_PROCESS
+
+
+def _judge_pytest(raw: bytes, hashes: dict[str, str], test_files: dict[str, str], run: RunResult,
+                  mode: str) -> GradeResult:
+    ids = {rel: static_test_ids(rel, src) for rel, src in test_files.items()}
+    static = {tid for v in ids.values() for tid in v}
+    fail = [False] * len(static)
+    want_hash = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in test_files.items()}
+    if any(hashes.get(os.path.normpath(k)) != h for k, h in want_hash.items()):
+        return _result(fail, run, "test files changed during the run", mode)
+    try:
+        lines = read_pytest_channel(raw, static, max_items=100 * len(static) + 1000)
+    except ChannelError as e:
+        return _result(fail, run, f"result channel rejected ({_why_no_report(run)}): {e}", mode)
+    if lines.tampered:
+        return _result(fail, run, "pytest machinery was patched during the run: " + ", ".join(lines.tampered)[:500],
+                       mode)
+    reported: dict[str, list[bool]] = {tid: [] for tid in sorted(static)}
+    for nodeid, ok in lines.passed.items():
+        reported[base_id(nodeid)].append(ok)
+    per_case = [ok for tid in reported for ok in (reported[tid] or [False])]
+    error = None
+    if lines.collect_errors or lines.errors:
+        error = "collection errors: " + ", ".join(lines.collect_errors + lines.errors)[:500]
+    elif any(not v for v in reported.values()):
+        error = "some tests did not report: " + ", ".join(t for t, v in reported.items() if not v)[:500]
+    return _result(per_case, run, error, mode)
+
+
+def grade_pytest(files: dict[str, str], test_files: dict[str, str], cfg: SandboxConfig | None = None,
+                 mode: str | None = None) -> GradeResult:
     """Run pristine `test_files` against solution `files` with pytest; score = fraction of test items passed.
 
-    Tests are mounted read-only, separate from the solution; conftest.py, ini files and plugins from the work
-    dir are ignored; each test function found statically outside counts at least once, so tests that fail to
-    collect, get skipped away, or never report count as failed. The test files' hashes are checked after the run.
+    `mode` "out-of-process" (the default where the machine allows it: root and a namespaced backend) or
+    "in-process" (the solution imported next to pytest; GradeResult.trust says so). Tests are mounted
+    read-only, separate from the solution; conftest.py, ini files and plugins from the work dir are ignored;
+    each test function found statically here counts at least once, so tests that fail to collect, get skipped
+    away, or never report count as failed. The test files' hashes are checked after the run.
     """
     cfg = cfg or SandboxConfig()
     if not test_files:
         raise ValueError("grade_pytest needs at least one test file")
-    want_hash = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in test_files.items()}
-    inputs = {"harness_pytest.py": (HERE / "harness_pytest.py").read_bytes(), "pytest.ini": "[pytest]\n"}
+    mode = mode or default_mode(cfg)
+    if mode not in (OUT_OF_PROCESS, IN_PROCESS):
+        raise ValueError(f"mode must be {OUT_OF_PROCESS!r} or {IN_PROCESS!r}, not {mode!r}")
+    inputs = {name: (HERE / name).read_bytes() for name in
+              ("harness_pytest.py", "harness_remote.py", "harness_wire.py", "harness_solution.py")}
+    inputs["pytest.ini"] = "[pytest]\n"
     names = sorted(test_files)
+    call_timeout = cfg.case_timeout_s or cfg.timeout_s
 
     def argv(layout):
-        return [cfg.python, "-I", "-B", f"{layout.inputs}/harness_pytest.py", "{result_fd}", layout.tests,
-                layout.work, f"{layout.inputs}/pytest.ini", *names]
+        head = [cfg.python, "-I", "-B", f"{layout.inputs}/harness_pytest.py", mode, "{result_fd}"]
+        if mode == IN_PROCESS:
+            return head + [layout.work, layout.tests, f"{layout.inputs}/pytest.ini", *names]
+        return head + ["{rpc_req}", "{rpc_reply}", ",".join(top_level_names(files)), str(call_timeout),
+                       layout.tests, f"{layout.inputs}/pytest.ini", *names]
+
+    def solution_argv(layout):
+        return [cfg.python, "-I", "-B", f"{layout.inputs}/harness_solution.py", "{rpc_req}", "{rpc_reply}",
+                layout.work]
 
     run, raw, hashes = run_sandboxed([], files, cfg, inputs=inputs, tests=dict(test_files), result_channel=True,
-                                     argv_fn=argv)
-    if {k: hashes.get(str(Path(k))) for k in want_hash} != {k: want_hash[k] for k in want_hash}:
-        return _result([False], run, "test files changed during the run")
-    counts: dict[str, list[bool]] = {tid: [] for rel in names for tid in static_test_ids(rel, test_files[rel])}
-    errors = []
-    lines = parse_lines(raw)
-    tampered = [str(o.get("what")) for o in lines if o.get("kind") == "tamper"]
-    if tampered:
-        return _result([False] * max(1, sum(len(v) or 1 for v in counts.values())), run,
-                       "pytest machinery was patched during the run: " + ", ".join(tampered)[:500])
-    for obj in lines:
-        if obj.get("kind") == "item" and isinstance(obj.get("nodeid"), str):
-            counts.setdefault(_PARAM.sub("", obj["nodeid"]), []).append(obj.get("passed") is True)
-        elif obj.get("kind") == "collect_error":
-            errors.append(str(obj.get("nodeid")))
-        elif obj.get("kind") == "error":
-            errors.append(str(obj.get("msg")))
-    per_case = [ok for tid in counts for ok in (counts[tid] or [False])]
-    error = None
-    if errors:
-        error = "collection errors: " + ", ".join(errors)[:500]
-    elif run.timed_out:
-        error = "timed out"
-    elif any(not v for v in counts.values()):
-        error = "some tests did not report: " + ", ".join(t for t, v in counts.items() if not v)[:500]
-    return _result(per_case, run, error)
+                                     argv_fn=argv, companion_fn=solution_argv if mode == OUT_OF_PROCESS else None)
+    try:
+        return _judge_pytest(raw, hashes, test_files, run, mode)
+    except Exception as e:  # noqa: BLE001 - a bug here must cost this sample, not the batch
+        return _result([False], run, f"grader error: {type(e).__name__}: {str(e)[:200]}", mode)

@@ -1,8 +1,9 @@
 """Runs INSIDE the sandbox (stdlib only, started with `python -I`): call the solution on each case's inputs.
 
-It knows no expected values. Each case's return value goes out as one JSON line on the result fd, encoded by a
-strict encoder that accepts only exact builtin types, so an always-equal object or a `str` subclass cannot pass
-as anything. The grader outside compares; a case with no line (crash, exit, timeout) counts as failed.
+It knows no expected values. Each case's return value goes out as one JSON line on the result fd (then a
+closing record with the count), encoded by a strict encoder that accepts only exact builtin types, so an
+always-equal object or a `str` subclass cannot pass as anything. The grader outside compares; a run with no
+closing record (crash, exit, timeout) scores 0.
 
 usage: python -I harness_function.py RESULT_FD CASES_JSON SOLUTION_PY ENTRY_POINT CASE_TIMEOUT_S
 """
@@ -72,6 +73,7 @@ def main():
             raise TypeError(f"{entry} is not callable")
     except BaseException as e:  # noqa: BLE001 - report and stop: nothing can pass without the function
         emit({"load_error": f"{type(e).__name__}: {e}"[:500]})
+        emit({"done": 0})
         return
     signal.signal(signal.SIGALRM, _alarm)
     for i, raw in enumerate(raw_cases):
@@ -87,6 +89,7 @@ def main():
             line = json.dumps({"i": i, "err": type(e).__name__})
         out.write(line + "\n")
         out.flush()
+    emit({"done": len(raw_cases)})  # the host scores nothing without this closing record
 
 
 if __name__ == "__main__":

@@ -1,10 +1,16 @@
 """Runs INSIDE the sandbox (started with `python -I`): run pristine tests against the solution with pytest.
 
-The test files sit in a read-only dir, the solution in the writable work dir. Our own plugin writes one JSON
-line per test item to the result fd; a JUnit XML or "passed" text the solution prints means nothing. No
-conftest.py, no ini file from the work dir, no cache, no entry-point plugins, no bytecode.
+Two modes. `out-of-process` (the default): this process holds pytest, the pristine tests and the result fd, and
+runs as a uid of its own; the solution runs in another process under another uid (harness_solution.py) and the
+tests reach it only through proxies (harness_remote.py), so nothing the solution does can reach pytest or the
+result channel. `in-process`: the solution is imported here, next to pytest, as before; whatever this process
+reports can be forged, which GradeResult.trust says. Both write one JSON line per test item and then a closing
+record with the item count; a JUnit XML or "passed" text the solution prints means nothing. No conftest.py, no
+ini file from the work dir, no cache, no entry-point plugins, no bytecode.
 
-usage: python -I harness_pytest.py RESULT_FD TESTS_DIR WORK_DIR INI_FILE TEST_FILE...
+usage: python -I harness_pytest.py out-of-process RESULT_FD REQ_FD REPLY_FD TOP_NAMES CALL_TIMEOUT_S TESTS_DIR
+                                   INI_FILE TEST_FILE...
+       python -I harness_pytest.py in-process RESULT_FD WORK_DIR TESTS_DIR INI_FILE TEST_FILE...
 """
 
 import json
@@ -42,6 +48,11 @@ def _snapshot():
     return {name: (obj, _behaviour(obj)) for name, obj in _watched_objects()}
 
 
+# Set and reset by pytest itself around every test (assertion rewriting's hooks), not by a solution.
+PYTEST_TOGGLES = {"_pytest.assertion.util._reprcompare", "_pytest.assertion.util._assertion_pass",
+                  "_pytest.assertion.util._config"}
+
+
 def _changed(snapshot):
     import sys as _sys
 
@@ -51,12 +62,30 @@ def _changed(snapshot):
             out.append(f"sys.modules[{name}] replaced")
         after = _behaviour(obj)
         out += [f"{name}.{k}" for k in set(before) | set(after) if before.get(k) != after.get(k)]
-    return sorted(out)
+    return sorted(set(out) - PYTEST_TOGGLES)
+
+
+def _no_dumps():
+    """Not dumpable: /proc/<pid>/fd and ptrace of this process are then closed to every other uid-equal
+    process, a second wall (after the separate uid) around the result fd."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
 
 
 def main():
-    fd, tests_dir, work_dir, ini = sys.argv[1:5]
-    test_files = sys.argv[5:]
+    _no_dumps()
+    mode, fd = sys.argv[1:3]
+    if mode == "out-of-process":
+        req_fd, reply_fd, tops, call_timeout, tests_dir, ini = sys.argv[3:9]
+        test_files = sys.argv[9:]
+        work_dir = None
+    else:
+        work_dir, tests_dir, ini = sys.argv[3:6]
+        test_files = sys.argv[6:]
     out = os.fdopen(int(fd), "w", buffering=1)
 
     def emit(obj):
@@ -72,8 +101,15 @@ def main():
     except ImportError as e:
         emit({"kind": "error", "msg": f"pytest is not importable inside the sandbox: {e}"})
         return
-    # Appended, not prepended: solution files must not shadow the stdlib or pytest's own modules.
-    sys.path.append(work_dir)
+    if work_dir is None:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's dir out
+        import harness_remote
+
+        conn = harness_remote.Connection(int(req_fd), int(reply_fd), float(call_timeout))
+        sys.meta_path.append(harness_remote.SolutionFinder(conn, [t for t in tops.split(",") if t]))
+    else:
+        # Appended, not prepended: solution files must not shadow the stdlib or pytest's own modules.
+        sys.path.append(work_dir)
 
     class Reporter:
         """Item passes only if setup, call and teardown all passed; skips and xfails do not pass."""
@@ -81,17 +117,44 @@ def main():
         def __init__(self):
             self.ok = {}
             self.watch = {}
+            self.items = 0
+            self.plugins = None
+            self.tamper_sent = False
 
-        def pytest_sessionstart(self, session):
-            # After pytest configured itself (it sets some attributes lazily), before collection imports tests.
-            self.watch = _snapshot()
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_collection(self, session):
+            # After pytest configured itself and started the session (it sets some attributes lazily, registers
+            # its fixture manager), before collection imports the tests and so the solution.
+            if work_dir is not None:
+                self.watch = _snapshot()
+                self.plugins = [id(p) for p in session.config.pluginmanager.get_plugins()]
+                self.pm = session.config.pluginmanager
+
+        def check(self, final=False):
+            """In-process only, and only a tripwire: checked at every report, not just at the end, so a patch
+            that restores itself before the session ends is still seen if it was on while a test reported.
+            Between tests only pytest's and pluggy's own objects count: a pristine test may monkeypatch `os`
+            or `json` for its duration."""
+            if work_dir is None:
+                return []
+            changed = _changed(self.watch) if self.watch else ["snapshot missing"]
+            if not final:
+                changed = [c for c in changed if c.startswith(("_pytest", "pluggy", "snapshot"))]
+            if self.plugins is not None:
+                changed += [f"plugin registered at run time: {self.pm.get_name(p)}" for p in self.pm.get_plugins()
+                            if id(p) not in self.plugins]
+            return changed
 
         def pytest_collectreport(self, report):
             if report.failed:
                 emit({"kind": "collect_error", "nodeid": report.nodeid})
 
         def pytest_runtest_logreport(self, report):
-            ok = self.ok.get(report.nodeid, True) and report.passed
+            changed = self.check()
+            if changed and not self.tamper_sent:
+                emit({"kind": "tamper", "what": changed[:20]})
+                self.tamper_sent = True
+            ok = self.ok.get(report.nodeid, True) and report.passed and not changed
             if report.when == "call" and getattr(report, "wasxfail", None) is not None:
                 ok = False
             self.ok[report.nodeid] = ok
@@ -100,12 +163,13 @@ def main():
             if report.when == "teardown":
                 called = self.ok.pop(report.nodeid + "\0call", False)
                 emit({"kind": "item", "nodeid": report.nodeid, "passed": bool(ok and called)})
+                self.items += 1
 
         def pytest_sessionfinish(self, session, exitstatus):
-            changed = _changed(self.watch) if self.watch else ["snapshot missing"]
-            if changed:
+            changed = self.check(final=True)
+            if changed and not self.tamper_sent:
                 emit({"kind": "tamper", "what": changed[:20]})
-            emit({"kind": "done", "exitstatus": int(exitstatus)})
+            emit({"kind": "done", "count": self.items})
 
     args = ["-q", "-c", ini, "--rootdir", tests_dir, "-p", "no:cacheprovider", "--noconftest",
             "-p", "no:stepwise", "-p", "no:junitxml", "--tb=short", "-o", "addopts=",

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from posttrain.sandbox.config import GradeResult, RunResult, SandboxConfig
 from posttrain.sandbox.grading import grade_function, grade_pytest
 from posttrain.sandbox.run import run_command
+from posttrain.sandbox.tools import SandboxUnavailable
 
 T = TypeVar("T")
 
@@ -45,15 +46,26 @@ class SandboxPool:
         """Async run_command under the pool's limit."""
         return await self._call(run_command, argv, files, cfg or self.cfg)
 
+    async def _grade(self, fn: Callable[..., GradeResult], *args: Any) -> GradeResult:
+        """A grader call that fails only its own sample: anything it raises (a grader bug, an odd input) becomes
+        a score of 0 with the error. SandboxUnavailable still raises: no sample can run, so nothing is graded."""
+        try:
+            return await self._call(fn, *args)
+        except SandboxUnavailable:
+            raise
+        except Exception as e:  # noqa: BLE001 - one bad sample must not abort the batch
+            return GradeResult(score=0.0, passed=0, total=0, per_case=[], isolation="none",
+                               error=f"grading failed: {type(e).__name__}: {str(e)[:300]}")
+
     async def grade_function(self, code: str, entry_point: str, cases: list[dict],
                              cfg: SandboxConfig | None = None) -> GradeResult:
-        """Async grade_function under the pool's limit."""
-        return await self._call(grade_function, code, entry_point, cases, cfg or self.cfg)
+        """Async grade_function under the pool's limit; never raises for a sample (see _grade)."""
+        return await self._grade(grade_function, code, entry_point, cases, cfg or self.cfg)
 
     async def grade_pytest(self, files: dict[str, str], test_files: dict[str, str],
-                           cfg: SandboxConfig | None = None) -> GradeResult:
-        """Async grade_pytest under the pool's limit."""
-        return await self._call(grade_pytest, files, test_files, cfg or self.cfg)
+                           cfg: SandboxConfig | None = None, mode: str | None = None) -> GradeResult:
+        """Async grade_pytest under the pool's limit; never raises for a sample (see _grade)."""
+        return await self._grade(grade_pytest, files, test_files, cfg or self.cfg, mode)
 
     async def grade_many(self, jobs: list[tuple[str, str, list[dict]]]) -> list[GradeResult]:
         """grade_function over (code, entry_point, cases) jobs, fanned out; results in input order."""

@@ -11,21 +11,33 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from posttrain.sandbox import cgroups, mounts, seccomp_filter
 from posttrain.sandbox.backends import (
+    BOX,
+    LAUNCH,
     NS_LAYOUT,
     Layout,
+    _roots_under_tmp,
     bwrap_argv,
+    bwrap_command,
     probe_interpreter,
     resolve_backend,
-    unsafe_argv,
     unshare_argv,
 )
+from posttrain.sandbox.cgroups import RunCgroup
 from posttrain.sandbox.config import RunResult, SandboxConfig
+from posttrain.sandbox.launch_script import Proc, chain, inner_script, rpc_fds
 from posttrain.sandbox.limits import allocate_uid, can_switch_uid, release_uid, sweep_uid
+from posttrain.sandbox.tools import SandboxUnavailable, tool
 
 KILL_GRACE_S = 2.0  # after SIGKILL, how long we wait for pipes to close before giving up on them
 EXIT_DRAIN_S = 0.5  # after the launcher exits, how long a leftover writer may keep our pipes open
+STAGE_BYTES, STAGE_INODES = 256 << 20, 65536  # the staging tmpfs: inputs and tests, written by us
+HERE = Path(__file__).parent
+SECCOMP_EXEC, SECCOMP_BPF = "seccomp_exec.py", ".seccomp.bpf"
+HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}  # the launcher's own environment
 
 
 @dataclass
@@ -130,25 +142,112 @@ def _pump(proc: subprocess.Popen, sinks: dict[int, _Sink], timeout_s: float) -> 
     return timed_out
 
 
+def _memfd(name: str, data: bytes) -> int:
+    """An fd holding `data`, positioned at its start, for a launcher to read (never a path on a command line)."""
+    fd = os.memfd_create(name)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _mount_private(stage: str, cfg: SandboxConfig, half_box: bool, unavailable: dict[str, str]) -> list[str]:
+    """Put the staging dir on a tmpfs of its own and make the box a tmpfs with an inode cap; returns the mount
+    points to undo. Where this process cannot mount, says so in `unavailable` and returns what it managed."""
+    why = mounts.probe(os.path.dirname(stage)) if can_switch_uid() else "mounting needs root"
+    if why is not None:
+        unavailable["private_staging"] = unavailable["inode_cap"] = why
+        return []
+    done: list[str] = []
+    try:
+        mounts.mount_tmpfs(stage, STAGE_BYTES, STAGE_INODES, mode=0o711)
+        done.insert(0, stage)
+        box = os.path.join(stage, "box")
+        os.mkdir(box, 0o755)
+        mounts.mount_tmpfs(box, cfg.tmpfs_mb << (19 if half_box else 20), cfg.max_inodes, mode=0o755)
+        done.insert(0, box)
+    except OSError as e:  # e.g. the mount table is full: run without, and say so
+        for m in done:
+            mounts.unmount(m)
+        unavailable["private_staging"] = unavailable["inode_cap"] = str(e)
+        return []
+    return done
+
+
+def _namespaced_command(cfg: SandboxConfig, backend: str, interp, layout: Layout, stage: str, stage_in: str,
+                        stage_tests: str | None, box_dir: str | None, main: Proc, companion: Proc | None,
+                        bpf: bytes | None, result_fd: int,
+                        rpc_pair: tuple[int, int]) -> tuple[list[str], list[int], int]:
+    """The host argv for bwrap or unshare, the fds it must inherit, and an fd for its stdin (-1: none).
+
+    Writes the root-only launch script into the staged inputs. Nothing that names a host path or holds an
+    environment value goes on a command line: bwrap reads its options from a memfd, unshare its mount script
+    from stdin, and both run /in/.launch.sh.
+    """
+    launch_fds: list[int] = []
+    stdin = -1
+    if backend == "bwrap" and bpf is not None:
+        launch_fds.append(_memfd("ptsb-seccomp", bpf))
+    elif bpf is not None:  # unshare: a loader in the launch chain, reading a root-only copy
+        write_tree(stage_in, {SECCOMP_BPF: bpf, SECCOMP_EXEC: (HERE / SECCOMP_EXEC).read_bytes()}, mode=0o600)
+        for p in (main, companion):
+            if p is not None:
+                p.pre = [interp.path, "-I", "-S", f"{layout.inputs}/{SECCOMP_EXEC}", f"{layout.inputs}/{SECCOMP_BPF}",
+                         "--"]
+    if backend == "bwrap":
+        args = bwrap_argv(cfg, interp, layout, stage_in, stage_tests, box_dir, main.uid is None,
+                          launch_fds[0] if launch_fds else None)
+        launch_fds.append(_memfd("ptsb-args", b"".join(a.encode() + b"\0" for a in args)))
+        cmd = [tool("bwrap"), "--args", str(launch_fds[-1]), *bwrap_command(layout)]
+    else:
+        root_dir = os.path.join(stage, "root")
+        os.makedirs(root_dir)
+        cmd, mount_script = unshare_argv(cfg, interp, layout, stage_in, stage_tests, root_dir, main.uid is None)
+        stdin = _memfd("ptsb-mounts", mount_script.encode())
+    script = inner_script(cfg, BOX, layout.work, layout.tmp, layout.inputs, main, companion,
+                          close_fds=tuple(launch_fds), result_fd=result_fd if result_fd >= 0 else None,
+                          runner=layout.runner, rpc_dir=layout.rpc, rpc=rpc_pair)
+    with open(os.open(os.path.join(stage_in, LAUNCH), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700), "w") as f:
+        f.write(script)
+    return cmd, launch_fds, stdin
+
+
 def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: SandboxConfig, *,
                   inputs: dict[str, str | bytes] | None = None, tests: dict[str, str | bytes] | None = None,
-                  result_channel: bool = False, argv_fn=None) -> tuple[RunResult, bytes, dict[str, str]]:
+                  result_channel: bool = False, argv_fn=None,
+                  companion_fn=None) -> tuple[RunResult, bytes, dict[str, str]]:
     """The engine behind run_command and the graders.
 
     `inputs` land read-only in `layout.inputs`, `tests` read-only in `layout.tests`. With `result_channel`, a
     pipe's write end is passed to the command and its fd number replaces "{result_fd}" in argv; what comes
     through it is returned, capped at cfg.max_result_bytes. `argv_fn(layout)` may build argv from the layout.
-    Returns (run result, result-channel bytes, sha256 of every file in the staged tests dir after the run).
+    `companion_fn(layout)`, when given, is the argv of a second process (the solution, in out-of-process
+    grading): it gets the work dir and a uid of its own, never the result fd; the main process gets a private
+    home; "{rpc_req}" and "{rpc_reply}" in either argv are the pipe fds between them (see launch_script.py).
+    Needs a namespaced backend and root. Returns (run result, result-channel bytes, sha256 of every file in
+    the staged tests dir after the run).
     """
     backend = resolve_backend(cfg)
+    if companion_fn is not None and (backend == "unsafe" or not can_switch_uid()):
+        raise SandboxUnavailable("a two-process run needs a namespaced backend and root (a uid per process)")
     interp = probe_interpreter(cfg.python)
     base = cfg.staging_dir or tempfile.gettempdir()
     stage = tempfile.mkdtemp(prefix="posttrain-sb-", dir=base)
     uid = allocate_uid() if can_switch_uid() else None
-    read_fd = write_fd = -1
+    uid2 = allocate_uid() if companion_fn is not None else None
+    unavailable: dict[str, str] = {}
+    mounted: list[str] = []
+    launch_fds: list[int] = []
+    cg: RunCgroup | None = None
+    read_fd = write_fd = stdin = -1
     proc: subprocess.Popen | None = None
     try:
         os.chmod(stage, 0o711)
+        box_dir = None
+        if backend != "unsafe":
+            mounted = _mount_private(stage, cfg, bool(_roots_under_tmp(interp)), unavailable)
+            box_dir = mounted[0] if mounted and backend == "bwrap" else None
+            if backend == "unshare":
+                unavailable.pop("inode_cap", None)  # the unshare script mounts its own capped tmpfs
         stage_in, stage_tests = os.path.join(stage, "in"), os.path.join(stage, "tests") if tests is not None else None
         os.makedirs(stage_in, mode=0o755)
         os.chmod(stage_in, 0o755)
@@ -174,28 +273,55 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
             layout = NS_LAYOUT
         if argv_fn is not None:
             argv = argv_fn(layout)
+        companion_argv = companion_fn(layout) if companion_fn is not None else None
         if argv and "=" in argv[0]:
             raise ValueError(f"argv[0] {argv[0]!r} contains '=', which env(1) would read as a variable")
-        pass_fds: tuple[int, ...] = ()
+        pass_fds: list[int] = []
         if result_channel:
             read_fd, write_fd = os.pipe()
-            pass_fds = (write_fd,)
-            argv = [a.replace("{result_fd}", str(write_fd)) for a in argv]
+            pass_fds.append(write_fd)
+        # Only the result fd survives into the sandbox's shell (bwrap closes its --args and --seccomp fds).
+        rpc_pair = rpc_fds([write_fd])
+        rpc = {"{result_fd}": str(write_fd), "{rpc_req}": str(rpc_pair[0]), "{rpc_reply}": str(rpc_pair[1])}
+
+        def fill(args: list[str]) -> list[str]:
+            for k, v in rpc.items():
+                args = [a.replace(k, v) for a in args]
+            return args
+
         env = _base_env(cfg, layout, interp.path)
-        if backend == "bwrap":
-            cmd = bwrap_argv(cfg, interp, layout, stage_in, stage_tests, argv, env, uid)
-        elif backend == "unshare":
-            root_dir = os.path.join(stage, "root")
-            os.makedirs(root_dir)
-            cmd = unshare_argv(cfg, interp, layout, stage_in, stage_tests, root_dir, argv, env, uid)
+        if companion_argv is None:
+            main = Proc(fill(argv), env, uid, layout.work)
+            companion = None
         else:
-            cmd = unsafe_argv(cfg, layout, argv, env, uid)
+            main = Proc(fill(argv), {**env, "HOME": layout.runner, "TMPDIR": layout.runner}, uid, layout.runner)
+            companion = Proc(fill(companion_argv), env, uid2, layout.work)
+        bpf, why = seccomp_filter.build() if backend != "unsafe" else (None, "the unsafe backend has no sandbox")
+        if bpf is None:
+            unavailable["seccomp"] = why or "unknown"
+        if backend == "unsafe":
+            cmd = chain(cfg, main)
+        else:
+            cmd, launch_fds, stdin = _namespaced_command(cfg, backend, interp, layout, stage, stage_in, stage_tests,
+                                                         box_dir, main, companion, bpf, write_fd, rpc_pair)
+        pass_fds += launch_fds
+        why_cg = cgroups.probe() if can_switch_uid() else "cgroups need root here"
+        if why_cg is None:
+            try:
+                cg = RunCgroup.create(cfg.run_memory_mb << 20, 2 * cfg.max_procs + 16)
+                cmd = cg.wrap(cmd)
+            except OSError as e:
+                why_cg = f"cannot create the run's cgroup: {e}"
+        if why_cg is not None:
+            unavailable["cgroup"] = why_cg
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                pass_fds=pass_fds, start_new_session=True, close_fds=True)
-        if write_fd >= 0:
-            os.close(write_fd)
-            write_fd = -1
+        proc = subprocess.Popen(cmd, stdin=stdin if stdin >= 0 else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE,
+                                pass_fds=tuple(pass_fds), start_new_session=True, close_fds=True, env=HOST_ENV)
+        for fd in [write_fd, stdin, *launch_fds]:
+            if fd >= 0:
+                os.close(fd)
+        write_fd, stdin, launch_fds = -1, -1, []
         assert proc.stdout is not None and proc.stderr is not None
         sinks = {proc.stdout.fileno(): _Sink(cfg.max_output_bytes), proc.stderr.fileno(): _Sink(cfg.max_output_bytes)}
         if read_fd >= 0:
@@ -214,7 +340,8 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
         res = RunResult(stdout=out.data.decode("utf-8", "replace"), stderr=err.data.decode("utf-8", "replace"),
                         exit_code=rc, timed_out=timed_out, killed=timed_out or died_by_signal,
                         duration_s=round(time.monotonic() - t0, 4), isolation=backend, stdout_truncated=out.truncated,
-                        stderr_truncated=err.truncated, uid=uid)
+                        stderr_truncated=err.truncated, uid=uid, oom_killed=cg is not None and cg.oom_killed(),
+                        unavailable=unavailable)
         return res, result_bytes, hash_tree(stage_tests) if stage_tests is not None else {}
     finally:
         if proc is not None:
@@ -223,12 +350,17 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
                     f.close()
             if proc.poll() is None:
                 _kill_group(proc)
-        for fd in (read_fd, write_fd):
+        for fd in (read_fd, write_fd, stdin, *launch_fds):
             if fd >= 0:
                 os.close(fd)
-        if uid is not None:
-            sweep_uid(uid)
-            release_uid(uid)
+        if cg is not None:
+            cg.remove()
+        for u in (uid, uid2):
+            if u is not None:
+                sweep_uid(u)
+                release_uid(u)
+        for m in mounted:
+            mounts.unmount(m)
         shutil.rmtree(stage, ignore_errors=True)
 
 

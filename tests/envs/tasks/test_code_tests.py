@@ -128,3 +128,18 @@ def test_registered_and_loadable():
     task = load_task("code-tests", {"difficulties": ["easy"]})
     assert task.conversational and task.stop == ["\n```\n"]
     assert len(task.train_rows) + len(task.eval_rows) == sum(p["difficulty"] == "easy" for p in C.load_problems())
+
+
+def test_grades_are_decided_out_of_process_and_forged_channel_lines_score_zero():
+    # A solution that writes a value line for every case plus a closing record into every pipe it holds, then
+    # exits: the host compares values itself and the harness's own closing record never comes, so it scores 0.
+    p = {q["id"]: q for q in C.load_problems()}["is_even"]
+    grader = C.FunctionGrader(timeout_s=5.0)
+    forge = ("import json, os\nlines = ''.join(json.dumps({'i': i, 'v': True}) + '\\n' for i in range(8))\n"
+             "lines += json.dumps({'done': 8}) + '\\n'\nfor fd in range(3, 64):\n    try:\n"
+             "        os.write(fd, lines.encode())\n    except OSError:\n        pass\nos._exit(0)\n"
+             "def is_even(n):\n    return True\n")
+    (ref, forged) = grader.grade([(p["solution"], p["entry_point"], p["tests"]),
+                                  (forge, p["entry_point"], p["tests"])])
+    assert ref.score == 1.0 and ref.trust == "out-of-process"
+    assert forged.score == 0.0 and forged.error

@@ -79,3 +79,29 @@ def test_hack_in_restored_function_is_zeroed():
     hack = f"```python\nimport os\ndef {name}(*a, **k):\n    os._exit(0)\n```"
     (s,) = _score(task, [row], [hack])
     assert s.reward == 0.0 and s.components["hack_flagged"] == 1.0
+
+
+def test_grading_is_out_of_process_and_a_forging_restore_scores_zero():
+    # The function writes "passed" for every test id into every pipe it can reach, then exits; the repo's tests
+    # run in another process under another uid, so none of it reaches the verdicts.
+    from posttrain.sandbox import probe_backends
+    from posttrain.sandbox.limits import can_switch_uid
+
+    if not can_switch_uid() or all(probe_backends()[b] for b in ("bwrap", "unshare")):
+        import pytest
+
+        pytest.skip("out-of-process grading needs root and a namespaced backend")
+    task = F.make_task(detect_hacks=False)
+    row = task.train_rows[0]
+    name = row["qualname"].rsplit(".", 1)[-1]
+    forge = (f"```python\ndef {name}(*a, **k):\n    import glob, json, os, re\n    ids = []\n"
+             "    for p in glob.glob('/tests/**/*.py', recursive=True):\n"
+             "        rel = os.path.relpath(p, '/tests')\n"
+             "        ids += [rel + '::' + m for m in re.findall(r'^def (test\\w*)', open(p).read(), re.M)]\n"
+             "    data = ''.join(json.dumps({'kind': 'item', 'nodeid': i, 'passed': True}) + '\\n' for i in ids)\n"
+             "    data += json.dumps({'kind': 'done', 'count': len(ids)}) + '\\n'\n"
+             "    for fd in range(3, 64):\n"
+             "        try:\n            os.write(fd, data.encode())\n        except OSError:\n            pass\n"
+             "    os._exit(0)\n```")
+    (s,) = _score(task, [row], [forge])
+    assert s.components["tests_passed"] < 1.0 and s.components["grading_trust"] == 1.0

@@ -8,7 +8,12 @@ function spliced in, graded by `grade_pytest` against the pristine test files, s
 the tests it is graded by. The repos (`data/repos/<name>/`, written for this project) are a few modules plus
 a `tests/` folder and a `pytest.ini` that puts the repo root on the import path.
 
-Rubric: `tests_passed` (weight 1, the pass is 1.0), `hack_flagged` (weight 0; flagged samples get 0).
+Grading is out-of-process wherever the machine allows it (root and a namespaced backend): pytest and the
+pristine tests run in one sandboxed process, the spliced repo in another under another uid, reached through
+proxies, so the solution cannot reach the process that reports verdicts (docs/sandbox.md).
+
+Rubric: `tests_passed` (weight 1, the pass is 1.0), `grading_trust` (weight 0: 1 out-of-process, 0 in-process,
+-1 not graded, so logs show it), `hack_flagged` (weight 0; flagged samples get 0).
 """
 
 from __future__ import annotations
@@ -169,11 +174,13 @@ def make_rows(repo: str) -> list[tuple[dict[str, Any], str]]:
 class PytestGrader:
     """Splices each completion's function into its row's repo and grades all of them in the sandbox."""
 
-    def __init__(self, sandbox: Any = None, **sandbox_options: Any) -> None:
+    def __init__(self, sandbox: Any = None, mode: str | None = None, **sandbox_options: Any) -> None:
         from posttrain.sandbox import SandboxConfig, SandboxPool
 
         self.cfg = sandbox if sandbox is not None else SandboxConfig(**{"timeout_s": 20.0, **sandbox_options})
         self.pool = SandboxPool(self.cfg)
+        self.mode = mode  # None: out-of-process where the machine allows it (grading.default_mode)
+        self.trust: dict[tuple[str, str], str] = {}  # (text, row key) -> GradeResult.trust of the latest grade
 
     def files_for(self, text: str, row: dict[str, Any]) -> dict[str, str] | None:
         code = extract_code(text, row["qualname"].rsplit(".", 1)[-1])
@@ -186,11 +193,18 @@ class PytestGrader:
 
         async def all_of() -> list[Any]:
             async def one(f: dict[str, str] | None, row: dict[str, Any]) -> Any:
-                return None if f is None else await self.pool.grade_pytest(f, load_repo(row["repo"])[1])
+                return None if f is None else await self.pool.grade_pytest(f, load_repo(row["repo"])[1],
+                                                                           mode=self.mode)
 
             return list(await asyncio.gather(*(one(f, r) for f, r in zip(files, rows))))
 
-        return run_sync(all_of)
+        results = run_sync(all_of)
+        if len(self.trust) > 4096:  # a bounded memo: only the latest batch is read back
+            self.trust.clear()
+        for t, r, g in zip(texts, rows, results):
+            if g is not None:
+                self.trust[(t, _key(r))] = g.trust
+        return results
 
 
 def deletion_rubric(grader: PytestGrader, detect_hacks: bool = True) -> Rubric:
@@ -200,7 +214,16 @@ def deletion_rubric(grader: PytestGrader, detect_hacks: bool = True) -> Rubric:
         results = grader.grade([completion_text(c) for c in completions], rows)
         return [r.score if r is not None else 0.0 for r in results]
 
-    rubric = Rubric([RewardComponent("tests_passed", tests_passed, weight=1.0, pass_threshold=1.0)],
+    def grading_trust(completions: list[Any], repo: list[str], path: list[str], qualname: list[str],
+                      **kwargs: Any) -> list[float]:
+        out = []
+        for c, r, p, q in zip(completions, repo, path, qualname):
+            trust = grader.trust.get((completion_text(c), _key({"repo": r, "path": p, "qualname": q})))
+            out.append({"out-of-process": 1.0, "in-process": 0.0}.get(trust or "", -1.0))
+        return out
+
+    rubric = Rubric([RewardComponent("tests_passed", tests_passed, weight=1.0, pass_threshold=1.0),
+                     RewardComponent("grading_trust", grading_trust, weight=0.0, pass_threshold=0.0)],
                     pass_component="tests_passed")
     return guard(rubric, code_of=all_code) if detect_hacks else rubric
 
@@ -217,16 +240,18 @@ def _key(row: dict[str, Any]) -> str:
 
 
 def make_task(seed: int = 0, repos: list[str] | None = None, eval_fraction: float = 0.2, split_seed: int = 0,
-              detect_hacks: bool = True, sandbox: dict[str, Any] | None = None, max_tokens: int = 384) -> Task:
+              detect_hacks: bool = True, sandbox: dict[str, Any] | None = None, max_tokens: int = 384,
+              grading_mode: str | None = None) -> Task:
     """The `feature-deletion` task over the shipped repos (or `repos`). Rows are split by function, ordered by
-    a hash of (split_seed, repo, path, qualname): deterministic and independent of file order."""
+    a hash of (split_seed, repo, path, qualname): deterministic and independent of file order. `grading_mode`
+    "out-of-process" or "in-process" forces one (None: out-of-process where the machine allows it)."""
     del seed
     pairs = [pr for r in (repos or repo_names()) for pr in make_rows(r)]
     held_keys = _held_out_keys([r for r, _ in pairs], split_seed, eval_fraction)
     train = [(row, ref) for row, ref in pairs if _key(row) not in held_keys]
     held = [(row, ref) for row, ref in pairs if _key(row) in held_keys]
     task = Task(name="feature-deletion", train_rows=[r for r, _ in train], eval_rows=[r for r, _ in held],
-                rubric=deletion_rubric(PytestGrader(**(sandbox or {})), detect_hacks),
+                rubric=deletion_rubric(PytestGrader(mode=grading_mode, **(sandbox or {})), detect_hacks),
                 description=f"Restore a deleted function body in a small repo ({len(train)} train / {len(held)} "
                             "held-out functions); reward = fraction of the repo's tests passed.",
                 max_tokens=max_tokens, stop=["\n```\n"])
