@@ -52,6 +52,7 @@ class AsyncCollector:
     def __init__(self, cfg: Config, rollouts: Rollouts, meters: dict[str, BusyMeter]):
         """`rollouts.sampler` is the (metered) rollout sampler; `meters` has model_call, rollout and reward."""
         self.cfg, self.rollouts, self.meters = cfg, rollouts, meters
+        self.configured = rollouts
         self.per_step = cfg.loop.prompts_per_step
         self.k = cfg.loop.max_staleness
         self.n_workers = cfg.loop.rollout_workers or self.per_step * (self.k + 1)
@@ -95,6 +96,10 @@ class AsyncCollector:
             self._failure = e
             async with self._cond:
                 self._cond.notify_all()
+
+    def adjust(self, overrides) -> None:
+        """Groups started from now on use the overrides (groups in flight finish as they began)."""
+        self.rollouts = self.configured.adjusted(overrides)
 
     async def on_weights(self, version: int) -> None:
         """Wake the workers waiting for admission: the sampler serves a newer version."""

@@ -3,6 +3,7 @@
     Collector.collect(step) -> Collected     the step's groups, rolled out, scored and shaped
     Collector.on_weights(version)            the sampler now serves `version` (admits waiting work, async)
     Collector.window_metrics(wall_s)         utilisation since the last call (async: busy/idle fractions)
+    Collector.adjust(overrides)              sample the next groups with a remedy's overrides (obs/remedies.py)
     Collector.close()                        stop background work
 
 `SyncCollector` samples the step's prompts when asked (with DAPO dynamic sampling when configured);
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from posttrain.algos.dapo import has_signal
@@ -38,6 +40,8 @@ class Collector(Protocol):
     async def collect(self, step: int, timer: StageTimer) -> Collected: ...
 
     async def on_weights(self, version: int) -> None: ...
+
+    def adjust(self, overrides: Any) -> None: ...
 
     def window_metrics(self, wall_s: float) -> dict[str, float]: ...
 
@@ -67,11 +71,12 @@ class Rollouts:
     params: SampleParams
     overlong_buffer_frac: float = 0.0
     overlong_penalty: float = 1.0
+    row_transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # e.g. a remedy's format hint
 
     async def groups(self, row_indices: list[int], timer: StageTimer) -> tuple[list[Group], float]:
         """G rollouts per row, scored (group rewards included) and shaped. Returns the groups and the mean
         overlong penalty."""
-        G, rows = self.G, [self.rows[i] for i in row_indices]
+        G, rows = self.G, [self._row(i) for i in row_indices]
         with timer("sample"):
             trajs = list(await asyncio.gather(*(self.env.rollout(r, self.sampler, self.params)
                                                 for r in rows for _ in range(G))))
@@ -80,6 +85,27 @@ class Rollouts:
             await score_groups(self.env, [g.trajectories_G for g in groups])
         pen = apply_overlong_penalty(groups, self.overlong_buffer_frac, self.overlong_penalty, self.params.max_tokens)
         return groups, pen
+
+    def _row(self, i: int) -> dict[str, Any]:
+        if self.row_transform is None:
+            return self.rows[i]
+        # The transformed row object must stay the same across steps: envs cache rendered prompts per row.
+        cache = self.__dict__.setdefault("_transformed", {})
+        if i not in cache:
+            cache[i] = self.row_transform(self.rows[i])
+        return cache[i]
+
+    def adjusted(self, ov: Any) -> "Rollouts":
+        """These rollouts under a remedy's overrides (temperature, G, extra stop strings, the soft overlong
+        penalty, a format hint); neutral overrides give back the configured rollouts."""
+        from posttrain.obs.remedies import with_format_hint
+
+        params = replace(self.params, temperature=ov.temperature or self.params.temperature,
+                         stop=list(self.params.stop) + [x for x in ov.extra_stop if x not in self.params.stop])
+        return replace(self, G=ov.num_generations or self.G, params=params,
+                       overlong_buffer_frac=(self.overlong_buffer_frac if ov.overlong_buffer_frac is None
+                                             else ov.overlong_buffer_frac),
+                       row_transform=with_format_hint if ov.format_hint else None)
 
     @classmethod
     def from_config(cls, cfg: Config, env: Env, sampler: Sampler, rows: list[dict[str, Any]],
@@ -92,7 +118,10 @@ class SyncCollector:
     """Sample the step's prompts now; with dynamic sampling, refill until enough groups carry signal."""
 
     def __init__(self, cfg: Config, rollouts: Rollouts):
-        self.cfg, self.rollouts = cfg, rollouts
+        self.cfg, self.rollouts, self.configured = cfg, rollouts, rollouts
+
+    def adjust(self, overrides: Any) -> None:
+        self.rollouts = self.configured.adjusted(overrides)
 
     async def collect(self, step: int, timer: StageTimer) -> Collected:
         cfg, a = self.cfg, self.cfg.algorithm

@@ -131,6 +131,13 @@ class PolicyGradientStepper:
         with self.ref_disable_adapter():  # LoRA: the reference is the base model
             return self.trainer.compute_logprobs(batch)
 
+    def apply_overrides(self, ov: Any) -> None:
+        """A remedy's overrides (obs/remedies.py) for the next steps: sampling through the collector; the trainer
+        scores at the same temperature as the sampler; the learning rate scaled while it lasts."""
+        self.collector.adjust(ov)
+        self.trainer.temperature = ov.temperature or self.cfg.sampling.temperature or 1.0
+        self.trainer.lr_scale = ov.lr_scale
+
     # ---- Stepper protocol --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"trainer": self.trainer.state_dict(), "policy_version": self.version}

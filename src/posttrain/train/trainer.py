@@ -42,6 +42,7 @@ class Trainer:
         self.micro_batch_tokens = micro_batch_tokens
         self.prefix_sharing = prefix_sharing
         self.temperature = temperature if temperature > 0 else 1.0
+        self.lr_scale = 1.0  # a remedy may lower the learning rate for a while (obs/remedies.py)
         self.chunk = logits_chunk_tokens  # > 0: never hold a micro-batch's full logits (train/logprobs.py)
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
@@ -143,7 +144,11 @@ class Trainer:
         skipped = self._poisoned or not math.isfinite(grad_norm)
         if not skipped:
             for o, sch in zip(self.optimizers, self.schedulers):
+                for g in o.param_groups:
+                    g["lr"] *= self.lr_scale
                 o.step()
+                for g in o.param_groups:
+                    g["lr"] /= self.lr_scale
                 sch.step()
         else:
             self.skipped_steps += 1
