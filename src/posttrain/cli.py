@@ -114,6 +114,8 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="0.0.0.0 to accept other machines (no auth!)"),
     port: int = typer.Option(8000, "--port"),
     request_timeout: float = typer.Option(300.0, "--request-timeout", help="seconds one generation may take"),
+    weights_dir: Optional[str] = typer.Option(None, "--weights-dir", help=(
+        "accept POST /update_weights_from_disk: load a trainer's pushes (loop/weight_ipc.py FileWeights) from here")),
 ) -> None:
     """Serve a model as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/completions, /v1/models)."""
     from posttrain.models.load import ModelLoadError
@@ -121,7 +123,8 @@ def serve(
     from posttrain.sampling.openai_server import build_model_app
 
     try:
-        api = build_model_app(model, lora, request_timeout_s=request_timeout, log=lambda s: typer.echo(s, err=True))
+        api = build_model_app(model, lora, request_timeout_s=request_timeout, log=lambda s: typer.echo(s, err=True),
+                              weights_dir=weights_dir)
     except (ModelLoadError, FileNotFoundError) as e:
         _fail(str(e))
     typer.echo(f"serving {lora or model} at http://{host}:{port}/v1", err=True)

@@ -8,8 +8,9 @@ Transports (each is a `WeightSync`: `push(version) -> metrics`, timed, with a ti
   a push from landing in the middle of a decode, so no completion mixes two versions.
 - `BroadcastWeights`: torch.distributed (gloo on CPU, NCCL on GPU). The synced tensors are flattened into one
   buffer and broadcast from the trainer rank; `BroadcastReceiver.pull()` on the sampler rank unflattens them in.
-- `FileWeights`: a safetensors file written atomically plus a version file, for an inference server that
-  reloads from disk (vLLM/SGLang-style "update weights from disk"); `read_file_weights` is the reader.
+- `FileWeights`: a safetensors file written atomically plus a version file; `read_file_weights` is the reader.
+- `ServerWeights`: FileWeights, then POST /update_weights_from_disk to an inference server that reloads from
+  that folder (`posttrain serve --weights-dir DIR`), with a timeout and a bounded retry.
 
 Only trainable tensors are synced (`trainable_state`): with LoRA that is the adapter alone, which is what makes
 adapter-only sync cheap. bench/weight_sync.py measures each transport on the default model.
@@ -255,3 +256,31 @@ def read_file_weights(directory: str | Path, model: Any) -> int:
         for n, t in state.items():
             params[n].copy_(t)
     return json.loads((d / "version.json").read_text())["version"]
+
+
+class ServerWeights:
+    """Push to an OpenAI-compatible inference server: write the file, then ask the server to reload it."""
+
+    def __init__(self, model: Any, directory: str | Path, url: str, timeout_s: float = 60.0, retries: int = 2):
+        self.files, self.url = FileWeights(model, directory), url.rstrip("/")
+        self.timeout_s, self.retries = timeout_s, retries
+
+    def push(self, version: int) -> dict[str, float]:
+        import httpx
+
+        t0 = time.perf_counter()
+        m = self.files.push(version)
+        served: dict[str, int] = {}
+
+        def attempt(timeout_s: float) -> bool:
+            try:
+                r = httpx.post(f"{self.url}/update_weights_from_disk", json={}, timeout=timeout_s)
+            except httpx.HTTPError:
+                return False
+            if r.status_code != 200:
+                return False
+            served["v"] = r.json().get("policy_version", -1)
+            return served["v"] == version
+
+        _with_retry(attempt, self.timeout_s, self.retries, f"weight reload at {self.url}")
+        return {"time/weight_sync": time.perf_counter() - t0, "time/weight_file": m["time/weight_sync"]}

@@ -90,8 +90,11 @@ class BadRequest(ValueError):
 
 
 def create_app(sampler: Sampler, tokenizer: Any, model_name: str = "posttrain", recorder: RolloutRecorder | None = None,
-               request_timeout_s: float = 300.0, default_max_tokens: int = 512) -> FastAPI:
-    """The FastAPI app. `app.state.posttrain` is the ServerState; `app.state.recorder` the RolloutRecorder."""
+               request_timeout_s: float = 300.0, default_max_tokens: int = 512,
+               weights_dir: str | None = None) -> FastAPI:
+    """The FastAPI app. `app.state.posttrain` is the ServerState; `app.state.recorder` the RolloutRecorder.
+    `weights_dir`: enables POST /update_weights_from_disk, which loads what a trainer's FileWeights wrote there
+    (only from that folder: a request names no path, so the endpoint cannot read arbitrary files)."""
     st = ServerState(sampler, tokenizer, model_name, recorder or RolloutRecorder(), request_timeout_s,
                      default_max_tokens, ChatRenderer(tokenizer))
     app = FastAPI(title="posttrain OpenAI-compatible server")
@@ -102,6 +105,18 @@ def create_app(sampler: Sampler, tokenizer: Any, model_name: str = "posttrain", 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "policy_version": st.sampler.policy_version, **st.stats}
+
+    if weights_dir is not None:
+        @app.post("/update_weights_from_disk")
+        async def update_weights() -> dict[str, Any]:
+            from posttrain.loop.weight_ipc import read_file_weights
+
+            box: dict[str, int] = {}
+            # Between decodes (the sampler's lock), so no completion mixes two versions.
+            await asyncio.to_thread(st.sampler.update_weights,
+                                    lambda m: box.setdefault("v", read_file_weights(weights_dir, m)), -1)
+            st.sampler.policy_version = box["v"]
+            return {"success": True, "policy_version": box["v"]}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -283,7 +298,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
 
 def build_model_app(model: str, lora: str | None = None, dtype: str = "float32", seed: int = 0,
-                    request_timeout_s: float = 300.0, log=print) -> FastAPI:
+                    request_timeout_s: float = 300.0, log=print, weights_dir: str | None = None) -> FastAPI:
     """`posttrain serve`: load a model (or a LoRA adapter folder on its base) and serve it with an HFSampler."""
     from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
     from posttrain.sampling.hf_sampler import HFSampler
@@ -291,4 +306,4 @@ def build_model_app(model: str, lora: str | None = None, dtype: str = "float32",
     net, tok = load_model(lora or model, dtype, seed=seed, log=log)
     ensure_pad_token(tok)
     sampler = HFSampler(net, tok, stop_token_ids(net, tok), seed=seed)
-    return create_app(sampler, tok, model_name=model, request_timeout_s=request_timeout_s)
+    return create_app(sampler, tok, model_name=model, request_timeout_s=request_timeout_s, weights_dir=weights_dir)
