@@ -188,6 +188,14 @@ SNOOP = textwrap.dedent("""
 
 
 def _leaks(text):
+    """Host paths that must not show inside: the staging area, and this checkout, except where the checkout holds
+    the interpreter (a venv in it, as in CI): the interpreter's own prefix is bound at its host path by design
+    (venvs hard-code it; docs/sandbox.md, known limits), so its path may appear, nothing else of the checkout."""
+    from posttrain.sandbox.backends import probe_interpreter
+
+    roots = probe_interpreter(sys.executable).roots
+    for r in sorted(roots, key=len, reverse=True):
+        text = text.replace(r, "<interpreter>")
     return [s for s in (STAGING, "posttrain-sb-", "ptsb-tests-", os.getcwd()) if s in text]
 
 
