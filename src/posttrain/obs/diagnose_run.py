@@ -1,0 +1,89 @@
+"""`posttrain diagnose RUN_DIR`: the live diagnostics' verdicts for a finished or running run, from its files.
+
+It reads only RUN_DIR/metrics.jsonl and RUN_DIR/config.yaml (for the run's `diagnostics` thresholds) and
+replays the train and eval records through `Diagnostics`, so it prints exactly what the live loop printed
+(or would have: runs from before diagnostics existed get the same verdicts).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from posttrain.config.schema import DiagnosticsConfig
+from posttrain.obs.diagnostics import Diagnostics
+
+
+@dataclass
+class RunDiagnosis:
+    run_dir: Path
+    train_steps: int
+    evals: int
+    episodes: list[dict[str, Any]]  # Diagnostics.summary(): name, start_step, end_step, verdict, advice, evidence
+    last_step: int
+
+    @property
+    def healthy(self) -> bool:
+        return not self.episodes
+
+    @property
+    def active(self) -> list[dict[str, Any]]:
+        return [e for e in self.episodes if e["end_step"] is None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_dir": str(self.run_dir), "train_steps": self.train_steps, "evals": self.evals,
+                "last_step": self.last_step, "healthy": self.healthy, "diagnostics": self.episodes}
+
+
+def read_records(run_dir: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl, tolerating a half-written last line (the run may still be writing)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def run_config(run_dir: Path) -> DiagnosticsConfig:
+    """The run's own thresholds (config.yaml `diagnostics:`), defaults where it has none."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        return DiagnosticsConfig()
+    import yaml
+
+    section = (yaml.safe_load(path.read_text()) or {}).get("diagnostics") or {}
+    return DiagnosticsConfig(**section)
+
+
+def diagnose(run_dir: Path, cfg: DiagnosticsConfig | None = None) -> RunDiagnosis:
+    records = read_records(run_dir)
+    cfg = (cfg or run_config(run_dir)).model_copy(update={"enabled": True})
+    d = Diagnostics(cfg)
+    d.replay(records)
+    return RunDiagnosis(Path(run_dir), len(d.history.train), len(d.history.evals), d.summary(), d.history.step)
+
+
+def render(diag: RunDiagnosis):
+    """A rich Table of the episodes (or a one-line verdict for a healthy run)."""
+    from rich.table import Table
+
+    head = f"{diag.run_dir}: {diag.train_steps} train steps, {diag.evals} evals"
+    if diag.healthy:
+        return f"{head}: healthy, no diagnostic fired"
+    table = Table(title=f"{head}: {len(diag.episodes)} diagnostic(s), {len(diag.active)} active at step "
+                        f"{diag.last_step}", show_lines=True)
+    table.add_column("diagnostic")
+    table.add_column("steps", justify="right")
+    table.add_column("verdict", overflow="fold")
+    table.add_column("advice", overflow="fold")
+    for e in diag.episodes:
+        steps = f"{e['start_step']}-{e['end_step']}" if e["end_step"] is not None else f"{e['start_step']}- (active)"
+        table.add_row(e["name"], steps, e["verdict"], e["advice"])
+    return table
