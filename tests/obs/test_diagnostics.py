@@ -113,3 +113,16 @@ def test_summary_and_state_dict_resume_give_the_same_events():
     assert second.events == whole.events
     summ = whole.summary()
     assert summ[0]["name"] == "no_signal" and summ[0]["end_step"] is None
+
+
+def test_report_marks_where_diagnostics_started(tmp_path, monkeypatch):
+    from posttrain.obs import report
+
+    marked = []
+    monkeypatch.setattr(report, "_mark_diagnostics",
+                        lambda ax, recs, run_dir, orig=report._mark_diagnostics: (orig(ax, recs, run_dir),
+                                                                                  marked.extend(ax.lines)))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stream(bad=_no_signal)))
+    out = report.write_report(str(tmp_path))
+    assert open(out, "rb").read(4) == b"\x89PNG"
+    assert any(list(line.get_xdata()) == [STALL_AT + 2, STALL_AT + 2] for line in marked)
