@@ -3,6 +3,7 @@ healthy stream triggers none. Streams are synthetic train/eval records with the 
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from diag_streams import (STALL_AT, _blowup, _collapse, _is_spike, _kl_spike, _low_entropy_still_learning,
@@ -142,3 +143,19 @@ def test_report_marks_where_diagnostics_started(tmp_path, monkeypatch):
     assert open(out, "rb").read(4) == b"\x89PNG"
     start = run(stream(bad=_no_signal))[0].step
     assert any(list(line.get_xdata()) == [start, start] for line in marked)
+
+
+# ---- real metric streams, recorded from the current loop on the default model (tests/obs/fixtures) ----------
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _fixture(name: str) -> list[dict]:
+    return [json.loads(line) for line in (FIXTURES / name).read_text().splitlines() if line.strip()]
+
+
+def test_real_healthy_json_extract_run_triggers_nothing():
+    """`posttrain train loop.steps=20` (the default run, shortened): held-out pass 16.7% -> 37.5%."""
+    records = _fixture("healthy_json_extract_20.jsonl")
+    assert sum(r["kind"] == "train" for r in records) == 20
+    assert run(records) == []
