@@ -54,14 +54,28 @@ class DiagnosticEvent:
 
 
 class History:
-    """The train and eval records seen so far, with numeric look-ups that skip records lacking a key."""
+    """The train and eval records seen so far, with numeric look-ups that skip records lacking a key.
+
+    Each train metric's values are kept as a list as records arrive, so a check costs O(window), not O(steps):
+    replaying a 10,000-step run stays fast."""
 
     def __init__(self) -> None:
         self.train: list[dict[str, Any]] = []
         self.evals: list[dict[str, Any]] = []
+        self._series: dict[str, list[float]] = {}
 
-    def series(self, key: str, records: list[dict[str, Any]] | None = None) -> list[float]:
-        return [_num(r[key]) for r in (self.train if records is None else records) if key in r]
+    def add(self, record: dict[str, Any]) -> None:
+        if record.get("kind") == "eval":
+            self.evals.append(record)
+            return
+        self.train.append(record)
+        for k, v in record.items():
+            if k not in ("kind", "step"):
+                self._series.setdefault(k, []).append(_num(v))
+
+    def series(self, key: str) -> list[float]:
+        """Every train value of key, in order (non-numbers read as nan). Do not modify the returned list."""
+        return self._series.get(key, [])
 
     def last(self, key: str, n: int) -> list[float]:
         """The last n values of key, or [] when there are fewer than n (a condition needs n steps of evidence)."""
@@ -70,7 +84,7 @@ class History:
 
     @property
     def step(self) -> int:
-        recs = self.train + self.evals
+        recs = self.train[-1:] + self.evals[-1:]
         return int(max((r.get("step", 0) for r in recs), default=0))
 
 
@@ -312,12 +326,9 @@ class Diagnostics:
 
     def observe(self, record: dict[str, Any]) -> list[DiagnosticEvent]:
         kind = record.get("kind")
-        if kind == "train":
-            self.history.train.append(record)
-        elif kind == "eval":
-            self.history.evals.append(record)
-        else:
+        if kind not in ("train", "eval"):
             return []  # diagnostic, remedy and warm-start records say nothing about learning
+        self.history.add(record)
         if not self.cfg.enabled:
             return []
         step = int(record.get("step", 0))
@@ -369,7 +380,11 @@ class Diagnostics:
                 "events": [asdict(e) for e in self.events]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.history.train, self.history.evals = list(state["train"]), list(state["evals"])
+        self.history = History()
+        for r in state["evals"]:
+            self.history.add(r)
+        for r in state["train"]:
+            self.history.add(r)
         self.active = {k: DiagnosticEvent(**v) for k, v in state["active"].items()}
         self._misses = dict(state["misses"])
         self.events = [DiagnosticEvent(**e) for e in state["events"]]
