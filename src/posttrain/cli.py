@@ -108,7 +108,6 @@ def diagnose(run_dir: Path = typer.Argument(..., help="a run directory (finished
     """Why a run stopped learning: the live diagnostics' verdicts and advice, from the run's files only."""
     import json
 
-    from posttrain.obs import console as con
     from posttrain.obs.diagnose_run import diagnose as run_diagnose, render
 
     if not run_dir.is_dir():
@@ -120,7 +119,7 @@ def diagnose(run_dir: Path = typer.Argument(..., help="a run directory (finished
     if as_json:
         typer.echo(json.dumps(diag.to_json(), indent=2))
     else:
-        con.console.print(render(diag))
+        typer.echo(render(diag))
 
 
 @app.command()

@@ -159,3 +159,17 @@ def test_real_healthy_json_extract_run_triggers_nothing():
     records = _fixture("healthy_json_extract_20.jsonl")
     assert sum(r["kind"] == "train" for r in records) == 20
     assert run(records) == []
+
+
+@pytest.mark.parametrize("fixture,name,stall_start", [
+    # never_pass: no sample ever scores (the model writes sentences, not 6 hex digits): stalled from step 1
+    ("stall_never_pass_7.jsonl", "no_signal", 1),
+    ("stall_never_pass_7.jsonl", "plateau_no_pass", 1),
+    # truncated: 69% of completions cut at step 1, 88% at step 2, 94% at step 3
+    ("stall_truncated_7.jsonl", "truncation", 1),
+])
+def test_real_stall_runs_are_detected_within_5_steps(fixture, name, stall_start):
+    """7-step runs of examples/stall_tasks.py on the default model (`posttrain train
+    task.name=examples/stall_tasks.py:<task> loop.steps=7 loop.eval_before=false loop.eval_prompts=4`)."""
+    starts = {e.name: e.step for e in run(_fixture(fixture)) if e.state == "start"}
+    assert name in starts and starts[name] - stall_start <= 5

@@ -70,20 +70,15 @@ def diagnose(run_dir: Path, cfg: DiagnosticsConfig | None = None) -> RunDiagnosi
     return RunDiagnosis(Path(run_dir), len(d.history.train), len(d.history.evals), d.summary(), d.history.step)
 
 
-def render(diag: RunDiagnosis):
-    """A rich Table of the episodes (or a one-line verdict for a healthy run)."""
-    from rich.table import Table
-
+def render(diag: RunDiagnosis) -> str:
+    """Plain text, one block per episode in the live progress lines' format (a table folds the advice into a
+    column a few words wide on an 80-column terminal)."""
     head = f"{diag.run_dir}: {diag.train_steps} train steps, {diag.evals} evals"
     if diag.healthy:
         return f"{head}: healthy, no diagnostic fired"
-    table = Table(title=f"{head}: {len(diag.episodes)} diagnostic(s), {len(diag.active)} active at step "
-                        f"{diag.last_step}", show_lines=True)
-    table.add_column("diagnostic")
-    table.add_column("steps", justify="right")
-    table.add_column("verdict", overflow="fold")
-    table.add_column("advice", overflow="fold")
+    lines = [f"{head}: {len(diag.episodes)} diagnostic(s), {len(diag.active)} active at step {diag.last_step}"]
     for e in diag.episodes:
-        steps = f"{e['start_step']}-{e['end_step']}" if e["end_step"] is not None else f"{e['start_step']}- (active)"
-        table.add_row(e["name"], steps, e["verdict"], e["advice"])
-    return table
+        steps = f"steps {e['start_step']}-{e['end_step']}" if e["end_step"] is not None else \
+            f"since step {e['start_step']}, active"
+        lines += [f"[{e['name']}] {steps}: {e['verdict']}", f"    -> {e['advice']}"]
+    return "\n".join(lines)

@@ -49,8 +49,8 @@ class DiagnosticEvent:
     def line(self) -> str:
         """The one progress-output line (plus the advice) printed when the event happens."""
         if self.state == "clear":
-            return f"diagnostic cleared at step {self.step}: {self.name}"
-        return f"diagnostic at step {self.step}: {self.name}: {self.verdict}\n    -> {self.advice}"
+            return f"diagnostic cleared at step {self.step} [{self.name}]"
+        return f"diagnostic at step {self.step} [{self.name}]: {self.verdict}\n    -> {self.advice}"
 
 
 class History:
