@@ -22,6 +22,7 @@ from pathlib import Path
 from posttrain.config import load_config
 from posttrain.loop.credit import apply_overlong_penalty
 from posttrain.loop.rl_loop import RLLoop
+from posttrain.obs.diagnose_run import RunDiagnosis, render
 from posttrain.obs.diagnostics import Diagnostics
 from posttrain.obs.remedies import Overrides, Remedies, with_format_hint
 from posttrain.types import Group
@@ -97,6 +98,7 @@ def run_one(task: str, steps: int, seed: int, remedies: bool, out: Path, extra: 
     summary = json.loads((res.run_dir / "summary.json").read_text())
     summary["diagnostics"] = loop.diag.summary()
     (res.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(render(RunDiagnosis.of(res.run_dir, loop.diag)), flush=True)
     return {"run": name, "seed": seed, "remedies": remedies, "before": res.before.get("eval/pass_rate"),
             "after": res.after.get("eval/pass_rate"), "reward_after": res.after.get("eval/reward/mean"),
             "diagnostics": [(d["name"], d["start_step"], d["end_step"]) for d in summary["diagnostics"]],

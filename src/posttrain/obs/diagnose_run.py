@@ -24,6 +24,11 @@ class RunDiagnosis:
     episodes: list[dict[str, Any]]  # Diagnostics.summary(): name, start_step, end_step, verdict, advice, evidence
     last_step: int
 
+    @classmethod
+    def of(cls, run_dir: Path, diag: Diagnostics) -> "RunDiagnosis":
+        """From the live loop's Diagnostics (for the end-of-run summary: print(render(RunDiagnosis.of(...))))."""
+        return cls(Path(run_dir), len(diag.history.train), len(diag.history.evals), diag.summary(), diag.history.step)
+
     @property
     def healthy(self) -> bool:
         return not self.episodes
@@ -67,7 +72,7 @@ def diagnose(run_dir: Path, cfg: DiagnosticsConfig | None = None) -> RunDiagnosi
     cfg = (cfg or run_config(run_dir)).model_copy(update={"enabled": True})
     d = Diagnostics(cfg)
     d.replay(records)
-    return RunDiagnosis(Path(run_dir), len(d.history.train), len(d.history.evals), d.summary(), d.history.step)
+    return RunDiagnosis.of(run_dir, d)
 
 
 def render(diag: RunDiagnosis) -> str:
