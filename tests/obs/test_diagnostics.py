@@ -173,3 +173,10 @@ def test_real_stall_runs_are_detected_within_5_steps(fixture, name, stall_start)
     task.name=examples/stall_tasks.py:<task> loop.steps=7 loop.eval_before=false loop.eval_prompts=4`)."""
     starts = {e.name: e.step for e in run(_fixture(fixture)) if e.state == "start"}
     assert name in starts and starts[name] - stall_start <= 5
+
+
+def test_one_early_lucky_pass_does_not_hide_a_later_plateau():
+    records = _plateau_stream()
+    records[2]["pass_rate"] = 0.0625  # step 3: one sample passed, never again
+    starts = [e for e in run(records) if e.name == "plateau_no_pass" and e.state == "start"]
+    assert starts and starts[0].step <= STALL_AT + 5

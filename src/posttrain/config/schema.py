@@ -193,7 +193,7 @@ class DiagnosticsConfig(_Strict):
     clear_after: int = Field(5, ge=1, description="steps a condition must be gone before it is reported cleared")
     zero_variance_frac: float = Field(0.75, ge=0.0, le=1.0, description="no signal: share of groups whose G rewards were all equal (mean over patience steps)")
     saturated_pass_rate: float = Field(0.95, ge=0.0, le=1.0, description="saturated: train headline pass rate at or above this")
-    plateau_window: int = Field(5, ge=2, description="plateau: steps over which the reward's trend is measured")
+    plateau_window: int = Field(5, ge=2, description="plateau: steps over which the reward's trend is measured (the pass must not have fired in 2x this)")
     plateau_min_gain: float = Field(0.05, ge=0.0, description="plateau: least reward gain over the window (fitted trend)")
     entropy_floor: float = Field(0.01, ge=0.0, description="entropy collapse: per-token entropy (nats) below this ...")
     entropy_drop_frac: float = Field(0.05, ge=0.0, le=1.0, description="... or below this share of its first steps' mean, with half the groups or more without reward variance")

@@ -160,18 +160,20 @@ def saturated(h: History, cfg: DiagnosticsConfig) -> Finding | None:
 
 @diagnostic("plateau_no_pass")
 def plateau_no_pass(h: History, cfg: DiagnosticsConfig) -> Finding | None:
-    """The reward stopped rising and the headline pass has never fired: the policy collects partial credit only."""
+    """The reward stopped rising and the headline pass has not fired in the last 2 windows (or ever, in a shorter
+    run): the policy collects partial credit only. Not "never in the run": one lucky early sample that passed
+    and was never reproduced should not hide the stall."""
     w = cfg.plateau_window
     r = h.last("reward/mean", w)
-    passes = h.series("pass_rate")
+    passes = h.series("pass_rate")[-2 * w:]
     if not r or len(passes) < w or max(passes) > 0 or any(math.isnan(x) for x in r):
         return None
     gain = _slope(r) * (w - 1)  # fitted trend over the window, robust to one noisy step
     if gain >= cfg.plateau_min_gain:
         return None
     return Finding(
-        f"reward plateau: {r[-1]:.2f}, {gain:+.3f} over the last {w} steps, and the headline pass never fired "
-        f"in {len(passes)} steps",
+        f"reward plateau: {r[-1]:.2f}, {gain:+.3f} over the last {w} steps, and the headline pass has not fired "
+        f"in the last {len(passes)} steps",
         "the policy collects partial credit and never samples a full answer: check one exists "
         "(posttrain env check) and the model can reach it (posttrain eval --samples 8 --temperature 1.0); add a "
         "format hint to the prompt, or a supervised warm start (warm_start.steps) on demonstrations",
