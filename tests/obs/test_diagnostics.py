@@ -167,12 +167,22 @@ def test_real_healthy_json_extract_run_triggers_nothing():
     ("stall_never_pass_7.jsonl", "plateau_no_pass", 1),
     # truncated: 69% of completions cut at step 1, 88% at step 2, 94% at step 3
     ("stall_truncated_7.jsonl", "truncation", 1),
+    # partial_credit (the issue's stall; bench/remedy_stall.py seed 0, remedies off): one sample passed at step 3,
+    # never again; from step 14 the share of equal groups is 0.75 on 10 of the 17 steps and 1.0 from step 27;
+    # reward 0.30 flat, held-out pass 0% -> 0%
+    ("stall_partial_credit_30.jsonl", "no_signal", 14),
+    ("stall_partial_credit_30.jsonl", "plateau_no_pass", 14),
 ])
 def test_real_stall_runs_are_detected_within_5_steps(fixture, name, stall_start):
-    """7-step runs of examples/stall_tasks.py on the default model (`posttrain train
+    """Runs of examples/stall_tasks.py on the default model (never_pass, truncated: `posttrain train
     task.name=examples/stall_tasks.py:<task> loop.steps=7 loop.eval_before=false loop.eval_prompts=4`)."""
     starts = {e.name: e.step for e in run(_fixture(fixture)) if e.state == "start"}
     assert name in starts and starts[name] - stall_start <= 5
+
+
+def test_real_partial_credit_stall_reports_only_the_stall():
+    names = {e.name for e in run(_fixture("stall_partial_credit_30.jsonl"))}
+    assert names == {"no_signal", "plateau_no_pass"}
 
 
 def test_one_early_lucky_pass_does_not_hide_a_later_plateau():
