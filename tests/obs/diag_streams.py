@@ -32,7 +32,7 @@ def stream(n: int = 30, bad=None, evals=None, seed: int = 0) -> list[dict]:
 
 
 def _no_signal(r, s):  # the stall: every sample earns the same partial credit
-    r.update({"groups/zero_variance_frac": 1.0, "reward/mean": 0.3, "reward/std": 0.0})
+    r.update({"groups/zero_variance_frac": 1.0, "reward/mean": 0.3, "reward/std": 0.0, "pass_rate": 0.0})
 
 
 def _never_fires(r, s):

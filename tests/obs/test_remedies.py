@@ -54,6 +54,23 @@ def test_no_signal_raises_exploration_within_bounds_then_decays_back():
     assert rec["kind"] == "remedy" and rec["step"] == changes[0].step and "remedy at step" in changes[0].line()
 
 
+def test_a_step_with_a_pass_holds_the_boost_until_the_diagnostic_clears():
+    def stall_with_a_lucky_pass(r, s):
+        _no_signal(r, s)
+        if s == STALL_AT + 5:
+            r["pass_rate"] = 0.0625  # exploration found a full answer once
+    steps = dict(drive(stream(n=30, bad=stall_with_a_lucky_pass), ON))
+    assert steps[STALL_AT + 5].temperature == steps[STALL_AT + 4].temperature  # held, not decayed
+    assert steps[STALL_AT + 6].temperature > steps[STALL_AT + 5].temperature or \
+        steps[STALL_AT + 6].temperature == ON.temperature_max
+
+
+def test_plateau_without_a_pass_is_a_stall_too():
+    from diag_streams import _plateau_stream
+    steps = drive(_plateau_stream(), ON)
+    assert any(ov.temperature for _, ov in steps)
+
+
 def test_temperature_rise_follows_each_stalled_step():
     steps = dict(drive(stream(n=20, bad=_no_signal), RemediesConfig(enabled=True, temperature_max=5.0)))
     t1, t2 = steps[STALL_AT + 2].temperature, steps[STALL_AT + 3].temperature

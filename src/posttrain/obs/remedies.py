@@ -7,10 +7,11 @@ the pass rate stay what the task defines; only exploration (temperature, G, a fo
 prompt), the update size (learning-rate scale, an entropy bonus) and the length controls (stop strings, the
 soft overlong penalty) move.
 
-- no learning signal: each stalled step raises the stall level by 1; temperature = base + level x step (at most
-  temperature_max), G = base x 2^floor(level) (at most num_generations_max), and after format_hint_after
-  stalled steps the row's `format_hint` is appended to the prompt. Once a step's groups have variance again
-  the level decays (x decay per step), so temperature, G and the hint come back to the config's values.
+- no learning signal, or a plateau with no pass: each stalled step (no sample passed) raises the stall level by 1;
+  temperature = base + level x step (at most temperature_max), G = base x 2^floor(level) (at most
+  num_generations_max), and after format_hint_after stalled steps the row's `format_hint` is appended to the
+  prompt. A step with a pass holds the level. Once the diagnostics clear (the groups have variance again) the
+  level decays (x decay per step), so temperature, G and the hint come back to the config's values.
 - entropy collapse: an entropy bonus (entropy_coef) or a lower learning rate (lr_scale), while it lasts.
 - policy blow-up or a skipped step: the lower learning rate, while it lasts.
 - runaway length: the soft overlong penalty (overlong_buffer_frac) and stop strings; truncation: stop strings.
@@ -24,6 +25,9 @@ from typing import Any
 
 from posttrain.config.schema import DiagnosticsConfig, RemediesConfig
 from posttrain.obs.diagnostics import DiagnosticEvent
+
+
+STALLS = {"no_signal", "plateau_no_pass"}  # the diagnostics that more exploration remedies
 
 
 @dataclass(frozen=True)
@@ -87,11 +91,15 @@ class Remedies:
         return self.current
 
     def _track_stall(self, record: dict[str, Any]) -> None:
-        z = record.get("groups/zero_variance_frac")
-        stalled_now = "no_signal" in self.active and z is not None and float(z) >= self.diag_cfg.zero_variance_frac
-        if stalled_now:
-            self.level += 1.0
-            self.stalled_steps += 1
+        """The stall level. While a stall diagnostic is on, a step in which nothing passed raises it; a step with
+        a pass holds it (the exploration found something: keep it until the diagnostic clears, so the policy
+        can learn from it). Once no stall diagnostic is on, it decays. Why not "decay at the first step whose
+        groups differ": on partial_credit (seed 0) groups that differ only by 0 vs 0.3 came every other step,
+        and the boost decayed before a full answer was ever sampled."""
+        if self.active & STALLS:
+            if float(record.get("pass_rate", 0.0) or 0.0) <= 0.0:
+                self.level += 1.0
+                self.stalled_steps += 1
         else:
             self.level = self.level * self.cfg.decay if self.level >= 0.05 else 0.0
             self.stalled_steps = 0 if self.level < 0.5 else self.stalled_steps
