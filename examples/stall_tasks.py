@@ -26,7 +26,7 @@ LABELS = {
                  "The food was cold and the staff were rude", "Worst hotel I have stayed in",
                  "It stopped working and support ignored me", "Awful, I want a refund"],
 }
-HINT = "Reply with exactly one word: positive or negative. No other words, no punctuation."
+HINT = "Answer in one word.\nAnswer:"  # base model, T=1.0: 19% of samples pass with it, 1% without
 
 
 def _text(c) -> str:
