@@ -108,6 +108,26 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory"),
 
 
 @app.command()
+def diagnose(run_dir: Path = typer.Argument(..., help="a run directory (finished or still running)"),
+             as_json: bool = typer.Option(False, "--json", help="print the verdicts as JSON")) -> None:
+    """Why a run stopped learning: the live diagnostics' verdicts and advice, from the run's files only."""
+    import json
+
+    from posttrain.obs.diagnose_run import diagnose as run_diagnose, render
+
+    if not run_dir.is_dir():
+        _fail(f"run directory not found: {run_dir}")
+    try:
+        diag = run_diagnose(run_dir)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(diag.to_json(), indent=2))
+    else:
+        typer.echo(render(diag))
+
+
+@app.command()
 def serve(
     model: str = typer.Option("default", "--model", help="'default', 'tiny-random', a HF folder, a hub id"),
     lora: Optional[str] = typer.Option(None, "--lora", help="a LoRA adapter folder (a run's final/) to serve on its base"),

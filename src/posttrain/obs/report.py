@@ -26,6 +26,7 @@ def write_report(run_dir: str, out: str | None = None) -> str:
     ax.plot(steps, [r.get("reward/mean", 0) for r in train], label="reward (train)")
     for k in sorted({k for r in train for k in r if k.startswith("reward/") and k not in ("reward/mean", "reward/std")}):
         ax.plot(steps, [r.get(k, 0) for r in train], label=k, alpha=0.6)
+    _mark_diagnostics(ax, recs, run_dir)
     ax.set_xlabel("step"), ax.set_title("train reward"), ax.legend(fontsize=7)
     ax = axes[1]
     for k in sorted({k for r in train for k in r if k.startswith("pass/")}):
@@ -41,3 +42,19 @@ def write_report(run_dir: str, out: str | None = None) -> str:
     fig.savefig(out, dpi=90)
     plt.close(fig)
     return out
+
+
+def _mark_diagnostics(ax, recs, run_dir: str) -> None:
+    """A dashed line and the name at each step where a diagnostic started (the same verdicts as
+    `posttrain diagnose`)."""
+    from pathlib import Path
+
+    from posttrain.obs.diagnose_run import run_config
+    from posttrain.obs.diagnostics import Diagnostics
+
+    d = Diagnostics(run_config(Path(run_dir)).model_copy(update={"enabled": True}))
+    for e in d.replay(recs):
+        if e.state == "start":
+            ax.axvline(e.step, color="tab:red", ls="--", lw=0.8, alpha=0.6)
+            ax.annotate(e.name, (e.step, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=6,
+                        va="top", ha="right", color="tab:red")
