@@ -1,8 +1,9 @@
 """A Run: everything about a training job except how one step trains.
 
     Run(cfg).run():  build components ─► env check ─► [warm start] ─► stepper = make_stepper(cfg)
-                     ─► [resume] ─► eval before ─► for each step: stepper.step(i), log, eval every N,
-                     checkpoint every N, time budget ─► checkpoint ─► eval after ─► final/ ─► summary.json
+                     ─► [resume] ─► eval before ─► for each step: stepper.step(i), log, watch (diagnostics,
+                     remedies), eval every N, checkpoint every N, time budget ─► checkpoint ─► eval after
+                     ─► final/ ─► summary.json
 
 The Run owns the run directory, console, metrics logger, eval schedule, checkpoints and resume, the time
 budget and the summary. It drives a Stepper (the protocol below); loop/schedule.py picks which one.
@@ -27,6 +28,7 @@ from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_c
 from posttrain.loop.evaluate import evaluate_async
 from posttrain.loop.schedule import make_stepper
 from posttrain.loop.warm_start import WarmStartResult, run_warm_start
+from posttrain.loop.watch import Watch
 from posttrain.obs import console as con
 from posttrain.obs.metrics import MetricsLogger
 from posttrain.obs.rollout_stats import sample_records
@@ -74,6 +76,7 @@ class Run:
             env_check(self.c, cfg.task.env_check, self.say, cfg.logging.console)
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
         self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard)
+        self.watch = Watch(cfg, self.logger.log, self.say)
 
     def run(self) -> RunResult:
         return asyncio.run(self.run_async())
@@ -97,11 +100,13 @@ class Run:
                     state = load_checkpoint(ckpt, c.sampler.generator)
                     stepper.load_state_dict(torch.load(ckpt / STEPPER_FILE, map_location="cpu", weights_only=False))
                     start, before = state["step"], state.get("before", {})
+                    self.watch.resume(state.get("watch", {}), stepper)
                     _truncate_jsonl(self.run_dir / "metrics.jsonl", start)
                     _truncate_jsonl(self.run_dir / "samples.jsonl", start)
                     self.say(f"resumed from {ckpt} at step {start}")
                 if not before and cfg.loop.eval_before:
                     before = await self._eval(0, "before training" if warm is None else "after the warm start")
+                    self.watch.observe({"kind": "eval", "step": 0, **before}, stepper)
                 done = await self._train(stepper, start, before)
             finally:
                 await stepper.close()  # stops rollout workers before the final eval
@@ -112,6 +117,7 @@ class Run:
                 if not (cfg.loop.save_every and done % cfg.loop.save_every == 0):
                     self._checkpoint(stepper, done, before)
                 last_eval = await self._eval(done, "after training")
+                self.watch.observe({"kind": "eval", "step": done, **last_eval}, stepper)
             if done > start or warm is not None:  # warm start only (loop.steps=0): its model is the result
                 self._save_final()
         finally:
@@ -125,7 +131,8 @@ class Run:
         for i in range(start, cfg.loop.steps):
             m = await stepper.step(i)
             done = i + 1
-            self.logger.log({"kind": "train", "step": done, **m})
+            record = {"kind": "train", "step": done, **m}
+            self.logger.log(record)
             trajs = stepper.last_trajectories
             if cfg.loop.samples_per_step:
                 self.logger.log_samples(done, sample_records(trajs, cfg.loop.samples_per_step))
@@ -133,8 +140,10 @@ class Run:
             if failed is not None:
                 self.say(f"  sample failed (kept out of training): {failed.error}")
             self.say(con.step_line(done, cfg.loop.steps, m))
+            self.watch.observe(record, stepper)
             if cfg.loop.eval_every and done % cfg.loop.eval_every == 0 and done < cfg.loop.steps:
-                await self._eval(done, "held-out")
+                m_eval = await self._eval(done, "held-out")
+                self.watch.observe({"kind": "eval", "step": done, **m_eval}, stepper)
             if cfg.loop.save_every and done % cfg.loop.save_every == 0:
                 self._checkpoint(stepper, done, before)
             if cfg.loop.time_budget_s and time.perf_counter() - t_train >= cfg.loop.time_budget_s:
@@ -169,7 +178,7 @@ class Run:
 
     def _checkpoint(self, stepper: Stepper, step: int, before: dict[str, float]) -> None:
         save_checkpoint(self.run_dir, step, {STEPPER_FILE: stepper.state_dict()}, self.c.sampler.generator,
-                        {"before": before}, keep=self.cfg.loop.keep_checkpoints)
+                        {"before": before, "watch": self.watch.state_dict()}, keep=self.cfg.loop.keep_checkpoints)
 
     def _save_final(self) -> None:
         out = self.run_dir / "final"
@@ -188,8 +197,12 @@ class Run:
             cols = [("before", before), ("after", last_eval)]
         title = f"held-out ({len(self.eval_rows)} prompts): {' vs '.join(c for c, _ in cols)}"
         con.console.print(con.eval_table(title, cols)) if self.cfg.logging.console else None
+        verdicts = self.watch.report(self.run_dir)
+        if verdicts:
+            self.say(verdicts)
         self.say(f"done in {elapsed / 60:.1f} min -> {self.run_dir}")
-        summary: dict[str, Any] = {"before": before, "after": last_eval, "steps": done, "wall_seconds": elapsed}
+        summary: dict[str, Any] = {"before": before, "after": last_eval, "steps": done, "wall_seconds": elapsed,
+                                   "diagnostics": self.watch.summary()}
         if warm is not None:
             summary["warm_start"] = {**asdict(warm), "base_eval": base_eval}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
