@@ -195,6 +195,28 @@ def env_check(
         raise typer.Exit(1)
 
 
+init_app = typer.Typer(add_completion=False, help="Start something new from a runnable template.")
+app.add_typer(init_app, name="init")
+
+
+@init_app.command("task")
+def init_task(
+    name: str = typer.Argument(..., help="the task's name; writes NAME.py"),
+    directory: Path = typer.Option(Path("."), "--dir", help="folder to write into"),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing file"),
+) -> None:
+    """Write a runnable task file: rows, rewards, a demonstrate hook, smoke checks, and how to train it."""
+    from posttrain.envs.scaffold import write_task_file
+
+    try:
+        path = write_task_file(name, directory, force)
+    except (FileExistsError, ValueError) as e:
+        _fail(str(e))
+    typer.echo(f"wrote {path}\nnext:\n  posttrain env check --task {path}:make_task\n"
+               f"  posttrain env check --task {path}:make_task --preflight\n"
+               f"  posttrain train task.name={path}:make_task loop.steps=15")
+
+
 def main() -> None:
     app()
 
