@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 from posttrain.envs import check as K
 from posttrain.envs.custom import to_task
-from posttrain.envs.preflight import PreflightMeasurements, diagnose, estimate_run_seconds, format_verdicts, worst
+from posttrain.envs.preflight import (PreflightMeasurements, diagnose, estimate_run_seconds, format_verdicts,
+                                     measurements_from_metrics, worst)
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.sampling.testing import ScriptedSampler
 from posttrain.types import Completion, SampleParams
@@ -155,3 +156,17 @@ def test_format_lists_worst_first_with_advice():
     text = format_verdicts(vs)
     assert text.index("[STOP]") < text.index("[WARN]") < text.index("[INFO]")
     assert "      - add partial credit" in text
+
+
+def test_measurements_from_a_runs_logged_metrics():
+    # What the loop logs for the eval before training and for step 1 of a run with no signal.
+    before = {"eval/pass_rate": 0.0, "eval/seconds": 30.0}
+    step = {"groups/zero_variance_frac": 1.0, "pass_rate": 0.0, "reward/mean": 0.0, "completion/truncated_frac": 0.0,
+            "rollouts/failed": 0.0, "rollouts/count": 16.0, "time/step": 5.0}
+    got = measurements_from_metrics(before, step, steps=60, num_generations=4, max_tokens=16)
+    found = kinds(got)
+    assert found["no_signal"].severity == "stop" and "G=4" in found["no_signal"].message
+    assert "60 steps" in found["time"].message and f"{(5.0 * 60 + 60) / 60:.1f} min" in found["time"].message
+    healthy = measurements_from_metrics({"eval/pass_rate": 0.2}, dict(step, **{"groups/zero_variance_frac": 0.25,
+                                                                                "pass_rate": 0.3}), 10, 4)
+    assert worst(diagnose(healthy)) == "ok"

@@ -8,6 +8,7 @@ out, no model and no torch, so the loop can call it with the numbers it already 
     diagnose(m) -> list[Verdict]          ordered worst first; one "ok" verdict when nothing is wrong
     format_verdicts(verdicts) -> str      plain text lines, for the console and logs
     estimate_run_seconds(step_s, steps, eval_s, evals) -> float
+    measurements_from_metrics(before, step, ...) -> PreflightMeasurements   from a run's own logged metrics
 """
 
 from __future__ import annotations
@@ -59,6 +60,23 @@ class Verdict:
 def estimate_run_seconds(step_s: float, steps: int, eval_s: float = 0.0, evals: int = 2) -> float:
     """Training time of a run: steps x one probe step, plus the held-out evaluations (before and after)."""
     return step_s * steps + eval_s * evals
+
+
+def measurements_from_metrics(before: dict[str, float], step: dict[str, float], steps: int,
+                              num_generations: int, max_tokens: int | None = None, multi_turn: bool = False,
+                              chat_template_ok: bool | None = None) -> PreflightMeasurements:
+    """Measurements from what a training run already logs: `before` is the eval before training (keys
+    `eval/pass_rate`, `eval/seconds`), `step` the first train step's metrics (`groups/zero_variance_frac`,
+    `pass_rate`, `reward/mean`, `completion/truncated_frac`, `rollouts/failed`, `rollouts/count`, `time/step`).
+    So training start gets the same verdicts as `env check --preflight` without sampling anything twice."""
+    return PreflightMeasurements(
+        baseline_pass_rate=float(before.get("eval/pass_rate", step.get("pass_rate", 0.0))),
+        zero_variance_frac=float(step.get("groups/zero_variance_frac", 0.0)),
+        sampled_pass_rate=step.get("pass_rate"), sampled_reward_mean=step.get("reward/mean"),
+        truncated_frac=step.get("completion/truncated_frac"), max_tokens=max_tokens,
+        reward_errors=int(step.get("rollouts/failed", 0)), samples=int(step.get("rollouts/count", 0)),
+        multi_turn=multi_turn, chat_template_ok=chat_template_ok, step_seconds=step.get("time/step"), steps=steps,
+        eval_seconds=before.get("eval/seconds"), num_generations=num_generations)
 
 
 def _signal(m: PreflightMeasurements) -> list[Verdict]:
@@ -174,4 +192,6 @@ def format_verdicts(verdicts: list[Verdict], title: str = "preflight verdicts") 
 
 
 def worst(verdicts: list[Verdict]) -> Severity:
-    return min((v.severity for v in verdicts), key=lambda s: _ORDER[s], default="ok")
+    """"stop" or "warn" when any verdict is; otherwise "ok" (an "info" verdict, the time estimate, is no problem)."""
+    bad = [v.severity for v in verdicts if v.severity in ("stop", "warn")]
+    return min(bad, key=lambda s: _ORDER[s]) if bad else "ok"
