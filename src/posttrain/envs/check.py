@@ -248,12 +248,12 @@ def preflight(cfg: Any, n_prompts: int = 16, n_groups: int | None = None, log: A
     n_groups = n_groups or cfg.loop.prompts_per_step
 
     async def groups() -> list[list[Any]]:
-        out = []
-        for row in c.task.train_rows[:n_groups]:
-            trajs = list(await asyncio.gather(*(c.env.rollout(row, c.sampler, c.train_params) for _ in range(g))))
-            await c.env.score(trajs)
-            out.append(trajs)
-        return out
+        # All groups at once, as a training step samples them (the sampler batches concurrent requests), so the
+        # timing is a step's, not n_groups sequential ones.
+        rows_ = c.task.train_rows[:n_groups]
+        trajs = list(await asyncio.gather(*(c.env.rollout(r, c.sampler, c.train_params) for r in rows_ for _ in range(g))))
+        await c.env.score(trajs)
+        return [trajs[i * g:(i + 1) * g] for i in range(len(rows_))]
 
     t0 = time.perf_counter()
     sampled = asyncio.run(groups())
