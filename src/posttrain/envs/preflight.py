@@ -179,7 +179,7 @@ def diagnose(m: PreflightMeasurements) -> list[Verdict]:
     if not found:
         found = [Verdict("ok", "ok", f"learning signal present: baseline pass rate {m.baseline_pass_rate:.3f}, "
                                      f"{m.zero_variance_frac:.0%} of groups without signal")]
-    return sorted(found + _timing(m), key=lambda v: _ORDER[v.severity])
+    return sorted(found, key=lambda v: _ORDER[v.severity]) + _timing(m)  # the diagnosis first, then the clock
 
 
 def format_verdicts(verdicts: list[Verdict], title: str = "preflight verdicts") -> str:
