@@ -1,28 +1,33 @@
-"""A custom task in ~20 lines: teach the model to answer sums with just the number.
+"""A custom task in ~20 lines: read a sentence and answer with just the year in it.
 
-Run it:  posttrain train task.name=examples/custom_task.py:make_task loop.steps=10
+    posttrain train task.name=examples/custom_task.py:make_task loop.steps=15
+
+Why this one learns in minutes (docs/first_task.md): RL can only raise a reward that already fires sometimes.
+The headline (`exact`, the first function: the pass) fires on about one sample in ten of the untrained 135M
+model, and `has_year` pays for the right year inside a wordy reply, so a near miss beats a wrong number. The
+plain-text `Q: ... A:` prompt (no chat template) and the stop at a newline keep the answer one short line.
 """
 
 import random
-import re
+
+NAMES, PLACES = ["Ada", "Bo", "Cyrus", "Dina", "Eli", "Fay", "Gus", "Hana"], ["bridge", "library", "museum", "tower"]
 
 
-def correct_number(completions, answer, **kwargs):
-    """TRL-style reward: 1.0 for exactly the right number, 0.5 when the last number in the reply is right."""
-    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
-    scores = []
-    for text, a in zip(texts, answer):
-        numbers = re.findall(r"-?\d+", text)
-        exact = re.fullmatch(r"\s*-?\d+\s*", text) is not None
-        scores.append(0.0 if not numbers or int(numbers[-1]) != a else (1.0 if exact else 0.5))
-    return scores
+def exact(completions, answer, **kwargs):
+    """The headline: 1.0 when the reply is the year and nothing else."""
+    return [1.0 if c.strip().rstrip(".") == str(a) else 0.0 for c, a in zip(completions, answer)]
 
 
-def make_task(n: int = 300, seed: int = 0):
+def has_year(completions, answer, **kwargs):
+    """Shaping: 1.0 when the right year is somewhere in the reply, however wordy."""
+    return [1.0 if str(a) in c else 0.0 for c, a in zip(completions, answer)]
+
+
+def make_task(n: int = 200, seed: int = 0):
     rng = random.Random(seed)
     rows = []
     for _ in range(n):
-        a, b = rng.randint(1, 50), rng.randint(1, 50)
-        rows.append({"prompt": [{"role": "user", "content": f"What is {a} + {b}? Reply with only the number."}],
-                     "answer": a + b})
-    return {"train": rows[:-40], "eval": rows[-40:], "rewards": [correct_number], "max_tokens": 16}
+        year, visits = rng.randint(1800, 2020), rng.randint(2, 40)  # the visit count is a distractor number
+        text = f"{rng.choice(NAMES)} visited the {rng.choice(PLACES)} {visits} times after it opened in {year}."
+        rows.append({"prompt": f"{text}\nQ: In which year did it open?\nA:", "answer": year})
+    return {"train": rows[:-40], "eval": rows[-40:], "rewards": [exact, has_year], "max_tokens": 12, "stop": ["\n"]}

@@ -1,6 +1,9 @@
 """A tool-use task in 30 lines: the policy may call a calculator before answering.
 
-    posttrain train task.name=examples/tool_task.py:make_task loop.steps=10
+    posttrain train task.name=examples/tool_task.py:make_task warm_start.steps=20 loop.steps=10
+
+The warm start is part of the command on purpose: the untrained 135M model never writes a working tool call,
+so without it every reward is 0 and RL has nothing to reinforce (`posttrain env check --preflight` says so).
 
 Tools are plain functions: their type hints and docstrings become the JSON schemas shown to the model. With
 `tools` in the task, the loop runs a multi-turn ToolEnv: the policy writes
@@ -8,10 +11,8 @@ Tools are plain functions: their type hints and docstrings become the JSON schem
 message (loss mask 0), and the episode ends when it replies without a tool call or after `max_turns` replies.
 Reward functions see the final reply plus `tool_calls` (every call of the episode) and `num_turns`.
 
-`demonstrate` shows the policy how it is done (call the tool, then state the result); with it, a short
-supervised warm start runs before RL:
-
-    posttrain train task.name=examples/tool_task.py:make_task warm_start.steps=20 loop.steps=10
+`demonstrate` shows the policy how it is done (call the tool, then state the result); `warm_start.steps=20`
+runs a short supervised warm start on those demonstrations before RL.
 """
 
 import json

@@ -183,6 +183,7 @@ def env_check(
     preflight: bool = typer.Option(False, "--preflight", help="also measure model x task: baseline, variance, memory"),
     prompts: int = typer.Option(16, "--prompts", help="--preflight: prompts for the baseline pass rate"),
     groups: int = typer.Option(4, "--groups", help="--preflight: sampled groups for the zero-variance share"),
+    steps: Optional[int] = typer.Option(None, "--steps", help="--preflight: planned loop.steps, for the run-time estimate"),
 ) -> None:
     """Smoke-check envs (known-good passes, known-bad fails, smoke commands); exit 1 if any check fails."""
     from posttrain.config import ConfigError, load_config
@@ -204,8 +205,8 @@ def env_check(
 
         for n in names:
             try:
-                rep = env_checks.preflight(load_config(None, [f"model.name={model}", f"task.name={n}"]), prompts, groups,
-                                           log=lambda s: typer.echo(s, err=True))
+                over = [f"model.name={model}", f"task.name={n}"] + ([f"loop.steps={steps}"] if steps is not None else [])
+                rep = env_checks.preflight(load_config(None, over), prompts, groups, log=lambda s: typer.echo(s, err=True))
             except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError) as e:
                 _fail(str(e))
             table = Table(title=f"preflight: {model} on {n}")
@@ -214,8 +215,34 @@ def env_check(
             for k, v in rep.rows():
                 table.add_row(k, v)
             con.console.print(table)
+            from posttrain.envs.preflight import format_verdicts
+
+            con.console.print(format_verdicts(rep.verdicts, f"preflight verdicts: {model} on {n}"), markup=False,
+                              highlight=False)
     if not all(r.ok for r in results):
         raise typer.Exit(1)
+
+
+init_app = typer.Typer(add_completion=False, help="Start something new from a runnable template.")
+app.add_typer(init_app, name="init")
+
+
+@init_app.command("task")
+def init_task(
+    name: str = typer.Argument(..., help="the task's name; writes NAME.py"),
+    directory: Path = typer.Option(Path("."), "--dir", help="folder to write into"),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing file"),
+) -> None:
+    """Write a runnable task file: rows, rewards, a demonstrate hook, smoke checks, and how to train it."""
+    from posttrain.envs.scaffold import write_task_file
+
+    try:
+        path = write_task_file(name, directory, force)
+    except (FileExistsError, ValueError) as e:
+        _fail(str(e))
+    typer.echo(f"wrote {path}\nnext:\n  posttrain env check --task {path}:make_task\n"
+               f"  posttrain env check --task {path}:make_task --preflight\n"
+               f"  posttrain train task.name={path}:make_task loop.steps=15")
 
 
 def main() -> None:

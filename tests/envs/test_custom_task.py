@@ -8,13 +8,16 @@ from posttrain.envs.custom import to_task
 
 def test_example_custom_task_loads_and_scores():
     task = load_task("examples/custom_task.py:make_task")
-    assert task.conversational and len(task.eval_rows) == 40
+    assert not task.conversational and len(task.eval_rows) == 40 and task.stop == ["\n"]
     row = task.train_rows[0]
-    good = [{"role": "assistant", "content": str(row["answer"])}]
-    wordy = [{"role": "assistant", "content": f"The answer is {row['answer']}"}]
-    wrong = [{"role": "assistant", "content": f"{row['answer'] + 1}"}]
-    scores = task.rubric.score([good, wordy, wrong], [row, row, row])
-    assert [s.reward for s in scores] == [1.0, 0.5, 0.0]
+    visits = int(row["prompt"].split(" times")[0].split()[-1])
+    good, wordy = f" {row['answer']}", f" It opened in {row['answer']}."
+    distractor = f" {visits}"  # the other number in the sentence
+    scores = task.rubric.score([good, wordy, distractor], [row, row, row])
+    assert [s.reward for s in scores] == [2.0, 1.0, 0.0]
+    assert [s.passed for s in scores] == [True, False, False]
+    # held-out sentences are new ones
+    assert not {r["prompt"] for r in task.eval_rows} & {r["prompt"] for r in task.train_rows}
 
 
 def test_module_path_and_options():

@@ -168,16 +168,27 @@ class PreflightReport:
     chat_template_detail: str
     memory_gb: dict[str, float]
     params: int
+    measurements: Any = None  # envs.preflight.PreflightMeasurements: everything the verdicts were drawn from
+    verdicts: list[Any] = field(default_factory=list)  # envs.preflight.Verdict, worst first
 
     def rows(self) -> list[tuple[str, str]]:
         mem = ", ".join(f"{k} {v:.3g}" for k, v in self.memory_gb.items())
-        return [("model", self.model), ("task", self.task), ("parameters", f"{self.params:,}"),
-                ("baseline pass rate", f"{self.baseline_pass_rate:.3f}"),
-                ("baseline reward", f"{self.baseline_reward:.3f}"),
-                ("zero-variance groups", f"{self.zero_variance_frac:.2f}"),
-                ("chat template prefix", ("ok: " if self.chat_template_ok else "BROKEN: ") + self.chat_template_detail),
+        out = [("model", self.model), ("task", self.task), ("parameters", f"{self.params:,}"),
+               ("baseline pass rate", f"{self.baseline_pass_rate:.3f}"),
+               ("baseline reward", f"{self.baseline_reward:.3f}"),
+               ("zero-variance groups", f"{self.zero_variance_frac:.2f}")]
+        m = self.measurements
+        if m is not None:
+            if m.sampled_pass_rate is not None:
+                out.append(("sampled pass rate", f"{m.sampled_pass_rate:.3f} ({m.samples} samples)"))
+            if m.truncated_frac is not None:
+                out.append(("truncated samples", f"{m.truncated_frac:.2f} (max_tokens={m.max_tokens})"))
+            out.append(("reward errors", str(m.reward_errors)))
+            if m.step_seconds is not None:
+                out.append(("probe step (s)", f"{m.step_seconds:.1f}"))
+        out += [("chat template prefix", ("ok: " if self.chat_template_ok else "BROKEN: ") + self.chat_template_detail),
                 ("peak memory estimate (GB)", mem)]
-
+        return out
 
 def chat_template_prefix_ok(tok: Any) -> tuple[bool, str]:
     """Multi-turn training needs rendering to be append-only, token for token (models/template_check.py)."""
@@ -217,12 +228,16 @@ def zero_variance_fraction(rewards_by_group: list[list[float]]) -> float:
     return sum(max(g) - min(g) < 1e-9 for g in groups) / len(groups)
 
 
-def preflight(cfg: Any, n_prompts: int = 16, n_groups: int = 4, log: Any = print) -> PreflightReport:
-    """Model x task preflight from a Config: greedy pass rate on `n_prompts` training prompts, the share of
-    zero-variance groups over `n_groups` sampled groups of G (num_generations) at the training temperature,
-    the chat-template prefix check and a peak memory estimate."""
+def preflight(cfg: Any, n_prompts: int = 16, n_groups: int | None = None, log: Any = print,
+              probe_step: bool = True) -> PreflightReport:
+    """Model x task preflight from a Config: greedy pass rate on `n_prompts` training prompts; `n_groups` groups
+    of G (num_generations) sampled at the training temperature (default: one step's worth, prompts_per_step),
+    for the zero-variance share, sampled pass rate, truncation and reward errors; one timed probe step (those
+    groups sampled, then one forward/backward and optimizer step) for a run-time estimate; the chat-template
+    check; a peak memory estimate; and the verdicts (envs/preflight.py) drawn from all of it."""
     import asyncio
 
+    from posttrain.envs.preflight import diagnose
     from posttrain.loop.builder import build
     from posttrain.loop.evaluate import evaluate
 
@@ -230,20 +245,79 @@ def preflight(cfg: Any, n_prompts: int = 16, n_groups: int = 4, log: Any = print
     rows = c.task.train_rows[:n_prompts]
     m, _ = evaluate(c.env, c.sampler, rows, c.eval_params)
     g = cfg.algorithm.num_generations
+    n_groups = n_groups or cfg.loop.prompts_per_step
 
-    async def groups() -> list[list[float]]:
-        out = []
-        for row in c.task.train_rows[:n_groups]:
-            trajs = list(await asyncio.gather(*(c.env.rollout(row, c.sampler, c.train_params) for _ in range(g))))
-            await c.env.score(trajs)
-            out.append([t.reward for t in trajs if not t.failed])
-        return out
+    async def groups() -> list[list[Any]]:
+        # All groups at once, as a training step samples them (the sampler batches concurrent requests), so the
+        # timing is a step's, not n_groups sequential ones.
+        rows_ = c.task.train_rows[:n_groups]
+        trajs = list(await asyncio.gather(*(c.env.rollout(r, c.sampler, c.train_params) for r in rows_ for _ in range(g))))
+        await c.env.score(trajs)
+        return [trajs[i * g:(i + 1) * g] for i in range(len(rows_))]
 
-    zv = zero_variance_fraction(asyncio.run(groups()))
+    t0 = time.perf_counter()
+    sampled = asyncio.run(groups())
+    sample_s = time.perf_counter() - t0
+    step_s = None
+    if probe_step:
+        step_s = sample_s * cfg.loop.prompts_per_step / max(1, n_groups) + _probe_train_seconds(cfg, c, sampled, log)
     ok, detail = chat_template_prefix_ok(c.tokenizer)
     prompt_len = max(len(c.env.prompt_ids(r)) for r in rows)
     mem = memory_estimate_gb(c.model, c.trainable_params, c.total_params,
                              batch_seqs=cfg.loop.prompts_per_step * g, seq_len=prompt_len + c.train_params.max_tokens,
                              ref_model=c.ref_model is not None)
-    return PreflightReport(cfg.model.name, c.task.name, m["eval/pass_rate"], m["eval/reward/mean"], zv, ok, detail,
-                           mem, c.total_params)
+    # The run evaluates min(eval_prompts, held-out) prompts; the baseline here timed len(rows) of them.
+    eval_s = m.get("eval/seconds", 0.0) * min(cfg.loop.eval_prompts, len(c.task.eval_rows)) / max(1, len(rows))
+    meas = measurements_from(m, sampled, c, cfg, ok, detail, step_s, eval_s)
+    return PreflightReport(cfg.model.name, c.task.name, m["eval/pass_rate"], m["eval/reward/mean"],
+                           meas.zero_variance_frac, ok, detail, mem, c.total_params, meas, diagnose(meas))
+
+
+def measurements_from(baseline: dict[str, float], sampled: list[list[Any]], c: Any, cfg: Any, template_ok: bool,
+                      template_detail: str, step_s: float | None, eval_s: float | None = None) -> Any:
+    """PreflightMeasurements from a greedy baseline's metrics and sampled, scored groups of trajectories."""
+    from posttrain.envs.preflight import PreflightMeasurements
+
+    trajs = [t for grp in sampled for t in grp]
+    ok_trajs = [t for t in trajs if not t.failed]
+    errors = [t for t in trajs if t.failed]
+    rewards = [t.reward for t in ok_trajs]
+    conversational = c.task.conversational
+    no_template = conversational and not getattr(c.tokenizer, "chat_template", None)
+    return PreflightMeasurements(
+        baseline_pass_rate=baseline["eval/pass_rate"],
+        zero_variance_frac=zero_variance_fraction([[t.reward for t in grp if not t.failed] for grp in sampled]),
+        sampled_pass_rate=sum(t.passed for t in ok_trajs) / len(ok_trajs) if ok_trajs else 0.0,
+        sampled_reward_mean=sum(rewards) / len(rewards) if rewards else None,
+        sampled_reward_max=max(rewards) if rewards else None,
+        truncated_frac=sum(t.turns[-1].finish_reason == "length" for t in trajs) / len(trajs) if trajs else None,
+        max_tokens=c.train_params.max_tokens, reward_errors=len(errors), samples=len(trajs),
+        first_error=(errors[0].error or "")[:160] if errors else None,
+        multi_turn=bool(c.task.tools) or c.task.env_factory is not None, chat_template_ok=template_ok,
+        chat_template_detail=template_detail, chat_prompts_without_template=bool(no_template),
+        step_seconds=step_s, steps=cfg.loop.steps, eval_seconds=eval_s, num_generations=cfg.algorithm.num_generations)
+
+
+def _probe_train_seconds(cfg: Any, c: Any, sampled: list[list[Any]], log: Any) -> float:
+    """Seconds of one forward/backward + optimizer step on the sampled groups. Advantages are set to +-1 so
+    every sequence is trained on, as in a step with signal (a step on a no-signal batch is cheaper). The model
+    is changed by it; a preflight throws its model away after."""
+    from posttrain.algos import LOSSES, LossConfig
+    from posttrain.types import Group, groups_to_batch
+
+    groups = [Group(task_index=i, trajectories_G=list(grp), advantages_G=[(-1.0) ** k for k in range(len(grp))])
+              for i, grp in enumerate(sampled)]
+    batch = groups_to_batch(groups)
+    if not batch.sequences:
+        return 0.0
+    a = cfg.algorithm
+    loss_cfg = LossConfig(epsilon=a.epsilon, epsilon_high=a.epsilon_high, aggregation=a.aggregation,
+                          max_tokens=c.train_params.max_tokens)
+    t0 = time.perf_counter()
+    try:
+        c.trainer.forward_backward(batch, LOSSES[a.loss], loss_cfg)
+        c.trainer.optim_step()
+    except Exception as e:  # noqa: BLE001 - the estimate is advice; a failure here must not hide the rest
+        log(f"preflight: probe training step failed ({type(e).__name__}: {e}); the time estimate is sampling only")
+        return 0.0
+    return (time.perf_counter() - t0) * cfg.loop.prompts_per_step / max(1, len(groups))
