@@ -37,3 +37,12 @@ def test_remedies_stay_off_by_default(tmp_path):
     assert not any(r["kind"] == "remedy" for r in recs)
     counts = {r["rollouts/count"] for r in recs if r["kind"] == "train"}
     assert len(counts) == 1  # nothing changed the sampling
+
+
+def test_training_start_prints_preflight_verdicts_after_the_first_step(tmp_path, capsys):
+    train(load_config(None, ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false",
+                             "loop.eval_prompts=4", "loop.save_every=0", "loop.steps=2", f"run.output_dir={tmp_path}"]))
+    out = capsys.readouterr().out
+    assert "preflight verdicts: count-a" in out
+    assert out.index("step    1/2") < out.index("preflight verdicts") < out.index("step    2/2")
+    assert "per training step on this machine" in out

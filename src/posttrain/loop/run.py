@@ -140,6 +140,8 @@ class Run:
             if failed is not None:
                 self.say(f"  sample failed (kept out of training): {failed.error}")
             self.say(con.step_line(done, cfg.loop.steps, m))
+            if done == 1 and cfg.logging.console:  # the first step measured what the preflight needs: say it
+                self._preflight_verdicts(before, m)
             self.watch.observe(record, stepper)
             if cfg.loop.eval_every and done % cfg.loop.eval_every == 0 and done < cfg.loop.steps:
                 m_eval = await self._eval(done, "held-out")
@@ -150,6 +152,17 @@ class Run:
                 self.say(f"time budget of {cfg.loop.time_budget_s:.0f}s reached after step {done}")
                 break
         return done
+
+    def _preflight_verdicts(self, before: dict[str, float], m: dict[str, Any]) -> None:
+        """Diagnoses with advice from the eval before and the first step (envs/preflight.py): no learning
+        signal, saturation, truncation, reward errors, the time the whole run will take. Printing only."""
+        from posttrain.envs.preflight import diagnose, format_verdicts, measurements_from_metrics
+
+        c = self.c
+        meas = measurements_from_metrics(before=before, step=m, steps=self.cfg.loop.steps,
+                                         num_generations=self.cfg.algorithm.num_generations,
+                                         max_tokens=c.train_params.max_tokens, multi_turn=bool(c.task.tools))
+        self.say(format_verdicts(diagnose(meas), f"preflight verdicts: {c.task.name}"))
 
     # ---- pieces ------------------------------------------------------------------------------------------
     async def _warm_start(self) -> tuple[WarmStartResult, dict[str, float]]:
