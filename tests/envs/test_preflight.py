@@ -13,7 +13,7 @@ from posttrain.envs.custom import to_task
 from posttrain.envs.preflight import (PreflightMeasurements, diagnose, estimate_run_seconds, format_verdicts,
                                      measurements_from_metrics, worst)
 from posttrain.envs.single_turn import SingleTurnEnv
-from posttrain.sampling.testing import ScriptedSampler
+from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.types import Completion, SampleParams
 
 ROWS = [{"prompt": f"Q: What is {a} + 1?\nA:", "answer": a + 1} for a in range(8)]

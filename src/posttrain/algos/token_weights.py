@@ -1,6 +1,6 @@
 """Per-token credit weights: `fn(entropy_BT, mask_BT, **options) -> weights_BT`, detached, 0 on padding.
 
-The losses multiply these into their policy-gradient term (LossConfig.token_weights_BT), so credit can be moved
+The losses multiply these into their policy-gradient term (LossInputs.token_weights_BT), so credit can be moved
 between tokens without touching any loss. DACA-GRPO (the seed post) derives such weights from denoising progress
 in diffusion LMs; for autoregressive models we ship the entropy-based rule below.
 

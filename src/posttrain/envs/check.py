@@ -302,7 +302,9 @@ def _probe_train_seconds(cfg: Any, c: Any, sampled: list[list[Any]], log: Any) -
     """Seconds of one forward/backward + optimizer step on the sampled groups. Advantages are set to +-1 so
     every sequence is trained on, as in a step with signal (a step on a no-signal batch is cheaper). The model
     is changed by it; a preflight throws its model away after."""
-    from posttrain.algos import LOSSES, LossConfig
+    from posttrain.algos import LOSSES
+    from posttrain.loop.pg_stepper import loss_params
+    from posttrain.loop.schedule import make_trainer
     from posttrain.types import Group, groups_to_batch
 
     groups = [Group(task_index=i, trajectories_G=list(grp), advantages_G=[(-1.0) ** k for k in range(len(grp))])
@@ -310,13 +312,11 @@ def _probe_train_seconds(cfg: Any, c: Any, sampled: list[list[Any]], log: Any) -
     batch = groups_to_batch(groups)
     if not batch.sequences:
         return 0.0
-    a = cfg.algorithm
-    loss_cfg = LossConfig(epsilon=a.epsilon, epsilon_high=a.epsilon_high, aggregation=a.aggregation,
-                          max_tokens=c.train_params.max_tokens)
     t0 = time.perf_counter()
     try:
-        c.trainer.forward_backward(batch, LOSSES[a.loss], loss_cfg)
-        c.trainer.optim_step()
+        trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)  # the run's own trainer settings
+        trainer.forward_backward(batch, LOSSES[cfg.algorithm.loss], loss_params(cfg, c.train_params.max_tokens))
+        trainer.optim_step()
     except Exception as e:  # noqa: BLE001 - the estimate is advice; a failure here must not hide the rest
         log(f"preflight: probe training step failed ({type(e).__name__}: {e}); the time estimate is sampling only")
         return 0.0
