@@ -28,7 +28,9 @@ def _doc_commands(text: str) -> set[str]:
 
 def test_readme_and_docstrings_show_the_benchmarked_commands():
     commands = set(_bench().COMMANDS.values())
-    readme = _doc_commands((ROOT / "README.md").read_text())
+    # The examples bench/examples.py measures (stall_tasks.py is measured by bench/remedy_stall.py).
+    measured = tuple(f"task.name=examples/{name}.py:" for name in _bench().COMMANDS)
+    readme = {c for c in _doc_commands((ROOT / "README.md").read_text()) if any(m in c for m in measured)}
     assert readme, "the README shows no example command"
     assert readme <= commands, f"README commands not measured by bench/examples.py: {readme - commands}"
     for name, cmd in _bench().COMMANDS.items():

@@ -31,7 +31,7 @@ def _sampler_process(name, specs, lock, requests, replies):
                 requests.get(timeout=60)
             continue
         with recv.guard() as version:
-            replies.put((version, {n: p.detach().clone() for n, p in model.named_parameters()}))
+            replies.put((version, {n: p.detach().numpy().copy() for n, p in model.named_parameters()}))
     recv.close()
 
 
@@ -47,6 +47,7 @@ def test_shared_memory_push_is_seen_by_the_sampler_process_in_place():
         requests.put("get")
         version, seen = replies.get(timeout=60)
         assert version == 1
+        seen = {n: torch.from_numpy(v) for n, v in seen.items()}
         for n, p in trainable_state(trainer_model).items():
             assert torch.equal(seen[n], p), n
         assert not torch.equal(seen["0.bias"], trainer_model[0].bias)  # frozen: the sampler keeps its own
@@ -56,7 +57,7 @@ def test_shared_memory_push_is_seen_by_the_sampler_process_in_place():
         sync.push(2)
         requests.put("get")
         version, seen = replies.get(timeout=60)
-        assert version == 2 and torch.equal(seen["2.weight"], trainer_model[2].weight)
+        assert version == 2 and torch.equal(torch.from_numpy(seen["2.weight"]), trainer_model[2].weight)
         # A sampler mid-decode holds the lock: the push times out and retries, then fails clearly.
         requests.put("hold")
         assert replies.get(timeout=60) == "holding"
@@ -94,7 +95,9 @@ def _broadcast_rank(rank, port, out):
         BroadcastWeights(model).push(7)
     else:
         version = BroadcastReceiver(model).pull()
-        out.put((version, {n: p.detach().clone() for n, p in model.named_parameters()}))
+        # numpy arrays pickle by value; torch tensors would travel as file descriptors of this process, gone
+        # once it exits
+        out.put((version, {n: p.detach().numpy().copy() for n, p in model.named_parameters()}))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -113,6 +116,7 @@ def test_broadcast_over_gloo_delivers_the_trainer_weights():
     with torch.no_grad():
         want[2].weight.mul_(3.0)
     assert version == 7
+    seen = {n: torch.from_numpy(v) for n, v in seen.items()}
     for n, p in trainable_state(want).items():
         assert torch.equal(seen[n], p), n
     assert torch.equal(seen["0.bias"], _model(seed=1)[0].bias)  # frozen: not sent
