@@ -94,6 +94,14 @@ def file_sampler(model_name, directory, req, rep):
 
 
 # ---- the trainer side -------------------------------------------------------------------------------------
+def notifying(sync, req):
+    """A push that also tells the sampler process which version to wait for."""
+    def push(v):
+        sync.push(v)
+        req.put(v)
+    return push
+
+
 def timed_pushes(model, push, confirm, repeats: int) -> list[float]:
     """Change the weights (untimed), then time push + the sampler's confirmation."""
     out = []
@@ -133,12 +141,8 @@ def bench_shm(model, model_name, lora_r, repeats):
     proc.start()
     assert rep.get(timeout=600) == "ready"
 
-    def push(v):
-        sync.push(v)
-        req.put(v)
-
     try:
-        return timed_pushes(model, push, lambda v: rep.get(timeout=600), repeats)
+        return timed_pushes(model, notifying(sync, req), lambda v: rep.get(timeout=600), repeats)
     finally:
         req.put(None)
         proc.join(timeout=120)
@@ -175,12 +179,8 @@ def bench_file(model, model_name, repeats):
         proc.start()
         assert rep.get(timeout=600) == "ready"
 
-        def push(v):
-            sync.push(v)
-            req.put(v)
-
         try:
-            return timed_pushes(model, push, lambda v: rep.get(timeout=600), repeats)
+            return timed_pushes(model, notifying(sync, req), lambda v: rep.get(timeout=600), repeats)
         finally:
             req.put(None)
             proc.join(timeout=120)

@@ -72,6 +72,8 @@ class Rollouts:
     overlong_buffer_frac: float = 0.0
     overlong_penalty: float = 1.0
     row_transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # e.g. a remedy's format hint
+    # Transformed rows by index: the same object every step, since envs cache rendered prompts per row.
+    _transformed: dict[int, dict[str, Any]] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     async def groups(self, row_indices: list[int], timer: StageTimer) -> tuple[list[Group], float]:
         """G rollouts per row, scored (group rewards included) and shaped. Returns the groups and the mean
@@ -89,11 +91,9 @@ class Rollouts:
     def _row(self, i: int) -> dict[str, Any]:
         if self.row_transform is None:
             return self.rows[i]
-        # The transformed row object must stay the same across steps: envs cache rendered prompts per row.
-        cache = self.__dict__.setdefault("_transformed", {})
-        if i not in cache:
-            cache[i] = self.row_transform(self.rows[i])
-        return cache[i]
+        if i not in self._transformed:
+            self._transformed[i] = self.row_transform(self.rows[i])
+        return self._transformed[i]
 
     def adjusted(self, ov: Any) -> "Rollouts":
         """These rollouts under a remedy's overrides (temperature, G, extra stop strings, the soft overlong

@@ -40,6 +40,7 @@ class ESStepper:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.base = [p.detach().clone() for p in self.params]
         self.history = ESHistory(sigma=es.sigma, lr=es.lr, population=es.population)
+        self.last_trajectories: list = []  # the last step's rollouts, for samples.jsonl
         self.fitness_params = SampleParams(max_tokens=train_params.max_tokens, temperature=es.temperature,
                                            top_p=train_params.top_p, top_k=train_params.top_k, stop=train_params.stop)
 

@@ -73,6 +73,7 @@ class PolicyGradientStepper:
         self.token_weight_fn = token_weight_fn(a)
         self.ref_model, self.ref_disable_adapter = ref_model, ref_disable_adapter
         self.version = version
+        self.last_trajectories: list = []  # the last step's rollouts, for samples.jsonl
 
     async def step(self, step: int) -> dict[str, Any]:
         cfg, a = self.cfg, self.cfg.algorithm
