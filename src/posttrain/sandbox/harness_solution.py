@@ -84,6 +84,16 @@ def describe(objs, e):
     return {"cls": objs.ref_of(type(e)), "msg": msg}
 
 
+def flush_output():
+    """Print output reaches the host before the answer does: once the last answer is in, the run may end and
+    this process be killed, and a pipe's block buffer would die with it (seen under load in CI)."""
+    for stream in (sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - a closed or replaced stream only loses the solution's own output
+            pass
+
+
 def main():
     req_fd, reply_fd, work_dir = sys.argv[1:4]
     keep = sorted({0, 1, 2, int(req_fd), int(reply_fd)})
@@ -100,6 +110,7 @@ def main():
             reply = {"id": msg.get("id"), "ok": wire.encode(handle(objs, msg), objs.ref_of)}
         except BaseException as e:  # noqa: BLE001 - SystemExit from solution code is an answer too
             reply = {"id": msg.get("id"), "raise": describe(objs, e)}
+        flush_output()
         replies.write(wire.dumps(reply))
         replies.flush()
 
