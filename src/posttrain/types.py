@@ -154,6 +154,7 @@ class Sequence:
     reward: float = 0.0  # the trajectory's reward after shaping (advantages are computed from it)
     finish_reason: str = "stop"  # of the last turn: "length" means the completion was truncated
     ref_logprobs: list[float] | None = None  # the reference model's, when a KL term needs them
+    teacher_logprobs: list[float] | None = None  # a distillation teacher's, on these tokens (algorithm.teacher)
     # The behaviour policy of the PPO ratio (algorithm.behavior_logprobs); None: the current policy, detached.
     old_logprobs: list[float] | None = None
 

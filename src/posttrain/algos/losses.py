@@ -38,6 +38,10 @@ class LossParams:
     # ppo_clip only: dual-clip constant c > 1 (Ye et al. 2020); bounds the loss of negative-advantage tokens whose
     # ratio exploded. None: off.
     dual_clip: float | None = None
+    # On-policy distillation (algos/distill.py), added by the trainer when sequences carry teacher log-probs:
+    # the reverse-KL term's weight, and the weight of the RL term beside it (0: pure distillation).
+    distill_coef: float = 0.0
+    rl_weight: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,14 @@ class ESConfig(_Strict):
     temperature: float = Field(0.0, ge=0.0, description="sampling temperature for fitness (0: greedy, as Qiu et al. 2025)")
 
 
+class TeacherConfig(_Strict):
+    model: str | None = Field(None, description=(
+        "on-policy distillation teacher: 'default', a HF folder (e.g. a run's final/) or 'tiny-random'; null: off. "
+        "It must share the policy's tokenizer"))
+    coef: float = Field(1.0, ge=0.0, description="weight of the per-token reverse-KL term toward the teacher")
+    rl_weight: float = Field(1.0, ge=0.0, description="weight of the task's RL term beside it (0: pure distillation)")
+
+
 class AlgorithmConfig(_Strict):
     name: str = Field("grpo", description=f"preset: {', '.join(ALGORITHM_PRESETS)} (fills fields you did not set)")
     stepper: Literal["policy_gradient", "es"] = Field(
@@ -129,6 +137,7 @@ class AlgorithmConfig(_Strict):
         "DAPO soft overlong penalty over the last fraction of max_tokens (DAPO: 4096 of 20480 = 0.2; 0: off)"))
     overlong_penalty: float = Field(1.0, ge=0.0, description="soft overlong penalty at the token limit")
     es: ESConfig = ESConfig()
+    teacher: TeacherConfig = TeacherConfig()
 
     @model_validator(mode="before")
     @classmethod

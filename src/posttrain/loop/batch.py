@@ -30,15 +30,17 @@ class BatchOptions:
     kl_reward_beta: float = 0.0  # > 0: KL to the reference as a per-sequence reward penalty (needs ref_logprobs)
     kl_estimator: str = "k3"
     overlong_filter: bool = False  # DAPO: truncated completions get no loss
-    # With a KL term in the loss every sequence contributes; without one, a sequence whose advantage is 0
-    # contributes exactly 0 (every registered loss is A times something), so only the rest needs a forward pass.
+    # With a KL term in the loss (to a reference or a distillation teacher) every sequence contributes; without
+    # one, a sequence whose advantage is 0 contributes exactly 0 (every registered loss is A times something), so
+    # only the rest needs a forward pass.
     keep_zero_advantage: bool = False
 
     @classmethod
     def from_config(cls, a: AlgorithmConfig) -> "BatchOptions":
         return cls(advantage=a.advantage, scale_std=a.scale_std,
                    kl_reward_beta=a.beta if a.kl_mode == "reward" else 0.0, kl_estimator=a.kl_estimator,
-                   overlong_filter=a.overlong_filter, keep_zero_advantage=a.beta > 0 and a.kl_mode == "loss")
+                   overlong_filter=a.overlong_filter,
+                   keep_zero_advantage=(a.beta > 0 and a.kl_mode == "loss") or a.teacher.model is not None)
 
 
 def sequences_from_groups(groups: list[Group]) -> list[Sequence]:

@@ -2,7 +2,7 @@
 
     collected = collector.collect(step)                  scored, shaped groups (sync or async)
     seqs      = sequences_from_groups(collected.groups)  one Sequence per trajectory that did not fail
-    (+ reference log-probs on each sequence when a KL term needs them)
+    (+ reference log-probs on each sequence when a KL term needs them, teacher log-probs when distilling)
     batch     = build_batch(seqs, options)               overlong filter, KL-as-reward, advantages, trained part
     (+ the behaviour policy's log-probs, algorithm.behavior_logprobs)
     trainer.forward_backward(batch, loss) x num_iterations, optim_step
@@ -35,7 +35,8 @@ def loss_params(cfg: Config, max_tokens: int) -> LossParams:
     return LossParams(epsilon=a.epsilon, epsilon_high=a.epsilon_high, beta=a.beta if a.kl_mode == "loss" else 0.0,
                       kl_estimator=a.kl_estimator, aggregation=a.aggregation,
                       max_tokens=max_tokens, cispo_epsilon_low=a.cispo_epsilon_low,
-                      dual_clip=a.dual_clip)
+                      dual_clip=a.dual_clip, distill_coef=a.teacher.coef if a.teacher.model else 0.0,
+                      rl_weight=a.teacher.rl_weight if a.teacher.model else 1.0)
 
 
 def token_weight_fn(a: AlgorithmConfig) -> TokenWeightFn | None:
@@ -60,10 +61,11 @@ def token_weight_fn(a: AlgorithmConfig) -> TokenWeightFn | None:
 class PolicyGradientStepper:
     def __init__(self, cfg: Config, trainer: Trainer, collector: Collector, sync: WeightSync,
                  pass_thresholds: dict[str, float], max_tokens: int, ref_model: Any | None = None,
-                 ref_disable_adapter: Any | None = None, version: int = 0):
+                 ref_disable_adapter: Any | None = None, version: int = 0, teacher: Any | None = None):
         """`pass_thresholds`: the task's rubric components (for pass rates); `max_tokens`: the completion budget.
         `ref_model`: a frozen reference for a KL term; with LoRA pass `ref_disable_adapter` instead (a context
-        manager factory, e.g. peft's `model.disable_adapter`: the base model is the reference)."""
+        manager factory, e.g. peft's `model.disable_adapter`: the base model is the reference). `teacher`: a
+        distillation teacher (loop/teacher.py), scoring each step's sequences once (all num_iterations reuse it)."""
         self.cfg, self.trainer, self.collector, self.sync = cfg, trainer, collector, sync
         a = cfg.algorithm
         self.loss_fn = LOSSES[a.loss]
@@ -72,6 +74,7 @@ class PolicyGradientStepper:
         self.batch_options = BatchOptions.from_config(a)
         self.token_weight_fn = token_weight_fn(a)
         self.ref_model, self.ref_disable_adapter = ref_model, ref_disable_adapter
+        self.teacher = teacher
         self.version = version
         self.last_trajectories: list = []  # the last step's rollouts, for samples.jsonl
 
@@ -83,6 +86,10 @@ class PolicyGradientStepper:
         if a.beta > 0 and seqs:
             for s, lp in zip(seqs, self._ref_logprobs(Batch(seqs))):
                 s.ref_logprobs = lp
+        if self.teacher is not None and seqs:
+            with timer("teacher"):
+                for s, lp in zip(seqs, self.teacher.logprobs(seqs)):
+                    s.teacher_logprobs = lp
         batch, m = build_batch(seqs, self.batch_options, policy_version=self.version)
         m.update(collected.metrics)
         with timer("train"):

@@ -17,10 +17,11 @@ from typing import Any
 from posttrain.algos.registry import Registry
 from posttrain.config.schema import Config
 from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
-from posttrain.loop.builder import Components
+from posttrain.loop.builder import Components, resolve_dtype
 from posttrain.loop.collect import Rollouts, SyncCollector
 from posttrain.loop.es_stepper import ESStepper
 from posttrain.loop.pg_stepper import PolicyGradientStepper
+from posttrain.loop.teacher import load_teacher
 from posttrain.loop.weight_sync import CopyWeights, LowPrecisionCopy, SharedWeights
 from posttrain.models.load import stop_token_ids
 from posttrain.obs.timers import BusyMeter
@@ -86,9 +87,17 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
         trainer = start_ranks(cfg, trainer, run_dir / "config.yaml")
     collector, sync = COLLECTORS[cfg.loop.mode](cfg, c)
     lora_ref = c.model.disable_adapter if cfg.algorithm.beta > 0 and c.ref_model is None else None
+    teacher = None
+    if cfg.algorithm.teacher.model:
+        device = str(next(c.model.parameters()).device)
+        teacher = load_teacher(cfg.algorithm.teacher.model, c.tokenizer, trainer, device,
+                               resolve_dtype(cfg.model.dtype, device), cfg.model.attn_implementation,
+                               seed=cfg.run.seed, log=say)
+        say(f"teacher: {cfg.algorithm.teacher.model} (reverse KL x {cfg.algorithm.teacher.coef:g}, "
+            f"RL term x {cfg.algorithm.teacher.rl_weight:g})")
     return PolicyGradientStepper(cfg, trainer, collector, sync, pass_thresholds(c), c.train_params.max_tokens,
                                  ref_model=c.ref_model, ref_disable_adapter=lora_ref,
-                                 version=c.sampler.policy_version)
+                                 version=c.sampler.policy_version, teacher=teacher)
 
 
 @STEPPERS.register("es")

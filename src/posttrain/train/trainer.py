@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from posttrain.algos.distill import reverse_kl_loss
 from posttrain.algos.kl import k3
 from posttrain.algos.losses import LossInputs, LossParams
 from posttrain.train.batching import plan_micro_batches
@@ -103,13 +104,19 @@ class Trainer:
             old_BT = _behaviour_BT(seqs, t.logp_BT)
             has_ref = all(s.ref_logprobs is not None for s in seqs)
             ref_BT = _pad_float([s.ref_logprobs for s in seqs], T).to(dev) if has_ref else None
-            adv_B = torch.tensor([s.advantage for s in seqs], dtype=torch.float32, device=dev)
+            adv_B = torch.tensor([s.advantage for s in seqs], dtype=torch.float32, device=dev) * params.rl_weight
             w_BT, w_metrics = None, {}
             if token_weight_fn is not None:
                 w_BT, w_metrics = token_weight_fn(t.logp_BT.detach(), sampler_BT, t.entropy_BT, t.mask_BT)
             inputs = LossInputs(total_tokens=total_tokens, total_seqs=total_seqs, token_weights_BT=w_BT)
             loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, params, inputs)
             m = {**m, **w_metrics}
+            if params.distill_coef > 0 and all(s.teacher_logprobs is not None for s in seqs):
+                teacher_BT = _pad_float([s.teacher_logprobs for s in seqs], T).to(dev)
+                d_loss, d_m = reverse_kl_loss(t.logp_BT, old_BT, teacher_BT, t.mask_BT, params.distill_coef,
+                                              params.aggregation, total_tokens, total_seqs, params.max_tokens, w_BT)
+                loss = loss + d_loss
+                m.update(d_m)
             if not torch.isfinite(loss):
                 self._poisoned = True
                 continue
