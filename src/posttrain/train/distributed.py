@@ -100,6 +100,12 @@ def _run(trainer, cmd: tuple, rank: int, world: int, loss_fn, params, token_weig
     if kind == "optim_step":
         _all_reduce_grads(trainer)
         return trainer.optim_step()
+    if kind == "set":  # a remedy's temperature or learning-rate scale: every rank scores and steps alike
+        for k, v in cmd[1].items():
+            if k not in ("temperature", "lr_scale"):
+                raise ValueError(f"trainer setting {k!r} cannot be set across ranks")
+            setattr(trainer, k, v)
+        return None
     if kind == "load_state_dict":
         trainer.load_state_dict(cmd[1])
         return None
@@ -137,6 +143,24 @@ class DataParallelTrainer:
 
     def optim_step(self) -> dict[str, float]:
         return self._send(("optim_step",))
+
+    # The stepper sets these when a remedy changes the sampling temperature or the learning rate
+    # (PolicyGradientStepper.apply_overrides); every rank must see the same values or the ranks' gradients differ.
+    @property
+    def temperature(self) -> float:
+        return self.trainer.temperature
+
+    @temperature.setter
+    def temperature(self, value: float) -> None:
+        self._send(("set", {"temperature": value}))
+
+    @property
+    def lr_scale(self) -> float:
+        return self.trainer.lr_scale
+
+    @lr_scale.setter
+    def lr_scale(self, value: float) -> None:
+        self._send(("set", {"lr_scale": value}))
 
     def compute_logprobs(self, batch: Batch, model: Any | None = None) -> list[list[float]]:
         return self.trainer.compute_logprobs(batch, model)  # rank 0 holds a full model: no need to spread it
