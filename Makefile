@@ -14,6 +14,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 	@command -v bwrap >/dev/null || (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1)) || echo "warning: could not install bubblewrap (needs root and apt); the sandbox will fall back to unshare"
 	# libseccomp: the sandbox's seccomp filter is built through it (pyseccomp). Without it runs report "seccomp" unavailable.
 	@ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 || (apt-get install -y -q libseccomp2 >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libseccomp2 >/dev/null 2>&1)) || echo "warning: could not install libseccomp2; sandbox runs will have no seccomp filter"
+	# chromium: the report's headless-browser test drives the system browser through Playwright (it cannot download its own here). Without it that test skips.
+	@command -v chromium >/dev/null || (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) || echo "warning: could not install chromium; the report's browser test will skip"
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"

@@ -93,18 +93,33 @@ def eval_cmd(
 
 
 @app.command()
-def report(run_dir: Path = typer.Argument(..., help="a run directory"),
-           out: Optional[Path] = typer.Option(None, "--out", help="PNG path (default RUN_DIR/report.png)")) -> None:
-    """Write a PNG of the reward curves and pass rates of a run."""
+def report(run_dirs: list[Path] = typer.Argument(..., help="a run directory (several with --compare)"),
+           out: Optional[Path] = typer.Option(None, "--out", help="output path (default RUN_DIR/report.html; "
+                                              "--compare: compare.html); a .png path writes the PNG summary"),
+           compare: bool = typer.Option(False, "--compare", help="overlay the curves of several runs in one page"),
+           trace: Optional[Path] = typer.Option(None, "--trace", help="also export the timeline as Chrome/Perfetto "
+                                                "trace JSON to this path")) -> None:
+    """Write a self-contained HTML report of a run: curves, timing, timeline and a rollout viewer (docs/report.md)."""
+    from posttrain.obs.html_report import ReportError, write_chrome_trace, write_compare, write_html_report
     from posttrain.obs.report import write_report
 
-    if not run_dir.is_dir():
-        _fail(f"run directory not found: {run_dir}")
     try:
-        path = write_report(str(run_dir), str(out) if out else None)
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        if compare:
+            typer.echo(write_compare(run_dirs, out or Path("compare.html")))
+            return
+        if len(run_dirs) != 1:
+            _fail("report takes one run directory (pass --compare to overlay several)")
+        run_dir = run_dirs[0]
+        if not run_dir.is_dir():
+            _fail(f"run directory not found: {run_dir}")
+        if trace is not None:
+            typer.echo(write_chrome_trace(run_dir, trace))
+        if out is not None and out.suffix.lower() == ".png":
+            typer.echo(write_report(str(run_dir), str(out)))
+        else:
+            typer.echo(write_html_report(run_dir, out))
+    except (ReportError, FileNotFoundError, ValueError, RuntimeError) as e:
         _fail(str(e))
-    typer.echo(path)
 
 
 @app.command()

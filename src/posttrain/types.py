@@ -169,6 +169,8 @@ class Batch:
     # (sequences whose advantage is 0 change nothing but still count). None: counted from `sequences`.
     total_loss_tokens: float | None = None
     total_seqs: float | None = None
+    # Every scored sequence's advantage, in input order (the trained part above may be a subset): for the report.
+    advantages_all: list[float] | None = None
 
     @property
     def num_tokens(self) -> int:

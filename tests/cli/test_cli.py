@@ -64,6 +64,9 @@ def test_train_report_and_eval_end_to_end(tmp_path):
     assert "eval/pass_rate" in summary["after"]
     r = run_cli("report", str(run))
     assert r.returncode == 0, r.stderr
+    assert (run / "report.html").stat().st_size > 100_000  # plotly inlined (tests/obs/test_html_report.py)
+    r = run_cli("report", str(run), "--out", str(run / "report.png"))
+    assert r.returncode == 0, r.stderr
     assert (run / "report.png").stat().st_size > 1000
     r = run_cli("eval", "--model", str(run / "final"), "--task", "count-a", "--prompts", "4")
     assert r.returncode == 0, r.stderr

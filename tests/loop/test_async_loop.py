@@ -72,3 +72,27 @@ def test_a_hanging_rollout_fails_the_run_with_a_timeout(tmp_path, monkeypatch):
     with pytest.raises(TimeoutError, match="batch_timeout_s"):
         train(load_config(None, FAST + [f"run.output_dir={tmp_path}", "loop.steps=2", "loop.batch_timeout_s=0.5",
                                         "loop.eval_before=false"]))
+
+
+def test_async_run_traces_overlapping_workers_and_token_samples(tmp_path):
+    """trace.jsonl has a lane per rollout worker beside the trainer's, and rollouts run while the trainer trains;
+    samples.jsonl carries the per-token view the report colours."""
+    import json
+
+    from posttrain.obs.trace import read_trace
+
+    res = train(load_config(None, FAST + [f"run.output_dir={tmp_path}", "loop.steps=3", "loop.prompts_per_step=2",
+                                          "algorithm.num_generations=4", "loop.max_staleness=1"]))
+    ev = read_trace(res.run_dir)
+    lanes = {e["worker"] for e in ev}
+    assert "trainer" in lanes and len({w for w in lanes if w.startswith("rollout-")}) == 4
+    assert {"sample", "reward", "train", "sync", "eval", "wait_rollouts"} <= {e["name"] for e in ev}
+    trains = [e for e in ev if e["name"] in ("train", "sync")]
+    samples = [e for e in ev if e["name"] == "sample"]
+    assert any(s["ts"] < t["ts"] + t["dur"] and t["ts"] < s["ts"] + s["dur"] for t in trains for s in samples)
+    rows = [json.loads(line) for line in (res.run_dir / "samples.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if not r.get("eval")]
+    assert len(train_rows) == 3 * 2  # loop.samples_per_step per step
+    for r in train_rows:
+        assert len(r["token_text"]) == len(r["token_mask"]) == len(r["token_logprobs"]) == r["tokens"]
+        assert len(r["token_trainer_logprobs"]) == r["tokens"] and isinstance(r["advantage"], float)

@@ -203,6 +203,9 @@ class LoopConfig(_Strict):
 class LoggingConfig(_Strict):
     tensorboard: bool = Field(True, description="write TensorBoard events to RUN_DIR/tb when installed")
     console: bool = Field(True, description="print progress lines and tables")
+    trackio: bool = Field(False, description="also log metrics to trackio (pip install 'posttrain[trackio]'); a missing package only warns")
+    wandb: bool = Field(False, description="also log metrics to Weights & Biases (pip install 'posttrain[wandb]'; WANDB_MODE=offline works); a missing package only warns")
+    project: str = Field("posttrain", description="the trackio / W&B project; the run is named after its run directory")
 
 
 class RemediesConfig(_Strict):

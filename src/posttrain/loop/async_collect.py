@@ -26,6 +26,7 @@ import time
 from posttrain.config.schema import Config
 from posttrain.loop.collect import Collected, Rollouts, prompts_for_step
 from posttrain.loop.staleness import admissible, staleness_metrics
+from posttrain.obs import trace
 from posttrain.obs.timers import BusyMeter, StageTimer
 from posttrain.types import Completion, Group, SampleParams
 
@@ -71,9 +72,9 @@ class AsyncCollector:
     # ---- producers ---------------------------------------------------------------------------------------
     def _start(self, step: int) -> None:
         self._next_group = step * self.per_step
-        self._workers = [asyncio.create_task(self._worker()) for _ in range(self.n_workers)]
+        self._workers = [asyncio.create_task(self._worker(f"rollout-{k}")) for k in range(self.n_workers)]
 
-    async def _worker(self) -> None:
+    async def _worker(self, name: str) -> None:
         n_rows = len(self.rollouts.rows)
         try:
             while True:
@@ -83,10 +84,11 @@ class AsyncCollector:
                     return
                 self._next_group += 1
                 async with self._cond:
-                    await self._cond.wait_for(lambda: admissible(i, self.per_step, self.version, self.k))
+                    with trace.span("wait_weights", worker=name, group=i):  # admission: the staleness bound
+                        await self._cond.wait_for(lambda: admissible(i, self.per_step, self.version, self.k))
                 row = prompts_for_step(n_rows, s, self.per_step, self.cfg.run.seed)[i % self.per_step]
                 with self.meters["rollout"]():
-                    (group,), pen = await self.rollouts.groups([row], StageTimer())
+                    (group,), pen = await self.rollouts.groups([row], StageTimer(worker=name))
                 async with self._cond:
                     self._ready[i] = (group, pen)
                     self._cond.notify_all()
@@ -120,9 +122,10 @@ class AsyncCollector:
         t0 = time.perf_counter()
         try:
             async with self._cond:
-                await asyncio.wait_for(self._cond.wait_for(
-                    lambda: self._failure is not None or all(i in self._ready for i in want)),
-                    self.cfg.loop.batch_timeout_s)
+                with trace.span("wait_rollouts", worker="trainer", step=step + 1):  # the trainer idles here
+                    await asyncio.wait_for(self._cond.wait_for(
+                        lambda: self._failure is not None or all(i in self._ready for i in want)),
+                        self.cfg.loop.batch_timeout_s)
         except asyncio.TimeoutError:
             missing = [i for i in want if i not in self._ready]
             raise TimeoutError(f"step {step}: groups {missing} not ready after loop.batch_timeout_s="

@@ -86,7 +86,7 @@ def build_batch(seqs: list[Sequence], opts: BatchOptions,
     trained = seqs if opts.keep_zero_advantage else [s for s in seqs if s.advantage != 0.0 and any(s.loss_mask)]
     batch = Batch(sequences=trained, policy_version=policy_version,
                   total_loss_tokens=float(max(sum(sum(s.loss_mask) for s in seqs), 1)),
-                  total_seqs=float(max(len(seqs), 1)))
+                  total_seqs=float(max(len(seqs), 1)), advantages_all=[s.advantage for s in seqs])
     m.update({
         "adv/mean": float(adv_N.mean()) if len(adv_N) else 0.0,
         "adv/std": float(adv_N.std()) if len(adv_N) > 1 else 0.0,

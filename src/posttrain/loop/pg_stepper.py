@@ -26,7 +26,7 @@ from posttrain.loop.weight_sync import WeightSync
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.obs.timers import StageTimer
 from posttrain.train.trainer import TokenWeightFn, Trainer
-from posttrain.types import Batch
+from posttrain.types import Batch, sequence_of
 
 
 def loss_params(cfg: Config, max_tokens: int) -> LossParams:
@@ -92,13 +92,14 @@ class PolicyGradientStepper:
                     s.teacher_logprobs = lp
         batch, m = build_batch(seqs, self.batch_options, policy_version=self.version)
         m.update(collected.metrics)
-        with timer("train"):
-            m.update(await asyncio.to_thread(self._optimize, batch) if cfg.loop.mode == "async"
-                     else self._optimize(batch))
-        with timer("sync"):
+        if cfg.loop.samples_per_step:  # per-token data of the rows samples.jsonl keeps (the report colours them)
+            with timer("token_stats", step=step + 1):
+                await self._call(self._token_stats, collected, batch)
+        with timer("train", step=step + 1):
+            m.update(await self._call(self._optimize, batch))
+        with timer("sync", step=step + 1):
             self.version += 1
-            m.update(await asyncio.to_thread(self.sync.push, self.version) if cfg.loop.mode == "async"
-                     else self.sync.push(self.version))
+            m.update(await self._call(self.sync.push, self.version))
             await self.collector.on_weights(self.version)
         trajs = [t for g in collected.all_groups for t in g.trajectories_G]
         m.update(rollout_metrics(trajs))
@@ -117,6 +118,23 @@ class PolicyGradientStepper:
         m.update(self.collector.window_metrics(m["time/step"]))
         self.last_trajectories = trajs
         return m
+
+    async def _call(self, fn, *args):
+        """Model work off the event loop in async mode, so rollout workers keep generating meanwhile."""
+        return await asyncio.to_thread(fn, *args) if self.cfg.loop.mode == "async" else fn(*args)
+
+    def _token_stats(self, collected: Any, batch: Batch) -> None:
+        """For the first loop.samples_per_step trajectories (the ones samples.jsonl keeps): the advantage each was
+        trained with and the trainer's log-prob of every completion token before this step's update, beside the
+        sampler's (obs/rollout_stats.sample_records writes them). One forward pass over those few rows."""
+        trained = [t for g in collected.groups for t in g.trajectories_G if not t.failed]
+        for t, adv in zip(trained, batch.advantages_all or []):
+            t.extra["advantage"] = adv
+        shown = [t for g in collected.all_groups for t in g.trajectories_G][: self.cfg.loop.samples_per_step]
+        shown = [t for t in shown if not t.failed]
+        if shown:
+            for t, lp in zip(shown, self.trainer.compute_logprobs(Batch([sequence_of(t) for t in shown]))):
+                t.extra["trainer_logprobs"] = [round(x, 4) for x in lp]
 
     def _optimize(self, batch: Batch) -> dict[str, float]:
         """num_iterations optimizer passes over the batch; the ratio's old policy per algorithm.behavior_logprobs."""

@@ -29,10 +29,11 @@ from posttrain.loop.evaluate import evaluate_async
 from posttrain.loop.schedule import make_stepper
 from posttrain.loop.warm_start import WarmStartResult, run_warm_start
 from posttrain.loop.watch import Watch
-from posttrain.obs import console as con
+from posttrain.obs import console as con, trace
 from posttrain.obs.metrics import MetricsLogger
 from posttrain.obs.rollout_stats import sample_records
 from posttrain.obs.run_dir import make_run_dir, write_run_info
+from posttrain.obs.sinks import tracker_sinks
 
 STEPPER_FILE = "stepper.pt"
 
@@ -71,11 +72,13 @@ class Run:
         self.say = partial(con.print_line, enabled=cfg.logging.console)
         if not resume:
             write_run_info(self.run_dir, to_yaml(cfg), cfg.run.seed)
+        trace.start(self.run_dir / trace.TRACE_FILE)  # every stage's spans, for the report's timeline
         self.c: Components = build(cfg, log=self.say)
         if cfg.task.env_check != "off":
             env_check(self.c, cfg.task.env_check, self.say, cfg.logging.console)
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
-        self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard)
+        self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard,
+                                    sinks=tracker_sinks(cfg, self.run_dir))
         self.watch = Watch(cfg, self.logger.log, self.say)
 
     def run(self) -> RunResult:
@@ -122,6 +125,7 @@ class Run:
                 self._save_final()
         finally:
             self.logger.close()
+            trace.stop()
         return self._summarize(before, last_eval, done, start, warm, base_eval)
 
     async def _train(self, stepper: Stepper, start: int, before: dict[str, float]) -> int:
@@ -135,7 +139,7 @@ class Run:
             self.logger.log(record)
             trajs = stepper.last_trajectories
             if cfg.loop.samples_per_step:
-                self.logger.log_samples(done, sample_records(trajs, cfg.loop.samples_per_step))
+                self.logger.log_samples(done, sample_records(trajs, cfg.loop.samples_per_step, self.c.tokenizer))
             failed = next((t for t in trajs if t.failed and t.error), None)
             if failed is not None:
                 self.say(f"  sample failed (kept out of training): {failed.error}")
@@ -180,10 +184,11 @@ class Run:
         return warm, base_eval
 
     async def _eval(self, step: int, label: str) -> dict[str, float]:
-        m, trajs = await evaluate_async(self.c.env, self.c.sampler, self.eval_rows, self.c.eval_params,
-                                         self.cfg.loop.eval_samples)
+        with trace.span("eval", worker="trainer", step=step):
+            m, trajs = await evaluate_async(self.c.env, self.c.sampler, self.eval_rows, self.c.eval_params,
+                                             self.cfg.loop.eval_samples)
         self.logger.log({"kind": "eval", "step": step, **m})
-        self.logger.log_samples(step, [{"eval": True, **r} for r in sample_records(trajs, 4)])
+        self.logger.log_samples(step, [{"eval": True, **r} for r in sample_records(trajs, 4, self.c.tokenizer)])
         self.say(f"eval ({label}, step {step}): pass_rate={m['eval/pass_rate']:.3f} reward={m['eval/reward/mean']:.3f} "
                  f"[{m['eval/seconds']:.1f}s]")
         m["eval/reward"] = m["eval/reward/mean"]

@@ -1,4 +1,5 @@
-"""Metric sinks: metrics.jsonl always, TensorBoard when installed. A failing sink never blocks training."""
+"""Metric sinks: metrics.jsonl always, TensorBoard when installed, trackio / W&B when asked (obs/sinks.py).
+A failing sink never blocks training."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ def _clean(v: Any) -> Any:
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: str, tensorboard: bool = True):
+    def __init__(self, run_dir: str, tensorboard: bool = True, sinks: list | None = None):
+        """`sinks`: more trackers, each with log(record) and close() (obs/sinks.TrackerSink)."""
         self.run_dir = run_dir
         self.path = os.path.join(run_dir, "metrics.jsonl")
         self.samples_path = os.path.join(run_dir, "samples.jsonl")
         self._tb = None
+        self.sinks = list(sinks or [])
         self.errors = 0
         if tensorboard:
             try:
@@ -47,6 +50,8 @@ class MetricsLogger:
             except Exception as e:  # noqa: BLE001
                 self._warn(f"tensorboard write failed: {e}")
                 self._tb = None
+        for sink in self.sinks:
+            sink.log(record)  # each catches its own failures
 
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         try:
@@ -62,6 +67,8 @@ class MetricsLogger:
             print(f"[posttrain] warning: {msg}", file=sys.stderr)
 
     def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
         if self._tb is not None:
             try:
                 self._tb.close()

@@ -41,8 +41,26 @@ def pass_rates(trajs: list[Trajectory], thresholds: dict[str, float], prefix: st
             / len(trajs) for name, th in thresholds.items()}
 
 
-def sample_records(trajs: list[Trajectory], k: int) -> list[dict[str, Any]]:
+def sample_records(trajs: list[Trajectory], k: int, tokenizer: Any = None) -> list[dict[str, Any]]:
+    """samples.jsonl rows for the first k trajectories. With a tokenizer, also the per-token view the report
+    colours (token_records)."""
     return [{"prompt": t.prompt_text[-400:], "completion": t.completion_text, "reward": t.reward,
              "components": t.reward_components, "passed": t.passed, "error": t.error,
-             "tokens": t.num_completion_tokens,
-             **({"messages": t.extra["messages"]} if "messages" in t.extra else {})} for t in trajs[:k]]
+             "tokens": t.num_completion_tokens, "policy_version": t.policy_version,
+             **({"messages": t.extra["messages"]} if "messages" in t.extra else {}),
+             **(token_records(t, tokenizer) if tokenizer is not None else {})} for t in trajs[:k]]
+
+
+def token_records(t: Trajectory, tokenizer: Any) -> dict[str, Any]:
+    """Everything after the first prompt, token by token: its text, whether the policy sampled it (mask 1) or the
+    env inserted it (0: tool results, later user turns), the sampler's log-prob, and what the stepper attached
+    (pg_stepper._token_stats): the trainer's log-prob before the update and the sequence's advantage."""
+    ids, mask, logps = t.sequence()
+    ids = ids[len(t.prompt_ids):]
+    out: dict[str, Any] = {"token_text": tokenizer.batch_decode([[i] for i in ids]), "token_mask": mask,
+                           "token_logprobs": [round(x, 4) for x in logps]}
+    if "trainer_logprobs" in t.extra:
+        out["token_trainer_logprobs"] = t.extra["trainer_logprobs"]
+    if "advantage" in t.extra:
+        out["advantage"] = t.extra["advantage"]
+    return out

@@ -1,20 +1,25 @@
-"""Stage timers: `with timer("sample"): ...` accumulates seconds under `time/sample`."""
+"""Stage timers: `with timer("sample"): ...` accumulates seconds under `time/sample` (and, while a run traces,
+writes the stage as a span on the timer's worker lane: obs/trace.py)."""
 
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
 
+from posttrain.obs import trace
+
 
 class StageTimer:
-    def __init__(self) -> None:
+    def __init__(self, worker: str = "trainer") -> None:
         self.seconds: dict[str, float] = {}
+        self.worker = worker  # the trace lane its stages go on
 
     @contextmanager
-    def __call__(self, stage: str):
+    def __call__(self, stage: str, **trace_args):
         t0 = time.perf_counter()
         try:
-            yield
+            with trace.span(stage, worker=self.worker, **trace_args):
+                yield
         finally:
             self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
 
