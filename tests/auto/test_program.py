@@ -72,3 +72,13 @@ def test_cli_refuses_a_frozen_key_with_a_clear_error(write_program, tmp_path):
     assert r.returncode == 2, r.stderr
     assert "'task.name' is frozen" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "s").exists()  # refused before anything is written
+
+
+def test_the_shipped_example_program_is_valid():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    prog = load_program(root / "examples/auto/program.md", root / "configs/json_extract.yaml")
+    assert prog.metric == "eval/pass_rate" and prog.total_minutes == 60 and "model.name" in prog.frozen
+    assert base_params(prog, base_data(root / "configs/json_extract.yaml")) == {
+        "trainer.lr": 2e-5, "sampling.temperature": 0.7, "algorithm.name": "grpo"}

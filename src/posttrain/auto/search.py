@@ -147,7 +147,7 @@ class Search:
         self._row(0, "ok", "baseline", vals, seeds, params, reason, "base", time.monotonic() - t0, outs)
         self.proposer.baseline(params, fmean(vals))
         self.state["incumbent"] = {"trial": 0, "params": params, "values": vals, "seeds": seeds,
-                                   "run_dirs": [str(o.run_dir) for o in ok]}
+                                   "run_dirs": [f"trials/{o.run_dir.name}" for o in ok]}
         self.state["next_trial"] = 1
         self._save()
 
@@ -179,7 +179,7 @@ class Search:
         kept = v.action == "accept"
         if kept:
             self.state["incumbent"] = {"trial": n, "params": dict(prop.params), "values": vals, "seeds": seeds,
-                                       "run_dirs": [str(o.run_dir) for o in outs if o.status == "ok"]}
+                                       "run_dirs": [f"trials/{o.run_dir.name}" for o in outs if o.status == "ok"]}
         self.log(f"  trial {n}: {'KEPT' if kept else 'reverted'}: {v.reason}")
         self._row(n, "ok", "kept" if kept else "reverted", vals, seeds, prop.params, f"{prop.reason} | {v.reason}",
                   prop.source, time.monotonic() - t0, outs)
@@ -256,7 +256,7 @@ class Search:
         os.replace(tmp, self.dir / STATE)
 
     def _write_best(self, inc: dict[str, Any]) -> None:
-        src = Path(inc["run_dirs"][0]) / "config.yaml" if inc.get("run_dirs") else None
+        src = self.dir / inc["run_dirs"][0] / "config.yaml" if inc.get("run_dirs") else None
         if src is not None and src.exists():
             shutil.copyfile(src, self.dir / "best.yaml")
 
