@@ -123,6 +123,33 @@ def report(run_dirs: list[Path] = typer.Argument(..., help="a run directory (sev
 
 
 @app.command()
+def auto(
+    program: Optional[Path] = typer.Argument(None, help="program.md: goal, metric, budget, search space, frozen keys"),
+    base_config: Optional[Path] = typer.Argument(None, help="the base config every trial changes (default: defaults)"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the stopped search in SEARCH_DIR"),
+    out: Optional[Path] = typer.Option(None, "--out", help="the search directory (default RUN.OUTPUT_DIR/auto-<time>)"),
+) -> None:
+    """Tune a config autonomously: each trial a config diff run for a fixed budget, kept only past the seed noise."""
+    from posttrain.auto import ProgramError, SearchError, resume_search, start_search
+
+    try:
+        if resume is not None:
+            if program is not None or base_config is not None:
+                _fail("--resume continues with the program.md and base.yaml copied into SEARCH_DIR; pass no files")
+            result = resume_search(resume)
+        else:
+            if program is None:
+                _fail("give a program.md (see examples/auto/program.md) or --resume SEARCH_DIR")
+            result = start_search(program, base_config, out)
+    except (ProgramError, SearchError, ImportError) as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        typer.secho("stopped; continue with: posttrain auto --resume SEARCH_DIR", err=True)
+        raise typer.Exit(130)
+    typer.echo(f"results: {result.search_dir / 'results.tsv'}" + (f"\nreport: {result.report}" if result.report else ""))
+
+
+@app.command()
 def diagnose(run_dir: Path = typer.Argument(..., help="a run directory (finished or still running)"),
              as_json: bool = typer.Option(False, "--json", help="print the verdicts as JSON")) -> None:
     """Why a run stopped learning: the live diagnostics' verdicts and advice, from the run's files only."""
