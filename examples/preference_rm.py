@@ -1,6 +1,6 @@
 """A reward model from your own preference data, then used as a reward, with the library API.
 
-    python examples/preference_rm.py --model tiny-random      # ~1 minute on a CPU, a smoke run
+    python examples/preference_rm.py --model tiny-random      # a smoke run: 1 to 4 minutes on a CPU
     python examples/preference_rm.py                          # the default model, first 4 layers (minutes)
 
 1. Preference pairs as a `datasets.Dataset` with `prompt` / `chosen` / `rejected` columns (here made by the

@@ -203,10 +203,18 @@ def env_check(
     from posttrain.rewards.embedding import EmbeddingError
     from posttrain.rewards.reward_model import RewardModelError
 
-    try:
-        tasks = [load_task(n) for n in names]
-    except (TaskLoadError, RewardModelError, EmbeddingError) as e:
-        _fail(str(e))
+    tasks = []
+    for n in list(names):
+        try:
+            tasks.append(load_task(n))
+        except (RewardModelError, EmbeddingError) as e:
+            if task:  # asked for by name: its missing prerequisite is an error
+                _fail(str(e))
+            # every built-in: one whose reward model is not trained yet or whose extra is not installed is skipped
+            typer.secho(f"skipped {n}: {e}", fg=typer.colors.YELLOW, err=True)
+            names.remove(n)
+        except TaskLoadError as e:
+            _fail(str(e))
     results = env_checks.check_tasks(tasks)
     con.console.print(env_checks.results_table(results))
     if preflight:

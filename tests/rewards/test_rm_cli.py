@@ -49,3 +49,9 @@ def test_listing_summary_runs_two_steps(tmp_path):
     r = _cli("train", "task.name=listing-summary", *SMOKE, f"run.output_dir={tmp_path}")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "pass/embedding_margin" in r.stdout
+
+
+def test_env_check_names_the_missing_reward_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSTTRAIN_CACHE", str(tmp_path))  # no reward model in the default folder
+    r = CliRunner().invoke(app, ["env", "check", "--task", "product-blurb"])
+    assert r.exit_code == 2 and "reward_models/product-blurb" in r.output and "posttrain rm train" in r.output
