@@ -54,12 +54,13 @@ def train(
     from posttrain.models.load import ModelLoadError
     from posttrain.models.template_check import ChatTemplateError
     from posttrain.rewards.embedding import EmbeddingError, TripletDataError
+    from posttrain.rewards.from_config import RewardConfigError
     from posttrain.rewards.reward_model import RewardModelError
 
     try:
         run_train(cfg, run_dir=resume, resume=resume is not None)
     except (TaskLoadError, ModelLoadError, FileNotFoundError, UnknownName, EnvCheckError, ChatTemplateError,
-            RewardModelError, EmbeddingError, TripletDataError) as e:
+            RewardModelError, RewardConfigError, EmbeddingError, TripletDataError) as e:
         _fail(str(e))
 
 

@@ -55,3 +55,8 @@ def test_env_check_names_the_missing_reward_model(tmp_path, monkeypatch):
     monkeypatch.setenv("POSTTRAIN_CACHE", str(tmp_path))  # no reward model in the default folder
     r = CliRunner().invoke(app, ["env", "check", "--task", "product-blurb"])
     assert r.exit_code == 2 and "reward_models/product-blurb" in r.output and "posttrain rm train" in r.output
+
+
+def test_a_bad_config_reward_is_a_clear_error():
+    r = CliRunner().invoke(app, ["train", "task.name=count-a", "model.name=tiny-random", "task.rewards=[{fn: nope}]"])
+    assert r.exit_code == 2 and "unknown fn 'nope'" in r.output

@@ -19,11 +19,15 @@ from typing import Any
 from posttrain.rewards.rubric import RewardComponent, Rubric
 
 
+class RewardConfigError(ValueError):
+    pass
+
+
 def _reward_model(**kw: Any) -> Callable[..., Any]:
     from posttrain.rewards.reward_model import reward_model
 
     if "path" not in kw:
-        raise ValueError("task.rewards: a reward_model entry needs `path` (a folder `posttrain rm train` wrote)")
+        raise RewardConfigError("task.rewards: a reward_model entry needs `path` (a folder `posttrain rm train` wrote)")
     return reward_model(**kw)
 
 
@@ -43,18 +47,18 @@ def components_from_specs(specs: list[dict[str, Any]]) -> list[RewardComponent]:
     out = []
     for i, spec in enumerate(specs):
         if not isinstance(spec, dict) or "fn" not in spec:
-            raise ValueError(f"task.rewards[{i}] must be a mapping with `fn` (one of {', '.join(REWARD_FACTORIES)}), "
+            raise RewardConfigError(f"task.rewards[{i}] must be a mapping with `fn` (one of {', '.join(REWARD_FACTORIES)}), "
                              f"got {spec!r}")
         kw = dict(spec)
         fn_name = kw.pop("fn")
         if fn_name not in REWARD_FACTORIES:
-            raise ValueError(f"task.rewards[{i}]: unknown fn {fn_name!r}; known: {', '.join(REWARD_FACTORIES)}")
+            raise RewardConfigError(f"task.rewards[{i}]: unknown fn {fn_name!r}; known: {', '.join(REWARD_FACTORIES)}")
         weight = float(kw.pop("weight", 1.0))
         name = str(kw.pop("name", fn_name))
         try:
             func = REWARD_FACTORIES[fn_name](**kw, name=name)
         except TypeError as e:
-            raise ValueError(f"task.rewards[{i}] ({fn_name}): {e}") from None
+            raise RewardConfigError(f"task.rewards[{i}] ({fn_name}): {e}") from None
         out.append(RewardComponent(name=name, func=func, weight=weight, pass_threshold=float("-inf")))
     return out
 
