@@ -53,10 +53,14 @@ def train(
     from posttrain.loop import train as run_train
     from posttrain.models.load import ModelLoadError
     from posttrain.models.template_check import ChatTemplateError
+    from posttrain.rewards.embedding import EmbeddingError, TripletDataError
+    from posttrain.rewards.from_config import RewardConfigError
+    from posttrain.rewards.reward_model import RewardModelError
 
     try:
         run_train(cfg, run_dir=resume, resume=resume is not None)
-    except (TaskLoadError, ModelLoadError, FileNotFoundError, UnknownName, EnvCheckError, ChatTemplateError) as e:
+    except (TaskLoadError, ModelLoadError, FileNotFoundError, UnknownName, EnvCheckError, ChatTemplateError,
+            RewardModelError, RewardConfigError, EmbeddingError, TripletDataError) as e:
         _fail(str(e))
 
 
@@ -81,10 +85,13 @@ def eval_cmd(
                  f"loop.eval_prompts={prompts}", f"loop.eval_samples={samples}"]
     if max_tokens:
         overrides.append(f"sampling.max_tokens={max_tokens}")
+    from posttrain.rewards.embedding import EmbeddingError
+    from posttrain.rewards.reward_model import RewardModelError
+
     try:
         cfg = load_config(None, overrides)
         c = build(cfg, log=lambda s: typer.echo(s, err=True))
-    except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError) as e:
+    except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError, RewardModelError, EmbeddingError) as e:
         _fail(str(e))
     m, _ = evaluate(c.env, c.sampler, c.task.eval_rows[:prompts], c.eval_params, samples)
     m["eval/reward"] = m["eval/reward/mean"]
@@ -236,10 +243,21 @@ def env_check(
     from posttrain.obs import console as con
 
     names = list(task or BUILTIN_TASKS)
-    try:
-        tasks = [load_task(n) for n in names]
-    except TaskLoadError as e:
-        _fail(str(e))
+    from posttrain.rewards.embedding import EmbeddingError
+    from posttrain.rewards.reward_model import RewardModelError
+
+    tasks = []
+    for n in list(names):
+        try:
+            tasks.append(load_task(n))
+        except (RewardModelError, EmbeddingError) as e:
+            if task:  # asked for by name: its missing prerequisite is an error
+                _fail(str(e))
+            # every built-in: one whose reward model is not trained yet or whose extra is not installed is skipped
+            typer.secho(f"skipped {n}: {e}", fg=typer.colors.YELLOW, err=True)
+            names.remove(n)
+        except TaskLoadError as e:
+            _fail(str(e))
     results = env_checks.check_tasks(tasks)
     con.console.print(env_checks.results_table(results))
     if preflight:
@@ -263,6 +281,46 @@ def env_check(
                               highlight=False)
     if not all(r.ok for r in results):
         raise typer.Exit(1)
+
+
+rm_app = typer.Typer(add_completion=False, help="Reward models: train one from chosen/rejected pairs (docs/reward_models.md).")
+app.add_typer(rm_app, name="rm")
+
+
+@rm_app.command("train")
+def rm_train(
+    data: str = typer.Option("product-blurb", "--data", help="'product-blurb' (built-in), a .jsonl of prompt/chosen/rejected, a saved datasets folder, or hf:NAME[:SPLIT]"),
+    eval_data: Optional[str] = typer.Option(None, "--eval-data", help="held-out pairs (default: the data's own split, else 10% of it)"),
+    model: str = typer.Option("default", "--model", help="base model: 'default', 'tiny-random' or a HF folder"),
+    out: Optional[str] = typer.Option(None, "--out", help="folder to save (default: $POSTTRAIN_CACHE/reward_models/<data>)"),
+    layers: Optional[int] = typer.Option(None, "--layers", help="keep only the first N decoder layers (faster on a CPU)"),
+    train_layers: Optional[int] = typer.Option(None, "--train-layers", help="train only the top N layers (+ head); the rest stay frozen"),
+    lora: bool = typer.Option(False, "--lora", help="train LoRA adapters + the head (saved merged)"),
+    epochs: int = typer.Option(1, "--epochs"),
+    lr: float = typer.Option(5e-5, "--lr"),
+    batch_size: int = typer.Option(8, "--batch-size", help="pairs per step"),
+    max_train_pairs: Optional[int] = typer.Option(None, "--max-train-pairs"),
+    max_eval_pairs: Optional[int] = typer.Option(400, "--max-eval-pairs"),
+    max_length: int = typer.Option(256, "--max-length", help="tokens per prompt+response (longer is cut)"),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", help="stop training after this many seconds of it (evals not counted), then evaluate and save"),
+    seed: int = typer.Option(0, "--seed"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
+    device: str = typer.Option("cpu", "--device"),
+) -> None:
+    """Train a Bradley-Terry reward model; print per-epoch loss and held-out pair accuracy; save a HF folder."""
+    from posttrain.models.load import ModelLoadError
+    from posttrain.rewards.rm_train import PreferenceDataError, RMTrainConfig, train_reward_model
+
+    cfg = RMTrainConfig(data=data, eval_data=eval_data, model=model, out=out, layers=layers, train_layers=train_layers,
+                        lora=lora, epochs=epochs,
+                        lr=lr, batch_size=batch_size, max_train_pairs=max_train_pairs, max_eval_pairs=max_eval_pairs,
+                        max_length=max_length, time_budget_s=time_budget, seed=seed, threads=threads, device=device)
+    try:
+        res = train_reward_model(cfg, log=typer.echo)
+    except (PreferenceDataError, ModelLoadError, FileNotFoundError) as e:
+        _fail(str(e))
+    typer.echo(f"held-out pair accuracy: {res.eval_accuracy:.1%} ({res.n_eval} pairs; untrained: "
+               f"{res.eval_accuracy_before:.1%})\nsaved: {res.out}")
 
 
 init_app = typer.Typer(add_completion=False, help="Start something new from a runnable template.")

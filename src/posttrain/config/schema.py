@@ -57,6 +57,9 @@ class TaskConfig(_Strict):
 
     name: str = Field("json-extract", description="a built-in task name, 'path/file.py:make_task' or 'pkg.module:make_task'")
     options: dict = Field(default_factory=dict, description="keyword arguments for the task factory")
+    rewards: list[dict] = Field(default_factory=list, description=(
+        "rewards added to the task's rubric, e.g. [{fn: reward_model, path: DIR, weight: 1.0}]; fn: reward_model "
+        "or embedding_margin (docs/reward_models.md)"))
     reward_timeout_s: float = Field(60.0, gt=0.0, description="seconds one reward-function call may take; past it the samples count as failed")
     env_check: Literal["refuse", "warn", "off"] = Field(
         "refuse", description="run the task's smoke checks before training (posttrain env check); on failure refuse or warn")

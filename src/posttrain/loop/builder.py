@@ -77,6 +77,10 @@ def build(cfg: Config, log=print) -> Components:
     set_threads(cfg)
     seed_everything(cfg.run.seed)
     task = load_task(cfg.task.name, cfg.task.options, seed=cfg.run.seed)
+    if cfg.task.rewards:  # rewards named in the config, e.g. a reward model (rewards/from_config.py)
+        from posttrain.rewards.from_config import add_rewards
+
+        task.rubric = add_rewards(task.rubric, cfg.task.rewards)
     task.rubric.timeout_s = cfg.task.reward_timeout_s
     device = resolve_device(cfg.model.device)
     model, tok = load_model(cfg.model.name, resolve_dtype(cfg.model.dtype, device), cfg.model.attn_implementation,

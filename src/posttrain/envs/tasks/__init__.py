@@ -12,6 +12,8 @@ BUILTIN_TASKS: dict[str, str] = {
     "code-tests": "posttrain.envs.tasks.code_tests",
     "feature-deletion": "posttrain.envs.tasks.feature_deletion",
     "search-qa": "posttrain.envs.tasks.search_qa",
+    "product-blurb": "posttrain.envs.tasks.product_blurb",
+    "listing-summary": "posttrain.envs.tasks.listing_summary",
 }
 
 
