@@ -88,7 +88,7 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
     lora_ref = c.model.disable_adapter if cfg.algorithm.beta > 0 and c.ref_model is None else None
     return PolicyGradientStepper(cfg, trainer, collector, sync, pass_thresholds(c), c.train_params.max_tokens,
                                  ref_model=c.ref_model, ref_disable_adapter=lora_ref,
-                                 version=c.sampler.policy_version)
+                                 version=c.sampler.policy_version, task=c.task)
 
 
 @STEPPERS.register("es")
