@@ -53,10 +53,12 @@ def train(
     from posttrain.loop import train as run_train
     from posttrain.models.load import ModelLoadError
     from posttrain.models.template_check import ChatTemplateError
+    from posttrain.rewards.judges.audit import JudgeAuditError, JudgeAuditFailed
 
     try:
         run_train(cfg, run_dir=resume, resume=resume is not None)
-    except (TaskLoadError, ModelLoadError, FileNotFoundError, UnknownName, EnvCheckError, ChatTemplateError) as e:
+    except (TaskLoadError, ModelLoadError, FileNotFoundError, UnknownName, EnvCheckError, ChatTemplateError,
+            JudgeAuditError, JudgeAuditFailed) as e:
         _fail(str(e))
 
 
@@ -221,6 +223,33 @@ def env_check(
                               highlight=False)
     if not all(r.ok for r in results):
         raise typer.Exit(1)
+
+
+judge_app = typer.Typer(add_completion=False, help="LLM judges: audit a task's judge against its verifier.")
+app.add_typer(judge_app, name="judge")
+
+
+@judge_app.command("audit", context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def judge_audit(
+    args: Optional[list[str]] = typer.Argument(None, help="[CONFIG.yaml] then overrides like task.name=word-use judge.audit_prompts=8"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Judge vs programmatic verifier: agreement, Cohen's kappa, confusion, injection probes, position flips."""
+    import json
+
+    from posttrain.config import ConfigError, load_config
+    from posttrain.envs.custom import TaskLoadError
+    from posttrain.models.load import ModelLoadError
+    from posttrain.rewards.judges.audit import JudgeAuditError, audit
+
+    args = list(args or [])
+    config_path = args.pop(0) if args and "=" not in args[0] else None
+    try:
+        cfg = load_config(config_path, args)
+        report = audit(cfg, log=lambda s: typer.echo(s, err=True))
+    except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError, JudgeAuditError) as e:
+        _fail(str(e))
+    typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
 
 
 init_app = typer.Typer(add_completion=False, help="Start something new from a runnable template.")

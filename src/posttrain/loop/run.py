@@ -26,6 +26,7 @@ from posttrain.config.schema import Config
 from posttrain.loop.builder import Components, build
 from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from posttrain.loop.evaluate import evaluate_async
+from posttrain.rewards.judges.audit import gate as judge_gate
 from posttrain.loop.schedule import make_stepper
 from posttrain.loop.warm_start import WarmStartResult, run_warm_start
 from posttrain.loop.watch import Watch
@@ -74,6 +75,7 @@ class Run:
         self.c: Components = build(cfg, log=self.say)
         if cfg.task.env_check != "off":
             env_check(self.c, cfg.task.env_check, self.say, cfg.logging.console)
+        judge_gate(cfg, self.c, self.say)  # judge.min_agreement: audit the task's judge, refuse a poor one
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
         self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard)
         self.watch = Watch(cfg, self.logger.log, self.say)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from posttrain.rewards.judges.backends import is_no_token, is_yes_token
 
 
 class LocalHFBackend:
@@ -89,13 +88,20 @@ class LocalHFBackend:
 
 
 def _yes_no_ids(tok: Any) -> tuple[list[int], list[int]]:
-    """Token ids whose text is "yes" / "no" (any case, optional leading space or punctuation)."""
+    """First-token ids of "yes" / "no" spellings (any case, optional leading space). A token counts for a word
+    when its text (stripped, lower-cased) is a prefix of that word and not of the other: the whole word in a
+    subword vocabulary ("Yes"), its first letter in a character-level one ("Y", as in tiny-random)."""
     yes, no = set(), set()
     for word in ("Yes", "yes", "YES", "No", "no", "NO"):
         for text in (word, " " + word):
             ids = tok.encode(text, add_special_tokens=False)
-            if ids:
-                (yes if is_yes_token(tok.decode(ids[:1])) else no if is_no_token(tok.decode(ids[:1])) else set()).add(ids[0])
+            if not ids:
+                continue
+            piece = tok.decode(ids[:1]).strip().lower()
+            if piece and "yes".startswith(piece) and not "no".startswith(piece):
+                yes.add(ids[0])
+            elif piece and "no".startswith(piece) and not "yes".startswith(piece):
+                no.add(ids[0])
     if not yes or not no:
-        raise ValueError("the judge tokenizer has no single token for 'Yes' / 'No'; use the free-form score mode")
+        raise ValueError("the judge tokenizer has no first token that tells 'Yes' from 'No'; use the score mode")
     return sorted(yes), sorted(no)
