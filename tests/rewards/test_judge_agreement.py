@@ -63,3 +63,12 @@ def test_parse_ranking():
         with pytest.raises(JudgeBadOutput):
             parse_ranking(bad, 3)
     assert rank_scores([2, 0, 1]) == [0.5, 0.0, 1.0]
+
+
+def test_auc():
+    from posttrain.rewards.judges.agreement import auc
+
+    assert auc([0.9, 0.8], [0.1, 0.2]) == 1.0
+    assert auc([0.1], [0.9]) == 0.0
+    assert auc([0.5], [0.5]) == 0.5
+    assert math.isnan(auc([], [0.1]))

@@ -199,7 +199,7 @@ class JudgeConfig(_Strict):
         "judge answer cache (sqlite file); default: $POSTTRAIN_JUDGE_CACHE or ~/.cache/posttrain/judge_cache.sqlite; null: off"))
     audit_prompts: int = Field(16, ge=1, description="audit: held-out prompts sampled")
     audit_samples: int = Field(4, ge=1, description="audit: policy completions per prompt")
-    audit_temperature: float = Field(1.0, ge=0.0, description="audit: sampling temperature (high enough to get passes and fails)")
+    audit_temperature: float | None = Field(None, ge=0.0, description="audit: sampling temperature; null: sampling.temperature (what the judge sees in training)")
     audit_swap_rows: bool = Field(True, description=(
         "audit: also judge each completion against another prompt's row (mostly verifier fails: balances the classes)"))
     audit_injections: int = Field(16, ge=0, description="audit: failing samples re-judged with each injection probe appended (0: none)")

@@ -82,3 +82,13 @@ def cohen_kappa(truth: Sequence[bool], pred: Sequence[bool]) -> float:
     except ImportError:
         return kappa_from_confusion(c)
     return float(cohen_kappa_score([bool(t) for t in truth], [bool(p) for p in pred]))
+
+
+def auc(scores_pos: Sequence[float], scores_neg: Sequence[float]) -> float:
+    """Area under the ROC curve of a score separating positives from negatives (Mann-Whitney: the chance that a
+    random positive scores above a random negative, ties half): threshold-free, 0.5 is chance, below 0.5 the
+    score points the wrong way. nan when either side is empty."""
+    if not scores_pos or not scores_neg:
+        return float("nan")
+    wins = sum((p > n) + 0.5 * (p == n) for p in scores_pos for n in scores_neg)
+    return wins / (len(scores_pos) * len(scores_neg))

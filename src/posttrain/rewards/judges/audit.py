@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from posttrain.rewards.judges.agreement import Confusion, agreement, cohen_kappa, confusion
+from posttrain.rewards.judges.agreement import Confusion, agreement, auc, cohen_kappa, confusion
 from posttrain.rewards.judges.pairwise import PairwiseJudge, PairVerdict
 from posttrain.rewards.judges.pointwise import PointwiseJudge
 
@@ -76,6 +76,7 @@ class AuditReport:
     policy_pass_rate: float  # the verifier's pass rate on the policy's samples
     mean_score_pass: float  # the judge's mean score on verifier passes / fails (a threshold-free separation)
     mean_score_fail: float
+    auc: float  # P(judge scores a verifier pass above a verifier fail): threshold-free, 0.5 is chance
     injections: list[InjectionResult] = field(default_factory=list)
     pairs: int = 0
     pairs_correct: int = 0
@@ -97,7 +98,8 @@ class AuditReport:
             f"  judge verdict: score >= {self.threshold:g}",
             f"  agreement {self.agreement:.3f}   Cohen's kappa {self.kappa:.3f}"
             f"   (policy samples only: agreement {self.policy_agreement:.3f}, kappa {self.policy_kappa:.3f})",
-            f"  mean judge score: verifier pass {self.mean_score_pass:.3f}, verifier fail {self.mean_score_fail:.3f}",
+            f"  mean judge score: verifier pass {self.mean_score_pass:.3f}, verifier fail {self.mean_score_fail:.3f}"
+            f"   AUC {self.auc:.3f}",
             "  confusion            judge pass  judge fail",
         ]
         lines += [f"    {name:<18} {p:>10}  {f:>10}" for name, p, f in c.rows()]
@@ -143,6 +145,12 @@ def _run(coro):
         return pool.submit(asyncio.run, coro).result()
 
 
+def _cols(rows: list[dict]) -> dict[str, list]:
+    from posttrain.rewards.rubric import _columns
+
+    return {k: v for k, v in _columns(rows).items() if k != "prompt"}
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
@@ -159,7 +167,7 @@ def audit(cfg: Any, c: Any = None, log=print) -> AuditReport:
     judge, _, threshold, vname, vthresh = _find(task)
     verifier = next(x for x in task.rubric.components if x.name == vname)
     rows = task.eval_rows[: jc.audit_prompts] or task.train_rows[: jc.audit_prompts]
-    params = SampleParams(max_tokens=c.eval_params.max_tokens, temperature=jc.audit_temperature,
+    params = SampleParams(max_tokens=c.eval_params.max_tokens, temperature=cfg.sampling.temperature if jc.audit_temperature is None else jc.audit_temperature,
                           stop=list(c.eval_params.stop), seed=cfg.run.seed)
 
     async def rollouts():
@@ -170,7 +178,13 @@ def audit(cfg: Any, c: Any = None, log=print) -> AuditReport:
     items = [(t.completion_text, t.row, "policy") for t in trajs]
     if jc.audit_swap_rows and len(rows) > 1:
         shift = max(1, len(rows) // 2)
-        items += [(t.completion_text, rows[(rows.index(t.row) + shift) % len(rows)], "swapped") for t in trajs]
+        swapped = [(t.completion_text, rows[(rows.index(t.row) + shift) % len(rows)], "swapped") for t in trajs]
+        # A judge question that reads no row column is the same question after the swap: nothing new to learn.
+        same = [a == b for a, b in zip(judge.questions([t.completion_text for t in trajs], [t.row.get("prompt") for t in trajs],
+                                                        **_cols([t.row for t in trajs])),
+                                        judge.questions([s[0] for s in swapped], [s[1].get("prompt") for s in swapped],
+                                                        **_cols([s[1] for s in swapped])))]
+        items += [s for s, dup in zip(swapped, same) if not dup]
 
     def verdicts(completions: list[str], rws: list[dict]) -> tuple[list[bool], list[float | Exception]]:
         from posttrain.rewards.rubric import _call  # the rubric's call convention (columns as keyword lists)
@@ -196,7 +210,8 @@ def audit(cfg: Any, c: Any = None, log=print) -> AuditReport:
         policy_kappa=cohen_kappa([t_all[i] for i in pol], [p_all[i] for i in pol]),
         policy_pass_rate=_mean([float(truth[k]) for k, it in enumerate(items) if it[2] == "policy"]),
         mean_score_pass=_mean([s for s, t in zip(s_all, t_all) if t]),
-        mean_score_fail=_mean([s for s, t in zip(s_all, t_all) if not t]))
+        mean_score_fail=_mean([s for s, t in zip(s_all, t_all) if not t]),
+        auc=auc([s for s, t in zip(s_all, t_all) if t], [s for s, t in zip(s_all, t_all) if not t]))
 
     # Injection probes on verifier-failing samples the judge could score.
     fails = [(items[k][0], items[k][1], float(scores[k])) for k in keep if not truth[k]][: jc.audit_injections]  # type: ignore[arg-type]

@@ -46,6 +46,9 @@ class PointwiseJudge:
     mode: Literal["yes_no", "score"] = "yes_no"
     max_score: float = 10.0
     max_tokens: int = 8  # score mode: tokens the judge may write
+    # yes_no mode: False when "Yes" is the bad answer ("Is this text prose?"), so the score is P(No). Ask the
+    # question the judge answers best, in whichever direction; the audit shows which one that is.
+    yes_means_pass: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in ("yes_no", "score"):
@@ -68,7 +71,12 @@ class PointwiseJudge:
     def score_all(self, completions: list[Any], prompts: list[Any] | None = None,
                   **columns: list[Any]) -> list[float | Exception]:
         """One score in [0, 1] per completion, or the error that kept it from being judged."""
-        parse = (lambda x: float(x)) if self.mode == "yes_no" else (lambda x: parse_score(x, self.max_score))
+        if self.mode == "score":
+            parse = lambda x: parse_score(x, self.max_score)  # noqa: E731
+        elif self.yes_means_pass:
+            parse = float
+        else:
+            parse = lambda x: 1.0 - float(x)  # noqa: E731
         return self.runner.ask(self.kind, self.question, self.questions(completions, prompts, **columns), parse=parse)
 
     def __call__(self, completions: list[Any], prompts: list[Any] | None = None, **columns: list[Any]) -> list[float]:
