@@ -14,8 +14,10 @@ stricter json-extract pass.
 
 Options: `judge_model` ('default', 'tiny-random', an HF folder; or the served model's name with
 `judge_base_url`), `judge_base_url` (any OpenAI-compatible endpoint, e.g. `posttrain serve` or vLLM),
-`judge_threshold` (the judge's pass threshold, for its pass rate and the audit), `group` ("pairwise": add the
-pairwise judge as a group reward, asked in both orders).
+`judge_threshold` (the judge's pass threshold, for its pass rate and the audit), `judge_timeout_s` and
+`judge_retries` (endpoint), `judge_local_timeout_s` (one local batch call), `group` ("pairwise": add the
+pairwise judge as a group reward, asked in both orders). On a slow CPU raise `task.reward_timeout_s` (default
+60 s) too: it bounds the whole judge call of a step's batch.
 """
 
 from __future__ import annotations
@@ -44,12 +46,18 @@ def make_backend(judge_model: str = "default", judge_base_url: str | None = None
 
 def make_task(seed: int = 0, n_train: int = 400, n_eval: int = 48, judge_model: str = "default",
               judge_base_url: str | None = None, judge_api_key: str | None = None, judge_threshold: float = 0.5,
-              judge_timeout_s: float = 30.0, judge_retries: int = 2, group: str | None = None) -> Task:
+              judge_timeout_s: float = 30.0, judge_retries: int = 2, judge_local_timeout_s: float = 600.0,
+              group: str | None = None) -> Task:
     if group not in (None, "pairwise"):
         raise ValueError(f"group must be None or 'pairwise', got {group!r}")
     base = json_extract.make_task(seed=seed, n_train=n_train, n_eval=n_eval)
     backend = make_backend(judge_model, judge_base_url, judge_api_key, judge_timeout_s)
-    runner = lambda: JudgeRunner(backend, timeout_s=max(60.0, 2 * judge_timeout_s), max_retries=judge_retries)  # noqa: E731
+    if judge_base_url:
+        runner = lambda: JudgeRunner(backend, timeout_s=2 * judge_timeout_s, max_retries=judge_retries)  # noqa: E731
+    else:
+        # In process nothing is transient, and a timed-out forward keeps the model's lock until it ends, so a
+        # retry would only queue behind it: one attempt, with a timeout sized for a slow shared CPU.
+        runner = lambda: JudgeRunner(backend, batch_size=8, timeout_s=judge_local_timeout_s, max_retries=0)  # noqa: E731
     judge = PointwiseJudge(runner(), QUESTION, name="judge", yes_means_pass=False)
     pairwise = PairwiseJudge(runner(), PAIR_QUESTION, name="pairwise_judge")
     rubric = Rubric([

@@ -168,7 +168,7 @@ def audit(cfg: Any, c: Any = None, log=print) -> AuditReport:
     verifier = next(x for x in task.rubric.components if x.name == vname)
     rows = task.eval_rows[: jc.audit_prompts] or task.train_rows[: jc.audit_prompts]
     params = SampleParams(max_tokens=c.eval_params.max_tokens, temperature=cfg.sampling.temperature if jc.audit_temperature is None else jc.audit_temperature,
-                          stop=list(c.eval_params.stop), seed=cfg.run.seed)
+                          stop=list(c.eval_params.stop))  # no seed: reseeding would shift the run's sampling
 
     async def rollouts():
         return await asyncio.gather(*(c.env.rollout(r, c.sampler, params) for r in rows for _ in range(jc.audit_samples)))

@@ -17,10 +17,11 @@ from typing import Any
 
 
 class LocalHFBackend:
-    def __init__(self, model: str = "default", device: str = "cpu", dtype: str = "float32", max_batch: int = 16,
+    def __init__(self, model: str = "default", device: str = "auto", dtype: str = "float32", max_batch: int = 16,
                  seed: int = 0, model_obj: Any = None, tokenizer: Any = None):
         """`model`: 'default', 'tiny-random', an HF folder (models/load.py). Pass `model_obj` and `tokenizer` to
-        judge with a model already in memory (then `model` only names it in cache keys)."""
+        judge with a model already in memory (then `model` only names it in cache keys). `device`: auto is cuda
+        when a GPU is visible, else cpu."""
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.model_name, self.device, self.dtype, self.max_batch, self.seed = model, device, dtype, max_batch, seed
@@ -35,7 +36,10 @@ class LocalHFBackend:
 
             model, tok = load_model(self.model_name, self.dtype, seed=self.seed, log=lambda s: None)
             ensure_pad_token(tok)
-            self._model, self._tok = model.to(self.device).eval(), tok
+            import torch
+
+            dev = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
+            self._model, self._tok = model.to(dev).eval(), tok
         if self._yes_no is None:
             self._yes_no = _yes_no_ids(self._tok)
         return self._model, self._tok
