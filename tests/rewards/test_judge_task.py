@@ -39,6 +39,11 @@ def test_audit_report_and_gate(tmp_path):
     if rep.agreement < 1.0:
         with pytest.raises(JudgeAuditFailed, match="min_agreement"):
             gate(strict, None, log=lambda s: None)
+    kappa = load_config(None, TINY + ["task.name=json-extract-judged", "judge.min_kappa=1.0",
+                                      f"judge.cache={tmp_path / 'c.sqlite'}"])
+    if not rep.kappa >= 1.0:
+        with pytest.raises(JudgeAuditFailed, match="min_kappa"):
+            gate(kappa, None, log=lambda s: None)
 
 
 def test_audit_needs_a_verifier_and_a_judge():

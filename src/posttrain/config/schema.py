@@ -195,6 +195,8 @@ class JudgeConfig(_Strict):
     min_agreement: float | None = Field(None, ge=0.0, le=1.0, description=(
         "before training, audit the task's LLM judge against its programmatic verifier (posttrain judge audit) "
         "and refuse to train below this agreement (null: no audit)"))
+    min_kappa: float | None = Field(None, ge=-1.0, le=1.0, description=(
+        "like min_agreement, on Cohen's kappa (chance-corrected: the better gate when the verifier mostly passes or fails)"))
     cache: str | None = Field("default", description=(
         "judge answer cache (sqlite file); default: $POSTTRAIN_JUDGE_CACHE or ~/.cache/posttrain/judge_cache.sqlite; null: off"))
     audit_prompts: int = Field(16, ge=1, description="audit: held-out prompts sampled")

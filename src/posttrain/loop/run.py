@@ -75,7 +75,7 @@ class Run:
         self.c: Components = build(cfg, log=self.say)
         if cfg.task.env_check != "off":
             env_check(self.c, cfg.task.env_check, self.say, cfg.logging.console)
-        judge_gate(cfg, self.c, self.say)  # judge.min_agreement: audit the task's judge, refuse a poor one
+        judge_gate(cfg, self.c, self.say)  # judge.min_agreement / min_kappa: audit the judge first
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
         self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard)
         self.watch = Watch(cfg, self.logger.log, self.say)

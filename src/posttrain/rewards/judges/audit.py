@@ -14,8 +14,8 @@ one of `task.judges`), the audit:
 5. with a pairwise judge on the task, asks (passing, failing) pairs of the same prompt in both orders: the
    share it gets right and its position flips.
 
-`gate(cfg, components, log)` runs it before training when `judge.min_agreement` is set and raises
-`JudgeAuditFailed` below it.
+`gate(cfg, components, log)` runs it before training when `judge.min_agreement` or `judge.min_kappa` is set and
+raises `JudgeAuditFailed` below either.
 """
 
 from __future__ import annotations
@@ -247,16 +247,16 @@ def audit(cfg: Any, c: Any = None, log=print) -> AuditReport:
 
 
 def gate(cfg: Any, c: Any, log=print) -> AuditReport | None:
-    """Before training: with `judge.min_agreement` set, audit and refuse a judge below it (the report is printed
-    either way)."""
-    need = cfg.judge.min_agreement
-    if need is None:
+    """Before training: with `judge.min_agreement` or `judge.min_kappa` set, audit and refuse a judge below either
+    (the report is printed either way)."""
+    need, need_k = cfg.judge.min_agreement, cfg.judge.min_kappa
+    if need is None and need_k is None:
         return None
     report = audit(cfg, c, log=log)
     log(report.to_text())
-    if math.isnan(report.agreement) or report.agreement < need:
-        raise JudgeAuditFailed(f"judge {report.judge} agrees with verifier {report.verifier} on {report.agreement:.3f} "
-                               f"of samples, below judge.min_agreement={need:g}; fix the judge question or model, or "
-                               "lower judge.min_agreement")
-    log(f"judge audit passed: agreement {report.agreement:.3f} >= judge.min_agreement {need:g}")
+    for name, got, floor in (("agreement", report.agreement, need), ("kappa", report.kappa, need_k)):
+        if floor is not None and (math.isnan(got) or got < floor):
+            raise JudgeAuditFailed(f"judge {report.judge} vs verifier {report.verifier}: {name} {got:.3f} is below "
+                                   f"judge.min_{name}={floor:g}; fix the judge question or model, or lower the floor")
+    log(f"judge audit passed: agreement {report.agreement:.3f}, kappa {report.kappa:.3f}")
     return report
