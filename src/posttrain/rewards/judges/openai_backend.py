@@ -41,7 +41,14 @@ class OpenAIBackend:
 
     @property
     def judge_id(self) -> str:
-        return f"openai:{self.base_url}:{self.model or '?'}"
+        """Names the served model, so a cache never mixes two judges behind one URL. Resolving it asks /v1/models
+        once; an endpoint that cannot answer gives '?' (its calls fail, and failures are never cached)."""
+        if self.model is None:
+            try:
+                self._model_name()
+            except JudgeError:
+                return f"openai:{self.base_url}:?"
+        return f"openai:{self.base_url}:{self.model}"
 
     def _openai(self) -> Any:
         if self._client is None:
