@@ -66,3 +66,17 @@ def test_train_two_steps_with_the_judge_reward(tmp_path):
     assert len(train) == 2 and all(x["judge/lookups"] > 0 for x in train)
     assert "judge/cache_hit" in train[0] and "judge/latency" in train[0]
     assert any("eval/judge/lookups" in x for x in recs if x["kind"] == "eval")
+
+
+def test_cli_judge_audit_prints_the_report_and_fails_clearly(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "posttrain.cli", "judge", "audit", "task.name=json-extract-judged", *TINY,
+                        f"judge.cache={tmp_path / 'c.sqlite'}", "--json"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+
+    rep = json.loads(r.stdout)
+    assert {"agreement", "kappa", "confusion", "injections", "position_flips"} <= set(rep)
+    bad = subprocess.run([sys.executable, "-m", "posttrain.cli", "judge", "audit", "task.name=count-a",
+                          "model.name=tiny-random"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "judge" in bad.stderr
