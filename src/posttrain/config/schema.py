@@ -198,7 +198,7 @@ class JudgeConfig(_Strict):
     min_kappa: float | None = Field(None, ge=-1.0, le=1.0, description=(
         "like min_agreement, on Cohen's kappa (chance-corrected: the better gate when the verifier mostly passes or fails)"))
     cache: str | None = Field("default", description=(
-        "judge answer cache (sqlite file); default: $POSTTRAIN_JUDGE_CACHE or ~/.cache/posttrain/judge_cache.sqlite; null: off"))
+        "judge answer cache (sqlite file) for every judge of the task, when set; default: each judge's own ($POSTTRAIN_JUDGE_CACHE or ~/.cache/posttrain/judge_cache.sqlite); null: off"))
     audit_prompts: int = Field(16, ge=1, description="audit: held-out prompts sampled")
     audit_samples: int = Field(4, ge=1, description="audit: policy completions per prompt")
     audit_temperature: float | None = Field(None, ge=0.0, description="audit: sampling temperature; null: sampling.temperature (what the judge sees in training)")

@@ -79,7 +79,8 @@ def build(cfg: Config, log=print) -> Components:
     seed_everything(cfg.run.seed)
     task = load_task(cfg.task.name, cfg.task.options, seed=cfg.run.seed)
     task.rubric.timeout_s = cfg.task.reward_timeout_s
-    configure_task_judges(task, cfg.judge.cache)
+    if "cache" in cfg.judge.model_fields_set:  # set in the config: it wins over the caches the task's judges chose
+        configure_task_judges(task, cfg.judge.cache)
     device = resolve_device(cfg.model.device)
     model, tok = load_model(cfg.model.name, resolve_dtype(cfg.model.dtype, device), cfg.model.attn_implementation,
                             seed=cfg.run.seed, log=log)

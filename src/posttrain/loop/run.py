@@ -26,7 +26,6 @@ from posttrain.config.schema import Config
 from posttrain.loop.builder import Components, build
 from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from posttrain.loop.evaluate import evaluate_async
-from posttrain.rewards.judges.audit import gate as judge_gate
 from posttrain.loop.schedule import make_stepper
 from posttrain.loop.warm_start import WarmStartResult, run_warm_start
 from posttrain.loop.watch import Watch
@@ -34,6 +33,7 @@ from posttrain.obs import console as con
 from posttrain.obs.metrics import MetricsLogger
 from posttrain.obs.rollout_stats import sample_records
 from posttrain.obs.run_dir import make_run_dir, write_run_info
+from posttrain.rewards.judges.audit import gate as judge_gate
 
 STEPPER_FILE = "stepper.pt"
 
