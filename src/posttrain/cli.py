@@ -56,11 +56,13 @@ def train(
     from posttrain.rewards.embedding import EmbeddingError, TripletDataError
     from posttrain.rewards.from_config import RewardConfigError
     from posttrain.rewards.reward_model import RewardModelError
+    from posttrain.rewards.judges.audit import JudgeAuditError, JudgeAuditFailed
 
     try:
         run_train(cfg, run_dir=resume, resume=resume is not None)
     except (TaskLoadError, ModelLoadError, FileNotFoundError, UnknownName, EnvCheckError, ChatTemplateError,
-            RewardModelError, RewardConfigError, EmbeddingError, TripletDataError) as e:
+            RewardModelError, RewardConfigError, EmbeddingError, TripletDataError,
+            JudgeAuditError, JudgeAuditFailed) as e:
         _fail(str(e))
 
 
@@ -321,6 +323,33 @@ def rm_train(
         _fail(str(e))
     typer.echo(f"held-out pair accuracy: {res.eval_accuracy:.1%} ({res.n_eval} pairs; untrained: "
                f"{res.eval_accuracy_before:.1%})\nsaved: {res.out}")
+
+
+judge_app = typer.Typer(add_completion=False, help="LLM judges: audit a task's judge against its verifier.")
+app.add_typer(judge_app, name="judge")
+
+
+@judge_app.command("audit", context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def judge_audit(
+    args: Optional[list[str]] = typer.Argument(None, help="[CONFIG.yaml] then overrides like task.name=word-use judge.audit_prompts=8"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Judge vs programmatic verifier: agreement, Cohen's kappa, confusion, injection probes, position flips."""
+    import json
+
+    from posttrain.config import ConfigError, load_config
+    from posttrain.envs.custom import TaskLoadError
+    from posttrain.models.load import ModelLoadError
+    from posttrain.rewards.judges.audit import JudgeAuditError, audit
+
+    args = list(args or [])
+    config_path = args.pop(0) if args and "=" not in args[0] else None
+    try:
+        cfg = load_config(config_path, args)
+        report = audit(cfg, log=lambda s: typer.echo(s, err=True))
+    except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError, JudgeAuditError) as e:
+        _fail(str(e))
+    typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
 
 
 init_app = typer.Typer(add_completion=False, help="Start something new from a runnable template.")

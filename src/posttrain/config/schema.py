@@ -203,6 +203,22 @@ class LoopConfig(_Strict):
     batch_timeout_s: float = Field(3600.0, gt=0.0, description="async: seconds the trainer waits for a step's groups before failing the run")
 
 
+class JudgeConfig(_Strict):
+    min_agreement: float | None = Field(None, ge=0.0, le=1.0, description=(
+        "before training, audit the task's LLM judge against its programmatic verifier (posttrain judge audit) "
+        "and refuse to train below this agreement (null: no audit)"))
+    min_kappa: float | None = Field(None, ge=-1.0, le=1.0, description=(
+        "like min_agreement, on Cohen's kappa (chance-corrected: the better gate when the verifier mostly passes or fails)"))
+    cache: str | None = Field("default", description=(
+        "judge answer cache (sqlite file) for every judge of the task, when set; default: each judge's own ($POSTTRAIN_JUDGE_CACHE or ~/.cache/posttrain/judge_cache.sqlite); null: off"))
+    audit_prompts: int = Field(16, ge=1, description="audit: held-out prompts sampled")
+    audit_samples: int = Field(4, ge=1, description="audit: policy completions per prompt")
+    audit_temperature: float | None = Field(None, ge=0.0, description="audit: sampling temperature; null: sampling.temperature (what the judge sees in training)")
+    audit_swap_rows: bool = Field(True, description=(
+        "audit: also judge each completion against another prompt's row (mostly verifier fails: balances the classes)"))
+    audit_injections: int = Field(16, ge=0, description="audit: failing samples re-judged with each injection probe appended (0: none)")
+
+
 class LoggingConfig(_Strict):
     tensorboard: bool = Field(True, description="write TensorBoard events to RUN_DIR/tb when installed")
     console: bool = Field(True, description="print progress lines and tables")
@@ -257,6 +273,7 @@ class Config(_Strict):
     warm_start: WarmStartConfig = WarmStartConfig()
     loop: LoopConfig = LoopConfig()
     logging: LoggingConfig = LoggingConfig()
+    judge: JudgeConfig = JudgeConfig()
     diagnostics: DiagnosticsConfig = DiagnosticsConfig()
 
     @model_validator(mode="after")

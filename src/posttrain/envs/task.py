@@ -42,6 +42,9 @@ class Task:
     # fn(completions_G, **columns) -> G scores, called once per group (envs/base.py score_groups).
     group_rewards: list[Callable[..., Any]] = field(default_factory=list)
     group_reward_weights: list[float] | None = None  # None: 1.0 each
+    # LLM judges the task uses or offers, by name (rewards/judges/): `posttrain judge audit` audits them against
+    # the rubric's pass component (the programmatic verifier), and their metrics join each step's.
+    judges: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.train_rows:

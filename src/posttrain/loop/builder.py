@@ -18,6 +18,7 @@ from posttrain.envs.task import Task
 from posttrain.envs.tool_env import ToolEnv
 from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
 from posttrain.models.lora import apply_lora, count_parameters
+from posttrain.rewards.judges.setup import configure_task_judges
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.types import SampleParams
 
@@ -82,6 +83,8 @@ def build(cfg: Config, log=print) -> Components:
 
         task.rubric = add_rewards(task.rubric, cfg.task.rewards)
     task.rubric.timeout_s = cfg.task.reward_timeout_s
+    if "cache" in cfg.judge.model_fields_set:  # set in the config: it wins over the caches the task's judges chose
+        configure_task_judges(task, cfg.judge.cache)
     device = resolve_device(cfg.model.device)
     model, tok = load_model(cfg.model.name, resolve_dtype(cfg.model.dtype, device), cfg.model.attn_implementation,
                             seed=cfg.run.seed, log=log)

@@ -14,6 +14,7 @@ from typing import Any
 from posttrain.envs.base import score_groups
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
+from posttrain.rewards.telemetry import drain_task_metrics
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory
 
@@ -31,6 +32,7 @@ async def evaluate_async(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[s
     if samples > 1:
         m["eval/pass_at_n"] = pass_at_n([t.passed for t in trajs], samples)
         m["eval/samples_per_prompt"] = float(samples)
+    m.update({f"eval/{k}": v for k, v in drain_task_metrics(env.task).items()})  # the eval's judge calls
     m["eval/seconds"] = time.perf_counter() - t0
     return m, trajs
 

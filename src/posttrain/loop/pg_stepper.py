@@ -25,6 +25,7 @@ from posttrain.loop.collect import Collector
 from posttrain.loop.weight_sync import WeightSync
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.obs.timers import StageTimer
+from posttrain.rewards.telemetry import drain_task_metrics
 from posttrain.train.trainer import TokenWeightFn, Trainer
 from posttrain.types import Batch, sequence_of
 
@@ -61,7 +62,8 @@ def token_weight_fn(a: AlgorithmConfig) -> TokenWeightFn | None:
 class PolicyGradientStepper:
     def __init__(self, cfg: Config, trainer: Trainer, collector: Collector, sync: WeightSync,
                  pass_thresholds: dict[str, float], max_tokens: int, ref_model: Any | None = None,
-                 ref_disable_adapter: Any | None = None, version: int = 0, teacher: Any | None = None):
+                 ref_disable_adapter: Any | None = None, version: int = 0, teacher: Any | None = None,
+                 task: Any | None = None):
         """`pass_thresholds`: the task's rubric components (for pass rates); `max_tokens`: the completion budget.
         `ref_model`: a frozen reference for a KL term; with LoRA pass `ref_disable_adapter` instead (a context
         manager factory, e.g. peft's `model.disable_adapter`: the base model is the reference). `teacher`: a
@@ -76,6 +78,7 @@ class PolicyGradientStepper:
         self.ref_model, self.ref_disable_adapter = ref_model, ref_disable_adapter
         self.teacher = teacher
         self.version = version
+        self.task = task  # its reward objects' own metrics (judge cache hits, latency, ...) join each step's
         self.last_trajectories: list = []  # the last step's rollouts, for samples.jsonl
 
     async def step(self, step: int) -> dict[str, Any]:
@@ -104,6 +107,7 @@ class PolicyGradientStepper:
         trajs = [t for g in collected.all_groups for t in g.trajectories_G]
         m.update(rollout_metrics(trajs))
         m.update(pass_rates(trajs, self.pass_thresholds))
+        m.update(drain_task_metrics(self.task))
         n_tok = sum(t.num_completion_tokens for t in trajs)
         m.update({
             "groups/zero_variance_frac": sum(not has_signal(g.rewards_G) for g in collected.all_groups)

@@ -34,6 +34,7 @@ from posttrain.obs.metrics import MetricsLogger
 from posttrain.obs.rollout_stats import sample_records
 from posttrain.obs.run_dir import make_run_dir, write_run_info
 from posttrain.obs.sinks import tracker_sinks
+from posttrain.rewards.judges.audit import gate as judge_gate
 
 STEPPER_FILE = "stepper.pt"
 
@@ -76,6 +77,7 @@ class Run:
         self.c: Components = build(cfg, log=self.say)
         if cfg.task.env_check != "off":
             env_check(self.c, cfg.task.env_check, self.say, cfg.logging.console)
+        judge_gate(cfg, self.c, self.say)  # judge.min_agreement / min_kappa: audit the judge first
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
         self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard,
                                     sinks=tracker_sinks(cfg, self.run_dir))

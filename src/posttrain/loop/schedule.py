@@ -97,7 +97,8 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
             f"RL term x {cfg.algorithm.teacher.rl_weight:g})")
     return PolicyGradientStepper(cfg, trainer, collector, sync, pass_thresholds(c), c.train_params.max_tokens,
                                  ref_model=c.ref_model, ref_disable_adapter=lora_ref,
-                                 version=c.sampler.policy_version, teacher=teacher)
+                                 version=c.sampler.policy_version, teacher=teacher,
+                                 task=c.task)
 
 
 @STEPPERS.register("es")

@@ -11,6 +11,9 @@ lists when the prompts are chat messages (TRL's conversational format). `kwargs`
 
 A function that raises does not stop the run: the rubric retries it one sample at a time and marks only the
 samples that still raise as failed (their error is kept, the trainer leaves them out, the loop counts them).
+A function that knows which samples failed (an LLM judge whose call failed for some) raises
+`PartialRewardFailure(values, errors)` instead: those samples fail at once, the others keep their values, and
+nothing is called again.
 """
 
 from __future__ import annotations
@@ -178,6 +181,15 @@ class RewardTimeout(RuntimeError):
     pass
 
 
+class PartialRewardFailure(RuntimeError):
+    """Raised by a reward function that scored some samples and failed others: `values` holds one entry per
+    completion (None where failed), `errors` the index -> message of each failed sample."""
+
+    def __init__(self, values: list[float | None], errors: dict[int, str]):
+        super().__init__(f"{len(errors)} of {len(values)} samples failed: {next(iter(errors.values()), '')}")
+        self.values, self.errors = list(values), dict(errors)
+
+
 def _call_isolated(comp: RewardComponent, completions: list[Any], kwargs: dict[str, list[Any]], n: int,
                    errors: list[str | None], timeout_s: float | None = None) -> list[float | None]:
     """Call on the whole batch; if that raises, call per sample so one bad sample fails alone. A timeout
@@ -188,6 +200,11 @@ def _call_isolated(comp: RewardComponent, completions: list[Any], kwargs: dict[s
         for i in range(n):
             errors[i] = errors[i] or f"reward {comp.name!r} {e}"
         return [None] * n
+    except PartialRewardFailure as e:
+        if len(e.values) == n:
+            for i, msg in e.errors.items():
+                errors[i] = errors[i] or f"reward {comp.name!r} failed: {msg}"
+            return [None if i in e.errors else v for i, v in enumerate(e.values)]
     except Exception:  # noqa: BLE001 - a user reward function may raise anything; we isolate it
         pass
     out: list[float | None] = []

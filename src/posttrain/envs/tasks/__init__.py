@@ -8,6 +8,7 @@ from typing import Any
 
 BUILTIN_TASKS: dict[str, str] = {
     "json-extract": "posttrain.envs.tasks.json_extract",
+    "json-extract-judged": "posttrain.envs.tasks.json_judged",
     "count-a": "posttrain.envs.tasks.count_a",
     "code-tests": "posttrain.envs.tasks.code_tests",
     "feature-deletion": "posttrain.envs.tasks.feature_deletion",

@@ -1,0 +1,111 @@
+"""A judge backend on a local HF model (the built-in default, tiny-random for tests, any HF folder).
+
+Pointwise questions read the next-token distribution instead of parsing a free-form answer: the judge's
+verdict is P(Yes) / (P(Yes) + P(No)) over the first answer token (every vocabulary token that is "yes" or "no"
+up to case, a leading space and punctuation). A 135M model rarely writes a well-formed "score: 7/10", but its
+Yes-vs-No preference on a concrete question is informative, and the probability is a graded reward.
+
+The model loads on first use, so building a task that holds a judge is cheap. Calls are serialized by a lock
+(one model, one forward at a time) and batched (`max_batch` prompts per forward, left-padded).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+
+
+class LocalHFBackend:
+    def __init__(self, model: str = "default", device: str = "auto", dtype: str = "float32", max_batch: int = 16,
+                 seed: int = 0, model_obj: Any = None, tokenizer: Any = None):
+        """`model`: 'default', 'tiny-random', an HF folder (models/load.py). Pass `model_obj` and `tokenizer` to
+        judge with a model already in memory (then `model` only names it in cache keys). `device`: auto is cuda
+        when a GPU is visible, else cpu."""
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.model_name, self.device, self.dtype, self.max_batch, self.seed = model, device, dtype, max_batch, seed
+        self.judge_id = f"hf:{model}"
+        self._model, self._tok = model_obj, tokenizer
+        self._yes_no: tuple[list[int], list[int]] | None = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> tuple[Any, Any]:
+        if self._model is None:
+            from posttrain.models.load import ensure_pad_token, load_model
+
+            model, tok = load_model(self.model_name, self.dtype, seed=self.seed, log=lambda s: None)
+            ensure_pad_token(tok)
+            import torch
+
+            dev = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
+            self._model, self._tok = model.to(dev).eval(), tok
+        if self._yes_no is None:
+            self._yes_no = _yes_no_ids(self._tok)
+        return self._model, self._tok
+
+    def _render(self, tok: Any, prompt: str) -> list[int]:
+        from posttrain.models.chat import render_prompt
+
+        return render_prompt(tok, [{"role": "user", "content": prompt}])
+
+    def yes_prob(self, prompts: list[str]) -> list[float | Exception]:
+        import torch
+
+        with self._lock:
+            model, tok = self._load()
+            yes_ids, no_ids = self._yes_no  # type: ignore[misc]
+            out: list[float | Exception] = []
+            pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+            for i in range(0, len(prompts), self.max_batch):
+                rows = [self._render(tok, p) for p in prompts[i : i + self.max_batch]]
+                L = max(len(r) for r in rows)
+                ids = torch.full((len(rows), L), pad, dtype=torch.long)
+                mask = torch.zeros((len(rows), L), dtype=torch.long)
+                for b, r in enumerate(rows):
+                    ids[b, L - len(r):] = torch.tensor(r)
+                    mask[b, L - len(r):] = 1
+                pos = (mask.cumsum(-1) - 1).clamp(min=0)
+                dev = next(model.parameters()).device
+                with torch.inference_mode():
+                    logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                                   logits_to_keep=1).logits[:, -1].float()
+                probs = logits.softmax(-1)
+                p_yes = probs[:, yes_ids].sum(-1)
+                p_no = probs[:, no_ids].sum(-1)
+                for y, n in zip(p_yes.tolist(), p_no.tolist()):
+                    # Neither word is likely (a random model): no preference, 0.5, rather than 0/0.
+                    out.append(y / (y + n) if y + n > 1e-12 else 0.5)
+            return out
+
+    def generate(self, prompts: list[str], max_tokens: int) -> list[str | Exception]:
+        from posttrain.models.load import stop_token_ids
+        from posttrain.sampling.hf_sampler import HFSampler
+        from posttrain.types import SampleParams
+
+        with self._lock:
+            model, tok = self._load()
+            sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=self.seed, max_batch=self.max_batch)
+            rows = [self._render(tok, p) for p in prompts]
+            outs = sampler.sample_sync(rows, SampleParams(max_tokens=max_tokens, temperature=0.0), n=1)
+            return [o[0].text for o in outs]
+
+
+def _yes_no_ids(tok: Any) -> tuple[list[int], list[int]]:
+    """First-token ids of "yes" / "no" spellings (any case, optional leading space). A token counts for a word
+    when its text (stripped, lower-cased) is a prefix of that word and not of the other: the whole word in a
+    subword vocabulary ("Yes"), its first letter in a character-level one ("Y", as in tiny-random)."""
+    yes, no = set(), set()
+    for word in ("Yes", "yes", "YES", "No", "no", "NO"):
+        for text in (word, " " + word):
+            ids = tok.encode(text, add_special_tokens=False)
+            if not ids:
+                continue
+            piece = tok.decode(ids[:1]).strip().lower()
+            if piece and "yes".startswith(piece) and not "no".startswith(piece):
+                yes.add(ids[0])
+            elif piece and "no".startswith(piece) and not "yes".startswith(piece):
+                no.add(ids[0])
+    if not yes or not no:
+        raise ValueError("the judge tokenizer has no first token that tells 'Yes' from 'No'; use the score mode")
+    return sorted(yes), sorted(no)

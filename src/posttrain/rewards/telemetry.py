@@ -1,0 +1,48 @@
+"""Metrics that reward functions keep themselves (an LLM judge's cache hits, latency, failures, position flips),
+collected into a step's metrics.
+
+Any reward object with `drain_metrics() -> dict[str, float]` (returns its counters and resets them) takes part:
+the rubric's component functions, the task's group rewards and the judges a task offers (`Task.judges`). Values
+of the same key from several objects are summed (counters are additive); ratio metrics are then recomputed from
+their summed parts (rewards/judges/stats.py RATIOS).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from posttrain.rewards.judges.stats import with_ratios
+
+log = logging.getLogger(__name__)
+
+
+def metric_sources(task: Any) -> list[Any]:
+    """The distinct objects of a task that have `drain_metrics`, each once."""
+    cands: list[Any] = []
+    rubric = getattr(task, "rubric", None)
+    cands += [c.func for c in getattr(rubric, "components", None) or []]
+    cands += list(getattr(task, "group_rewards", None) or [])
+    cands += list((getattr(task, "judges", None) or {}).values())
+    seen: set[int] = set()
+    out = []
+    for obj in cands:
+        if callable(getattr(obj, "drain_metrics", None)) and id(obj) not in seen:
+            seen.add(id(obj))
+            out.append(obj)
+    return out
+
+
+def drain_task_metrics(task: Any) -> dict[str, float]:
+    """Drain and merge the metrics of every source of `task` (empty when it has none). A source that raises is
+    skipped with a warning: metrics never stop a step."""
+    merged: dict[str, float] = {}
+    for obj in metric_sources(task):
+        try:
+            m = obj.drain_metrics()
+        except Exception as e:  # noqa: BLE001 - telemetry must not break training
+            log.warning("drain_metrics of %r raised %s: %s", obj, type(e).__name__, e)
+            continue
+        for k, v in m.items():
+            merged[k] = merged.get(k, 0.0) + float(v)
+    return with_ratios(merged)
