@@ -61,6 +61,10 @@ class Rubric:
 
     components: list[RewardComponent]
     pass_component: str | None = None
+    # Rubric-level gates (the watercolours recipe: a cheap check first): a sample that fails any of these components
+    # gets a total reward of 0 and does not pass, and the components after the gate are not even called for it (a
+    # judge or a reward model is never asked about a sample a regex already threw out).
+    gates: list[str] = field(default_factory=list)
     normalize: bool = False  # divide the weighted sum by the sum of weights, so reward is in [0, 1]
     # Seconds one reward-function call may take. A call that runs past it marks its samples failed (counted,
     # logged) instead of hanging the run; Python cannot kill the stuck thread, so it is left to finish alone.
@@ -76,6 +80,9 @@ class Rubric:
                 raise ValueError(f"component {c.name!r} is gated on unknown component {c.gate!r}; known: {names}")
         if self.pass_component is not None and self.pass_component not in names:
             raise ValueError(f"pass_component {self.pass_component!r} is not a component; known: {names}")
+        for g in self.gates:
+            if g not in names:
+                raise ValueError(f"gate {g!r} is not a component; known: {names}")
         self._names = names
 
     @classmethod
@@ -97,7 +104,17 @@ class Rubric:
         raw: dict[str, list[float | None]] = {}
         errors: list[str | None] = [None] * n
         for comp in self.components:
-            raw[comp.name] = _call_isolated(comp, completions, kwargs, n, errors, self.timeout_s)
+            todo = [i for i in range(n) if not self._gated_out(comp, raw, i)]
+            if len(todo) == n:
+                raw[comp.name] = _call_isolated(comp, completions, kwargs, n, errors, self.timeout_s)
+                continue
+            # Only the samples still past every gate already scored: the rest score 0 here anyway.
+            sub_errors: list[str | None] = [errors[i] for i in todo]
+            sub = _call_isolated(comp, [completions[i] for i in todo], {k: [v[i] for i in todo] for k, v in kwargs.items()},
+                                 len(todo), sub_errors, self.timeout_s) if todo else []
+            raw[comp.name] = [None] * n
+            for j, i in enumerate(todo):
+                raw[comp.name][i], errors[i] = sub[j], sub_errors[j]
         scores = []
         for i in range(n):
             comps: dict[str, float] = {}
@@ -111,6 +128,9 @@ class Rubric:
                         v = 0.0
                 comps[comp.name] = v
                 total += comp.weight * v
+            gated_out = any(comps[g] < self._threshold(g) for g in self.gates)
+            if gated_out:
+                total = 0.0
             if self.normalize:
                 wsum = sum(abs(c.weight) for c in self.components) or 1.0
                 total /= wsum
@@ -120,13 +140,26 @@ class Rubric:
             else:
                 passed = all(comps[c.name] >= c.pass_threshold for c in self.components)
             failed = errors[i] is not None
+            passed = passed and not gated_out
             scores.append(Score(reward=0.0 if failed else total, components=comps, passed=passed and not failed,
                                 failed=failed, error=errors[i]))
         return scores
 
+    def _threshold(self, name: str) -> float:
+        return next(c for c in self.components if c.name == name).pass_threshold
+
+    def _gated_out(self, comp: RewardComponent, raw: dict[str, list[float | None]], i: int) -> bool:
+        """True when a gate already scored (a rubric gate, or this component's own `gate`) failed for sample i."""
+        gates = [g for g in self.gates if g != comp.name] + ([comp.gate] if comp.gate else [])
+        return any(g in raw and _value(raw[g][i]) < self._threshold(g) for g in gates)
+
     def passes(self, name: str, value: float) -> bool:
         comp = next(c for c in self.components if c.name == name)
         return value >= comp.pass_threshold
+
+
+def _value(v: float | None) -> float:
+    return 0.0 if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
 def _func_name(f: RewardFunc, i: int) -> str:
