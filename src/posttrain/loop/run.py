@@ -33,6 +33,7 @@ from posttrain.obs import console as con, trace
 from posttrain.obs.metrics import MetricsLogger
 from posttrain.obs.rollout_stats import sample_records
 from posttrain.obs.run_dir import make_run_dir, write_run_info
+from posttrain.models.save import save_hf_folder
 from posttrain.obs.sinks import tracker_sinks
 from posttrain.rewards.judges.audit import gate as judge_gate
 
@@ -203,8 +204,7 @@ class Run:
     def _save_final(self) -> None:
         out = self.run_dir / "final"
         try:
-            self.c.model.save_pretrained(out)
-            self.c.tokenizer.save_pretrained(out)
+            save_hf_folder(self.c.model, self.c.tokenizer, out)  # atomic: a crash never leaves half a final/
         except Exception as e:  # noqa: BLE001 - the checkpoint already holds the weights; report and go on
             self.say(f"warning: could not export the final model to {out}: {e}")
 

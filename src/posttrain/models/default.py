@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -47,6 +45,8 @@ def default_model_dir(log=print) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from posttrain.models.save import save_hf_folder
+
     log(f"converting {gguf.name} to a HF folder (one time, ~30 s) -> {target}")
     t0 = time.time()
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -56,17 +56,6 @@ def default_model_dir(log=print) -> Path:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.config._name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Write to a temp folder and rename, so a crash never leaves a half-written cache that looks complete.
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    save_hf_folder(model, tok, target)
     log(f"converted in {time.time() - t0:.1f}s")
     return target

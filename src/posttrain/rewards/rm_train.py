@@ -24,15 +24,15 @@ import json
 import math
 import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from posttrain.models.save import save_hf_folder
 from posttrain.rewards.reward_model import RM_META, format_pair
+from posttrain.rewards.rows_file import read_rows
 
 BUILTIN_PREFERENCES: dict[str, str] = {"product-blurb": "posttrain.envs.tasks.product_blurb"}
 
@@ -113,20 +113,7 @@ def to_pairs(rows: list[dict[str, Any]], source: str = "data") -> list[Preferenc
 
 
 def _read_file(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text()
-    if path.suffix == ".json":
-        data = json.loads(text)
-        if not isinstance(data, list):
-            raise PreferenceDataError(f"{path}: a .json preference file must hold a list of rows")
-        return data
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise PreferenceDataError(f"{path}:{n}: not valid JSON: {e}") from None
-    return rows
+    return read_rows(path, PreferenceDataError, "preference")
 
 
 def load_pairs(source: Any, seed: int = 0) -> tuple[list[PreferencePair], list[PreferencePair] | None]:
@@ -416,16 +403,4 @@ def _default_out(data: Any) -> Path:
 
 
 def _save(model: Any, tok: Any, out: Path, meta: dict[str, Any]) -> None:
-    """Write to a temp folder next to `out` and rename, so a crash never leaves a half-written reward model."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".rm-", dir=out.parent))
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        (tmp / RM_META).write_text(json.dumps(meta, indent=2, default=str))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    save_hf_folder(model, tok, out, {RM_META: json.dumps(meta, indent=2, default=str)})
