@@ -66,6 +66,11 @@ class Trajectory:
     row: dict[str, Any] = field(default_factory=dict)  # the task row it came from (columns for rewards)
     metrics: dict[str, float] = field(default_factory=dict)  # per-episode numbers (tool calls, turns, ...)
     extra: dict[str, Any] = field(default_factory=dict)  # env-specific record (tool call log, messages)
+    # What went wrong, in words (a failing test, a schema violation, a tool error), from the task's `feedback`
+    # function or the env itself, and the index of the turn it is about (None: the last turn). Hint-conditioned
+    # self-distillation (algorithm.hint_distill) puts it into the teacher's context right before that turn.
+    feedback: str | None = None
+    feedback_turn: int | None = None
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -157,6 +162,10 @@ class Sequence:
     teacher_logprobs: list[float] | None = None  # a distillation teacher's, on these tokens (algorithm.teacher)
     # The behaviour policy of the PPO ratio (algorithm.behavior_logprobs); None: the current policy, detached.
     old_logprobs: list[float] | None = None
+    # A hint for a self-distillation teacher (the trajectory's feedback), and where it goes: the index in
+    # prompt_ids + completion_ids at which the completion of the turn it is about starts.
+    hint: str | None = None
+    hint_at: int | None = None
 
 
 @dataclass
@@ -185,9 +194,14 @@ def sequence_of(traj: Trajectory, advantage: float = 0.0, group_id: int = 0) -> 
     """A trajectory as one training sequence: the first prompt, then everything after it with its loss mask."""
     tokens, mask, logps = traj.sequence()
     n_prompt = len(traj.prompt_ids)
+    hint_at = None
+    if traj.feedback:
+        k = len(traj.turns) - 1 if traj.feedback_turn is None else min(max(traj.feedback_turn, 0), len(traj.turns) - 1)
+        hint_at = len(traj.turns[k].prompt_ids)  # turn k's prompt is the whole history before its completion
     return Sequence(prompt_ids=tokens[:n_prompt], completion_ids=tokens[n_prompt:], loss_mask=mask,
                     sampler_logprobs=logps, advantage=float(advantage), group_id=group_id,
-                    policy_version=traj.policy_version, reward=traj.reward, finish_reason=traj.turns[-1].finish_reason)
+                    policy_version=traj.policy_version, reward=traj.reward, finish_reason=traj.turns[-1].finish_reason,
+                    hint=traj.feedback or None, hint_at=hint_at)
 
 
 def groups_to_batch(groups: list[Group], policy_version: int = 0) -> Batch:

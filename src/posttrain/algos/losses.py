@@ -42,6 +42,7 @@ class LossParams:
     # the reverse-KL term's weight, and the weight of the RL term beside it (0: pure distillation).
     distill_coef: float = 0.0
     rl_weight: float = 1.0
+    distill_prefix: str = "teacher"  # its metrics' prefix: teacher/ (a model), hint/ (the policy with a hint)
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,22 @@ class TeacherConfig(_Strict):
     rl_weight: float = Field(1.0, ge=0.0, description="weight of the task's RL term beside it (0: pure distillation)")
 
 
+class HintDistillConfig(_Strict):
+    enabled: bool = Field(False, description=(
+        "hint-conditioned self-distillation: for a sample with feedback (a failing check, a tool error), the policy "
+        "itself with the feedback as a hint at that turn is the teacher of a per-token reverse-KL term"))
+    coef: float = Field(1.0, ge=0.0, description="weight of the reverse-KL term toward the hinted policy")
+    template: str = Field("\n\nHint: {hint}", description="how the hint is written into the teacher's context ({hint}: the feedback)")
+    max_hint_tokens: int = Field(64, ge=1, description="a longer hint is cut to this many tokens")
+
+    @field_validator("template")
+    @classmethod
+    def _has_slot(cls, v: str) -> str:
+        if "{hint}" not in v:
+            raise ValueError("hint_distill.template must contain '{hint}' (where the feedback goes)")
+        return v
+
+
 class AlgorithmConfig(_Strict):
     name: str = Field("grpo", description=f"preset: {', '.join(ALGORITHM_PRESETS)} (fills fields you did not set)")
     stepper: Literal["policy_gradient", "es"] = Field(
@@ -141,6 +157,7 @@ class AlgorithmConfig(_Strict):
     overlong_penalty: float = Field(1.0, ge=0.0, description="soft overlong penalty at the token limit")
     es: ESConfig = ESConfig()
     teacher: TeacherConfig = TeacherConfig()
+    hint_distill: HintDistillConfig = HintDistillConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -157,6 +174,9 @@ class AlgorithmConfig(_Strict):
             near = difflib.get_close_matches(self.name, list(ALGORITHM_PRESETS), n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise ValueError(f"unknown algorithm.name {self.name!r}{hint} (known: {', '.join(ALGORITHM_PRESETS)})")
+        if self.teacher.model and self.hint_distill.enabled:
+            raise ValueError("algorithm.teacher.model and algorithm.hint_distill.enabled both set: one distillation "
+                             "teacher per run (a model, or the policy with a hint)")
         return self
 
 

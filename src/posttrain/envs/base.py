@@ -10,7 +10,8 @@ concurrent calls into one batch, so an env can stay written one episode at a tim
 Group-level scoring: some rewards only exist relative to the other completions of the same prompt (a judge that
 ranks all G at once, a pairwise tournament, a relative-length bonus). A task declares them as `group_rewards`,
 functions called once per group with the G completions (see `score_groups`); the loop and the held-out eval
-call `score_groups` after `score`.
+call `score_groups` after `score`. Then the task's `feedback` (envs/feedback.py) describes, in words, what went
+wrong with each sample that did not pass.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Protocol, runtime_checkable
 
+from posttrain.envs.feedback import attach_feedback
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory
 
@@ -40,6 +42,7 @@ async def score_groups(env: Env, groups_G: list[list[Trajectory]]) -> None:
     task = getattr(env, "task", None)
     fns = list(getattr(task, "group_rewards", None) or [])
     if not fns:
+        attach_feedback(task, [t for g in groups_G for t in g])
         return
     weights = list(getattr(task, "group_reward_weights", None) or [1.0] * len(fns))
     for g in groups_G:
@@ -64,3 +67,4 @@ async def score_groups(env: Env, groups_G: list[list[Trajectory]]) -> None:
             for t, s in zip(ok, scores):
                 t.reward_components[name] = s
                 t.reward += w * s
+    attach_feedback(task, [t for g in groups_G for t in g])

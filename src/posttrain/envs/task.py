@@ -45,6 +45,9 @@ class Task:
     # LLM judges the task uses or offers, by name (rewards/judges/): `posttrain judge audit` audits them against
     # the rubric's pass component (the programmatic verifier), and their metrics join each step's.
     judges: dict[str, Any] = field(default_factory=dict)
+    # What went wrong, in words, for samples that did not pass (envs/feedback.py): fn(completions, **columns) ->
+    # one short text or None per completion. Stored on Trajectory.feedback; algorithm.hint_distill's teacher reads it.
+    feedback: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.train_rows:

@@ -18,6 +18,7 @@ adds per-turn shaping.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -92,6 +93,7 @@ class ToolEnv:
         calls_log: list[dict[str, Any]] = []
         stats = {"tool_calls": 0.0, "tool_errors": 0.0, "malformed_calls": 0.0, "tool_timeouts": 0.0}
         turn_bonus, answer = 0.0, ""
+        feedback: tuple[str, int] | None = None
         for k in range(self.max_turns):
             (c,), = await sampler.sample([ids], params, n=1)
             turns.append(Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
@@ -103,6 +105,8 @@ class ToolEnv:
                 break
             results: list[ToolResult] = [ToolResult(f"error: malformed tool call: {e}", ok=False) for e in errors]
             stats["malformed_calls"] += len(errors)
+            if errors and feedback is None:
+                feedback = (f"turn {k + 1}: malformed tool call: {str(errors[0])[:300]}", k)
             final = None
             for call in calls:
                 calls_log.append(call)
@@ -112,6 +116,9 @@ class ToolEnv:
                     break
                 r = await call_tool(self.tools, call, self.tool_timeout_s)
                 stats["tool_errors"] += not r.ok
+                if not r.ok and feedback is None:  # the first thing that went wrong, and the turn that did it
+                    feedback = (f"turn {k + 1}: the call {call['name']}({_short(call.get('arguments'))}) "
+                                f"failed: {r.content[:300]}", k)
                 stats["tool_timeouts"] += r.timed_out
                 results.append(r)
             if self.turn_reward is not None:
@@ -126,7 +133,8 @@ class ToolEnv:
         stats["turns"] = float(len(turns))
         return Trajectory(turns=turns, prompt_text=_prompt_text(row["prompt"]), completion_text=answer, row=row,
                           metrics={**stats, "turn_reward": turn_bonus},
-                          extra={"tool_calls": calls_log, "messages": msgs[1:]})
+                          extra={"tool_calls": calls_log, "messages": msgs[1:]},
+                          feedback=feedback[0] if feedback else None, feedback_turn=feedback[1] if feedback else None)
 
     async def score(self, trajectories: list[Trajectory]) -> None:
         score_with_rubric(self.task, trajectories,
@@ -134,3 +142,8 @@ class ToolEnv:
         for t in trajectories:
             if t.metrics.get("turn_reward"):
                 t.reward += t.metrics["turn_reward"]
+
+
+def _short(args: Any, n: int = 120) -> str:
+    text = json.dumps(args, default=str) if not isinstance(args, str) else args
+    return text if len(text) <= n else text[: n - 3] + "..."

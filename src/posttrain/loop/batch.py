@@ -32,7 +32,7 @@ class BatchOptions:
     overlong_filter: bool = False  # DAPO: truncated completions get no loss
     # With a KL term in the loss (to a reference or a distillation teacher) every sequence contributes; without
     # one, a sequence whose advantage is 0 contributes exactly 0 (every registered loss is A times something), so
-    # only the rest needs a forward pass.
+    # only the rest needs a forward pass. A sequence a teacher scored always contributes (its distillation term).
     keep_zero_advantage: bool = False
 
     @classmethod
@@ -83,7 +83,8 @@ def build_batch(seqs: list[Sequence], opts: BatchOptions,
                                         torch.tensor([s.group_id for s in seqs]), scale_std=opts.scale_std)
              if seqs else torch.zeros(0))
     seqs = [replace(s, advantage=a, reward=r) for s, a, r in zip(seqs, adv_N.tolist(), rewards)]
-    trained = seqs if opts.keep_zero_advantage else [s for s in seqs if s.advantage != 0.0 and any(s.loss_mask)]
+    trained = seqs if opts.keep_zero_advantage else [
+        s for s in seqs if (s.advantage != 0.0 or s.teacher_logprobs is not None) and any(s.loss_mask)]
     batch = Batch(sequences=trained, policy_version=policy_version,
                   total_loss_tokens=float(max(sum(sum(s.loss_mask) for s in seqs), 1)),
                   total_seqs=float(max(len(seqs), 1)), advantages_all=[s.advantage for s in seqs])

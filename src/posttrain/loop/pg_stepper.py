@@ -36,8 +36,11 @@ def loss_params(cfg: Config, max_tokens: int) -> LossParams:
     return LossParams(epsilon=a.epsilon, epsilon_high=a.epsilon_high, beta=a.beta if a.kl_mode == "loss" else 0.0,
                       kl_estimator=a.kl_estimator, aggregation=a.aggregation,
                       max_tokens=max_tokens, cispo_epsilon_low=a.cispo_epsilon_low,
-                      dual_clip=a.dual_clip, distill_coef=a.teacher.coef if a.teacher.model else 0.0,
-                      rl_weight=a.teacher.rl_weight if a.teacher.model else 1.0)
+                      dual_clip=a.dual_clip,
+                      distill_coef=(a.teacher.coef if a.teacher.model else
+                                    a.hint_distill.coef if a.hint_distill.enabled else 0.0),
+                      rl_weight=a.teacher.rl_weight if a.teacher.model else 1.0,
+                      distill_prefix="hint" if a.hint_distill.enabled else "teacher")
 
 
 def token_weight_fn(a: AlgorithmConfig) -> TokenWeightFn | None:
@@ -84,6 +87,7 @@ class PolicyGradientStepper:
     async def step(self, step: int) -> dict[str, Any]:
         cfg, a = self.cfg, self.cfg.algorithm
         timer, t0 = StageTimer(), time.perf_counter()
+        m_hint: dict[str, float] = {}
         collected = await self.collector.collect(step, timer)
         seqs = sequences_from_groups(collected.groups)
         if a.beta > 0 and seqs:
@@ -93,8 +97,12 @@ class PolicyGradientStepper:
             with timer("teacher"):
                 for s, lp in zip(seqs, self.teacher.logprobs(seqs)):
                     s.teacher_logprobs = lp
+            if a.hint_distill.enabled:
+                m_hint = {"hint/share": sum(s.hint is not None for s in seqs) / len(seqs),
+                          "hint/unaligned": float(getattr(self.teacher, "unaligned", 0))}
         batch, m = build_batch(seqs, self.batch_options, policy_version=self.version)
         m.update(collected.metrics)
+        m.update(m_hint)
         if cfg.loop.samples_per_step:  # per-token data of the rows samples.jsonl keeps (the report colours them)
             with timer("token_stats", step=step + 1):
                 await self._call(self._token_stats, collected, batch)

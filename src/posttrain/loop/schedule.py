@@ -21,7 +21,7 @@ from posttrain.loop.builder import Components, resolve_dtype
 from posttrain.loop.collect import Rollouts, SyncCollector
 from posttrain.loop.es_stepper import ESStepper
 from posttrain.loop.pg_stepper import PolicyGradientStepper
-from posttrain.loop.teacher import load_teacher
+from posttrain.loop.teacher import SelfHintTeacher, load_teacher
 from posttrain.loop.weight_sync import CopyWeights, LowPrecisionCopy, SharedWeights
 from posttrain.models.load import stop_token_ids
 from posttrain.obs.timers import BusyMeter
@@ -95,6 +95,13 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
                                seed=cfg.run.seed, log=say)
         say(f"teacher: {cfg.algorithm.teacher.model} (reverse KL x {cfg.algorithm.teacher.coef:g}, "
             f"RL term x {cfg.algorithm.teacher.rl_weight:g})")
+    elif cfg.algorithm.hint_distill.enabled:
+        hd = cfg.algorithm.hint_distill
+        if getattr(c.task, "feedback", None) is None:
+            say(f"hint distillation: task {c.task.name!r} has no feedback function; only env feedback (tool errors) "
+                "will become hints")
+        teacher = SelfHintTeacher(trainer, c.tokenizer, hd.template, hd.max_hint_tokens)
+        say(f"teacher: the policy with the sample's feedback as a hint (reverse KL x {hd.coef:g})")
     return PolicyGradientStepper(cfg, trainer, collector, sync, pass_thresholds(c), c.train_params.max_tokens,
                                  ref_model=c.ref_model, ref_disable_adapter=lora_ref,
                                  version=c.sampler.policy_version, teacher=teacher,

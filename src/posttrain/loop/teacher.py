@@ -10,6 +10,7 @@ are the policy itself with extra context (a hint, an insight) plug in here with 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Protocol
 
 from posttrain.types import Batch, Sequence
@@ -20,7 +21,9 @@ class TeacherError(ValueError):
 
 
 class Teacher(Protocol):
-    def logprobs(self, sequences: list[Sequence]) -> list[list[float]]: ...
+    """One list per sequence (None: no opinion on that sequence; NaN entries: no opinion on that token)."""
+
+    def logprobs(self, sequences: list[Sequence]) -> list[list[float] | None]: ...
 
 
 class ModelTeacher:
@@ -56,3 +59,81 @@ def load_teacher(name: str, student_tok: Any, trainer: Any, device: str, dtype: 
     model, tok = load_model(name, dtype, attn_implementation, seed=seed, log=log)
     check_same_tokenizer(student_tok, tok, name)
     return ModelTeacher(model.to(device), trainer, name=name)
+
+
+NO_OPINION = float("nan")  # a teacher log-prob the trainer replaces by the student's own (distillation term 0)
+
+
+def chat_suffix_ids(tokenizer: Any) -> list[int]:
+    """The tokens a chat prompt ends with after its last message's content (for SmolLM2:
+    `<|im_end|>\\n<|im_start|>assistant\\n`): a hint goes before them, inside the last message. Empty for a
+    tokenizer without a chat template (raw-text prompts: the hint is appended to the prompt)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return []
+    probe = "\u2063probe\u2063"
+    text = tokenizer.apply_chat_template([{"role": "user", "content": probe}], tokenize=False,
+                                         add_generation_prompt=True)
+    tail = text[text.rindex(probe) + len(probe):]
+    return list(tokenizer(tail, add_special_tokens=False)["input_ids"])
+
+
+class SelfHintTeacher:
+    """The policy itself with a hint in its context (algorithm.hint_distill; the Composer 2.5 recipe).
+
+    For a sequence that carries a hint (its trajectory's feedback), the teacher reads the same tokens with the
+    hint inserted right before the turn it is about: at the end of that turn's user or tool message, before the
+    chat template's assistant header. It scores the student's own completion tokens after that point; tokens
+    before it (earlier turns) and sequences without a hint get `NO_OPINION`, so the distillation term is exactly
+    zero there. The teacher is the current policy, frozen for the step: as the student learns, so does the teacher.
+    """
+
+    def __init__(self, trainer: Any, tokenizer: Any, template: str = "\n\nHint: {hint}", max_hint_tokens: int = 64):
+        self.trainer, self.tok = trainer, tokenizer
+        self.template, self.max_hint_tokens = template, max_hint_tokens
+        self.suffix = chat_suffix_ids(tokenizer)
+        self.unaligned = 0  # hints placed at the turn start because the prompt did not end with the chat suffix
+
+    def hint_ids(self, hint: str) -> list[int]:
+        ids = list(self.tok(self.template.format(hint=hint), add_special_tokens=False)["input_ids"])
+        return ids[: self.max_hint_tokens]
+
+    def insertion(self, seq: Sequence) -> int:
+        """The index in prompt_ids + completion_ids where the hint's tokens go."""
+        at = len(seq.prompt_ids) if seq.hint_at is None else seq.hint_at
+        full = seq.prompt_ids + seq.completion_ids
+        k = len(self.suffix)
+        if k and at >= k and full[at - k:at] == self.suffix:
+            return at - k
+        if k:
+            self.unaligned += 1
+        return at
+
+    def hinted(self, seq: Sequence) -> tuple[Sequence, int, int]:
+        """The teacher's view of `seq`: (the hinted sequence, the insertion index, the hint's length)."""
+        hint = self.hint_ids(seq.hint or "")
+        at = self.insertion(seq)
+        full = seq.prompt_ids + seq.completion_ids
+        n_prompt = len(seq.prompt_ids) + (len(hint) if at <= len(seq.prompt_ids) else 0)
+        toks = full[:at] + hint + full[at:]
+        mask = seq.loss_mask if at <= len(seq.prompt_ids) else (
+            seq.loss_mask[: at - len(seq.prompt_ids)] + [0] * len(hint) + seq.loss_mask[at - len(seq.prompt_ids):])
+        return (Sequence(prompt_ids=toks[:n_prompt], completion_ids=toks[n_prompt:], loss_mask=mask,
+                         sampler_logprobs=[0.0] * (len(toks) - n_prompt)), at, len(hint))
+
+    def logprobs(self, sequences: list[Sequence]) -> list[list[float] | None]:
+        todo = [i for i, s in enumerate(sequences) if s.hint]
+        out: list[list[float] | None] = [None] * len(sequences)
+        if not todo:
+            return out
+        views = [self.hinted(sequences[i]) for i in todo]
+        # Each hinted view has its own prompt: its own group, so prefix sharing never mixes two of them.
+        batch = Batch([replace(v, group_id=j) for j, (v, _, _) in enumerate(views)])
+        scored = self.trainer.compute_logprobs(batch)
+        for i, (view, at, n_hint), lp in zip(todo, views, scored):
+            s = sequences[i]
+            start = at - len(s.prompt_ids)  # where the hint sits in completion coordinates (< 0: in the prompt)
+            if start <= 0:
+                out[i] = list(lp)
+            else:  # a later turn: earlier tokens keep the student's own view, the hint's tokens are dropped
+                out[i] = [NO_OPINION] * start + list(lp[start + n_hint:])
+        return out

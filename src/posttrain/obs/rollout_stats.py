@@ -47,6 +47,7 @@ def sample_records(trajs: list[Trajectory], k: int, tokenizer: Any = None) -> li
     return [{"prompt": t.prompt_text[-400:], "completion": t.completion_text, "reward": t.reward,
              "components": t.reward_components, "passed": t.passed, "error": t.error,
              "tokens": t.num_completion_tokens, "policy_version": t.policy_version,
+             **({"feedback": t.feedback, "feedback_turn": t.feedback_turn} if t.feedback else {}),
              **({"messages": t.extra["messages"]} if "messages" in t.extra else {}),
              **(token_records(t, tokenizer) if tokenizer is not None else {})} for t in trajs[:k]]
 

@@ -216,6 +216,37 @@ def json_exact(completions: list[Any], schema: list[Any] | None = None, expected
     return out
 
 
+def json_feedback(completions: list[Any], schema: list[Any] | None = None, expected: list[Any] | None = None,
+                  **kwargs: Any) -> list[str | None]:
+    """What is wrong with each answer, in words (a Task.feedback function, envs/feedback.py): no JSON, prose
+    around it, the first schema violation, or up to two wrong fields with the value they should have. The text is
+    a hint for a self-distillation teacher, which may know the answer; the student never reads it."""
+    n = len(completions)
+    schemas, exps = _column(schema, n), _column(expected, n)
+    out: list[str | None] = []
+    for c, s, exp in zip(completions, schemas, exps):
+        value, ok = parse_json_completion(c)
+        if value is MISSING:
+            out.append("Answer with one JSON value and nothing else; no JSON was found.")
+            continue
+        notes: list[str] = []
+        if s is not None:
+            errors = sorted(_validator(s).iter_errors(value), key=lambda e: list(e.path))
+            if errors:
+                where = "/".join(str(p) for p in errors[0].path) or "the top level"
+                notes.append(f"schema violation at {where}: {errors[0].message[:160]}")
+        if exp is not None:
+            wrong = [(path, leaf) for path, leaf in leaf_paths(exp) if not strict_equal(leaf, _lookup(value, path))]
+            for path, leaf in wrong[:2]:
+                notes.append(f"field {'.'.join(str(p) for p in path) or '(value)'} should be {json.dumps(leaf)}")
+            if len(wrong) > 2:
+                notes.append(f"{len(wrong) - 2} more fields are wrong")
+        if ok < 1.0:
+            notes.append("write only the JSON, with no text around it")
+        out.append("; ".join(notes) + "." if notes else None)
+    return out
+
+
 DEFAULT_WEIGHTS: dict[str, float] = {"json_parse": 0.1, "json_schema": 0.2, "json_values": 0.7, "json_exact": 1.0}
 _FUNCS = {"json_parse": json_parse, "json_schema": json_schema, "json_values": json_values, "json_exact": json_exact}
 _THRESHOLDS = {"json_parse": 0.5, "json_exact": 0.5}

@@ -185,12 +185,18 @@ def _accepts(func: RewardFunc) -> tuple[set[str], bool]:
     return set(sig.parameters), var_kw
 
 
-def _call(func: RewardFunc, completions: list[Any], kwargs: dict[str, list[Any]]) -> list[float | None]:
+def call_trl_style(func: Callable[..., Any], completions: list[Any], kwargs: dict[str, list[Any]]) -> list[Any]:
+    """func(completions, **the columns it accepts), one output per completion."""
     names, var_kw = _accepts(func)
     kw = kwargs if var_kw else {k: v for k, v in kwargs.items() if k in names}
     out = list(func(completions, **kw))
     if len(out) != len(completions):
-        raise ValueError(f"returned {len(out)} rewards for {len(completions)} completions")
+        raise ValueError(f"returned {len(out)} values for {len(completions)} completions")
+    return out
+
+
+def _call(func: RewardFunc, completions: list[Any], kwargs: dict[str, list[Any]]) -> list[float | None]:
+    out = call_trl_style(func, completions, kwargs)
     for v in out:
         if v is not None and not isinstance(v, (int, float)):
             raise TypeError(f"returned a {type(v).__name__}, expected float or None")
@@ -198,12 +204,14 @@ def _call(func: RewardFunc, completions: list[Any], kwargs: dict[str, list[Any]]
 
 
 def _call_with_timeout(func: RewardFunc, completions: list[Any], kwargs: dict[str, list[Any]],
-                       timeout_s: float | None) -> list[float | None]:
+                       timeout_s: float | None, call: Callable[..., list[Any]] | None = None) -> list[Any]:
+    """`call(func, completions, kwargs)` (default: a reward call, checked for numbers) under a timeout."""
+    call = call or _call
     if timeout_s is None:
-        return _call(func, completions, kwargs)
+        return call(func, completions, kwargs)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
     try:
-        return pool.submit(_call, func, completions, kwargs).result(timeout=timeout_s)
+        return pool.submit(call, func, completions, kwargs).result(timeout=timeout_s)
     except FuturesTimeout:
         raise RewardTimeout(f"took longer than {timeout_s:g}s") from None
     finally:

@@ -111,12 +111,18 @@ class Trainer:
             inputs = LossInputs(total_tokens=total_tokens, total_seqs=total_seqs, token_weights_BT=w_BT)
             loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, params, inputs)
             m = {**m, **w_metrics}
-            if params.distill_coef > 0 and all(s.teacher_logprobs is not None for s in seqs):
-                teacher_BT = _pad_float([s.teacher_logprobs for s in seqs], T).to(dev)
+            if params.distill_coef > 0 and any(s.teacher_logprobs is not None for s in seqs):
+                # A teacher may have no opinion on a sequence (None) or a token (NaN): there it equals the
+                # student's own behaviour log-prob, so the term is exactly 0 and its metrics skip those tokens.
+                teacher_BT = _pad_float([s.teacher_logprobs or [float("nan")] * len(s.completion_ids) for s in seqs],
+                                        T).to(dev)
+                opinion_BT = ~torch.isnan(teacher_BT)
+                teacher_BT = torch.where(opinion_BT, teacher_BT, old_BT.detach())
                 d_loss, d_m = reverse_kl_loss(t.logp_BT, old_BT, teacher_BT, t.mask_BT, params.distill_coef,
-                                              params.aggregation, total_tokens, total_seqs, params.max_tokens, w_BT)
+                                              params.aggregation, total_tokens, total_seqs, params.max_tokens, w_BT,
+                                              metric_mask_BT=t.mask_BT * opinion_BT)
                 loss = loss + d_loss
-                m.update(d_m)
+                m.update({k.replace("teacher/", f"{params.distill_prefix}/", 1): v for k, v in d_m.items()})
             if not torch.isfinite(loss):
                 self._poisoned = True
                 continue

@@ -22,6 +22,12 @@ def a_fraction(completions, **kwargs) -> list[float]:
     return out
 
 
+def a_feedback(completions, **kwargs) -> list[str | None]:
+    """The words a hint can carry for count-a (tests of hint distillation use it)."""
+    return [f"only {a_fraction([c])[0]:.0%} of the characters were 'a'; write more of the letter a."
+            for c in completions]
+
+
 def make_task(n_train: int = 64, n_eval: int = 16, seed: int = 0, max_tokens: int = 16) -> Task:
     rng = random.Random(seed)
     words = ["cat", "dog", "sun", "map", "key", "box", "cup", "pen"]
@@ -36,4 +42,5 @@ def make_task(n_train: int = 64, n_eval: int = 16, seed: int = 0, max_tokens: in
     return Task(name="count-a", train_rows=train_rows,
                 smoke_checks=[SmokeCheck("all a passes", row=train_rows[0], completion="aaaa"),
                               SmokeCheck("no a fails", row=train_rows[0], completion="xyz", expect="fail")],
-                eval_rows=[row(1000 + i) for i in range(n_eval)], rubric=rubric, max_tokens=max_tokens)
+                eval_rows=[row(1000 + i) for i in range(n_eval)], rubric=rubric, max_tokens=max_tokens,
+                feedback=a_feedback)

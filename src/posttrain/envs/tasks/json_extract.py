@@ -22,7 +22,7 @@ from typing import Any
 from posttrain.envs.check import SmokeCheck
 from posttrain.envs.task import Task
 from posttrain.envs.tasks import json_data as D
-from posttrain.rewards.json_rewards import json_rubric
+from posttrain.rewards.json_rewards import json_feedback, json_rubric
 
 SYSTEM = "You extract data as JSON."
 # The prompt shows the schema as a skeleton of JSON type names, {"name":"string","age":"integer",...}: the
@@ -186,6 +186,7 @@ def make_task(seed: int = 0, n_train: int = 400, n_eval: int = 48,
         smoke_checks=[SmokeCheck("the expected JSON passes", row=first, completion=json.dumps(first["expected"])),
                       SmokeCheck("an empty object fails", row=first, completion="{}", expect="fail")],
         rubric=rubric,
+        feedback=json_feedback,
         description="Extract facts from a short text into JSON matching a given schema "
                     f"({len(SHAPES)} shapes: {', '.join(SHAPES)}); held-out rows use unseen entities.",
         max_tokens=96,
