@@ -325,6 +325,36 @@ def rm_train(
                f"{res.eval_accuracy_before:.1%})\nsaved: {res.out}")
 
 
+@app.command()
+def sft(
+    data: Path = typer.Argument(..., help="a JSONL of {prompt, completion} rows, or a run's insights.jsonl (or its RUN_DIR)"),
+    out: Path = typer.Option(..., "--out", help="the HF folder to save the trained model to"),
+    target: str = typer.Option("insight", "--target", help="for insights.jsonl: 'insight' (task -> insight, SFTL;DR) "
+                                                           "or 'answer' (task -> a completion that passed with insights)"),
+    model: str = typer.Option("default", "--model", help="'default', 'tiny-random' or a HF folder"),
+    steps: int = typer.Option(100, "--steps"),
+    lr: float = typer.Option(1e-5, "--lr"),
+    batch_size: int = typer.Option(8, "--batch-size"),
+    seed: int = typer.Option(0, "--seed"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
+) -> None:
+    """Supervised fine-tuning on (prompt, completion) rows; with a run's insights.jsonl, SFTL;DR (docs/feedback.md)."""
+    from posttrain.models.load import ModelLoadError
+    from posttrain.train.sft import SFTDataError, read_sft_rows, sft as run_sft
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        rows = read_sft_rows(data, target)
+        res = run_sft(rows, model, out, steps=steps, lr=lr, batch_size=batch_size, seed=seed, log=typer.echo)
+    except (SFTDataError, ModelLoadError, FileNotFoundError) as e:
+        _fail(str(e))
+    typer.echo(f"nll/token {res['nll_first']:.3f} -> {res['nll_last']:.3f} on {res['rows']:.0f} rows "
+               f"[{res['seconds']:.0f}s]; evaluate with: posttrain eval --model {out} --task ...")
+
+
 judge_app = typer.Typer(add_completion=False, help="LLM judges: audit a task's judge against its verifier.")
 app.add_typer(judge_app, name="judge")
 

@@ -69,6 +69,7 @@ class Trajectory:
     # What went wrong, in words (a failing test, a schema violation, a tool error), from the task's `feedback`
     # function or the env itself, and the index of the turn it is about (None: the last turn). Hint-conditioned
     # self-distillation (algorithm.hint_distill) puts it into the teacher's context right before that turn.
+    # (The hint a teacher reads is chosen by the stepper: loop/batch.py HINT_SOURCES.)
     feedback: str | None = None
     feedback_turn: int | None = None
 
@@ -190,18 +191,20 @@ class Batch:
         return sum(sum(s.loss_mask) for s in self.sequences)
 
 
-def sequence_of(traj: Trajectory, advantage: float = 0.0, group_id: int = 0) -> Sequence:
-    """A trajectory as one training sequence: the first prompt, then everything after it with its loss mask."""
+def sequence_of(traj: Trajectory, advantage: float = 0.0, group_id: int = 0,
+                hint: tuple[str, int | None] | None = None) -> Sequence:
+    """A trajectory as one training sequence: the first prompt, then everything after it with its loss mask.
+    `hint`: (text, turn index or None for the last turn) for a self-distillation teacher (loop/teacher.py)."""
     tokens, mask, logps = traj.sequence()
     n_prompt = len(traj.prompt_ids)
     hint_at = None
-    if traj.feedback:
-        k = len(traj.turns) - 1 if traj.feedback_turn is None else min(max(traj.feedback_turn, 0), len(traj.turns) - 1)
+    if hint is not None:
+        k = len(traj.turns) - 1 if hint[1] is None else min(max(hint[1], 0), len(traj.turns) - 1)
         hint_at = len(traj.turns[k].prompt_ids)  # turn k's prompt is the whole history before its completion
     return Sequence(prompt_ids=tokens[:n_prompt], completion_ids=tokens[n_prompt:], loss_mask=mask,
                     sampler_logprobs=logps, advantage=float(advantage), group_id=group_id,
                     policy_version=traj.policy_version, reward=traj.reward, finish_reason=traj.turns[-1].finish_reason,
-                    hint=traj.feedback or None, hint_at=hint_at)
+                    hint=hint[0] if hint is not None else None, hint_at=hint_at)
 
 
 def groups_to_batch(groups: list[Group], policy_version: int = 0) -> Batch:

@@ -10,6 +10,7 @@ import torch
 from posttrain.algos import LOSSES, LossParams
 from posttrain.config import load_config
 from posttrain.loop import train
+from posttrain.loop.batch import feedback_hint
 from posttrain.loop.teacher import SelfHintTeacher, chat_suffix_ids
 from posttrain.models.template_check import render_ids
 from posttrain.models.tiny import tiny_random_model
@@ -50,7 +51,7 @@ def test_single_turn_hint_goes_inside_the_user_message(tiny_model):
     prompt = render_ids(tok, [{"role": "user", "content": "count"}], add_generation_prompt=True)
     completion = _ids(tok, "aaa")
     traj = Trajectory(turns=[Turn(prompt, completion, [-1.0] * 3, 0)], feedback="more a")
-    seq = sequence_of(traj)
+    seq = sequence_of(traj, hint=feedback_hint(traj))
     teacher = SelfHintTeacher(_trainer(model, tok), tok)
     view, at, n = teacher.hinted(seq)
     k = len(chat_suffix_ids(tok))
@@ -69,7 +70,7 @@ def test_multi_turn_hint_goes_at_the_problematic_turn(tiny_model, turn):
     model, tok = tiny_model
     traj, (p0, c0, p1, c1, p2, c2) = _three_turn_episode(tok)
     traj.feedback, traj.feedback_turn = "use tool b", turn
-    seq = sequence_of(traj)
+    seq = sequence_of(traj, hint=feedback_hint(traj))
     assert seq.hint_at == len([p0, p1, p2][turn])
     teacher = SelfHintTeacher(_trainer(model, tok), tok)
     view, at, n_hint = teacher.hinted(seq)
@@ -95,7 +96,7 @@ def test_the_loss_mask_of_a_later_turn_keeps_env_tokens_out(tiny_model):
     model, tok = tiny_model
     traj, _ = _three_turn_episode(tok)
     traj.feedback, traj.feedback_turn = "x", 2
-    seq = sequence_of(traj)
+    seq = sequence_of(traj, hint=feedback_hint(traj))
     view, at, n_hint = SelfHintTeacher(_trainer(model, tok), tok).hinted(seq)
     start = at - len(seq.prompt_ids)
     assert view.loss_mask[start:start + n_hint] == [0] * n_hint
@@ -124,8 +125,8 @@ def test_kl_term_is_zero_when_the_teacher_equals_the_student(tiny_model):
     model, tok = tiny_model
     traj, _ = _three_turn_episode(tok)
     traj.feedback, traj.feedback_turn = "anything", 1
-    seq = sequence_of(traj)
-    teacher = SelfHintTeacher(_trainer(model, tok), tok, template="{hint}", max_hint_tokens=1)
+    seq = sequence_of(traj, hint=feedback_hint(traj))
+    teacher = SelfHintTeacher(_trainer(model, tok), tok, max_hint_tokens=1)
     teacher.hint_ids = lambda hint: []  # the hint that says nothing
     seq.teacher_logprobs = teacher.logprobs([seq])[0]
     grad, m = _distill_only_grads(model, tok, [seq])

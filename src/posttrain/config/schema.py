@@ -61,6 +61,9 @@ class TaskConfig(_Strict):
         "rewards added to the task's rubric, e.g. [{fn: reward_model, path: DIR, weight: 1.0}]; fn: reward_model "
         "or embedding_margin (docs/reward_models.md)"))
     reward_timeout_s: float = Field(60.0, gt=0.0, description="seconds one reward-function call may take; past it the samples count as failed")
+    subset: str | None = Field(None, description=(
+        "a JSON file {\"train\": [row indices], \"eval\": [row indices]} keeping only those rows of the task, e.g. "
+        "the rows where the model's pass@16 is 0 (bench/feedback.py select writes one)"))
     env_check: Literal["refuse", "warn", "off"] = Field(
         "refuse", description="run the task's smoke checks before training (posttrain env check); on failure refuse or warn")
 
@@ -124,6 +127,37 @@ class HintDistillConfig(_Strict):
         return v
 
 
+class InsightsConfig(_Strict):
+    enabled: bool = Field(False, description=(
+        "RLTL;DR: after a failed attempt the policy writes a one-sentence insight; later rollouts of that task read "
+        "the task's insights, and unconditioned rollouts learn toward the insight-conditioned policy (docs/feedback.md)"))
+    per_task: int = Field(3, ge=1, description="insights kept per task row (the newest)")
+    max_tasks: int = Field(10_000, ge=1, description="task rows with insights kept (least recently written dropped)")
+    unconditioned_share: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "share of rollouts of a task with insights that do not see them (they get the internalisation term)"))
+    per_group: int = Field(1, ge=1, description="insights written per prompt per step, from its failed samples")
+    coef: float = Field(1.0, ge=0.0, description="weight of the internalisation term (reverse KL toward the policy with the insights)")
+    max_tokens: int = Field(48, ge=4, description="an insight's length limit in tokens")
+    temperature: float = Field(0.7, ge=0.0, description="sampling temperature when writing an insight")
+
+
+class RisedConfig(_Strict):
+    enabled: bool = Field(False, description=(
+        "RISED: tag every rollout with behaviours from a rubric vocabulary; log each tag's share per step; use the "
+        "profiles for prompt selection, positive-rubric self-distillation and negative-rubric steering (docs/feedback.md)"))
+    vocabulary: str | None = Field(None, description="a YAML tag vocabulary (tags: [{name, polarity, description, rule?}]); null: the built-in one")
+    judge_model: str = Field("default", description="the local judge for tags without a rule ('default', a HF folder or 'tiny-random')")
+    selection: bool = Field(True, description="profile-based prompt selection: match the last batch's behaviour mix, no repeats within the window")
+    candidates: int = Field(4, ge=1, description="selection: candidate prompts per selected prompt")
+    window: int = Field(4, ge=0, description="selection: steps during which a selected prompt is not selected again")
+    negative: Literal["penalty", "hint", "off"] = Field("penalty", description=(
+        "negative tags: a reward penalty each, a 'Avoid: ...' line in the prompts of rows where they recur, or nothing"))
+    penalty: float = Field(0.1, ge=0.0, description="negative='penalty': reward subtracted per negative tag")
+    positive_distill: bool = Field(True, description=(
+        "a rollout missing a positive behaviour is distilled toward the policy told to show it ('Make sure: ...')"))
+    coef: float = Field(1.0, ge=0.0, description="weight of the positive-rubric distillation term")
+
+
 class AlgorithmConfig(_Strict):
     name: str = Field("grpo", description=f"preset: {', '.join(ALGORITHM_PRESETS)} (fills fields you did not set)")
     stepper: Literal["policy_gradient", "es"] = Field(
@@ -158,6 +192,8 @@ class AlgorithmConfig(_Strict):
     es: ESConfig = ESConfig()
     teacher: TeacherConfig = TeacherConfig()
     hint_distill: HintDistillConfig = HintDistillConfig()
+    insights: InsightsConfig = InsightsConfig()
+    rised: RisedConfig = RisedConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -174,8 +210,14 @@ class AlgorithmConfig(_Strict):
             near = difflib.get_close_matches(self.name, list(ALGORITHM_PRESETS), n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise ValueError(f"unknown algorithm.name {self.name!r}{hint} (known: {', '.join(ALGORITHM_PRESETS)})")
-        if self.teacher.model and self.hint_distill.enabled:
-            raise ValueError("algorithm.teacher.model and algorithm.hint_distill.enabled both set: one distillation "
+        self_teachers = [n for n, on in (("hint_distill", self.hint_distill.enabled),
+                                         ("insights", self.insights.enabled),
+                                         ("rised", self.rised.enabled and self.rised.positive_distill)) if on]
+        if len(self_teachers) > 1:
+            raise ValueError(f"algorithm.{' and algorithm.'.join(self_teachers)} are on: each distills toward the policy "
+                             "with its own hint; turn on one per run (rised.positive_distill=false keeps RISED's other parts)")
+        if self.teacher.model and self_teachers:
+            raise ValueError("algorithm.teacher.model and algorithm.hint_distill/insights both set: one distillation "
                              "teacher per run (a model, or the policy with a hint)")
         return self
 
@@ -313,6 +355,9 @@ class Config(_Strict):
         if self.warm_start.steps and self.algorithm.stepper == "es":
             raise ValueError("warm_start with algorithm.name=es is not supported: the ES seed history replays from the "
                              "loaded weights; warm-start in a separate run (loop.steps=0) and load its final/ folder")
+        if self.algorithm.rised.enabled and self.algorithm.rised.selection and self.loop.mode == "async":
+            raise ValueError("algorithm.rised.selection picks each step's prompts from their profiles, which the async "
+                             "loop samples ahead of time; use loop.mode=sync or rised.selection=false")
         if self.loop.eval_samples > 1 and self.sampling.eval_temperature == 0:
             raise ValueError(f"loop.eval_samples={self.loop.eval_samples} with greedy eval (sampling.eval_temperature=0) "
                              "repeats one completion; set sampling.eval_temperature > 0 (e.g. 0.7) or eval_samples=1")

@@ -111,3 +111,31 @@ def to_task(out: Any, name: str, seed: int = 0) -> Task:
                 max_turns=int(out.get("max_turns", 4 if out.get("tools") else 1)), final_tool=out.get("final_tool"),
                 env_factory=out.get("env_factory"), demonstrate=out.get("demonstrate"),
                 group_rewards=list(out.get("group_rewards") or []))
+
+
+def apply_subset(task: Task, path: str) -> Task:
+    """Keep only the rows a subset file lists (task.subset): {"train": [indices], "eval": [indices]}; a split the
+    file leaves out is kept whole."""
+    import json
+    from pathlib import Path
+
+    try:
+        spec = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise TaskLoadError(f"task.subset {path!r}: cannot read it as JSON ({e})") from None
+    if not isinstance(spec, dict) or not set(spec) & {"train", "eval"}:
+        raise TaskLoadError(f"task.subset {path!r} must be an object with 'train' and/or 'eval' index lists")
+    for split, attr in (("train", "train_rows"), ("eval", "eval_rows")):
+        if split not in spec:
+            continue
+        rows, idx = getattr(task, attr), spec[split]
+        if not isinstance(idx, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in idx):
+            raise TaskLoadError(f"task.subset {path!r}: {split!r} must be a list of row indices")
+        bad = [i for i in idx if not 0 <= i < len(rows)]
+        if bad:
+            raise TaskLoadError(f"task.subset {path!r}: {split} indices {bad[:5]} out of range (the task has "
+                                f"{len(rows)} {split} rows; was the file made with other task options?)")
+        if split == "train" and not idx:
+            raise TaskLoadError(f"task.subset {path!r}: the train list is empty")
+        setattr(task, attr, [rows[i] for i in idx])
+    return task

@@ -12,6 +12,7 @@ earlier, when a group is scored (loop/collect.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -20,7 +21,7 @@ from posttrain.algos.advantages import ADVANTAGES
 from posttrain.algos.dapo import overlong_keep_mask
 from posttrain.algos.kl import kl_reward_penalty
 from posttrain.config.schema import AlgorithmConfig
-from posttrain.types import Batch, Group, Sequence, sequence_of
+from posttrain.types import Batch, Group, Sequence, Trajectory, sequence_of
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,26 @@ class BatchOptions:
                    keep_zero_advantage=(a.beta > 0 and a.kl_mode == "loss") or a.teacher.model is not None)
 
 
-def sequences_from_groups(groups: list[Group]) -> list[Sequence]:
-    """Every trajectory that did not fail, as a Sequence whose group_id is its group's position."""
-    return [sequence_of(t, group_id=gi) for gi, g in enumerate(groups) for t in g.trajectories_G if not t.failed]
+HintFn = Callable[[Trajectory], "tuple[str, int | None] | None"]  # (hint text, turn index; None: the last turn)
+
+
+def feedback_hint(t: Trajectory, template: str = "\n\nHint: {hint}") -> tuple[str, int | None] | None:
+    """algorithm.hint_distill: the sample's own feedback written with `template`, at the turn it is about."""
+    return (template.format(hint=t.feedback), t.feedback_turn) if t.feedback else None
+
+
+def env_hint(t: Trajectory) -> tuple[str, int | None] | None:
+    """algorithm.insights / rised: the hint the env wrote for this sample's teacher (its task's insights, or the
+    positive behaviours it missed), in the first prompt."""
+    hint = t.extra.get("teacher_hint")
+    return (hint, 0) if hint else None
+
+
+def sequences_from_groups(groups: list[Group], hint_fn: HintFn | None = None) -> list[Sequence]:
+    """Every trajectory that did not fail, as a Sequence whose group_id is its group's position; `hint_fn` picks
+    the hint a self-distillation teacher will read for each (None: no hints)."""
+    return [sequence_of(t, group_id=gi, hint=hint_fn(t) if hint_fn else None)
+            for gi, g in enumerate(groups) for t in g.trajectories_G if not t.failed]
 
 
 def kl_penalties(seqs: list[Sequence], beta: float, estimator: str) -> list[float]:

@@ -78,6 +78,8 @@ def build(cfg: Config, log=print) -> Components:
     set_threads(cfg)
     seed_everything(cfg.run.seed)
     task = load_task(cfg.task.name, cfg.task.options, seed=cfg.run.seed)
+    if cfg.task.subset:
+        task = apply_subset(task, cfg.task.subset)
     if cfg.task.rewards:  # rewards named in the config, e.g. a reward model (rewards/from_config.py)
         from posttrain.rewards.from_config import add_rewards
 

@@ -119,6 +119,8 @@ class SyncCollector:
 
     def __init__(self, cfg: Config, rollouts: Rollouts):
         self.cfg, self.rollouts, self.configured = cfg, rollouts, rollouts
+        # A prompt selector (RISED, loop/profiles.py): picks the step's rows out of a larger seeded pool.
+        self.select: Any = None
 
     def adjust(self, overrides: Any) -> None:
         self.rollouts = self.configured.adjusted(overrides)
@@ -126,7 +128,12 @@ class SyncCollector:
     async def collect(self, step: int, timer: StageTimer) -> Collected:
         cfg, a = self.cfg, self.cfg.algorithm
         n_rows = len(self.rollouts.rows)
-        first = prompts_for_step(n_rows, step, cfg.loop.prompts_per_step, cfg.run.seed)
+        k = cfg.loop.prompts_per_step
+        if self.select is None:
+            first = prompts_for_step(n_rows, step, k, cfg.run.seed)
+        else:
+            pool = prompts_for_step(n_rows, step, self.select.pool_size(k), cfg.run.seed)
+            first = self.select.choose(step, pool, self.rollouts.rows, k)
         penalties: list[float] = []
 
         async def sample(rows: list[int]) -> list[Group]:

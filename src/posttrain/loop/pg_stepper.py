@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import Any
 
 from posttrain.algos import IS_CORRECTIONS, LOSSES, TOKEN_WEIGHTS, LossParams
 from posttrain.algos.dapo import has_signal
 from posttrain.config.schema import AlgorithmConfig, Config
-from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
+from posttrain.loop.batch import BatchOptions, build_batch, env_hint, feedback_hint, sequences_from_groups
 from posttrain.loop.collect import Collector
 from posttrain.loop.weight_sync import WeightSync
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
@@ -30,17 +31,27 @@ from posttrain.train.trainer import TokenWeightFn, Trainer
 from posttrain.types import Batch, sequence_of
 
 
+def self_teacher(a: AlgorithmConfig) -> tuple[str, float] | None:
+    """Which self-distillation teacher the run has (the config allows one): its metric prefix and coefficient."""
+    for name, on, coef in (("hint", a.hint_distill.enabled, a.hint_distill.coef),
+                           ("insight", a.insights.enabled, a.insights.coef),
+                           ("rised", a.rised.enabled and a.rised.positive_distill, a.rised.coef)):
+        if on:
+            return name, coef
+    return None
+
+
 def loss_params(cfg: Config, max_tokens: int) -> LossParams:
     """The loss's hyper-parameters, once per run. With KL as a reward the loss has no KL term (beta 0 there)."""
     a = cfg.algorithm
+    own = self_teacher(a)
     return LossParams(epsilon=a.epsilon, epsilon_high=a.epsilon_high, beta=a.beta if a.kl_mode == "loss" else 0.0,
                       kl_estimator=a.kl_estimator, aggregation=a.aggregation,
                       max_tokens=max_tokens, cispo_epsilon_low=a.cispo_epsilon_low,
                       dual_clip=a.dual_clip,
-                      distill_coef=(a.teacher.coef if a.teacher.model else
-                                    a.hint_distill.coef if a.hint_distill.enabled else 0.0),
+                      distill_coef=a.teacher.coef if a.teacher.model else own[1] if own else 0.0,
                       rl_weight=a.teacher.rl_weight if a.teacher.model else 1.0,
-                      distill_prefix="hint" if a.hint_distill.enabled else "teacher")
+                      distill_prefix=own[0] if own else "teacher")
 
 
 def token_weight_fn(a: AlgorithmConfig) -> TokenWeightFn | None:
@@ -66,7 +77,7 @@ class PolicyGradientStepper:
     def __init__(self, cfg: Config, trainer: Trainer, collector: Collector, sync: WeightSync,
                  pass_thresholds: dict[str, float], max_tokens: int, ref_model: Any | None = None,
                  ref_disable_adapter: Any | None = None, version: int = 0, teacher: Any | None = None,
-                 task: Any | None = None):
+                 task: Any | None = None, plugins: dict[str, Any] | None = None):
         """`pass_thresholds`: the task's rubric components (for pass rates); `max_tokens`: the completion budget.
         `ref_model`: a frozen reference for a KL term; with LoRA pass `ref_disable_adapter` instead (a context
         manager factory, e.g. peft's `model.disable_adapter`: the base model is the reference). `teacher`: a
@@ -80,6 +91,12 @@ class PolicyGradientStepper:
         self.token_weight_fn = token_weight_fn(a)
         self.ref_model, self.ref_disable_adapter = ref_model, ref_disable_adapter
         self.teacher = teacher
+        # What a self-hint teacher reads: the sample's own feedback (hint_distill), else the hint its env wrote.
+        own = self_teacher(a)
+        self.hint_fn = (None if own is None else partial(feedback_hint, template=a.hint_distill.template)
+                        if own[0] == "hint" else env_hint)
+        # Run state beside the trainer (insight memory, RISED profiles): metrics(trajs) each step, saved with it.
+        self.plugins: dict[str, Any] = dict(plugins or {})
         self.version = version
         self.task = task  # its reward objects' own metrics (judge cache hits, latency, ...) join each step's
         self.last_trajectories: list = []  # the last step's rollouts, for samples.jsonl
@@ -89,7 +106,7 @@ class PolicyGradientStepper:
         timer, t0 = StageTimer(), time.perf_counter()
         m_hint: dict[str, float] = {}
         collected = await self.collector.collect(step, timer)
-        seqs = sequences_from_groups(collected.groups)
+        seqs = sequences_from_groups(collected.groups, self.hint_fn)
         if a.beta > 0 and seqs:
             for s, lp in zip(seqs, self._ref_logprobs(Batch(seqs))):
                 s.ref_logprobs = lp
@@ -97,7 +114,7 @@ class PolicyGradientStepper:
             with timer("teacher"):
                 for s, lp in zip(seqs, self.teacher.logprobs(seqs)):
                     s.teacher_logprobs = lp
-            if a.hint_distill.enabled:
+            if self.hint_fn is not None:
                 m_hint = {"hint/share": sum(s.hint is not None for s in seqs) / len(seqs),
                           "hint/unaligned": float(getattr(self.teacher, "unaligned", 0))}
         batch, m = build_batch(seqs, self.batch_options, policy_version=self.version)
@@ -116,6 +133,8 @@ class PolicyGradientStepper:
         m.update(rollout_metrics(trajs))
         m.update(pass_rates(trajs, self.pass_thresholds))
         m.update(drain_task_metrics(self.task))
+        for plugin in self.plugins.values():
+            m.update(plugin.metrics(trajs))
         n_tok = sum(t.num_completion_tokens for t in trajs)
         m.update({
             "groups/zero_variance_frac": sum(not has_signal(g.rewards_G) for g in collected.all_groups)
@@ -178,11 +197,16 @@ class PolicyGradientStepper:
 
     # ---- Stepper protocol --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"trainer": self.trainer.state_dict(), "policy_version": self.version}
+        state = {"trainer": self.trainer.state_dict(), "policy_version": self.version}
+        state.update({name: p.state_dict() for name, p in self.plugins.items()})
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.trainer.load_state_dict(state["trainer"])
         self.version = state["policy_version"]
+        for name, p in self.plugins.items():
+            if name in state:
+                p.load_state_dict(state[name])
         self.sync.push(self.version)
 
     async def close(self) -> None:

@@ -26,6 +26,8 @@ from posttrain.config.schema import Config
 from posttrain.loop.builder import Components, build
 from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from posttrain.loop.evaluate import evaluate_async
+from posttrain.loop.insights import evaluate_with_insights
+from posttrain.types import SampleParams
 from posttrain.loop.schedule import make_stepper
 from posttrain.loop.warm_start import WarmStartResult, run_warm_start
 from posttrain.loop.watch import Watch
@@ -190,10 +192,16 @@ class Run:
         with trace.span("eval", worker="trainer", step=step):
             m, trajs = await evaluate_async(self.c.env, self.c.sampler, self.eval_rows, self.c.eval_params,
                                              self.cfg.loop.eval_samples)
+            ic = self.cfg.algorithm.insights
+            if ic.enabled:  # RLTL;DR: pass@1 with the policy's own insights in context, beside the plain one
+                m.update(await evaluate_with_insights(
+                    self.c.env, self.c.sampler, self.c.tokenizer, trajs, self.c.eval_params,
+                    SampleParams(max_tokens=ic.max_tokens, temperature=ic.temperature, stop=["\n"])))
         self.logger.log({"kind": "eval", "step": step, **m})
         self.logger.log_samples(step, [{"eval": True, **r} for r in sample_records(trajs, 4, self.c.tokenizer)])
-        self.say(f"eval ({label}, step {step}): pass_rate={m['eval/pass_rate']:.3f} reward={m['eval/reward/mean']:.3f} "
-                 f"[{m['eval/seconds']:.1f}s]")
+        with_insights = (f" with insights={m['eval/insights/pass_rate']:.3f}" if "eval/insights/pass_rate" in m else "")
+        self.say(f"eval ({label}, step {step}): pass_rate={m['eval/pass_rate']:.3f}{with_insights} "
+                 f"reward={m['eval/reward/mean']:.3f} [{m['eval/seconds']:.1f}s]")
         m["eval/reward"] = m["eval/reward/mean"]
         return m
 

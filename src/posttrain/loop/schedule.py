@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,19 @@ from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
 from posttrain.loop.builder import Components, resolve_dtype
 from posttrain.loop.collect import Rollouts, SyncCollector
 from posttrain.loop.es_stepper import ESStepper
-from posttrain.loop.pg_stepper import PolicyGradientStepper
+from posttrain.loop.insights import InsightEnv, InsightMemory
+from posttrain.loop.pg_stepper import PolicyGradientStepper, self_teacher
+from posttrain.loop.profiles import ProfileBook, ProfileEnv, Rised
 from posttrain.loop.teacher import SelfHintTeacher, load_teacher
 from posttrain.loop.weight_sync import CopyWeights, LowPrecisionCopy, SharedWeights
 from posttrain.models.load import stop_token_ids
 from posttrain.obs.timers import BusyMeter
+from posttrain.rewards.tags import JudgeTagger, RuleTagger, Taggers, load_vocabulary
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.sampling.precision import low_precision_copy
 from posttrain.train.launch import start_ranks, world_size
 from posttrain.train.trainer import Trainer
+from posttrain.types import SampleParams
 
 STEPPERS: Registry = Registry("stepper")
 COLLECTORS: Registry = Registry("loop mode")
@@ -79,13 +84,52 @@ def make_trainer(cfg: Config, model: Any, pad_id: int) -> Trainer:
                    muon_momentum=t.muon_momentum, logits_chunk_tokens=t.logits_chunk_tokens)
 
 
+def with_feedback_envs(cfg: Config, c: Components, run_dir: Path,
+                       say: Callable[[str], None]) -> tuple[Components, dict[str, Any]]:
+    """The env wrapped for the methods that learn from words (loop/insights.py, loop/profiles.py), and their run
+    state for the stepper (saved in its checkpoints)."""
+    plugins: dict[str, Any] = {}
+    a = cfg.algorithm
+    if a.insights.enabled:  # RLTL;DR: rollouts read and write the task's insights
+        ic = a.insights
+        memory = InsightMemory(ic.per_task, ic.max_tasks)
+        write = SampleParams(max_tokens=ic.max_tokens, temperature=ic.temperature, stop=["\n"])
+        c = replace(c, env=InsightEnv(c.env, memory, c.tokenizer, ic.unconditioned_share, ic.per_group, write,
+                                      seed=cfg.run.seed, log_path=run_dir / "insights.jsonl"))
+        plugins["insights"] = memory
+        say(f"insights: up to {ic.per_task} per task, {1 - ic.unconditioned_share:.0%} of rollouts read them, "
+            f"the rest learn toward them (x {ic.coef:g})")
+    if a.rised.enabled:  # RISED: rubric tags on every rollout
+        rc = a.rised
+        vocab = load_vocabulary(rc.vocabulary)
+        judge = None
+        if any(not t.rule for t in vocab):
+            from posttrain.rewards.judges.cache import JudgeCache
+            from posttrain.rewards.judges.local_hf import LocalHFBackend
+            from posttrain.rewards.judges.runner import JudgeRunner
+
+            judge = JudgeTagger(vocab, JudgeRunner(LocalHFBackend(rc.judge_model, seed=cfg.run.seed),
+                                                   cache=JudgeCache(cfg.judge.cache)))
+        book = ProfileBook([t.name for t in vocab])
+        rised = Rised(vocab, Taggers(RuleTagger(vocab), judge), book, rc.candidates, rc.window, seed=cfg.run.seed)
+        c = replace(c, env=ProfileEnv(c.env, rised.taggers, vocab, book, rc.negative, rc.penalty, rc.positive_distill))
+        plugins["rised"] = rised
+        say(f"rised: {len(vocab)} tags ({sum(t.rule is None for t in vocab)} by the judge), negative: {rc.negative}, "
+            f"selection: {'on' if rc.selection else 'off'}, positive distillation: "
+            f"{'on' if rc.positive_distill else 'off'}")
+    return c, plugins
+
+
 @STEPPERS.register("policy_gradient")
 def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]) -> PolicyGradientStepper:
     trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)
     if world_size(cfg) > 1:  # data parallel over trainer ranks (train/distributed.py); rank 0 runs this loop
         say(f"trainer: {world_size(cfg)} ranks, data parallel")
         trainer = start_ranks(cfg, trainer, run_dir / "config.yaml")
+    c, plugins = with_feedback_envs(cfg, c, run_dir, say)
     collector, sync = COLLECTORS[cfg.loop.mode](cfg, c)
+    if "rised" in plugins and cfg.algorithm.rised.selection:
+        collector.select = plugins["rised"]  # profile-based prompt selection (sync collector; checked in the config)
     lora_ref = c.model.disable_adapter if cfg.algorithm.beta > 0 and c.ref_model is None else None
     teacher = None
     if cfg.algorithm.teacher.model:
@@ -95,17 +139,21 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
                                seed=cfg.run.seed, log=say)
         say(f"teacher: {cfg.algorithm.teacher.model} (reverse KL x {cfg.algorithm.teacher.coef:g}, "
             f"RL term x {cfg.algorithm.teacher.rl_weight:g})")
-    elif cfg.algorithm.hint_distill.enabled:
-        hd = cfg.algorithm.hint_distill
-        if getattr(c.task, "feedback", None) is None:
+    elif self_teacher(cfg.algorithm) is not None:
+        a, (kind, coef) = cfg.algorithm, self_teacher(cfg.algorithm)
+        if kind == "hint" and getattr(c.task, "feedback", None) is None:
             say(f"hint distillation: task {c.task.name!r} has no feedback function; only env feedback (tool errors) "
                 "will become hints")
-        teacher = SelfHintTeacher(trainer, c.tokenizer, hd.template, hd.max_hint_tokens)
-        say(f"teacher: the policy with the sample's feedback as a hint (reverse KL x {hd.coef:g})")
+        # a feedback hint is capped by the config; insights fill up to per_task sentences; RISED lists behaviours
+        cap = {"hint": a.hint_distill.max_hint_tokens, "insight": a.insights.per_task * a.insights.max_tokens + 16,
+               "rised": 256}[kind]
+        teacher = SelfHintTeacher(trainer, c.tokenizer, cap)
+        say(f"teacher: the policy itself with {'the feedback' if kind == 'hint' else 'its ' + kind + ' hint'} "
+            f"in context (reverse KL x {coef:g})")
     return PolicyGradientStepper(cfg, trainer, collector, sync, pass_thresholds(c), c.train_params.max_tokens,
                                  ref_model=c.ref_model, ref_disable_adapter=lora_ref,
                                  version=c.sampler.policy_version, teacher=teacher,
-                                 task=c.task)
+                                 task=c.task, plugins=plugins)
 
 
 @STEPPERS.register("es")

@@ -87,14 +87,14 @@ class SelfHintTeacher:
     zero there. The teacher is the current policy, frozen for the step: as the student learns, so does the teacher.
     """
 
-    def __init__(self, trainer: Any, tokenizer: Any, template: str = "\n\nHint: {hint}", max_hint_tokens: int = 64):
-        self.trainer, self.tok = trainer, tokenizer
-        self.template, self.max_hint_tokens = template, max_hint_tokens
+    def __init__(self, trainer: Any, tokenizer: Any, max_hint_tokens: int = 64):
+        self.trainer, self.tok, self.max_hint_tokens = trainer, tokenizer, max_hint_tokens
         self.suffix = chat_suffix_ids(tokenizer)
         self.unaligned = 0  # hints placed at the turn start because the prompt did not end with the chat suffix
 
     def hint_ids(self, hint: str) -> list[int]:
-        ids = list(self.tok(self.template.format(hint=hint), add_special_tokens=False)["input_ids"])
+        """The hint's tokens, as written into the context (the stepper's hint function formats it)."""
+        ids = list(self.tok(hint, add_special_tokens=False)["input_ids"])
         return ids[: self.max_hint_tokens]
 
     def insertion(self, seq: Sequence) -> int:

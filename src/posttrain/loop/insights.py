@@ -1,0 +1,217 @@
+"""RLTL;DR: the policy writes itself a short insight after a failed attempt, and later attempts read them.
+
+    memory   = InsightMemory(per_task, max_tasks)       bounded; saved in the stepper's checkpoint state
+    env      = InsightEnv(task_env, memory, cfg)        what the collector rolls out through
+      rollout(row):   insights for this row in memory?  a share of rollouts sees them (appended to the prompt's
+                      last message), the rest do not and carry them as a teacher hint (internalisation)
+      score(trajs):   the task's rubric and feedback, then, for up to `per_group` failed samples of each row, the
+                      policy writes an insight (one batched sampler call) that goes into the memory
+
+Internalisation trains the unconditioned policy toward the insight-conditioned one: an unconditioned rollout's
+teacher is the policy itself with the row's insights in the same place the conditioned rollouts read them
+(loop/teacher.SelfHintTeacher, a per-token reverse KL on the student's own tokens; the hint is
+`extra["teacher_hint"]`, read by loop/batch.py `env_hint`). The held-out eval reports
+pass@1 without insights (the plain eval) and with them (`eval/insights/pass_rate`: each failed first attempt
+writes an insight and is tried again with it in context; a first attempt that passed counts as passed).
+`posttrain sft RUN_DIR/insights.jsonl` trains on a run's (task, insight) pairs with no rollouts (SFTL;DR;
+train/sft.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from collections import OrderedDict
+from typing import Any
+
+from posttrain.envs.feedback import attach_feedback
+from posttrain.types import SampleParams, Trajectory
+
+WRITE_INSTRUCTION = ("Your attempt above was wrong. In one short sentence, write a TL;DR insight: advice to "
+                     "yourself that would make your next attempt at this task succeed. Reply with the sentence only.")
+BLOCK_HEADER = "\n\nNotes from your earlier attempts:"
+
+
+def row_key(row: dict[str, Any]) -> str:
+    """A task row's identity in the memory: its prompt (rows with the same prompt share insights)."""
+    return hashlib.sha1(json.dumps(row.get("prompt"), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def insight_block(insights: list[str]) -> str:
+    """How insights are written into a prompt (and into the internalisation teacher's context, identically)."""
+    return BLOCK_HEADER + "".join(f"\n- {x}" for x in insights)
+
+
+def append_to_prompt(row: dict[str, Any], text: str) -> dict[str, Any]:
+    """A copy of the row with `text` appended to the prompt's last message (or to a text prompt)."""
+    prompt = row["prompt"]
+    if isinstance(prompt, str):
+        return {**row, "prompt": prompt + text}
+    msgs = [dict(m) for m in prompt]
+    msgs[-1]["content"] = str(msgs[-1].get("content", "")) + text
+    return {**row, "prompt": msgs}
+
+
+def condition_row(row: dict[str, Any], insights: list[str]) -> dict[str, Any]:
+    """The row with its insights appended to the prompt's last message (or to a text prompt)."""
+    return append_to_prompt(row, insight_block(insights)) if insights else row
+
+
+def clean_insight(text: str, max_chars: int = 240) -> str | None:
+    """The first non-empty line, trimmed; None when nothing usable was written."""
+    line = next((x.strip(" -*\t") for x in text.strip().splitlines() if x.strip(" -*\t")), "")
+    return line[:max_chars] or None
+
+
+class InsightMemory:
+    """Up to `per_task` insights per task row (the newest kept) for up to `max_tasks` rows (least recently
+    written dropped first). Both bounds hold whatever the run writes."""
+
+    def __init__(self, per_task: int = 3, max_tasks: int = 10_000):
+        if per_task < 1 or max_tasks < 1:
+            raise ValueError(f"insight memory bounds must be >= 1, got per_task={per_task}, max_tasks={max_tasks}")
+        self.per_task, self.max_tasks = per_task, max_tasks
+        self._m: OrderedDict[str, list[str]] = OrderedDict()
+        self.prompts: dict[str, Any] = {}  # key -> the row's prompt, for (task, insight) pairs (SFTL;DR)
+
+    def add(self, key: str, insight: str, prompt: Any = None) -> None:
+        items = [x for x in self._m.pop(key, []) if x != insight] + [insight]
+        self._m[key] = items[-self.per_task:]
+        if prompt is not None:
+            self.prompts[key] = prompt
+        while len(self._m) > self.max_tasks:
+            old, _ = self._m.popitem(last=False)
+            self.prompts.pop(old, None)
+
+    def get(self, key: str) -> list[str]:
+        return list(self._m.get(key, []))
+
+    def __len__(self) -> int:
+        return len(self._m)
+
+    def metrics(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """The stepper's plugin interface: the memory's size each step."""
+        return {"insights/memory_tasks": float(len(self))}
+
+    def pairs(self) -> list[dict[str, Any]]:
+        """(task, insight) rows for supervised training: the prompt and one insight each."""
+        return [{"prompt": self.prompts[k], "insight": x} for k, xs in self._m.items() if k in self.prompts for x in xs]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"per_task": self.per_task, "max_tasks": self.max_tasks, "items": [[k, v] for k, v in self._m.items()],
+                "prompts": self.prompts}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._m = OrderedDict((k, list(v)[-self.per_task:]) for k, v in state.get("items", []))
+        while len(self._m) > self.max_tasks:
+            self._m.popitem(last=False)
+        self.prompts = {k: v for k, v in state.get("prompts", {}).items() if k in self._m}
+
+
+def write_prompt(row: dict[str, Any], attempt: str, feedback: str | None) -> list[dict[str, str]]:
+    """The chat the policy writes an insight in: the task, its attempt, what was wrong when known."""
+    prompt = row["prompt"]
+    task = prompt if isinstance(prompt, str) else "\n".join(str(m.get("content", "")) for m in prompt)
+    body = f"{task}\n\nYour attempt:\n{attempt}"
+    if feedback:
+        body += f"\n\nWhat was wrong: {feedback}"
+    return [{"role": "user", "content": f"{body}\n\n{WRITE_INSTRUCTION}"}]
+
+
+async def write_insights(sampler: Any, tokenizer: Any, trajs: list[Trajectory], params: SampleParams) -> list[str | None]:
+    """One insight per trajectory, written by the policy in one batched sampler call."""
+    from posttrain.models.template_check import render_ids
+
+    if not trajs:
+        return []
+    prompts = [render_ids(tokenizer, write_prompt(t.extra.get("base_row", t.row), t.completion_text, t.feedback),
+                          add_generation_prompt=True) for t in trajs]
+    outs = await sampler.sample(prompts, params, n=1)
+    return [clean_insight(o[0].text) for o in outs]
+
+
+class InsightEnv:
+    """The task's env, with insights in and out (see the module docstring)."""
+
+    def __init__(self, env: Any, memory: InsightMemory, tokenizer: Any, unconditioned_share: float = 0.5,
+                 per_group: int = 1, write_params: SampleParams | None = None, seed: int = 0,
+                 log_path: Any = None):
+        self.env, self.task, self.memory, self.tok = env, env.task, memory, tokenizer
+        self.unconditioned_share, self.per_group = unconditioned_share, per_group
+        self.write_params = write_params or SampleParams(max_tokens=48, temperature=0.7, stop=["\n"])
+        self.rng = random.Random(seed)
+        self._sampler: Any = None
+        # RUN_DIR/insights.jsonl: every insight written and every conditioned rollout that passed, appended as they
+        # happen (a crash loses nothing); `posttrain sft --from-insights` trains on it (SFTL;DR).
+        self.log_path = log_path
+        # Conditioned rows stay alive for the run: envs cache rendered prompts by row identity.
+        self._rows: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
+
+    async def rollout(self, row: dict[str, Any], sampler: Any, params: SampleParams | None = None) -> Trajectory:
+        self._sampler = sampler
+        key = row_key(row)
+        insights = self.memory.get(key)
+        conditioned = bool(insights) and self.rng.random() >= self.unconditioned_share
+        use = row
+        if conditioned:
+            use = self._rows.setdefault((key, tuple(insights)), condition_row(row, insights))
+        t = await self.env.rollout(use, sampler, params)
+        t.extra.update({"insight_key": key, "base_row": row, "insights": insights if conditioned else []})
+        if insights and not conditioned:  # internalisation: the teacher reads what the conditioned rollouts read
+            t.extra["teacher_hint"] = insight_block(insights)
+        t.metrics.update({"insights/conditioned": float(conditioned), "insights/available": float(bool(insights))})
+        return t
+
+    async def score(self, trajectories: list[Trajectory]) -> None:
+        await self.env.score(trajectories)
+        attach_feedback(self.task, trajectories)  # the writer reads what went wrong (idempotent)
+        by_key: dict[str, list[Trajectory]] = {}
+        for t in trajectories:
+            if not t.passed and not t.failed and "insight_key" in t.extra:
+                by_key.setdefault(t.extra["insight_key"], []).append(t)
+        writers = [t for ts in by_key.values() for t in ts[: self.per_group]] if self._sampler is not None else []
+        texts = await write_insights(self._sampler, self.tok, writers, self.write_params) if writers else []
+        records = []
+        for t, text in zip(writers, texts):
+            t.metrics["insights/written"] = float(text is not None)
+            if text:
+                self.memory.add(t.extra["insight_key"], text, t.extra["base_row"].get("prompt"))
+                t.extra["insight_written"] = text
+                records.append({"kind": "insight", "key": t.extra["insight_key"],
+                                "prompt": t.extra["base_row"].get("prompt"), "insight": text,
+                                "attempt": t.completion_text, "feedback": t.feedback})
+        records += [{"kind": "success", "key": t.extra["insight_key"], "prompt": t.extra["base_row"].get("prompt"),
+                     "insights": t.extra["insights"], "completion": t.completion_text}
+                    for t in trajectories if t.passed and t.extra.get("insights")]
+        self._log(records)
+
+    def _log(self, records: list[dict[str, Any]]) -> None:
+        if not records or self.log_path is None:
+            return
+        try:
+            with open(self.log_path, "a") as f:
+                f.writelines(json.dumps(r, default=str) + "\n" for r in records)
+        except OSError:  # the memory still has them; a full disk must not stop training
+            pass
+
+
+async def evaluate_with_insights(env: Any, sampler: Any, tokenizer: Any, first: list[Trajectory],
+                                 params: SampleParams, write_params: SampleParams) -> dict[str, float]:
+    """Pass@1 with insights in context on the held-out rows: every failed first attempt (`first`, already scored)
+    writes an insight and is tried again with it; passes of the first attempt count as passes."""
+    from posttrain.envs.base import score_groups
+
+    failed = [t for t in first if not t.passed and not t.failed]
+    for t in failed:
+        t.extra.setdefault("base_row", t.row)
+    texts = await write_insights(sampler, tokenizer, failed, write_params)
+    retry_rows = [condition_row(t.row, [x]) for t, x in zip(failed, texts) if x]
+    retries = list(await asyncio.gather(*(env.rollout(r, sampler, params) for r in retry_rows)))
+    if retries:
+        await score_groups(env, [[r] for r in retries])
+    passed = sum(t.passed for t in first) + sum(r.passed for r in retries)
+    return {"eval/insights/pass_rate": passed / max(len(first), 1),
+            "eval/insights/retry_pass_rate": sum(r.passed for r in retries) / max(len(retries), 1),
+            "eval/insights/written": float(len(retry_rows))}
