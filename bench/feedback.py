@@ -3,6 +3,8 @@
     python bench/feedback.py select [--task json-extract --k 16 --n-train 96 --out bench/results/feedback/hard.json]
     python bench/feedback.py run    [--methods grpo,hint --seeds 0,1,2 --steps 20 --subset ...]
     python bench/feedback.py table  [--runs bench/results/feedback/runs]
+    python bench/feedback.py sftldr [--from insights-s0 --steps 60]     SFTL;DR from an insights run, then eval
+    python bench/feedback.py profile RUN_DIR                              RISED: which behaviours rose and fell
 
 `select` samples k completions per row at the training temperature with the base model and keeps the train and
 held-out rows where none passed: a subset file (`task.subset`) on which GRPO's group advantage is zero at the
@@ -30,6 +32,8 @@ METHODS: dict[str, list[str]] = {
     "grpo": [],
     "hint": ["algorithm.hint_distill.enabled=true"],
     "insights": ["algorithm.insights.enabled=true"],
+    "rised": ["algorithm.rised.enabled=true"],
+    "rised-nosel": ["algorithm.rised.enabled=true", "algorithm.rised.selection=false"],  # the selection ablation
 }
 
 
@@ -112,9 +116,14 @@ def table(args: argparse.Namespace) -> None:
         if not p.exists():
             continue
         evals = [json.loads(x) for x in p.read_text().splitlines() if '"kind": "eval"' in x]
-        if len(evals) < 2:
-            continue
         method, seed = d.name.rsplit("-s", 1)
+        if not evals or not seed.isdigit():
+            continue
+        if len(evals) == 1:  # a model evaluated once (SFTL;DR): before is the base model's eval of the same seed
+            base = runs / f"grpo-s{seed}" / "metrics.jsonl"
+            if not method.startswith("sftldr") or not base.exists():
+                continue
+            evals = [json.loads(base.read_text().splitlines()[0]), evals[0]]
         rows.setdefault(method, []).append((int(seed), evals[0], evals[-1]))
 
     def ms(xs: list[float]) -> str:
@@ -130,6 +139,46 @@ def table(args: argparse.Namespace) -> None:
         bn, an = ([r[1].get("eval/pass_at_n", 0.0) for r in rs], [r[2].get("eval/pass_at_n", 0.0) for r in rs])
         per = ", ".join(f"s{r[0]}: {100 * r[2]['eval/pass_rate']:.1f}" for r in rs)
         print(f"| {method} | {len(rs)} | {ms(b1)} | {ms(a1)} | {ms(bn)} | {ms(an)} | {per} |")
+
+
+def sftldr(args: argparse.Namespace) -> None:
+    """SFTL;DR: supervised training on an insights run's (task, insight) pairs, no rollouts; then the same held-out
+    eval as the runs (its before/after rows join the table as `sftldr`)."""
+    from posttrain.config import load_config
+    from posttrain.loop import train
+    from posttrain.train.sft import read_sft_rows, sft
+
+    runs = Path(args.runs)
+    src = runs / getattr(args, "from")
+    rows = read_sft_rows(src / "insights.jsonl", args.target)
+    seed = int(src.name.rsplit("-s", 1)[1])
+    model_dir = runs / f"sftldr-{args.target}-model-s{seed}"
+    res = sft(rows, "default", model_dir, steps=args.steps, lr=args.lr, batch_size=8, seed=seed)
+    print(f"sft on {len(rows)} ({args.target}) rows: nll {res['nll_first']:.3f} -> {res['nll_last']:.3f}")
+    # The eval: a zero-step run from the SFT model with the runs' eval settings (before == after: one eval).
+    over = [f"model.name={model_dir}", f"task.name={args.task}", f"task.subset={args.subset}", f"run.seed={seed}",
+            f"run.output_dir={runs}", f"run.name=sftldr-{args.target}-s{seed}", "loop.steps=0", "loop.eval_before=true",
+            f"loop.eval_samples={args.eval_samples}", "sampling.eval_temperature=0.7", "logging.tensorboard=false",
+            f"model.threads={args.threads}"]
+    train(load_config(None, over))
+
+
+def profile(args: argparse.Namespace) -> None:
+    """RISED's profile report: each tag's share of rollouts over the first and the last `--window` steps."""
+    recs = [json.loads(x) for x in (Path(args.run_dir) / "metrics.jsonl").read_text().splitlines()
+            if '"kind": "train"' in x]
+    tags = sorted({k for r in recs for k in r if k.startswith("rised/") and k not in
+                   ("rised/tag_errors", "rised/selection_overlap")})
+    if not tags:
+        sys.exit(f"{args.run_dir}: no rised/ metrics (was algorithm.rised.enabled on?)")
+    w = min(args.window, max(len(recs) // 2, 1))
+    first, last = recs[:w], recs[-w:]
+    print(f"| tag | first {w} steps | last {w} steps | change |")
+    print("|---|---|---|---|")
+    for t in tags:
+        a = statistics.fmean(r.get(t, 0.0) for r in first)
+        b = statistics.fmean(r.get(t, 0.0) for r in last)
+        print(f"| {t[6:]} | {100 * a:.1f}% | {100 * b:.1f}% | {100 * (b - a):+.1f} |")
 
 
 def main() -> None:
@@ -157,8 +206,21 @@ def main() -> None:
     r.add_argument("--set", nargs="*", default=[], help="more config overrides for every run (a.b=c)")
     t = sub.add_parser("table", help="print the table of finished runs")
     t.add_argument("--runs", default=str(OUT / "runs"))
+    f = sub.add_parser("sftldr", help="SFTL;DR from an insights run's insights.jsonl, then the held-out eval")
+    f.add_argument("--from", default="insights-s0", help="the insights run (a folder under --runs)")
+    f.add_argument("--target", default="insight", choices=["insight", "answer"])
+    f.add_argument("--steps", type=int, default=60)
+    f.add_argument("--lr", type=float, default=1e-5)
+    f.add_argument("--task", default="json-extract")
+    f.add_argument("--subset", default=str(OUT / "hard_json.json"))
+    f.add_argument("--eval-samples", type=int, default=4)
+    f.add_argument("--threads", type=int, default=2)
+    f.add_argument("--runs", default=str(OUT / "runs"))
+    p = sub.add_parser("profile", help="RISED profile report of a run: tag shares, first vs last steps")
+    p.add_argument("run_dir")
+    p.add_argument("--window", type=int, default=5)
     args = ap.parse_args()
-    {"select": select, "run": run, "table": table}[args.cmd](args)
+    {"select": select, "run": run, "table": table, "sftldr": sftldr, "profile": profile}[args.cmd](args)
 
 
 if __name__ == "__main__":
