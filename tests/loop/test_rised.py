@@ -169,6 +169,10 @@ def test_rised_in_the_loop_with_a_judge_that_fails(tmp_path, monkeypatch):
     assert recs[-1]["rised/cut"] >= 0.0 and "rised/polite" in recs[-1]
     # positive-rubric distillation ran: samples missing 'polite' (the judge never said yes) got a teacher hint
     assert recs[0]["hint/share"] > 0 and "train/rised/kl" in recs[0]
+    from posttrain.obs.html_report import write_html_report
+
+    html = write_html_report(res.run_dir).read_text()
+    assert "Behaviour profile" in html and "fig-profile" in html
 
 
 def test_config_refuses_two_self_teachers_and_async_selection():

@@ -332,6 +332,10 @@ def render_report(run: RunData) -> str:
         '<p class="hint">Export for chrome://tracing or ui.perfetto.dev: '
         f'<code>posttrain report {html.escape(str(run.run_dir))} --trace trace.json</code></p>'
         if run.trace else ""), "timeline")
+    tags = [k for k in run.keys("rised/") if k not in ("rised/tag_errors", "rised/selection_overlap")]
+    if tags:  # RISED: which behaviours rise and fall over the run (loop/profiles.py)
+        content += _section("Behaviour profile", _div(fig_lines(run, "share of rollouts with each tag", tags,
+                                                                yaxis="share"), "fig-profile"), "profile")
     content += _section("Any metric", _div(fig_explorer(run), "fig-explorer"), "explorer")
     viewer = _viewer_data(run)
     if viewer:
