@@ -97,7 +97,9 @@ def run(args: argparse.Namespace) -> None:
             overrides = [f"task.name={args.task}", f"task.subset={args.subset}", f"run.seed={seed}",
                          f"run.output_dir={runs}", f"run.name={run_dir.name}", f"loop.steps={args.steps}",
                          f"loop.prompts_per_step={args.prompts_per_step}", f"loop.eval_every={args.steps}",
-                         "loop.eval_before=true", f"loop.eval_samples={args.eval_samples}",
+                         # the base model's eval is the same for every method: grpo's run measures it
+                         f"loop.eval_before={'true' if method == 'grpo' else 'false'}",
+                         f"loop.eval_samples={args.eval_samples}", f"loop.eval_prompts={args.eval_prompts}",
                          "sampling.eval_temperature=0.7", "sampling.temperature=0.7", "loop.save_every=0",
                          "logging.tensorboard=false", f"model.threads={args.threads}", *METHODS[method],
                          *args.set]
@@ -119,9 +121,9 @@ def table(args: argparse.Namespace) -> None:
         method, seed = d.name.rsplit("-s", 1)
         if not evals or not seed.isdigit():
             continue
-        if len(evals) == 1:  # a model evaluated once (SFTL;DR): before is the base model's eval of the same seed
+        if len(evals) == 1:  # evaluated once (no eval before, or SFTL;DR): before is grpo's eval 0 of the seed
             base = runs / f"grpo-s{seed}" / "metrics.jsonl"
-            if not method.startswith("sftldr") or not base.exists():
+            if not base.exists():
                 continue
             evals = [json.loads(base.read_text().splitlines()[0]), evals[0]]
         rows.setdefault(method, []).append((int(seed), evals[0], evals[-1]))
@@ -158,7 +160,8 @@ def sftldr(args: argparse.Namespace) -> None:
     # The eval: a zero-step run from the SFT model with the runs' eval settings (before == after: one eval).
     over = [f"model.name={model_dir}", f"task.name={args.task}", f"task.subset={args.subset}", f"run.seed={seed}",
             f"run.output_dir={runs}", f"run.name=sftldr-{args.target}-s{seed}", "loop.steps=0", "loop.eval_before=true",
-            f"loop.eval_samples={args.eval_samples}", "sampling.eval_temperature=0.7", "logging.tensorboard=false",
+            f"loop.eval_samples={args.eval_samples}", f"loop.eval_prompts={args.eval_prompts}",
+            "sampling.eval_temperature=0.7", "logging.tensorboard=false",
             f"model.threads={args.threads}"]
     train(load_config(None, over))
 
@@ -201,6 +204,7 @@ def main() -> None:
     r.add_argument("--steps", type=int, default=20)
     r.add_argument("--prompts-per-step", type=int, default=4)
     r.add_argument("--eval-samples", type=int, default=4)
+    r.add_argument("--eval-prompts", type=int, default=24, help="held-out prompts per eval (the first N hard ones)")
     r.add_argument("--threads", type=int, default=2)
     r.add_argument("--runs", default=str(OUT / "runs"))
     r.add_argument("--set", nargs="*", default=[], help="more config overrides for every run (a.b=c)")
@@ -214,6 +218,7 @@ def main() -> None:
     f.add_argument("--task", default="json-extract")
     f.add_argument("--subset", default=str(OUT / "hard_json.json"))
     f.add_argument("--eval-samples", type=int, default=4)
+    f.add_argument("--eval-prompts", type=int, default=24)
     f.add_argument("--threads", type=int, default=2)
     f.add_argument("--runs", default=str(OUT / "runs"))
     p = sub.add_parser("profile", help="RISED profile report of a run: tag shares, first vs last steps")
