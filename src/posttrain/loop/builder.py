@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from posttrain.config.schema import Config
-from posttrain.envs.custom import load_task
+from posttrain.envs.custom import apply_subset, load_task
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.envs.task import Task
 from posttrain.envs.tool_env import ToolEnv
