@@ -24,6 +24,7 @@ import threading
 from typing import Any
 
 from posttrain.envs.check import SmokeCheck
+from posttrain.envs.custom import TaskLoadError  # a ValueError the CLI prints as a one-line error
 from posttrain.envs.gym_text import GymTextEnv
 from posttrain.envs.reversal.grid import ACTION_NAMES, PIT, shortest_plan
 from posttrain.envs.reversal.gym_env import LEGEND, MODES, ReversalGridEnv, parse_move, parse_switch
@@ -126,23 +127,26 @@ def make_task(rho: float = 0.5, mode: str = "episodic", shield: Any = "off", siz
               n_train: int = 64, n_eval: int = 16, max_turns: int | None = None, shield_radius: int = 2,
               max_tokens: int = 16) -> Task:
     if mode not in MODES:
-        raise ValueError(f"reversal: mode must be one of {', '.join(MODES)}, got {mode!r}")
+        raise TaskLoadError(f"reversal: mode must be one of {', '.join(MODES)}, got {mode!r}")
     try:
         rho = float(rho)
     except (TypeError, ValueError):
-        raise ValueError(f"reversal: rho must be a number in [0, 1], got {rho!r}") from None
+        raise TaskLoadError(f"reversal: rho must be a number in [0, 1], got {rho!r}") from None
     if not 0.0 <= rho <= 1.0:
-        raise ValueError(f"reversal: rho must be in [0, 1], got {rho}")
+        raise TaskLoadError(f"reversal: rho must be in [0, 1], got {rho}")
     if not 3 <= int(size) <= 12:
-        raise ValueError(f"reversal: size must be in [3, 12] (5..7 intended), got {size}")
+        raise TaskLoadError(f"reversal: size must be in [3, 12] (5..7 intended), got {size}")
     if n_train < 1 or n_eval < 0:
-        raise ValueError(f"reversal: n_train must be >= 1 and n_eval >= 0, got {n_train}, {n_eval}")
-    shield_on = parse_switch(shield, "reversal: shield")
+        raise TaskLoadError(f"reversal: n_train must be >= 1 and n_eval >= 0, got {n_train}, {n_eval}")
+    try:
+        shield_on = parse_switch(shield, "reversal: shield")
+    except ValueError as e:
+        raise TaskLoadError(str(e)) from None
     make_env = env_maker(int(size), rho, mode, shield_on, int(n_goals), int(shield_radius))
     probe = make_env()
     turns = int(max_turns) if max_turns is not None else probe.max_steps + 3
     if turns < 1:
-        raise ValueError(f"reversal: max_turns must be >= 1, got {max_turns}")
+        raise TaskLoadError(f"reversal: max_turns must be >= 1, got {max_turns}")
     prompt = [{"role": "user", "content": intro(mode, probe.n_goals, shield_on)}]
 
     def row(seed: int) -> dict[str, Any]:
