@@ -16,6 +16,8 @@ BUILTIN_TASKS: dict[str, str] = {
     "product-blurb": "posttrain.envs.tasks.product_blurb",
     "listing-summary": "posttrain.envs.tasks.listing_summary",
     "reversal": "posttrain.envs.reversal.task",
+    "arith": "posttrain.envs.tasks.arith",
+    "ttrl": "posttrain.envs.tasks.ttrl",
 }
 
 
