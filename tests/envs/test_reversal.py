@@ -144,3 +144,15 @@ def test_bad_options_and_actions_have_clear_errors():
     assert parse_move("I think I should go Right") == 1 and parse_move("left... no, down") == 2
     with pytest.raises(ValueError, match="no move found"):
         parse_move("jump")
+
+
+def test_runs_without_gymnasium_installed():
+    """The `envs` extra is optional: without gymnasium the task still loads and passes its smoke checks."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['gymnasium'] = None\n"
+            "from posttrain.envs.custom import load_task\nfrom posttrain.envs.check import check_task\n"
+            "assert all(r.ok for r in check_task(load_task('reversal', {'rho': 0.0}))); print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -29,8 +29,14 @@ import random
 import string
 from typing import Any
 
-import gymnasium as gym
-from gymnasium import spaces
+try:
+    import gymnasium as gym
+    from gymnasium import spaces
+
+    _Base: type = gym.Env
+except ImportError:  # without the `envs` extra the env runs the same (reset/step/spaces-free), it is just not a
+    gym = spaces = None  # gymnasium.Env, so `posttrain env check` and training work without gymnasium installed
+    _Base = object
 
 from posttrain.envs.reversal.grid import ACTION_NAMES, PIT, STAY, GridMap, Pos, generate, move, render
 from posttrain.envs.reversal.oracle import can_reach_goal, reachable
@@ -53,7 +59,7 @@ def parse_switch(value: Any, name: str) -> bool:
     raise ValueError(f"{name} must be 'on' or 'off', got {value!r}")
 
 
-class ReversalGridEnv(gym.Env):
+class ReversalGridEnv(_Base):
     metadata = {"render_modes": ["ansi"]}
 
     def __init__(self, size: int = 5, rho: float = 0.5, mode: str = "episodic", shield: Any = "off",
@@ -72,16 +78,19 @@ class ReversalGridEnv(gym.Env):
         # Enough steps to walk every goal's shortest path with room for detours.
         self.max_steps = int(max_steps) if max_steps is not None else 3 * self.size * self.n_goals
         self.render_mode = render_mode
-        self.action_space = spaces.Discrete(5)
-        self.observation_space = spaces.Text(max_length=4096, charset=string.printable)
+        if spaces is not None:
+            self.action_space = spaces.Discrete(5)
+            self.observation_space = spaces.Text(max_length=4096, charset=string.printable)
         self.map: GridMap | None = None
 
     # ---- gymnasium API -----------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
-        super().reset(seed=seed)
+        if gym is not None:
+            super().reset(seed=seed)
         map_seed = (options or {}).get("map_seed", seed)
         if map_seed is None:
-            map_seed = int(self.np_random.integers(0, 2**31 - 1))
+            map_seed = (int(self.np_random.integers(0, 2**31 - 1)) if gym is not None
+                        else random.randrange(2**31 - 1))
         self.map = generate(self.size, int(map_seed), self.rho)
         self.pos, self.goal = self.map.start, self.map.goal
         self._goal_rng = random.Random(f"reversal-goals:{map_seed}")

@@ -173,7 +173,8 @@ def make_task(rho: float = 0.5, mode: str = "episodic", shield: Any = "off", siz
         return [ACTION_NAMES[a] for a in oracle_plan(make_env(), r["seed"])] or ["stay"]
 
     def env_factory(task: Task, tokenizer: Any, params: Any) -> GymTextEnv:
-        return GymTextEnv(task, tokenizer, params, make_env=make_env, text_to_action=parse_move, max_turns=turns)
+        return GymTextEnv(task, tokenizer, params, make_env=make_env, obs_to_text=str,
+                          text_to_action=parse_move, max_turns=turns)
 
     return Task(name="reversal", train_rows=train_rows, eval_rows=eval_rows, rubric=rubric,
                 description=f"REVERSAL-BENCH grid, rho={rho}, mode={mode}, shield={'on' if shield_on else 'off'}, "
