@@ -84,7 +84,7 @@ class BestSoFarReward:
         with self._lock:
             s = dict(self._stats)
             self._stats = {k: 0.0 for k in s}
-            best = max(self.best.values()) if self.best else None
+            best = max(self.best.values()) if self.best else (self.baseline if s["groups"] else None)
         out: dict[str, float] = {}
         if s["groups"]:
             out["ttrl/improved_groups"] = s["improved"] / s["groups"]
