@@ -66,6 +66,65 @@ def train(
         _fail(str(e))
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def ttrl(
+    args: Optional[list[str]] = typer.Argument(None, help="overrides like loop.steps=20; task.options.* go to the wrapped task"),
+    task: str = typer.Option(..., "--task", help="the task whose prompts to train on without labels: arith, count-a, ..."),
+    mode: str = typer.Option("majority", "--mode", help="majority (TTRL: agree with the group's majority answer) or "
+                             "discover (TTT-Discover: beat the best score so far)"),
+    extractor: Optional[str] = typer.Option(None, "--extractor", help="majority: last_number, boxed, last_line, exact"),
+    state: Optional[Path] = typer.Option(None, "--state", help="discover: JSON file keeping the best score (and "
+                                         "completion) so far, read at start, rewritten after every group"),
+    eval_samples: int = typer.Option(4, "--eval-samples", help="completions per held-out prompt: the n of maj@n"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the resolved config and exit"),
+) -> None:
+    """Test-time RL on a task's unlabelled prompts (docs/ttrl.md): `posttrain train` with a label-free reward."""
+    from posttrain.config import ConfigError, load_config, to_yaml
+    from posttrain.envs.check import EnvCheckError
+    from posttrain.envs.custom import TaskLoadError
+    from posttrain.loop import train as run_train
+    from posttrain.models.load import ModelLoadError
+    from posttrain.models.template_check import ChatTemplateError
+
+    overrides = list(args or [])
+    if mode not in ("majority", "discover"):
+        _fail(f"--mode must be 'majority' or 'discover', got {mode!r}")
+    if eval_samples < 1:
+        _fail(f"--eval-samples must be >= 1, got {eval_samples}")
+    if state is not None and mode != "discover":
+        _fail("--state is for --mode discover (it keeps the best score so far)")
+    for a in overrides:
+        if "=" not in a:
+            _fail(f"unexpected argument {a!r}: ttrl takes overrides like loop.steps=20 (no config file)")
+        if a.split("=", 1)[0] in ("task.name", "task.options.base", "task.options.mode"):
+            _fail(f"{a.split('=', 1)[0]} is set by ttrl: use --task / --mode")
+    keys = {a.split("=", 1)[0] for a in overrides}
+    base = ["task.name=ttrl", f"task.options.base={task}", f"task.options.mode={mode}"]
+    base += [f"task.options.extractor={extractor}"] if extractor else []
+    base += [f"task.options.state_file={state}"] if state is not None else []
+    if mode == "majority":  # maj@n needs n sampled completions per held-out prompt
+        base += [] if "loop.eval_samples" in keys else [f"loop.eval_samples={eval_samples}"]
+        base += [] if "sampling.eval_temperature" in keys or eval_samples == 1 else ["sampling.eval_temperature=0.7"]
+    try:
+        cfg = load_config(None, base + overrides)
+    except ConfigError as e:
+        _fail(str(e))
+    if dry_run:
+        typer.echo(to_yaml(cfg), nl=False)
+        return
+    try:
+        result = run_train(cfg)
+    except (TaskLoadError, ModelLoadError, FileNotFoundError, EnvCheckError, ChatTemplateError) as e:
+        _fail(str(e))
+    names = [("eval/ttrl/pass_at_1", "pass@1 (labels, eval only)"),
+             ("eval/ttrl/majority_correct", f"maj@{cfg.loop.eval_samples} (majority right)"),
+             ("eval/ttrl/majority_share", "majority share"), ("eval/ttrl/best_score", "best score so far")]
+    for key, label in names:
+        if key in result.before or key in result.after:
+            fmt = lambda m: f"{m[key]:.3f}" if key in m else "-"  # noqa: E731
+            typer.echo(f"{label}: {fmt(result.before)} -> {fmt(result.after)}")
+
+
 @app.command("eval")
 def eval_cmd(
     model: str = typer.Option("default", "--model", help="'default', 'tiny-random', a HF folder, a run's final/ folder"),

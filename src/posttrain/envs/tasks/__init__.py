@@ -15,6 +15,9 @@ BUILTIN_TASKS: dict[str, str] = {
     "search-qa": "posttrain.envs.tasks.search_qa",
     "product-blurb": "posttrain.envs.tasks.product_blurb",
     "listing-summary": "posttrain.envs.tasks.listing_summary",
+    "reversal": "posttrain.envs.reversal.task",
+    "arith": "posttrain.envs.tasks.arith",
+    "ttrl": "posttrain.envs.tasks.ttrl",
 }
 
 
