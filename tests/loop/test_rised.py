@@ -136,7 +136,10 @@ def test_profile_env_penalises_hints_and_steers(tiny):
     prose, clean = trajs
     assert "prose_around_json" in prose.extra["tags"] and prose.reward_components["rised_penalty"] == pytest.approx(-0.1)
     assert clean.reward_components["rised_penalty"] == 0.0
+    # only_json: the clean sample of the same prompt showed it, so the prose one is hinted toward it; 'solved' no
+    # rollout of this prompt reached, so nobody is hinted toward it
     assert "only the JSON" in prose.extra["teacher_hint"] and "Make sure" in prose.extra["teacher_hint"]
+    assert "correct" not in prose.extra["teacher_hint"] and "teacher_hint" not in clean.extra
     assert book.get(row_key(row))["prose_around_json"] == 0.5
     env.negative = "hint"
     book.update(row_key(row), [["prose_around_json"]] * 4)
@@ -167,8 +170,8 @@ def test_rised_in_the_loop_with_a_judge_that_fails(tmp_path, monkeypatch):
     recs = [r for r in read_metrics(str(res.run_dir)) if r["kind"] == "train"]
     assert len(recs) == 2 and recs[-1]["rised/tag_errors"] > 0
     assert recs[-1]["rised/cut"] >= 0.0 and "rised/polite" in recs[-1]
-    # positive-rubric distillation ran: samples missing 'polite' (the judge never said yes) got a teacher hint
-    assert recs[0]["hint/share"] > 0 and "train/rised/kl" in recs[0]
+    # 'polite' never came back from the judge, so no rollout showed it and no sample is hinted toward it
+    assert recs[0]["hint/share"] == 0.0
     from posttrain.obs.html_report import write_html_report
 
     html = write_html_report(res.run_dir).read_text()

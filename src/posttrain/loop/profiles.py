@@ -1,8 +1,8 @@
 """RISED: rubric profiles of rollouts, and what a run does with them (algorithm.rised).
 
     env = ProfileEnv(task_env, taggers, book, cfg)     every scored rollout gets its tags (rewards/tags.py)
-      score:   tags; negative tags as a reward penalty (negative="penalty"); a missed positive tag as a hint for
-               the self-distillation teacher (positive_distill: "make sure: <the behaviour>")
+      score:   tags; negative tags as a reward penalty (negative="penalty"); a positive tag the sample missed but
+               another rollout of its prompt showed, as a hint for the self-distillation teacher ("Make sure: ...")
       rollout: negative="hint": a row's recurring negative behaviours written into its prompt ("Avoid: ...")
     book = ProfileBook()                                per task row: the share of its recent rollouts with each tag
     rows = select_rows(book, candidates, k, target, recent)   profile-based prompt selection
@@ -123,13 +123,17 @@ class ProfileEnv:
         neg_names = {t.name for t in self.neg}
         by_key: dict[str, list[list[str]]] = {}
         for t in ok:
+            by_key.setdefault(t.extra.get("profile_key", row_key(t.row)), []).append(t.extra.get("tags", []))
+        for t in ok:
             tags = t.extra.get("tags", [])
-            by_key.setdefault(t.extra.get("profile_key", row_key(t.row)), []).append(tags)
             if self.negative == "penalty":
                 n_neg = sum(x in neg_names for x in tags)
                 t.reward -= self.penalty * n_neg
                 t.reward_components["rised_penalty"] = -self.penalty * n_neg
-            missed = [p for p in self.pos if p.name not in tags]
+            # A positive behaviour this sample missed but another rollout of the same prompt showed: reachable by the
+            # policy here, so worth a hint (a shared vocabulary's tags that never apply to a task never hint).
+            group = by_key[t.extra.get("profile_key", row_key(t.row))]
+            missed = [p for p in self.pos if p.name not in tags and any(p.name in other for other in group)]
             if self.positive_distill and missed:
                 t.extra["teacher_hint"] = "\n\nMake sure: " + "; ".join(p.description for p in missed) + "."
         for key, sets in by_key.items():
