@@ -15,6 +15,8 @@ BUILTIN_TASKS: dict[str, str] = {
     "search-qa": "posttrain.envs.tasks.search_qa",
     "product-blurb": "posttrain.envs.tasks.product_blurb",
     "listing-summary": "posttrain.envs.tasks.listing_summary",
+    "decision-routing": "posttrain.envs.tasks.decision_routing",
+    "drawing": "posttrain.envs.tasks.drawing",
 }
 
 
