@@ -9,8 +9,10 @@ Rubric, in order (a failed rubric gate zeroes the sample and spares it the rest)
     drawing_gate    1 when the program passes the AST allow-list (drawing_gate.py) AND renders within budget
                     (drawing_render.py); else 0. The rubric gate.
     drawing_length  1 - characters / MAX_CHARS, in [0, 1]: shorter programs slightly favoured (small weight)
-    drawing_image   max(0, 1 - d / image_scale), d the mean colour distance to the reference render at 16 x 16
-                    (the pass component, at `pass_threshold`)
+    drawing_image   max(0, 1 - d / d_flat): d the mean colour distance to the reference render at 16 x 16, d_flat
+                    that of the best one-colour page (`image_baseline="flat"`, default), so a blank page or a right
+                    background alone scores 0; `image_baseline="none"`: max(0, 1 - d / image_scale). The pass
+                    component, at `pass_threshold`.
     judge           only with `judge=`: "llm" (a yes/no LLM judge on the program text and description) or
                     "module:function" (a learned scorer: fn(images, descriptions) -> scores in [0, 1], e.g. CLIP)
 Metrics: drawing/render_ms (mean milliseconds per render), drawing/renders, drawing/gate_pass_rate.
@@ -30,7 +32,7 @@ from posttrain.envs.check import SmokeCheck
 from posttrain.envs.task import Task
 from posttrain.envs.tasks import drawing_data as D
 from posttrain.envs.tasks.drawing_gate import MAX_CHARS, check_program
-from posttrain.envs.tasks.drawing_render import RenderError, image_distance, render
+from posttrain.envs.tasks.drawing_render import RenderError, flat_distance, image_distance, render
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.rewards.text import completion_text
 
@@ -43,6 +45,7 @@ USER = ("Draw: {description}\nCalls: " + API + "\nCoordinates 0-100, y down; col
         "Reply with only the code.")
 JUDGE_QUESTION = ("A drawing program:\n{completion}\nDoes this program draw {description}? Answer Yes or No.")
 SIZE = 64
+MIN_FLAT = 0.05  # a nearly flat reference still leaves room between a blank page and a copy
 CACHE = 512  # renders kept per task (a step's gate, image score and judge share one render per program)
 
 
@@ -134,14 +137,25 @@ def drawing_length(completions: list[Any], **_: Any) -> list[float]:
     return [max(0.0, 1.0 - len(program_text(c)) / MAX_CHARS) for c in completions]
 
 
-def _image_score(renders: Renders, image_scale: float):
+def _image_score(renders: Renders, baseline: str, image_scale: float):
+    flat: dict[str, float] = {}  # reference program -> its flat-page distance
+
     def drawing_image(completions: list[Any], reference: list[str], **_: Any) -> list[float]:
         out = []
         for c, ref in zip(completions, reference):
             img, want = renders.get(program_text(c)), renders.get(ref)
             if not isinstance(want, Image.Image):
                 raise RenderError(f"the reference program does not render: {want}")  # a broken task, loudly
-            out.append(max(0.0, 1.0 - image_distance(img, want) / image_scale) if isinstance(img, Image.Image) else 0.0)
+            if not isinstance(img, Image.Image):
+                out.append(0.0)
+                continue
+            if baseline == "flat":
+                if ref not in flat:
+                    flat[ref] = max(MIN_FLAT, flat_distance(want))
+                scale = flat[ref]
+            else:
+                scale = image_scale
+            out.append(max(0.0, 1.0 - image_distance(img, want) / scale))
         return out
 
     return drawing_image
@@ -184,12 +198,15 @@ def _row(description: str, reference: str) -> dict[str, Any]:
 
 
 def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: str = "default",
-              judge_base_url: str | None = None, image_scale: float = 0.5, pass_threshold: float = 0.75,
+              judge_base_url: str | None = None, image_baseline: str = "flat", image_scale: float = 0.5,
+              pass_threshold: float = 0.5,
               weights: dict[str, float] | None = None, max_tokens: int = 160) -> Task:
     """The `drawing` task. `judge`: None (default, off), "llm" (a yes/no judge on the program text, `judge_model` /
     `judge_base_url` as in json-extract-judged) or "package.module:function" (a scorer of the rendered images).
-    `image_scale`: the colour distance that scores 0 (smaller is stricter). `weights` overrides drawing_gate,
-    drawing_length, drawing_image by name."""
+    `image_baseline`: "flat" (score the progress past the best one-colour page) or "none" (with `image_scale`, the
+    colour distance that scores 0). `weights` overrides drawing_gate, drawing_length, drawing_image by name."""
+    if image_baseline not in ("flat", "none"):
+        raise ValueError(f"image_baseline must be 'flat' or 'none', got {image_baseline!r}")
     if image_scale <= 0 or not 0 < pass_threshold <= 1:
         raise ValueError(f"need image_scale > 0 and 0 < pass_threshold <= 1, got {image_scale}, {pass_threshold}")
     w = {"drawing_gate": 0.1, "drawing_length": 0.1, "drawing_image": 1.0}
@@ -200,7 +217,7 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
     renders = Renders()
     comps = [RewardComponent("drawing_gate", _Gate(renders), weight=w["drawing_gate"]),
              RewardComponent("drawing_length", drawing_length, weight=w["drawing_length"], pass_threshold=0.0),
-             RewardComponent("drawing_image", _image_score(renders, image_scale), weight=w["drawing_image"],
+             RewardComponent("drawing_image", _image_score(renders, image_baseline, image_scale), weight=w["drawing_image"],
                              pass_threshold=pass_threshold)]
     judges: dict[str, Any] = {}
     if judge == "llm":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from dataclasses import dataclass
 
 # name -> (min args, max args); all positional. Kept in step with drawing_render.DRAW (a test checks).
@@ -67,7 +68,10 @@ def check_program(source: str) -> GateResult:
     if "\x00" in source:
         return GateResult(False, "program contains a NUL byte")
     try:
-        tree = ast.parse(source, mode="exec")
+        with warnings.catch_warnings():  # random text makes the parser warn ("invalid escape sequence", ...)
+            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            tree = ast.parse(source, mode="exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         return GateResult(False, f"not valid syntax: {type(e).__name__}: {str(e)[:80]}")
     try:
@@ -116,7 +120,10 @@ def _stmt(node: ast.stmt, variables: set[str], depth: int) -> None:
             _refuse(node, "range takes 1 to 3 positional arguments")
         for a in it.args:
             _expr(a, variables)
-        if len(it.args) == 1 and isinstance(it.args[0], ast.Constant) and _count_too_big(it.args[0].value):
+        for a in it.args:
+            if isinstance(a, ast.Constant) and (not isinstance(a.value, int) or isinstance(a.value, bool)):
+                _refuse(node, f"range needs whole numbers, got {a.value!r}")
+        if len(it.args) == 1 and isinstance(it.args[0], ast.Constant) and it.args[0].value > MAX_RANGE:
             _refuse(node, f"range({it.args[0].value!r}): at most {MAX_RANGE} iterations")
         variables.add(_own_name(node.target))
         if not node.body:
@@ -127,10 +134,6 @@ def _stmt(node: ast.stmt, variables: set[str], depth: int) -> None:
         pass
     else:
         _refuse(node, f"{type(node).__name__} statements are not allowed")
-
-
-def _count_too_big(v: object) -> bool:
-    return not isinstance(v, int) or isinstance(v, bool) or v > MAX_RANGE
 
 
 def _own_name(node: ast.Name) -> str:

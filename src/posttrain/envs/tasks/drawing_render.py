@@ -9,6 +9,7 @@ program gives the same pixels.
 
     render(source_or_tree, size=64) -> PIL.Image (RGB)        raises RenderError on any failure
     image_distance(a, b, grid=16) -> float in [0, 1]            mean colour distance at low resolution
+    flat_distance(ref, grid=16) -> float                        the distance of the best one-colour page to `ref`
 """
 
 from __future__ import annotations
@@ -266,6 +267,18 @@ def image_distance(a: Image.Image, b: Image.Image, grid: int = 16) -> float:
     """The mean per-cell RGB distance, normalised to [0, 1] (0: same colours everywhere), after box-downsampling both
     images to grid x grid. Low resolution on purpose: it asks for the right colours in the right places, not a
     pixel-exact copy."""
-    pa = a.convert("RGB").resize((grid, grid), Image.BOX).getdata()
-    pb = b.convert("RGB").resize((grid, grid), Image.BOX).getdata()
-    return sum(math.dist(p, q) for p, q in zip(pa, pb)) / (grid * grid * 255.0 * math.sqrt(3.0))
+    pa, pb = (im.convert("RGB").resize((grid, grid), Image.BOX).tobytes() for im in (a, b))
+    total = sum(math.dist(pa[i:i + 3], pb[i:i + 3]) for i in range(0, len(pa), 3))
+    return total / (grid * grid * 255.0 * math.sqrt(3.0))
+
+
+def flat_distance(ref: Image.Image, grid: int = 16) -> float:
+    """How close a blank page of one colour gets to `ref`: the smallest distance of a page in the reference's most
+    common colour, in its mean colour, or white (the untouched canvas), at `grid` x `grid`. The image score measures progress past it,
+    so painting only the background earns nothing."""
+    small = ref.convert("RGB").resize((grid, grid), Image.BOX)
+    px = small.tobytes()
+    cells = [px[i:i + 3] for i in range(0, len(px), 3)]
+    common = max(set(cells), key=cells.count)
+    mean = bytes(round(sum(c[k] for c in cells) / len(cells)) for k in range(3))
+    return min(image_distance(Image.new("RGB", small.size, tuple(c)), small, grid) for c in (common, mean, b"\xff\xff\xff"))
