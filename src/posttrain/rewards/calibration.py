@@ -87,3 +87,15 @@ def ece_from_bins(bins: Sequence[Bin]) -> float:
 def ece(confidences: Sequence[float], correct: Sequence[float], n_bins: int = 10) -> float:
     """Expected calibration error (Guo et al. 2017), `n_bins` equal-width bins over [0, 1], in [0, 1]."""
     return ece_from_bins(reliability_bins(confidences, correct, n_bins))
+
+
+def bins_from_sums(sums: Mapping[str, float], prefix: str = "decision/rel/", n_bins: int = 10) -> list[Bin]:
+    """Reliability bins from logged per-bin sums (`{prefix}b{k}/n`, `/conf_sum`, `/correct_sum`, as
+    rewards/decision.py logs them: sums, so the records of several sources or steps add up)."""
+    out = []
+    for b in range(n_bins):
+        n = int(sums.get(f"{prefix}b{b}/n", 0) or 0)
+        conf = float(sums.get(f"{prefix}b{b}/conf_sum", 0.0) or 0.0)
+        acc = float(sums.get(f"{prefix}b{b}/correct_sum", 0.0) or 0.0)
+        out.append(Bin(b / n_bins, (b + 1) / n_bins, n, conf / n if n else math.nan, acc / n if n else math.nan))
+    return out

@@ -116,3 +116,14 @@ def test_served_over_openenv_scores_reference_above_junk(task: Task, tiny) -> No
     good, junk = asyncio.run(asyncio.wait_for(go(), 60))
     assert good["done"] and good["observation"]["passed"] and good["reward"] > 1.0
     assert junk["done"] and junk["reward"] == 0.0
+
+
+def test_llm_judge_option(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("POSTTRAIN_JUDGE_CACHE", str(tmp_path / "judge.sqlite"))
+    t = make_task(judge="llm", judge_model="tiny-random")
+    assert set(t.judges) == {"judge"} and t.rubric.components[-1].name == "judge"
+    row = t.train_rows[0]
+    s = score_completion(t, row, row["reference"])
+    assert not s.failed, s.error
+    assert 0.0 <= s.components["judge"] <= 1.0
+    assert score_completion(t, row, "import os").components["judge"] == 0.0  # never asked: gated out
