@@ -133,3 +133,21 @@ def test_prompt_and_answer_are_short(task: Task) -> None:
     assert max(len(r["prompt"][0]["content"]) + len(r["prompt"][1]["content"]) for r in task.eval_rows) < 400
     good = answer("billing", {"billing": 0.7, "account": 0.2, "refund": 0.1}, 0.7)
     assert len(good) < 100 and json.loads(good)
+
+
+def test_eval_logs_decision_metrics(tiny) -> None:
+    from posttrain.envs.single_turn import SingleTurnEnv
+    from posttrain.loop.evaluate import evaluate
+    from posttrain.sampling.scripted import ScriptedSampler
+    from posttrain.types import SampleParams
+
+    _, tok = tiny
+    t = make_task(n_train=8, n_eval=6)
+    rows = [r for r in t.eval_rows if not r["ambiguous"]][:4]
+    replies = [answer(r["label"], {r["label"]: 0.8, "other" if r["label"] != "other" else "billing": 0.2}, 0.8)
+               for r in rows]
+    env = SingleTurnEnv(t, tok, SampleParams(max_tokens=96))
+    m, _ = evaluate(env, ScriptedSampler(tok, replies), rows, SampleParams(max_tokens=96))
+    assert m["eval/decision/n"] == 4 and m["eval/decision/accuracy"] == 1.0
+    assert m["eval/decision/confidence"] == pytest.approx(0.8) and m["eval/decision/ece"] == pytest.approx(0.2)
+    assert m["eval/decision/tokens_per_decision"] > 10 and m["eval/decision/rel/b8/n"] == 4
