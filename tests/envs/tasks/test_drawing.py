@@ -127,3 +127,9 @@ def test_llm_judge_option(tmp_path, monkeypatch) -> None:
     assert not s.failed, s.error
     assert 0.0 <= s.components["judge"] <= 1.0
     assert score_completion(t, row, "import os").components["judge"] == 0.0  # never asked: gated out
+
+
+def test_smoke_checks_do_not_reach_the_metrics() -> None:
+    t = make_task()
+    check_task(t)
+    assert drain_task_metrics(t) == {}

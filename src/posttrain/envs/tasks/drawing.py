@@ -71,8 +71,9 @@ class Renders:
     def _reset(self) -> None:
         self.renders, self.render_s, self.checked, self.gate_passed = 0, 0.0, 0, 0
 
-    def get(self, source: str) -> Image.Image | str:
-        """The image, or why it was refused or failed to render."""
+    def get(self, source: str, count: bool = True) -> Image.Image | str:
+        """The image, or why it was refused or failed to render. `count=False`: leave it out of the metrics (the env
+        check's rows)."""
         with self._lock:
             if source in self._cache:
                 self._cache.move_to_end(source)
@@ -86,9 +87,10 @@ class Renders:
                 out = render(g.tree, self.size)
             except RenderError as e:
                 out = f"render: {e}"
-            with self._lock:
-                self.renders += 1
-                self.render_s += time.perf_counter() - t0
+            if count:
+                with self._lock:
+                    self.renders += 1
+                    self.render_s += time.perf_counter() - t0
         with self._lock:
             self._cache[source] = out
             while len(self._cache) > CACHE:
@@ -96,15 +98,17 @@ class Renders:
         return out
 
     def gate(self, completions: list[Any], smoke: list[Any] | None = None, **_: Any) -> list[float]:
-        out = [1.0 if isinstance(self.get(program_text(c)), Image.Image) else 0.0 for c in completions]
-        counted = [v for i, v in enumerate(out) if not (smoke and smoke[i])]  # env checks are not the policy's
+        real = [not (smoke and smoke[i]) for i in range(len(completions))]  # env checks are not the policy's
+        out = [1.0 if isinstance(self.get(program_text(c), r), Image.Image) else 0.0 for c, r in zip(completions, real)]
+        counted = [v for v, r in zip(out, real) if r]
         with self._lock:
             self.checked += len(counted)
             self.gate_passed += int(sum(counted))
         return out
 
     def drain_metrics(self) -> dict[str, float]:
-        """drawing/* since the last drain (reference renders count in render_ms too: they are renders), then reset."""
+        """drawing/* since the last drain (reference renders count in render_ms too: they are renders; the env
+        check's do not), then reset."""
         with self._lock:
             if not (self.renders or self.checked):
                 return {}
@@ -140,10 +144,11 @@ def drawing_length(completions: list[Any], **_: Any) -> list[float]:
 def _image_score(renders: Renders, baseline: str, image_scale: float):
     flat: dict[str, float] = {}  # reference program -> its flat-page distance
 
-    def drawing_image(completions: list[Any], reference: list[str], **_: Any) -> list[float]:
+    def drawing_image(completions: list[Any], reference: list[str], smoke: list[Any] | None = None,
+                      **_: Any) -> list[float]:
         out = []
-        for c, ref in zip(completions, reference):
-            img, want = renders.get(program_text(c)), renders.get(ref)
+        for i, (c, ref) in enumerate(zip(completions, reference)):
+            img, want = renders.get(program_text(c)), renders.get(ref, count=not (smoke and smoke[i]))
             if not isinstance(want, Image.Image):
                 raise RenderError(f"the reference program does not render: {want}")  # a broken task, loudly
             if not isinstance(img, Image.Image):
@@ -216,7 +221,7 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
         w[k] = float(v)
     renders = Renders()
     comps = [RewardComponent("drawing_gate", _Gate(renders), weight=w["drawing_gate"]),
-             RewardComponent("drawing_length", drawing_length, weight=w["drawing_length"], pass_threshold=0.0),
+             RewardComponent("drawing_length", drawing_length, weight=w["drawing_length"], pass_threshold=0.5),
              RewardComponent("drawing_image", _image_score(renders, image_baseline, image_scale), weight=w["drawing_image"],
                              pass_threshold=pass_threshold)]
     judges: dict[str, Any] = {}
