@@ -81,8 +81,9 @@ def correctness(decision: Decision, gold: dict[str, float]) -> float:
 
 
 class DecisionRewards:
-    """The components share one parse per completion (cached by text) and one metrics ledger. The schema component
-    sees every sample (it is the gate), so it is the one that records; the others are spared gated-out samples."""
+    """The three components over one metrics ledger. Each parses the completion itself (a small JSON object: cheaper
+    than a cache). The schema component sees every sample (it is the gate), so it is the one that records; the
+    others are spared gated-out samples."""
 
     def __init__(self, labels: list[str], calibration: Literal["rlcr", "brier"] = "rlcr", tol: float = 0.05):
         if calibration not in CALIBRATIONS:
