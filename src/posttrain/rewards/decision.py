@@ -103,7 +103,7 @@ class DecisionRewards:
 
     def schema(self, completions: list[Any], gold: list[dict[str, float]],
                completion_ids: list[list[int]] | None = None, smoke: list[Any] | None = None, **_: Any) -> list[float]:
-        out = []
+        out, recs = [], []
         for i, c in enumerate(completions):
             d = self._parse(c)
             ok = isinstance(d, Decision)
@@ -115,8 +115,9 @@ class DecisionRewards:
                 rec = (True, correctness(d, gold[i]), d.confidence, brier(d.probs, gold[i]), tokens)
             else:
                 rec = (False, 0.0, math.nan, math.nan, tokens)
-            with self._lock:
-                self._records.append(rec)
+            recs.append(rec)
+        with self._lock:  # all at once: if this call raised halfway, the rubric's per-sample retry records them
+            self._records.extend(recs)
         return out
 
     def correct(self, completions: list[Any], gold: list[dict[str, float]], **_: Any) -> list[float]:
