@@ -179,7 +179,7 @@ def _scorer_component(spec: str, renders: Renders):
         images = [renders.get(program_text(c)) for c in completions]
         if not all(isinstance(im, Image.Image) for im in images):
             raise RenderError("judge called on a program that did not render (the gate should have stopped it)")
-        scores = [float(s) for s in fn(images, list(description))]
+        scores = [float(s) for s in fn([im.copy() for im in images], list(description))]  # the cache keeps its own
         if len(scores) != len(images) or not all(0.0 <= s <= 1.0 for s in scores):
             raise ValueError(f"scorer {spec!r} must return one score in [0, 1] per image")
         return scores
