@@ -88,7 +88,8 @@ def make_task(seed: int = 0, n_train: int = 200, n_eval: int = 60, calibration: 
     smoke = {**clear, "smoke": True}  # the ledger skips these: they are not the policy's decisions
     gold, other = clear["label"], next(x for x in D.LABELS if x != clear["label"])
     checks = [
-        SmokeCheck("the gold label, confident, passes", row=smoke, completion=answer(gold, {gold: 0.9, other: 0.1}, 0.9)),
+        SmokeCheck("the gold label, confident, passes", row=smoke,
+                   completion=answer(gold, {gold: 0.9, other: 0.1}, 0.9)),
         SmokeCheck("a wrong label fails", row=smoke, completion=answer(other, {other: 1.0}, 1.0), expect="fail"),
         SmokeCheck("probabilities that do not sum to 1 fail", row=smoke,
                    completion=answer(gold, {gold: 0.9, other: 0.9}, 0.9), expect="fail"),

@@ -222,7 +222,8 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
     renders = Renders()
     comps = [RewardComponent("drawing_gate", _Gate(renders), weight=w["drawing_gate"]),
              RewardComponent("drawing_length", drawing_length, weight=w["drawing_length"], pass_threshold=0.5),
-             RewardComponent("drawing_image", _image_score(renders, image_baseline, image_scale), weight=w["drawing_image"],
+             RewardComponent("drawing_image", _image_score(renders, image_baseline, image_scale),
+                             weight=w["drawing_image"],
                              pass_threshold=pass_threshold)]
     judges: dict[str, Any] = {}
     if judge == "llm":
@@ -238,7 +239,8 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
     first = {**train_rows[0], "smoke": True}
     checks = [
         SmokeCheck("the reference program passes", row=first, completion=first["reference"]),
-        SmokeCheck("the reference in a ``` fence passes", row=first, completion=f"```python\n{first['reference']}\n```"),
+        SmokeCheck("the reference in a ``` fence passes", row=first,
+                   completion=f"```python\n{first['reference']}\n```"),
         SmokeCheck("a blank page fails", row=first, completion='fill("white")', expect="fail"),
         SmokeCheck("an import is refused by the gate", row=first,
                    completion="import os\n" + first["reference"], expect="fail"),

@@ -107,7 +107,8 @@ class _Painter:
         self.draw.ellipse(self._box(x - rx, y - ry, x + rx, y + ry), fill=color(c))
 
     def line(self, x1: float, y1: float, x2: float, y2: float, c: Any, width: float = 1.0) -> None:
-        self.draw.line([(self._x(x1), self._y(y1)), (self._x(x2), self._y(y2))], fill=color(c), width=self._width(width))
+        self.draw.line([(self._x(x1), self._y(y1)), (self._x(x2), self._y(y2))], fill=color(c),
+                       width=self._width(width))
 
     def polygon(self, c: Any, *coords: float) -> None:
         if len(coords) % 2:
@@ -276,11 +277,12 @@ def image_distance(a: Image.Image, b: Image.Image, grid: int = 16) -> float:
 
 def flat_distance(ref: Image.Image, grid: int = 16) -> float:
     """How close a blank page of one colour gets to `ref`: the smallest distance of a page in the reference's most
-    common colour, in its mean colour, or white (the untouched canvas), at `grid` x `grid`. The image score measures progress past it,
-    so painting only the background earns nothing."""
+    common colour, in its mean colour, or white (the untouched canvas), at `grid` x `grid`. The image score measures
+    progress past it, so painting only the background earns nothing."""
     small = ref.convert("RGB").resize((grid, grid), Image.BOX)
     px = small.tobytes()
     cells = [px[i:i + 3] for i in range(0, len(px), 3)]
     common = max(set(cells), key=cells.count)
     mean = bytes(round(sum(c[k] for c in cells) / len(cells)) for k in range(3))
-    return min(image_distance(Image.new("RGB", small.size, tuple(c)), small, grid) for c in (common, mean, b"\xff\xff\xff"))
+    pages = (common, mean, b"\xff\xff\xff")
+    return min(image_distance(Image.new("RGB", small.size, tuple(c)), small, grid) for c in pages)
