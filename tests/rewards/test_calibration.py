@@ -60,7 +60,7 @@ def test_reliability_bins() -> None:
 unit = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(unit, unit), max_size=60), st.integers(min_value=1, max_value=20))
 def test_ece_in_unit_interval(pairs, n_bins) -> None:
     conf, correct = [p[0] for p in pairs], [p[1] for p in pairs]
@@ -76,7 +76,7 @@ def distributions(draw, labels=("a", "b", "c", "d")):
     return {k: x / total for k, x in zip(labels, w)} if sum(w) else {labels[0]: 1.0}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(distributions(), st.one_of(st.sampled_from(["a", "b", "c", "d"]), distributions()))
 def test_brier_in_0_2(probs, target) -> None:
     assert 0.0 <= brier(probs, target) <= 2.0 + 1e-9
