@@ -33,6 +33,14 @@ def test_shape_and_split(task: Task) -> None:
     assert make_task(seed=0, n_train=20).eval_rows == task.eval_rows
 
 
+def test_demonstrations_score_best(task: Task) -> None:
+    for row in [r for r in task.train_rows if r["ambiguous"]][:3] + task.train_rows[:3]:
+        (reply,) = task.demonstrate(row)
+        s = score_completion(task, row, reply)
+        assert s.components["decision_schema"] == 1.0 and s.components["calibration"] == pytest.approx(1.0)
+    drain_task_metrics(task)
+
+
 def test_env_check_passes(task: Task) -> None:
     results = check_task(task)
     assert len(results) >= 4 and all(r.ok for r in results), results

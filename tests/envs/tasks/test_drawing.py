@@ -18,6 +18,12 @@ def task() -> Task:
     return make_task()
 
 
+def test_demonstrations_are_the_references(task: Task) -> None:
+    row = task.train_rows[3]
+    (reply,) = task.demonstrate(row)
+    assert reply == row["reference"] and score_completion(task, row, reply).passed
+
+
 def test_shape(task: Task) -> None:
     assert builtin_task_factory("drawing") is make_task
     assert len(task.train_rows) >= 40 and len(task.eval_rows) >= 15
@@ -55,6 +61,9 @@ def test_shorter_is_slightly_better(task: Task) -> None:
 
 def test_program_text() -> None:
     assert program_text("```python\nfill('red')\n```\nsome prose") == "fill('red')"
+    assert program_text("Here is the drawing:\n```python\nfill('red')\ncircle(1, 2, 3, 'red')") == \
+        "fill('red')\ncircle(1, 2, 3, 'red')"  # cut at the stop before its closing fence
+    assert program_text("Here is the drawing: fill('red')") == "Here is the drawing: fill('red')"  # the gate refuses it
     assert program_text([{"role": "assistant", "content": "fill('red')\n"}]) == "fill('red')"
 
 

@@ -60,6 +60,13 @@ def answer(label: str, probs: dict[str, float], confidence: float) -> str:
     return json.dumps({"label": label, "probs": probs, "confidence": confidence})
 
 
+def demonstrate(row: dict[str, Any]) -> list[str]:
+    """A calibrated answer for a row: the majority label, the gold distribution as probs, and the majority's share
+    as confidence (what the calibration term rewards most)."""
+    gold = row["gold"]
+    return [answer(row["label"], dict(gold), gold[row["label"]])]
+
+
 def make_task(seed: int = 0, n_train: int = 200, n_eval: int = 60, calibration: str = "rlcr",
               weights: dict[str, float] | None = None, prob_tolerance: float = 0.05) -> Task:
     """The `decision-routing` task. Deterministic in `seed`; held-out rows do not depend on `n_train`.
@@ -99,6 +106,7 @@ def make_task(seed: int = 0, n_train: int = 200, n_eval: int = 60, calibration: 
     return Task(
         name="decision-routing", train_rows=train_rows, eval_rows=_rows(n_eval, 1, eval_rng), rubric=rubric,
         smoke_checks=checks, max_tokens=96, stop=["\n\n", "\n```"],
+        demonstrate=demonstrate,  # a supervised warm start (warm_start.steps) on calibrated answers
         description=(f"Route a support message to one of {len(D.LABELS)} labels with probabilities and a confidence; "
                      f"rewards: valid decision (gate), correctness, calibration ({calibration})."),
     )

@@ -50,10 +50,12 @@ CACHE = 512  # renders kept per task (a step's gate, image score and judge share
 
 
 def program_text(completion: Any) -> str:
-    """The program in a completion: the text, or the inside of one ``` fence around it."""
-    t = completion_text(completion).strip()
-    if t.startswith("```"):
-        t = t.split("\n", 1)[1] if "\n" in t else ""
+    """The program in a completion: the inside of its first ``` fence when it has one (prose around the fence is
+    ignored: small models introduce their code with a sentence), else the whole text."""
+    t = completion_text(completion)
+    if "```" in t:
+        t = t[t.index("```") + 3:]
+        t = t.split("\n", 1)[1] if "\n" in t else ""  # the fence line's language tag
         if "```" in t:
             t = t[: t.index("```")]
     return t.strip("\n")
@@ -251,7 +253,10 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
     return Task(
         name="drawing", train_rows=train_rows, eval_rows=[_row(d, p) for d, p in D.HELD_OUT],
         rubric=Rubric(comps, pass_component="drawing_image", gates=["drawing_gate"]), smoke_checks=checks,
-        judges=judges, max_tokens=max_tokens, stop=["\n```"],
+        # Stop at a closing fence ("\n```" then a newline), not at an opening one ("\n```python"): the default
+        # model writes a sentence, then the fenced program.
+        judges=judges, max_tokens=max_tokens, stop=["\n```\n"],
+        demonstrate=lambda row: [row["reference"]],  # a supervised warm start on the reference programs
         description=("Write a short drawing program (ten allowed calls) for a description; gated by an AST "
                      "allow-list, rendered at 64x64 and scored against a reference render"
                      + (f", plus a judge ({judge})" if judge else "") + "."),
