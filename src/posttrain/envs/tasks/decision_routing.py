@@ -27,9 +27,10 @@ from posttrain.rewards.rubric import RewardComponent, Rubric
 
 SYSTEM = "You route customer support messages. Labels: " + ", ".join(D.LABELS) + "."
 # Short on purpose: SmolLM2-135M must write the whole answer in ~60 tokens. Only the likely labels need a
-# probability (the rest count as 0), which keeps the JSON short.
-USER = ('Message: "{text}"\nReply with only JSON: {{"label": L, "probs": {{L: p, ...}}, "confidence": c}} '
-        "where probs sum to 1 and c is your chance of being right.")
+# probability (the rest count as 0), which keeps the JSON short. A concrete example, not a placeholder outline
+# ({"label": L, ...}): with the outline the default model wrote prose on 24 of 24 held-out prompts.
+USER = ('Message: "{text}"\nReply with only JSON like {{"label": "billing", "probs": {{"billing": 0.7, '
+        '"refund": 0.3}}, "confidence": 0.7}}: probs sum to 1, confidence is your chance of being right.')
 
 DEFAULT_WEIGHTS = {"decision_schema": 0.1, "decision_correct": 1.0, "calibration": 1.0}
 
