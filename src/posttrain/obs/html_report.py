@@ -233,6 +233,29 @@ def fig_explorer(run: RunData):
     return _layout(fig, first)
 
 
+def fig_reliability(run: RunData):
+    """Reliability diagram of the first and last held-out evals that logged decision bins (decision-routing):
+    accuracy against stated confidence per bin, marker size by count; the diagonal is perfect calibration."""
+    from posttrain.rewards.calibration import bins_from_sums, ece_from_bins
+
+    evals = [r for r in run.evals if any(k.startswith("eval/decision/rel/") for k in r)]
+    if not evals:
+        return None
+    go, _ = _plotly()
+    fig = go.Figure([go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="calibrated", line=dict(dash="dot", color="grey"))])
+    for label, rec in (("first eval", evals[0]), ("last eval", evals[-1]))[: 1 if len(evals) == 1 else 2]:
+        bins = [b for b in bins_from_sums(rec, "eval/decision/rel/") if b.count]
+        total = sum(b.count for b in bins) or 1
+        fig.add_trace(go.Scatter(x=[b.conf_mean for b in bins], y=[b.accuracy for b in bins], mode="lines+markers",
+                                 name=f"{label} (step {rec.get('step')}, ECE {ece_from_bins(bins):.3f})",
+                                 marker=dict(size=[6 + 24 * b.count / total for b in bins]),
+                                 text=[f"n={b.count}" for b in bins]))
+    fig = _layout(fig, "reliability: held-out accuracy vs stated confidence", xaxis="confidence", yaxis="accuracy")
+    fig.update_xaxes(range=[0, 1])
+    fig.update_yaxes(range=[0, 1])
+    return fig
+
+
 def fig_timeline(run: RunData):
     """trace.jsonl as horizontal bars: one lane per worker, one colour per stage, seconds since the first span."""
     go, _ = _plotly()
@@ -326,6 +349,9 @@ def render_report(run: RunData) -> str:
     curves = "".join(_div(f, f"fig-{i}") for i, f in figs)
     content = _section("Curves", curves, "curves")
     content += _section("Held-out before / after", _eval_table(run), "evals")
+    reliability = fig_reliability(run)
+    if reliability is not None:  # only runs that logged decision bins (decision-routing)
+        content += _section("Calibration", _div(reliability, "fig-reliability"), "calibration")
     content += _section("Time per stage", _div(fig_timing(run), "fig-timing"), "timing")
     content += _section("Staleness and sync", _div(fig_async(run), "fig-async"), "async")
     content += _section("Timeline", _div(fig_timeline(run), "fig-timeline") + (

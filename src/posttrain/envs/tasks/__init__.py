@@ -18,6 +18,8 @@ BUILTIN_TASKS: dict[str, str] = {
     "reversal": "posttrain.envs.reversal.task",
     "arith": "posttrain.envs.tasks.arith",
     "ttrl": "posttrain.envs.tasks.ttrl",
+    "decision-routing": "posttrain.envs.tasks.decision_routing",
+    "drawing": "posttrain.envs.tasks.drawing",
 }
 
 
