@@ -141,6 +141,11 @@ def test_profile_env_penalises_hints_and_steers(tiny):
     assert "only the JSON" in prose.extra["teacher_hint"] and "Make sure" in prose.extra["teacher_hint"]
     assert "correct" not in prose.extra["teacher_hint"] and "teacher_hint" not in clean.extra
     assert book.get(row_key(row))["prose_around_json"] == 0.5
+    # overlapping negative tags cost one penalty, so prose is never cheaper than nearly-right JSON
+    many = [asyncio.run(env.rollout(row, ScriptedSampler(tok, [x]))) for x in ('{"a": 2}', "no json at all")]
+    asyncio.run(env.score(many))
+    assert len([x for x in many[0].extra["tags"] if x in ("wrong_value", "schema_violation", "invalid_json")]) >= 1
+    assert many[0].reward_components["rised_penalty"] == many[1].reward_components["rised_penalty"] == pytest.approx(-0.1)
     env.negative = "hint"
     book.update(row_key(row), [["prose_around_json"]] * 4)
     t = asyncio.run(env.rollout(row, sampler))

@@ -151,8 +151,8 @@ class RisedConfig(_Strict):
     candidates: int = Field(4, ge=1, description="selection: candidate prompts per selected prompt")
     window: int = Field(4, ge=0, description="selection: steps during which a selected prompt is not selected again")
     negative: Literal["penalty", "hint", "off"] = Field("penalty", description=(
-        "negative tags: a reward penalty each, a 'Avoid: ...' line in the prompts of rows where they recur, or nothing"))
-    penalty: float = Field(0.1, ge=0.0, description="negative='penalty': reward subtracted per negative tag")
+        "negative tags: a reward penalty (once per sample with any), a 'Avoid: ...' line in the prompts of rows where they recur, or nothing"))
+    penalty: float = Field(0.1, ge=0.0, description="negative='penalty': reward subtracted from a sample with any negative tag")
     positive_distill: bool = Field(True, description=(
         "a rollout missing a positive behaviour is distilled toward the policy told to show it ('Make sure: ...')"))
     coef: float = Field(1.0, ge=0.0, description="weight of the positive-rubric distillation term")

@@ -1,7 +1,7 @@
 """RISED: rubric profiles of rollouts, and what a run does with them (algorithm.rised).
 
     env = ProfileEnv(task_env, taggers, book, cfg)     every scored rollout gets its tags (rewards/tags.py)
-      score:   tags; negative tags as a reward penalty (negative="penalty"); a positive tag the sample missed but
+      score:   tags; a negative tag as a reward penalty, once per sample (negative="penalty"); a positive tag the sample missed but
                another rollout of its prompt showed, as a hint for the self-distillation teacher ("Make sure: ...")
       rollout: negative="hint": a row's recurring negative behaviours written into its prompt ("Avoid: ...")
     book = ProfileBook()                                per task row: the share of its recent rollouts with each tag
@@ -127,9 +127,12 @@ class ProfileEnv:
         for t in ok:
             tags = t.extra.get("tags", [])
             if self.negative == "penalty":
-                n_neg = sum(x in neg_names for x in tags)
-                t.reward -= self.penalty * n_neg
-                t.reward_components["rised_penalty"] = -self.penalty * n_neg
+                # Once per sample, not per tag: tags overlap (a JSON with a wrong value is also a schema violation),
+                # and a per-tag sum made prose (one tag) cheaper than nearly-right JSON (measured: the policy
+                # stopped writing JSON within 5 steps).
+                pen = self.penalty * float(any(x in neg_names for x in tags))
+                t.reward -= pen
+                t.reward_components["rised_penalty"] = -pen
             # A positive behaviour this sample missed but another rollout of the same prompt showed: reachable by the
             # policy here, so worth a hint (a shared vocabulary's tags that never apply to a task never hint).
             group = by_key[t.extra.get("profile_key", row_key(t.row))]
