@@ -93,10 +93,6 @@ class DecisionRewards:
         self._lock = threading.Lock()
         self._records: list[tuple[bool, float, float, float, int]] = []  # valid, correct, confidence, brier, tokens
 
-    def schema_component(self) -> "_Recording":
-        """`schema` as an object that also has `drain_metrics`: telemetry finds metric sources among the rubric's
-        component functions, and a bound method does not expose its instance's attributes."""
-        return _Recording(self)
 
     def _parse(self, completion: Any) -> Decision | str:
         return parse_decision(completion_text(completion), self.labels, self.tol)
@@ -162,17 +158,3 @@ class DecisionRewards:
                 m[f"{b}/correct_sum"] = m.get(f"{b}/correct_sum", 0.0) + y
         return m
 
-
-class _Recording:
-    """The schema component, carrying its ledger's `drain_metrics` (rewards/telemetry.py metric_sources)."""
-
-    __name__ = "decision_schema"
-
-    def __init__(self, owner: DecisionRewards):
-        self.owner = owner
-
-    def __call__(self, completions: list[Any], **kwargs: Any) -> list[float]:
-        return self.owner.schema(completions, **kwargs)
-
-    def drain_metrics(self) -> dict[str, float]:
-        return self.owner.drain_metrics()

@@ -2,7 +2,7 @@
 collected into a step's metrics.
 
 Any reward object with `drain_metrics() -> dict[str, float]` (returns its counters and resets them) takes part:
-the rubric's component functions, the task's group rewards and the judges a task offers (`Task.judges`). Values
+the rubric's component functions (or, for a bound method, its instance), the task's group rewards and the judges a task offers (`Task.judges`). Values
 of the same key from several objects are summed (counters are additive); ratio metrics are then recomputed from
 their summed parts (rewards/judges/stats.py RATIOS).
 """
@@ -27,6 +27,8 @@ def metric_sources(task: Any) -> list[Any]:
     seen: set[int] = set()
     out = []
     for obj in cands:
+        # A bound method (`ledger.score`) stands for its instance: the object that keeps the counters.
+        obj = obj if callable(getattr(obj, "drain_metrics", None)) else getattr(obj, "__self__", obj)
         if callable(getattr(obj, "drain_metrics", None)) and id(obj) not in seen:
             seen.add(id(obj))
             out.append(obj)

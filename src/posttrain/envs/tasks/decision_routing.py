@@ -85,7 +85,7 @@ def make_task(seed: int = 0, n_train: int = 200, n_eval: int = 60, calibration: 
             raise ValueError(f"unknown weight {k!r}; components: {', '.join(w)}")
         w[k] = float(v)
     r = DecisionRewards(D.LABELS, calibration, prob_tolerance)
-    rubric = Rubric([RewardComponent("decision_schema", r.schema_component(), weight=w["decision_schema"]),
+    rubric = Rubric([RewardComponent("decision_schema", r.schema, weight=w["decision_schema"]),
                      RewardComponent("decision_correct", r.correct, weight=w["decision_correct"], pass_threshold=0.5),
                      RewardComponent("calibration", r.calibration_score, weight=w["calibration"], pass_threshold=0.9)],
                     pass_component="decision_correct", gates=["decision_schema"])

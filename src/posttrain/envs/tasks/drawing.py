@@ -123,22 +123,6 @@ class Renders:
         return m
 
 
-class _Gate:
-    """The gate component: `Renders.gate` as an object with `drain_metrics` (telemetry looks for it on the rubric's
-    component functions; a bound method does not expose its instance's)."""
-
-    __name__ = "drawing_gate"
-
-    def __init__(self, renders: Renders):
-        self.renders = renders
-
-    def __call__(self, completions: list[Any], **kwargs: Any) -> list[float]:
-        return self.renders.gate(completions, **kwargs)
-
-    def drain_metrics(self) -> dict[str, float]:
-        return self.renders.drain_metrics()
-
-
 def drawing_length(completions: list[Any], **_: Any) -> list[float]:
     return [max(0.0, 1.0 - len(program_text(c)) / MAX_CHARS) for c in completions]
 
@@ -222,7 +206,7 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
             raise ValueError(f"unknown weight {k!r}; components: {', '.join(w)}")
         w[k] = float(v)
     renders = Renders()
-    comps = [RewardComponent("drawing_gate", _Gate(renders), weight=w["drawing_gate"]),
+    comps = [RewardComponent("drawing_gate", renders.gate, weight=w["drawing_gate"]),
              RewardComponent("drawing_length", drawing_length, weight=w["drawing_length"], pass_threshold=0.5),
              RewardComponent("drawing_image", _image_score(renders, image_baseline, image_scale),
                              weight=w["drawing_image"],
