@@ -1,4 +1,5 @@
-"""build_batch: failed samples, zero-variance groups, overlong filter and penalty, KL as reward, normalizers."""
+"""build_batch: failed samples, zero-variance groups, overlong filter and penalty, KL as reward, normalizers,
+and the token weights the trainer applies to a built batch."""
 
 import math
 
@@ -109,3 +110,30 @@ def test_the_trained_part_gives_the_full_batch_gradient(tiny):
         Trainer(model, pad_id=tok.pad_token_id).forward_backward(b, LOSSES["ppo_clip"], LossParams())
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-7, rtol=1e-5)
+
+
+def test_token_weights_for_a_built_batch_are_is_correction_times_credit():
+    """Token weights are not a field of the batch: the trainer asks `token_weight_fn` per micro-batch (it needs
+    the current policy's log-probs and entropies). Checked here on the shapes a built batch gives: neither option
+    -> no weights; credit alone -> the credit mask; TIS alone -> the capped ratio; both -> their product, and
+    padding always 0."""
+    from posttrain.config.schema import AlgorithmConfig
+    from posttrain.loop.pg_stepper import token_weight_fn
+
+    batch, _ = build_batch(sequences_from_groups(_groups([0.0, 1.0], [1.0, 0.0])), BatchOptions())
+    assert len(batch.sequences) == 4
+    mask = torch.tensor([[1.0, 1, 1, 0], [1, 1, 1, 1]])
+    logp = torch.tensor([[-0.1, -2.0, -0.3, 0.0], [-1.0, -1.0, -1.0, -1.0]])
+    sampler = torch.tensor([[-1.5, -2.0, -0.3, 0.0], [-1.0, -1.0, -1.0, -1.0]])  # one token 4x likelier now
+    # 7 loss tokens, frac 0.3 -> the top 3 by entropy (padding's 9.0 never counts)
+    entropy = torch.tensor([[3.0, 0.1, 0.2, 9.0], [0.1, 0.2, 2.0, 0.3]])
+    assert token_weight_fn(AlgorithmConfig()) is None
+    credit, m = token_weight_fn(AlgorithmConfig(token_weighting="high_entropy", token_weighting_frac=0.3))(
+        logp, sampler, entropy, mask)
+    assert credit.tolist() == [[1, 0, 0, 0], [0, 0, 1, 1]] and "credit/weighted_token_frac" in m
+    tis, m = token_weight_fn(AlgorithmConfig(is_correction="truncate", is_cap=2.0))(logp, sampler, entropy, mask)
+    assert tis[0, 0].item() == pytest.approx(2.0) and tis[0, 1].item() == pytest.approx(1.0)
+    assert tis[0, 3].item() == 0.0 and any(k.startswith("is/") for k in m)
+    both, _ = token_weight_fn(AlgorithmConfig(is_correction="truncate", is_cap=2.0, token_weighting="high_entropy",
+                                              token_weighting_frac=0.3))(logp, sampler, entropy, mask)
+    assert torch.allclose(both, tis * credit)
