@@ -19,8 +19,8 @@ def exact(completions, answer, **kwargs):
 
 
 def has_year(completions, answer, **kwargs):
-    """Shaping: 1.0 when the right year is somewhere in the reply, however wordy."""
-    return [1.0 if str(a) in c else 0.0 for c, a in zip(completions, answer)]
+    """Shaping: the right year somewhere in the reply, worth less the wordier the reply (1/words)."""
+    return [1.0 / len(c.split()) if str(a) in c else 0.0 for c, a in zip(completions, answer)]
 
 
 def make_task(n: int = 200, seed: int = 0):
