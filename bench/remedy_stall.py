@@ -50,7 +50,11 @@ def main() -> None:
             rows.append(run_one(a.task, a.steps, seed, mode == "remedies", Path(a.out), a.extra))
             print(json.dumps(rows[-1]), flush=True)
     res = ROOT / "bench" / "results"
-    (res / f"remedy_{a.task}.json").write_text(json.dumps(rows, indent=2))
+    # Merge with earlier rows (by run name), so seeds and modes can run in separate processes side by side.
+    path = res / f"remedy_{a.task}.json"
+    old = [r for r in (json.loads(path.read_text()) if path.exists() else []) if r["run"] not in {x["run"] for x in rows}]
+    rows = sorted(old + rows, key=lambda r: (r["seed"], r["remedies"]))
+    path.write_text(json.dumps(rows, indent=2))
     lines = ["| seed | remedies | held-out pass before | after | diagnostics (name: start-end step) |",
              "|---|---|---:|---:|---|"]
     for r in rows:

@@ -167,6 +167,9 @@ class Sequence:
     # prompt_ids + completion_ids at which the completion of the turn it is about starts.
     hint: str | None = None
     hint_at: int | None = None
+    # Sampled from another prompt than the one it is trained on (a remedy's guided format hint): its sampler
+    # log-probs are the behaviour policy's but not comparable to the trainer's, so drift metrics skip it.
+    guided: bool = False
 
 
 @dataclass
@@ -204,7 +207,8 @@ def sequence_of(traj: Trajectory, advantage: float = 0.0, group_id: int = 0,
     return Sequence(prompt_ids=tokens[:n_prompt], completion_ids=tokens[n_prompt:], loss_mask=mask,
                     sampler_logprobs=logps, advantage=float(advantage), group_id=group_id,
                     policy_version=traj.policy_version, reward=traj.reward, finish_reason=traj.turns[-1].finish_reason,
-                    hint=hint[0] if hint is not None else None, hint_at=hint_at)
+                    hint=hint[0] if hint is not None else None, hint_at=hint_at,
+                    guided=bool(traj.extra.get("guided", False)))
 
 
 def groups_to_batch(groups: list[Group], policy_version: int = 0) -> Batch:

@@ -190,3 +190,20 @@ def test_one_early_lucky_pass_does_not_hide_a_later_plateau():
     records[2]["pass_rate"] = 0.0625  # step 3: one sample passed, never again
     starts = [e for e in run(records) if e.name == "plateau_no_pass" and e.state == "start"]
     assert starts and starts[0].step <= STALL_AT + 5
+
+
+def test_equal_groups_of_passes_are_not_no_signal_and_a_stall_clears_once_learned():
+    """The custom-task example, seed 0: no signal at steps 1-3 (every sample scored 0), then learned; from step
+    12 on most groups were equal because every sample passed (94% pass, below the saturated threshold). That is
+    not a stall: the diagnostic must clear instead of staying active to the end of the run."""
+    def learned(r, s):
+        if s < STALL_AT + 4:
+            _never_fires(r, s)
+        else:
+            r.update({"groups/zero_variance_frac": 0.9, "pass_rate": 0.94, "reward/mean": 1.9, "reward/std": 0.2})
+    d = Diagnostics()
+    for r in stream(n=STALL_AT + 20, bad=learned):
+        d.observe(r)
+    names = {e.name: e for e in d.events}
+    assert "no_signal" in names
+    assert not d.active, f"still active at the end: {sorted(d.active)}"

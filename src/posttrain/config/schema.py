@@ -297,6 +297,11 @@ class RemediesConfig(_Strict):
     decay: float = Field(0.5, ge=0.0, lt=1.0, description="once groups have variance again, the share of the boost kept per step")
     format_hint: bool = Field(True, description="no signal: append the row's `format_hint` column (when the task has one) to stalled prompts")
     format_hint_after: int = Field(2, ge=0, description="stalled steps before the format hint is used")
+    format_hint_mode: Literal["guide", "prompt"] = Field(
+        "guide", description="guide: sample stalled prompts with the hint, train on them as if the prompt had no hint "
+        "(the policy learns to answer that way unprompted); prompt: train on the hinted prompt as sampled")
+    no_pass_steps: int = Field(3, ge=0, description="a stall also starts after this many steps in a row with no "
+                               "passing sample, before a diagnostic fires (0: only the diagnostics)")
     entropy: Literal["off", "bonus", "lr"] = Field(
         "lr", description="entropy collapse: an entropy bonus in the loss, or a lower learning rate")
     entropy_bonus: float = Field(0.01, ge=0.0, description="entropy coefficient of the bonus remedy")

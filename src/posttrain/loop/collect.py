@@ -26,7 +26,7 @@ from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
 from posttrain.loop.shaping import apply_overlong_penalty
 from posttrain.obs.timers import StageTimer
 from posttrain.sampling.base import Sampler
-from posttrain.types import Group, SampleParams
+from posttrain.types import Group, SampleParams, Trajectory
 
 
 @dataclass
@@ -72,8 +72,11 @@ class Rollouts:
     overlong_buffer_frac: float = 0.0
     overlong_penalty: float = 1.0
     row_transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # e.g. a remedy's format hint
+    # Train the transformed rows' samples as if sampled from the untransformed prompt (a remedy's guide mode).
+    untransform: bool = False
     # Transformed rows by index: the same object every step, since envs cache rendered prompts per row.
     _transformed: dict[int, dict[str, Any]] = field(default_factory=dict, init=False, compare=False, repr=False)
+    _plain_ids: dict[int, list[int]] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     async def groups(self, row_indices: list[int], timer: StageTimer) -> tuple[list[Group], float]:
         """G rollouts per row, scored (group rewards included) and shaped. Returns the groups and the mean
@@ -82,6 +85,11 @@ class Rollouts:
         with timer("sample"):
             trajs = list(await asyncio.gather(*(self.env.rollout(r, self.sampler, self.params)
                                                 for r in rows for _ in range(G))))
+            if self.untransform and self.row_transform is not None:
+                for k, idx in enumerate(row_indices):
+                    plain = await self._plain_prompt_ids(idx)
+                    for t in trajs[k * G:(k + 1) * G]:
+                        strip_prompt(t, self.rows[idx], plain)
         groups = [Group(task_index=idx, trajectories_G=trajs[i * G:(i + 1) * G]) for i, idx in enumerate(row_indices)]
         with timer("reward"):
             await score_groups(self.env, [g.trajectories_G for g in groups])
@@ -95,6 +103,12 @@ class Rollouts:
             self._transformed[i] = self.row_transform(self.rows[i])
         return self._transformed[i]
 
+    async def _plain_prompt_ids(self, i: int) -> list[int] | None:
+        """The first prompt the env renders for row i untransformed (cached; None if the env does not say)."""
+        if i not in self._plain_ids:
+            self._plain_ids[i] = await first_prompt_ids(self.env, self.rows[i], self.params)
+        return self._plain_ids[i]
+
     def adjusted(self, ov: Any) -> "Rollouts":
         """These rollouts under a remedy's overrides (temperature, G, extra stop strings, the soft overlong
         penalty, a format hint); neutral overrides give back the configured rollouts."""
@@ -105,13 +119,64 @@ class Rollouts:
         return replace(self, G=ov.num_generations or self.G, params=params,
                        overlong_buffer_frac=(self.overlong_buffer_frac if ov.overlong_buffer_frac is None
                                              else ov.overlong_buffer_frac),
-                       row_transform=with_format_hint if ov.format_hint else None)
+                       row_transform=with_format_hint if ov.format_hint else None,
+                       untransform=bool(ov.format_hint and getattr(ov, "guide", False)))
 
     @classmethod
     def from_config(cls, cfg: Config, env: Env, sampler: Sampler, rows: list[dict[str, Any]],
                     params: SampleParams) -> "Rollouts":
         a = cfg.algorithm
         return cls(env, sampler, rows, a.num_generations, params, a.overlong_buffer_frac, a.overlong_penalty)
+
+
+class _FirstPrompt(Exception):
+    def __init__(self, ids: list[int]):
+        self.ids = ids
+
+
+class _PromptRecorder:
+    """A sampler that answers nothing: it records the first prompt an env asks it about and stops the episode."""
+
+    async def sample(self, prompts: list[list[int]], params: SampleParams, n: int = 1):
+        raise _FirstPrompt(list(prompts[0]))
+
+
+async def first_prompt_ids(env: Env, row: dict[str, Any], params: SampleParams) -> list[int] | None:
+    """The token ids of the first model call an env makes for `row`, found by rolling out against a sampler that
+    stops at the first call: any env, single- or multi-turn, without an env-specific rendering API. None when
+    the env never asks (or fails before asking)."""
+    try:
+        await env.rollout(row, _PromptRecorder(), params)  # type: ignore[arg-type]
+    except _FirstPrompt as got:
+        return got.ids
+    except Exception:  # noqa: BLE001 - an env that cannot be probed keeps its samples as sampled
+        return None
+    return None
+
+
+def strip_prompt(t: Trajectory, row: dict[str, Any], plain_ids: list[int] | None) -> bool:
+    """Make a trajectory sampled from a transformed prompt (a format hint) read as if sampled from the plain one:
+    every turn's prompt starts with the first turn's prompt (the multi-turn prefix contract), so that prefix is
+    swapped for `plain_ids` in each turn; the row goes back to the plain row (the reward sees the task as it is).
+    The sampler log-probs stay those of the hinted context: they are the behaviour policy's (`t.extra["guided"]`
+    marks it, and the sampler-vs-trainer metrics leave these samples out). Returns False, leaving `t` as sampled,
+    when the prefix contract does not hold or the plain prompt is unknown."""
+    hinted = list(t.turns[0].prompt_ids)
+    if plain_ids is None or any(list(u.prompt_ids[:len(hinted)]) != hinted for u in t.turns):
+        t.metrics["guide_unstripped"] = 1.0
+        return False
+    hint_text = t.prompt_text
+    for u in t.turns:
+        u.prompt_ids = list(plain_ids) + list(u.prompt_ids[len(hinted):])
+    t.row, t.extra["guided"] = row, True
+    t.prompt_text = _plain_text(hint_text, row)
+    t.metrics["guided"] = 1.0
+    return True
+
+
+def _plain_text(hinted_text: str, row: dict[str, Any]) -> str:
+    hint = row.get("format_hint")
+    return hinted_text.replace(f"\n{hint}", "", 1) if hint else hinted_text
 
 
 class SyncCollector:

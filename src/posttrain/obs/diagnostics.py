@@ -130,6 +130,11 @@ def no_signal(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     passes = h.last("pass_rate", cfg.patience)
     if passes and passes[-1] >= cfg.saturated_pass_rate:
         return None  # the equal groups are all passes: that is `saturated`, with other advice
+    # At most a share p of the groups can be all-pass when a share p of the samples passed: only the equal groups
+    # beyond that are surely stalled. (A run at 94% pass whose groups are equal because they all passed is done,
+    # not stalled: the custom-task example, seed 0, stayed "no signal" to its end before this.)
+    if passes and statistics.fmean(z) - statistics.fmean(passes) < cfg.zero_variance_frac:
+        return None
     reward = h.series("reward/mean")[-1] if h.series("reward/mean") else math.nan
     pass_rate = passes[-1] if passes else math.nan
     if reward == 0.0:

@@ -7,10 +7,14 @@ the pass rate stay what the task defines; only exploration (temperature, G, a fo
 prompt), the update size (learning-rate scale, an entropy bonus) and the length controls (stop strings, the
 soft overlong penalty) move.
 
-- no learning signal, or a plateau with no pass: each stalled step (no sample passed) raises the stall level by 1;
-  temperature = base + level x step (at most temperature_max), G = base x 2^floor(level) (at most
+- no learning signal, or a plateau with no pass (or `no_pass_steps` steps in a row without a passing sample, which
+  comes earlier: a reward climbing on partial credit is not a plateau yet, but by the time it is, the policy has
+  learned the wrong format too well for a hint to help): each stalled step (no sample passed) raises the stall
+  level by 1; temperature = base + level x step (at most temperature_max), G = base x 2^floor(level) (at most
   num_generations_max), and after format_hint_after stalled steps the row's `format_hint` is appended to the
-  prompt. A step with a pass holds the level. Once the diagnostics clear (the groups have variance again) the
+  prompt. In `guide` mode (the default) the hinted samples are trained as if the prompt had no hint (the Guide
+  recipe: Nath et al. 2025, "Adaptive Guidance Accelerates Reinforcement Learning of Reasoning Models"), so
+  what the hint made likely becomes likely without it. A step with a pass holds the level. Once the diagnostics clear (the groups have variance again) the
   level decays (x decay per step), so temperature, G and the hint come back to the config's values.
 - entropy collapse: an entropy bonus (entropy_coef) or a lower learning rate (lr_scale), while it lasts.
 - policy blow-up or a skipped step: the lower learning rate, while it lasts.
@@ -50,6 +54,7 @@ class Overrides:
     temperature: float | None = None  # sampling AND trainer scoring temperature (they must stay equal)
     num_generations: int | None = None  # G per prompt
     format_hint: bool = False  # append row["format_hint"] (when the row has one) to the prompt: with_format_hint
+    guide: bool = False  # with format_hint: train the hinted samples on the prompt without the hint
     entropy_coef: float = 0.0  # loss -= entropy_coef x mean token entropy
     lr_scale: float = 1.0  # multiply every param group's learning rate for this step
     overlong_buffer_frac: float | None = None  # turn the soft overlong penalty on (algorithm.overlong_buffer_frac)
@@ -70,6 +75,7 @@ class Remedies:
         self.base_g = base_num_generations
         self.level = 0.0  # stall level: +1 per stalled step, x decay per step with signal
         self.stalled_steps = 0  # consecutive stalled steps (the format hint waits for format_hint_after of them)
+        self.steps_without_pass = 0  # train steps in a row in which no sample passed
         self.active: set[str] = set()  # diagnostics that are on now (from the start/clear events)
         self.current = Overrides()
 
@@ -96,8 +102,11 @@ class Remedies:
         can learn from it). Once no stall diagnostic is on, it decays. Why not "decay at the first step whose
         groups differ": on partial_credit (seed 0) groups that differ only by 0 vs 0.3 came every other step,
         and the boost decayed before a full answer was ever sampled."""
-        if self.active & STALLS:
-            if float(record.get("pass_rate", 0.0) or 0.0) <= 0.0:
+        passed = float(record.get("pass_rate", 0.0) or 0.0) > 0.0
+        self.steps_without_pass = 0 if passed else self.steps_without_pass + 1
+        early = 0 < self.cfg.no_pass_steps <= self.steps_without_pass
+        if self.active & STALLS or early:
+            if not passed:
                 self.level += 1.0
                 self.stalled_steps += 1
         else:
@@ -111,7 +120,8 @@ class Remedies:
             g = min(max(c.num_generations_max, self.base_g), self.base_g * 2 ** math.floor(self.level))
             hint = c.format_hint and self.level >= 0.5 and self.stalled_steps >= c.format_hint_after
             o = replace(o, temperature=round(t, 3) if round(t, 3) != self.base_t else None,
-                        num_generations=g if g != self.base_g else None, format_hint=hint)
+                        num_generations=g if g != self.base_g else None, format_hint=hint,
+                        guide=hint and c.format_hint_mode == "guide")
         if "entropy_collapse" in self.active and c.entropy == "bonus":
             o = replace(o, entropy_coef=c.entropy_bonus)
         if ("entropy_collapse" in self.active and c.entropy == "lr") or \
@@ -126,16 +136,19 @@ class Remedies:
     def state_dict(self) -> dict[str, Any]:
         cur = asdict(replace(self.current, changes=()))
         return {"level": self.level, "stalled_steps": self.stalled_steps, "active": sorted(self.active),
+                "steps_without_pass": self.steps_without_pass,
                 "current": {**cur, "changes": [], "extra_stop": list(cur["extra_stop"])}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.level, self.stalled_steps = float(state["level"]), int(state["stalled_steps"])
+        self.steps_without_pass = int(state.get("steps_without_pass", 0))
         self.active = set(state["active"])
         cur = dict(state["current"])
         self.current = Overrides(**{**cur, "changes": (), "extra_stop": tuple(cur["extra_stop"])})
 
 
 _NAMES = {"temperature": "raise exploration", "num_generations": "raise exploration", "format_hint": "format hint",
+          "guide": "format hint",
           "entropy_coef": "entropy bonus", "lr_scale": "lower learning rate",
           "overlong_buffer_frac": "overlong penalty", "extra_stop": "stop strings"}
 

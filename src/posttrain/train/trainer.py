@@ -92,7 +92,7 @@ class Trainer:
         sums: dict[str, float] = {}
         weights = 0.0
         loss_total = 0.0
-        mismatch_abs = mismatch_k3 = ent_sum = tok = 0.0
+        mismatch_abs = mismatch_k3 = ent_sum = tok = drift_tok = 0.0
         t0 = time.perf_counter()
         for groups in plan_micro_batches(batch, self.micro_batch_tokens):
             seqs = [s for g in groups for s in g.sequences]
@@ -134,9 +134,13 @@ class Trainer:
             weights += n_tok
             with torch.no_grad():
                 mask = t.mask_BT.float()
-                diff = (t.logp_BT.detach() - sampler_BT) * mask
+                drift = mask  # sampled under another prompt (guided) is not sampler-trainer drift
+                if any(s.guided for s in seqs):
+                    drift = mask * torch.tensor([[0.0 if s.guided else 1.0] for s in seqs], device=dev)
+                diff = (t.logp_BT.detach() - sampler_BT) * drift
                 mismatch_abs += float(diff.abs().sum())
-                mismatch_k3 += float((k3(sampler_BT - t.logp_BT.detach()) * mask).sum())
+                mismatch_k3 += float((k3(sampler_BT - t.logp_BT.detach()) * drift).sum())
+                drift_tok += float(drift.sum())
                 ent_sum += float((t.entropy_BT * mask).sum())
                 tok += float(mask.sum())
         metrics = {f"train/{k}": v / max(weights, 1.0) for k, v in sums.items()}
@@ -144,8 +148,8 @@ class Trainer:
             "train/loss": loss_total,
             "train/entropy": ent_sum / max(tok, 1.0),
             # How far the sampler's log-probs are from the trainer's for the same tokens (off-policy drift).
-            "train/sampler_logp_abs_diff": mismatch_abs / max(tok, 1.0),
-            "train/sampler_kl_k3": mismatch_k3 / max(tok, 1.0),
+            "train/sampler_logp_abs_diff": mismatch_abs / max(drift_tok, 1.0),
+            "train/sampler_kl_k3": mismatch_k3 / max(drift_tok, 1.0),
             "train/loss_tokens": tok,
             "time/forward_backward": time.perf_counter() - t0,
         })
