@@ -4,7 +4,8 @@
 
 Why this one learns in minutes (docs/first_task.md): RL can only raise a reward that already fires sometimes.
 The headline (`exact`, the first function: the pass) fires on about one sample in ten of the untrained 135M
-model, and `has_year` pays for the right year inside a wordy reply, so a near miss beats a wrong number. The
+model, and `has_year` pays for the right year inside a wordy reply, so a near miss beats a wrong number, and
+pays less the wordier the reply, so a group of right-but-wordy replies still has a direction to go. The
 plain-text `Q: ... A:` prompt (no chat template) and the stop at a newline keep the answer one short line.
 """
 
