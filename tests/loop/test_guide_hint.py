@@ -140,3 +140,33 @@ def test_a_pass_ends_the_early_stall_and_the_boost_decays():
     for s in range(6, 14):
         levels.append(rem.update(s, _record(s, 0.25, 0.5), []).temperature)
     assert levels[-1] is None and rem.current.neutral, "passes again: back to the config"
+
+
+def test_guide_share_samples_part_of_each_group_plain_and_reports_both_pass_rates(tiny):
+    from posttrain.obs.rollout_stats import rollout_metrics
+
+    _, tok = tiny
+    env = SingleTurnEnv(_task(), tok, SampleParams(max_tokens=16))
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    sampler = ScriptedSampler(tok, ["positive", "It is positive."] * 2, end_token_id=end)
+    base = Rollouts(env, sampler, ROWS, 4, SampleParams(max_tokens=16))
+    groups, _ = asyncio.run(base.adjusted(Overrides(format_hint=True, guide=True, guide_share=0.5))
+                            .groups([0], StageTimer()))
+    trajs = groups[0].trajectories_G
+    assert [bool(t.extra.get("guided")) for t in trajs] == [True, True, False, False]
+    plain = env.prompt_ids(ROWS[0])
+    assert all(t.turns[0].prompt_ids == plain for t in trajs), "every sample trains on the plain prompt"
+    m = rollout_metrics(trajs)
+    assert m["pass_rate/guided"] == 0.5 and m["pass_rate/unguided"] == 0.5 and m["episode/guided"] == 0.5
+
+
+def test_passes_of_guided_samples_alone_do_not_end_the_stall():
+    rem = Remedies(RemediesConfig(enabled=True), 0.7, 4)
+    for s in range(1, 6):
+        rem.update(s, _record(s, 0.0, 0.2), [])
+    assert rem.current.format_hint and rem.current.guide and rem.current.guide_share == 0.5
+    t_before = rem.current.temperature
+    rem.update(6, {**_record(6, 0.125, 0.3), "pass_rate/guided": 0.25, "pass_rate/unguided": 0.0}, [])
+    assert rem.current.format_hint and rem.current.temperature >= t_before, "the plain samples still never pass"
+    rem.update(7, {**_record(7, 0.25, 0.4), "pass_rate/guided": 0.25, "pass_rate/unguided": 0.25}, [])
+    assert rem.current.temperature is None or rem.current.temperature < 1.2

@@ -296,10 +296,13 @@ class RemediesConfig(_Strict):
     num_generations_max: int = Field(8, ge=2, description="no signal: double G for stalled prompts up to this")
     decay: float = Field(0.5, ge=0.0, lt=1.0, description="once groups have variance again, the share of the boost kept per step")
     format_hint: bool = Field(True, description="no signal: append the row's `format_hint` column (when the task has one) to stalled prompts")
-    format_hint_after: int = Field(2, ge=0, description="stalled steps before the format hint is used")
+    format_hint_after: int = Field(1, ge=0, description="stalled steps before the format hint is used")
     format_hint_mode: Literal["guide", "prompt"] = Field(
         "guide", description="guide: sample stalled prompts with the hint, train on them as if the prompt had no hint "
         "(the policy learns to answer that way unprompted); prompt: train on the hinted prompt as sampled")
+    guide_share: float = Field(0.5, gt=0.0, le=1.0, description="guide mode: share of a stalled prompt's samples "
+                               "drawn with the hint (the rest without, so the pass rate of those says when the policy "
+                               "has learned it)")
     no_pass_steps: int = Field(3, ge=0, description="a stall also starts after this many steps in a row with no "
                                "passing sample, before a diagnostic fires (0: only the diagnostics)")
     entropy: Literal["off", "bonus", "lr"] = Field(

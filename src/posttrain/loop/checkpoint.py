@@ -16,6 +16,10 @@ from typing import Any
 import torch
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written (most often: the disk is full)."""
+
+
 def checkpoint_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
@@ -30,11 +34,19 @@ def save_checkpoint(run_dir: Path, step: int, states: dict[str, Any], sampler_ge
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    for name, obj in states.items():
-        torch.save(obj, tmp / name)
-    torch.save({"torch": torch.get_rng_state(), "sampler": sampler_generator.get_state(),
-                "python": random.getstate()}, tmp / "rng.pt")
-    (tmp / "loop_state.json").write_text(json.dumps({"step": step, **loop_state}, indent=2))
+    try:
+        for name, obj in states.items():
+            torch.save(obj, tmp / name)
+        torch.save({"torch": torch.get_rng_state(), "sampler": sampler_generator.get_state(),
+                    "python": random.getstate()}, tmp / "rng.pt")
+        (tmp / "loop_state.json").write_text(json.dumps({"step": step, **loop_state}, indent=2))
+    except (OSError, RuntimeError) as e:  # torch reports a full disk as "enforce fail ... unexpected pos"
+        shutil.rmtree(tmp, ignore_errors=True)  # free what was written; the last whole checkpoint stays
+        free = shutil.disk_usage(root).free
+        raise CheckpointError(
+            f"could not write the checkpoint of step {step} to {root} ({free / 2**30:.2f} GiB free on that disk; "
+            f"the last complete checkpoint is kept): {e}. Free some space, or checkpoint less often "
+            "(loop.save_every, loop.keep_checkpoints), then resume the run") from e
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)

@@ -14,6 +14,7 @@ roll out and score groups with `rollout_groups`, so a group means the same thing
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -72,8 +73,10 @@ class Rollouts:
     overlong_buffer_frac: float = 0.0
     overlong_penalty: float = 1.0
     row_transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # e.g. a remedy's format hint
-    # Train the transformed rows' samples as if sampled from the untransformed prompt (a remedy's guide mode).
+    # Train the transformed rows' samples as if sampled from the untransformed prompt (a remedy's guide mode);
+    # only a share of each group is transformed, the rest sampled from the plain row.
     untransform: bool = False
+    transform_share: float = 1.0
     # Transformed rows by index: the same object every step, since envs cache rendered prompts per row.
     _transformed: dict[int, dict[str, Any]] = field(default_factory=dict, init=False, compare=False, repr=False)
     _plain_ids: dict[int, list[int]] = field(default_factory=dict, init=False, compare=False, repr=False)
@@ -81,14 +84,16 @@ class Rollouts:
     async def groups(self, row_indices: list[int], timer: StageTimer) -> tuple[list[Group], float]:
         """G rollouts per row, scored (group rewards included) and shaped. Returns the groups and the mean
         overlong penalty."""
-        G, rows = self.G, [self._row(i) for i in row_indices]
+        G = self.G
+        # Per row, the first n_t of its G samples use the transformed row (all of them unless guided).
+        n_t = G if not self.untransform else min(G, max(1, math.ceil(G * self.transform_share)))
+        rows = [self._row(i) if j < n_t else self.rows[i] for i in row_indices for j in range(G)]
         with timer("sample"):
-            trajs = list(await asyncio.gather(*(self.env.rollout(r, self.sampler, self.params)
-                                                for r in rows for _ in range(G))))
+            trajs = list(await asyncio.gather(*(self.env.rollout(r, self.sampler, self.params) for r in rows)))
             if self.untransform and self.row_transform is not None:
                 for k, idx in enumerate(row_indices):
                     plain = await self._plain_prompt_ids(idx)
-                    for t in trajs[k * G:(k + 1) * G]:
+                    for t in trajs[k * G:k * G + n_t]:
                         strip_prompt(t, self.rows[idx], plain)
         groups = [Group(task_index=idx, trajectories_G=trajs[i * G:(i + 1) * G]) for i, idx in enumerate(row_indices)]
         with timer("reward"):
@@ -120,7 +125,8 @@ class Rollouts:
                        overlong_buffer_frac=(self.overlong_buffer_frac if ov.overlong_buffer_frac is None
                                              else ov.overlong_buffer_frac),
                        row_transform=with_format_hint if ov.format_hint else None,
-                       untransform=bool(ov.format_hint and getattr(ov, "guide", False)))
+                       untransform=bool(ov.format_hint and getattr(ov, "guide", False)),
+                       transform_share=getattr(ov, "guide_share", 1.0))
 
     @classmethod
     def from_config(cls, cfg: Config, env: Env, sampler: Sampler, rows: list[dict[str, Any]],

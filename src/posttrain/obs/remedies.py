@@ -14,8 +14,10 @@ soft overlong penalty) move.
   num_generations_max), and after format_hint_after stalled steps the row's `format_hint` is appended to the
   prompt. In `guide` mode (the default) the hinted samples are trained as if the prompt had no hint (the Guide
   recipe: Nath et al. 2025, "Adaptive Guidance Accelerates Reinforcement Learning of Reasoning Models"), so
-  what the hint made likely becomes likely without it. A step with a pass holds the level. Once the diagnostics clear (the groups have variance again) the
-  level decays (x decay per step), so temperature, G and the hint come back to the config's values.
+  what the hint made likely becomes likely without it; a share `guide_share` of each group is hinted, the rest
+  not, and only the plain samples' passes count as passes. A step with a pass holds the level. Once the
+  diagnostics clear (the groups have variance again) the level decays (x decay per step), so temperature, G
+  and the hint come back to the config's values.
 - entropy collapse: an entropy bonus (entropy_coef) or a lower learning rate (lr_scale), while it lasts.
 - policy blow-up or a skipped step: the lower learning rate, while it lasts.
 - runaway length: the soft overlong penalty (overlong_buffer_frac) and stop strings; truncation: stop strings.
@@ -55,6 +57,7 @@ class Overrides:
     num_generations: int | None = None  # G per prompt
     format_hint: bool = False  # append row["format_hint"] (when the row has one) to the prompt: with_format_hint
     guide: bool = False  # with format_hint: train the hinted samples on the prompt without the hint
+    guide_share: float = 1.0  # with guide: share of each group sampled with the hint
     entropy_coef: float = 0.0  # loss -= entropy_coef x mean token entropy
     lr_scale: float = 1.0  # multiply every param group's learning rate for this step
     overlong_buffer_frac: float | None = None  # turn the soft overlong penalty on (algorithm.overlong_buffer_frac)
@@ -102,7 +105,8 @@ class Remedies:
         can learn from it). Once no stall diagnostic is on, it decays. Why not "decay at the first step whose
         groups differ": on partial_credit (seed 0) groups that differ only by 0 vs 0.3 came every other step,
         and the boost decayed before a full answer was ever sampled."""
-        passed = float(record.get("pass_rate", 0.0) or 0.0) > 0.0
+        # With guided samples in the step, only the plain ones count: a pass the hint made is not the policy's.
+        passed = float(record.get("pass_rate/unguided", record.get("pass_rate", 0.0)) or 0.0) > 0.0
         self.steps_without_pass = 0 if passed else self.steps_without_pass + 1
         early = 0 < self.cfg.no_pass_steps <= self.steps_without_pass
         if self.active & STALLS or early:
@@ -121,7 +125,8 @@ class Remedies:
             hint = c.format_hint and self.level >= 0.5 and self.stalled_steps >= c.format_hint_after
             o = replace(o, temperature=round(t, 3) if round(t, 3) != self.base_t else None,
                         num_generations=g if g != self.base_g else None, format_hint=hint,
-                        guide=hint and c.format_hint_mode == "guide")
+                        guide=hint and c.format_hint_mode == "guide",
+                        guide_share=c.guide_share if hint and c.format_hint_mode == "guide" else 1.0)
         if "entropy_collapse" in self.active and c.entropy == "bonus":
             o = replace(o, entropy_coef=c.entropy_bonus)
         if ("entropy_collapse" in self.active and c.entropy == "lr") or \

@@ -24,6 +24,12 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, floa
         f"{prefix}rollouts/failed": float(len(trajs) - len(ok)),
         f"{prefix}rollouts/count": float(len(trajs)),
     }
+    guided = [t for t in trajs if t.extra.get("guided")]
+    if guided:  # a remedy's hinted samples: the pass rate of the plain ones says whether the policy learned it
+        plain = [t for t in trajs if not t.extra.get("guided")]
+        m[f"{prefix}pass_rate/guided"] = sum(t.passed for t in guided) / len(guided)
+        if plain:
+            m[f"{prefix}pass_rate/unguided"] = sum(t.passed for t in plain) / len(plain)
     for key in sorted({k for t in trajs for k in t.metrics}):
         m[f"{prefix}episode/{key}"] = statistics.fmean(t.metrics.get(key, 0.0) for t in trajs)
     names = [k for k in (ok[0].reward_components if ok else {})]
