@@ -125,10 +125,20 @@ def test_steps_without_a_pass_start_a_stall_before_any_diagnostic():
         if n == 0:
             assert all(ov.neutral for ov in ovs.values()), "without diagnostics nothing happens"
             continue
-        assert ovs[2].neutral and ovs[3].temperature and ovs[3].temperature > 0.7
+        assert ovs[2].neutral and ovs[3].num_generations == 8
         hinted = [s for s, ov in ovs.items() if ov.format_hint]
         assert hinted and min(hinted) == 3 + RemediesConfig().format_hint_after - 1
         assert all(ovs[s].guide is (mode == "guide") for s in hinted)
+        if mode == "guide":  # the hint is the exploration: the sampler stays at the config's temperature
+            assert all(ovs[s].temperature is None for s in hinted)
+        else:
+            assert ovs[8].temperature > 0.7
+
+
+def test_without_hints_in_the_task_guide_mode_explores_by_temperature():
+    rem = Remedies(RemediesConfig(enabled=True), 0.7, 4, has_format_hints=False)
+    ovs = {s: rem.update(s, _record(s, 0.0, 0.05 * s), []) for s in range(1, 7)}
+    assert not any(ov.format_hint for ov in ovs.values()) and ovs[6].temperature > 0.7
 
 
 def test_a_pass_ends_the_early_stall_and_the_boost_decays():
@@ -165,8 +175,9 @@ def test_passes_of_guided_samples_alone_do_not_end_the_stall():
     for s in range(1, 6):
         rem.update(s, _record(s, 0.0, 0.2), [])
     assert rem.current.format_hint and rem.current.guide and rem.current.guide_share == 0.5
-    t_before = rem.current.temperature
+    level = rem.level
     rem.update(6, {**_record(6, 0.125, 0.3), "pass_rate/guided": 0.25, "pass_rate/unguided": 0.0}, [])
-    assert rem.current.format_hint and rem.current.temperature >= t_before, "the plain samples still never pass"
+    assert rem.current.format_hint and rem.level > level, "the plain samples still never pass"
+    level = rem.level
     rem.update(7, {**_record(7, 0.25, 0.4), "pass_rate/guided": 0.25, "pass_rate/unguided": 0.25}, [])
-    assert rem.current.temperature is None or rem.current.temperature < 1.2
+    assert rem.level < level, "the plain samples pass: the boost decays"

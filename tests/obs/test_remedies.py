@@ -21,7 +21,7 @@ def drive(records, rcfg: RemediesConfig, base_t=0.7, base_g=4):
     return out
 
 
-ON = RemediesConfig(enabled=True)
+ON = RemediesConfig(enabled=True, format_hint_mode="prompt")  # exploration by temperature and G (guide: test_guide_hint)
 
 
 def test_off_by_default_changes_nothing():
@@ -72,7 +72,8 @@ def test_plateau_without_a_pass_is_a_stall_too():
 
 
 def test_temperature_rise_follows_each_stalled_step():
-    steps = dict(drive(stream(n=20, bad=_no_signal), RemediesConfig(enabled=True, temperature_max=5.0)))
+    steps = dict(drive(stream(n=20, bad=_no_signal), RemediesConfig(enabled=True, temperature_max=5.0,
+                                                                    format_hint_mode="prompt")))
     t1, t2 = steps[STALL_AT + 2].temperature, steps[STALL_AT + 3].temperature
     assert t1 is not None and abs(t2 - t1 - ON.temperature_step) < 1e-9
 

@@ -84,7 +84,8 @@ class Run:
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
         self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard,
                                     sinks=tracker_sinks(cfg, self.run_dir))
-        self.watch = Watch(cfg, self.logger.log, self.say)
+        self.watch = Watch(cfg, self.logger.log, self.say,
+                           has_format_hints=any(r.get("format_hint") for r in self.c.task.train_rows))
 
     def run(self) -> RunResult:
         return asyncio.run(self.run_async())

@@ -19,14 +19,16 @@ from posttrain.obs.remedies import Remedies
 
 
 class Watch:
-    def __init__(self, cfg: Config, log: Callable[[dict[str, Any]], None], say: Callable[[str], None]):
+    def __init__(self, cfg: Config, log: Callable[[dict[str, Any]], None], say: Callable[[str], None],
+                 has_format_hints: bool = False):
         self.log, self.say = log, say
         self.diag = Diagnostics(cfg.diagnostics) if cfg.diagnostics.enabled else None
         wants = cfg.diagnostics.enabled and cfg.diagnostics.remedies.enabled
         if wants and cfg.algorithm.stepper != "policy_gradient":
             say(f"note: diagnostics.remedies apply to policy-gradient runs; off for algorithm.stepper="
                 f"{cfg.algorithm.stepper}")
-        self.remedies = Remedies.from_config(cfg) if wants and cfg.algorithm.stepper == "policy_gradient" else None
+        pg = cfg.algorithm.stepper == "policy_gradient"
+        self.remedies = Remedies.from_config(cfg, has_format_hints) if wants and pg else None
 
     def observe(self, record: dict[str, Any], stepper: Any) -> None:
         if self.diag is None:
