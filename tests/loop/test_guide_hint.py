@@ -168,6 +168,9 @@ def test_guide_share_samples_part_of_each_group_plain_and_reports_both_pass_rate
     assert all(t.turns[0].prompt_ids == plain for t in trajs), "every sample trains on the plain prompt"
     m = rollout_metrics(trajs)
     assert m["pass_rate/guided"] == 0.5 and m["pass_rate/unguided"] == 0.5 and m["episode/guided"] == 0.5
+    # The hint is the feedback of the samples that did not pass (a hint_distill teacher reads it), at turn 0.
+    assert [t.feedback for t in trajs] == [None, "Answer in one word.", None, "Answer in one word."]
+    assert all(t.feedback_turn == 0 for t in trajs if t.feedback)
 
 
 def test_passes_of_guided_samples_alone_do_not_end_the_stall():

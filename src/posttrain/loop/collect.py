@@ -98,6 +98,14 @@ class Rollouts:
         groups = [Group(task_index=idx, trajectories_G=trajs[i * G:(i + 1) * G]) for i, idx in enumerate(row_indices)]
         with timer("reward"):
             await score_groups(self.env, [g.trajectories_G for g in groups])
+        if self.untransform and self.row_transform is not None:
+            # The format hint is also words for a self-distillation teacher: with algorithm.hint_distill on, the
+            # policy that reads the hint becomes the teacher of every stalled sample that did not pass.
+            for k, idx in enumerate(row_indices):
+                hint = self.rows[idx].get("format_hint")
+                for t in trajs[k * G:(k + 1) * G]:
+                    if hint and not t.passed and not t.failed and t.feedback is None:
+                        t.feedback, t.feedback_turn = str(hint), 0
         pen = apply_overlong_penalty(groups, self.overlong_buffer_frac, self.overlong_penalty, self.params.max_tokens)
         return groups, pen
 
