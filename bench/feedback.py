@@ -148,7 +148,7 @@ def sftldr(args: argparse.Namespace) -> None:
     eval as the runs (its before/after rows join the table as `sftldr`)."""
     from posttrain.config import load_config
     from posttrain.loop import train
-    from posttrain.train.sft import read_sft_rows, sft
+    from posttrain.training.sft import read_sft_rows, sft
 
     runs = Path(args.runs)
     src = runs / getattr(args, "from")

@@ -94,7 +94,7 @@ def random_batch(n_prompts: int, g: int, prompt_len: int, new_tokens: int, vocab
 def bench_trainer(model, vocab: int, n_seqs: int, prompt_len: int, new_tokens: int, device: str,
                   chunk: int) -> float:
     from posttrain.algos import LOSSES, LossParams
-    from posttrain.train.trainer import Trainer
+    from posttrain.training.trainer import Trainer
 
     tr = Trainer(model, pad_id=0, lr=1e-6, micro_batch_tokens=16384, logits_chunk_tokens=chunk)
     batch = random_batch(n_seqs // 4, 4, prompt_len, new_tokens, vocab)
@@ -114,7 +114,7 @@ def bench_grpo_step(model, vocab: int, n_prompts: int, g: int, prompt_len: int, 
     from posttrain.algos import LOSSES, LossParams
     from posttrain.loop.batch import BatchOptions, build_batch
     from posttrain.sampling.hf_sampler import HFSampler
-    from posttrain.train.trainer import Trainer
+    from posttrain.training.trainer import Trainer
     from posttrain.types import SampleParams, Sequence
 
     sampler = HFSampler(model, NullTokenizer(), stop_token_ids=[-1], max_batch=n_prompts * g)

@@ -30,7 +30,7 @@ def one(model_name: str, lora: bool, chunk: int, seqs: int, prompt: int, complet
     from posttrain.algos import LOSSES, LossParams
     from posttrain.models import load_model
     from posttrain.models.lora import apply_lora
-    from posttrain.train.trainer import Trainer
+    from posttrain.training.trainer import Trainer
     from posttrain.types import Batch, Sequence
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))

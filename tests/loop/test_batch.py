@@ -9,7 +9,7 @@ import torch
 from posttrain.algos import ADVANTAGES, LOSSES, LossParams
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
 from posttrain.loop.shaping import apply_overlong_penalty
-from posttrain.train.trainer import Trainer
+from posttrain.training.trainer import Trainer
 from posttrain.types import Batch, Group, Trajectory, Turn
 
 

@@ -94,7 +94,7 @@ def test_an_env_that_fails_before_asking_gives_no_plain_prompt():
 
 def test_drift_metrics_leave_guided_samples_out(tiny):
     from posttrain.algos import LOSSES, LossParams
-    from posttrain.train.trainer import Trainer
+    from posttrain.training.trainer import Trainer
     from posttrain.types import Batch, Sequence
 
     model, tok = tiny
@@ -168,9 +168,23 @@ def test_guide_share_samples_part_of_each_group_plain_and_reports_both_pass_rate
     assert all(t.turns[0].prompt_ids == plain for t in trajs), "every sample trains on the plain prompt"
     m = rollout_metrics(trajs)
     assert m["pass_rate/guided"] == 0.5 and m["pass_rate/unguided"] == 0.5 and m["episode/guided"] == 0.5
-    # The hint is the feedback of the samples that did not pass (a hint_distill teacher reads it), at turn 0.
-    assert [t.feedback for t in trajs] == [None, "Answer in one word.", None, "Answer in one word."]
-    assert all(t.feedback_turn == 0 for t in trajs if t.feedback)
+    # The hint goes to the self-hint teacher of the samples that did not pass (remedy_hint), before turn 0.
+    from posttrain.loop.batch import remedy_hint
+    assert [t.extra.get("remedy_hint") for t in trajs] == [None, "Answer in one word.", None, "Answer in one word."]
+    assert remedy_hint(trajs[1]) == ("\n\nHint: Answer in one word.", 0) and remedy_hint(trajs[0]) is None
+    assert all(t.feedback is None for t in trajs), "the task's own feedback channel is untouched"
+
+
+def test_the_remedy_brings_its_own_hint_teacher_only_in_guide_mode_with_distill():
+    from posttrain.config.schema import AlgorithmConfig
+    from posttrain.loop.pg_stepper import self_teacher
+
+    a = AlgorithmConfig()
+    assert self_teacher(a, RemediesConfig()) is None, "remedies off: no teacher"
+    assert self_teacher(a, RemediesConfig(enabled=True)) == ("hint", a.hint_distill.coef)
+    assert self_teacher(a, RemediesConfig(enabled=True, format_hint_distill=False)) is None
+    assert self_teacher(a, RemediesConfig(enabled=True, format_hint_mode="prompt")) is None
+    assert self_teacher(a, None) is None
 
 
 def test_passes_of_guided_samples_alone_do_not_end_the_stall():
@@ -184,3 +198,50 @@ def test_passes_of_guided_samples_alone_do_not_end_the_stall():
     level = rem.level
     rem.update(7, {**_record(7, 0.25, 0.4), "pass_rate/guided": 0.25, "pass_rate/unguided": 0.25}, [])
     assert rem.level < level, "the plain samples pass: the boost decays"
+
+
+TASK_FILE = '''
+def one_word(completions, label, **kw):
+    return [1.0 if c.strip() == l else (0.3 if l in c else 0.0) for c, l in zip(completions, label)]
+
+
+def make_task():
+    rows = [{"prompt": f"Is {w} good? Label it yes or no.", "label": "yes", "format_hint": "One word."}
+            for w in ["tea", "rain", "cake", "mud", "sun", "ice", "wind", "bread"]]
+    return {"train": rows, "eval": rows[:2], "rewards": [one_word], "max_tokens": 6}
+'''
+
+
+def test_a_stalled_run_samples_guided_and_distills_from_the_hint(tmp_path):
+    """End to end on tiny-random (which never passes): the stall starts after no_pass_steps, half of each group is
+    then sampled with the hint and trained without it, and the hint teacher scores the samples that missed."""
+    import json
+
+    import posttrain
+
+    (tmp_path / "hint_task.py").write_text(TASK_FILE)
+    res = posttrain.train(loop__steps=6, model__name="tiny-random", task__name=f"{tmp_path}/hint_task.py:make_task",
+                          loop__prompts_per_step=2, run__output_dir=str(tmp_path / "runs"), loop__eval_every=0,
+                          diagnostics__remedies__enabled=True, task__env_check="off", loop__save_every=0)
+    recs = [json.loads(x) for x in (res.run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = {r["step"]: r for r in recs if r.get("kind") == "train"}
+    assert all(train[s].get("episode/guided", 0.0) == 0.0 for s in (1, 2, 3)), "no hint before the stall"
+    guided = [s for s in train if train[s].get("episode/guided", 0.0) > 0]
+    assert guided and min(guided) == 4, "stall at step 3 (no_pass_steps), hint from the next step"
+    assert all(train[s]["episode/guided"] == 0.5 for s in guided)
+    assert all(train[s]["hint/share"] > 0 for s in guided) and "train/hint/kl" in train[guided[0]]
+    remedies = [r for r in recs if r.get("kind") == "remedy"]
+    assert any(r["remedy"] == "format hint" for r in remedies)
+
+
+def test_the_hint_stops_as_soon_as_the_plain_samples_pass_and_the_level_is_capped():
+    rem = Remedies(RemediesConfig(enabled=True), 0.7, 4)
+    for s in range(1, 30):  # a long stall
+        rem.update(s, _record(s, 0.0, 0.2), [])
+    assert rem.current.format_hint and rem.level == 4.0
+    rem.update(30, {**_record(30, 0.1, 0.3), "pass_rate/guided": 0.1, "pass_rate/unguided": 0.1}, [])
+    assert not rem.current.format_hint, "the plain samples pass: no more hint (nor its teacher)"
+    for s in range(31, 35):
+        rem.update(s, {**_record(s, 0.3, 0.5)}, [])
+    ov = rem.current  # the boost winds down in a few steps, not log2(stall length)
+    assert ov.num_generations is None and not ov.format_hint and (ov.temperature or 0.7) < 0.75

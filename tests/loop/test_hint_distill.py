@@ -15,7 +15,7 @@ from posttrain.loop.teacher import SelfHintTeacher, chat_suffix_ids
 from posttrain.models.template_check import render_ids
 from posttrain.models.tiny import tiny_random_model
 from posttrain.obs import read_metrics
-from posttrain.train.trainer import Trainer
+from posttrain.training.trainer import Trainer
 from posttrain.types import Batch, Trajectory, Turn, sequence_of
 
 

@@ -22,7 +22,7 @@ from posttrain.models.template_check import render_ids
 from posttrain.obs import read_metrics
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.sampling.scripted import ScriptedSampler
-from posttrain.train.trainer import Trainer
+from posttrain.training.trainer import Trainer
 from posttrain.types import SampleParams, Trajectory, Turn, sequence_of
 
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from posttrain.algos import LOSSES, LossParams
-from posttrain.train.distributed import combine_metrics, split_by_groups
-from posttrain.train.trainer import Trainer
+from posttrain.training.distributed import combine_metrics, split_by_groups
+from posttrain.training.trainer import Trainer
 from batches import random_batch
 
 
@@ -40,7 +40,7 @@ def _free_port():
 
 def _worker(port):
     from posttrain.models import load_model
-    from posttrain.train.distributed import init_group, worker_loop
+    from posttrain.training.distributed import init_group, worker_loop
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -51,7 +51,7 @@ def _worker(port):
 
 
 def test_two_rank_update_equals_one_rank_update(tiny):
-    from posttrain.train.distributed import DataParallelTrainer, init_group
+    from posttrain.training.distributed import DataParallelTrainer, init_group
 
     model, tok = tiny
     batch = random_batch(len(tok), n_groups=4, g=3, seed=1)
@@ -114,7 +114,7 @@ def test_a_killed_rank_stops_the_run_clearly_and_it_resumes_on_one_rank(tmp_path
     from posttrain.loop import Run
     from posttrain.loop.pg_stepper import PolicyGradientStepper
     from posttrain.obs import read_metrics
-    from posttrain.train.distributed import TrainerRankError
+    from posttrain.training.distributed import TrainerRankError
 
     common = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false", "logging.console=false",
               "loop.eval_prompts=4", "loop.steps=4", "loop.save_every=2", "model.threads=1",

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from posttrain.algos import LOSSES, LossParams
-from posttrain.train import Trainer
-from posttrain.train.optimizers import build_optimizers, muon_param_split
+from posttrain.training import Trainer
+from posttrain.training.optimizers import build_optimizers, muon_param_split
 
 
 from batches import random_batch as _batch

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli import app
-from posttrain.train.sft import SFTDataError, read_sft_rows, sft
+from posttrain.training.sft import SFTDataError, read_sft_rows, sft
 
 
 def _insights_file(tmp_path):

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from posttrain.algos import LOSSES, LossParams
-from posttrain.train import Trainer
-from posttrain.train.batching import plan_micro_batches
-from posttrain.train.logprobs import completion_logprobs
+from posttrain.training import Trainer
+from posttrain.training.batching import plan_micro_batches
+from posttrain.training.logprobs import completion_logprobs
 from posttrain.types import Batch
 
 from batches import random_batch as _batch

@@ -300,6 +300,9 @@ class RemediesConfig(_Strict):
     format_hint_mode: Literal["guide", "prompt"] = Field(
         "guide", description="guide: sample stalled prompts with the hint, train on them as if the prompt had no hint "
         "(the policy learns to answer that way unprompted); prompt: train on the hinted prompt as sampled")
+    format_hint_distill: bool = Field(True, description="guide mode: the policy reading the hint is also the teacher "
+                                      "(per-token reverse KL, with algorithm.hint_distill's coef and template) of the "
+                                      "stalled samples that did not pass")
     guide_share: float = Field(0.5, gt=0.0, le=1.0, description="guide mode: share of a stalled prompt's samples "
                                "drawn with the hint (the rest without, so the pass rate of those says when the policy "
                                "has learned it)")

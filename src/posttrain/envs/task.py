@@ -30,7 +30,7 @@ class Task:
     tool_timeout_s: float = 10.0
     # Any other environment: env_factory(task, tokenizer, sample_params) -> an Env (envs/base.py). Wins over tools.
     env_factory: Callable[..., Any] | None = None
-    # Demonstrations for a supervised warm start (train/warm_start.py, `warm_start.steps`): demonstrate(row) -> the
+    # Demonstrations for a supervised warm start (loop/warm_start.py, `warm_start.steps`): demonstrate(row) -> the
     # assistant replies for that row, one per turn, played through the env as a scripted policy. Replies are fixed
     # per row (they cannot read tool results), so a task whose right calls depend on what a tool returns writes
     # them from the row's own columns (search-qa knows each question's chain of entities).

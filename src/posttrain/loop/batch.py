@@ -52,6 +52,21 @@ def feedback_hint(t: Trajectory, template: str = "\n\nHint: {hint}") -> tuple[st
     return (template.format(hint=t.feedback), t.feedback_turn) if t.feedback else None
 
 
+def remedy_hint(t: Trajectory, template: str = "\n\nHint: {hint}") -> tuple[str, int | None] | None:
+    """A remedy's format hint for a stalled sample (diagnostics.remedies, guide mode), before the first reply."""
+    hint = t.extra.get("remedy_hint")
+    return (template.format(hint=hint), 0) if hint else None
+
+
+def first_hint(*fns: HintFn | None) -> HintFn:
+    """The first hint any of `fns` gives a trajectory."""
+    live = [f for f in fns if f is not None]
+
+    def fn(t: Trajectory) -> tuple[str, int | None] | None:
+        return next((h for h in (f(t) for f in live) if h is not None), None)
+    return fn
+
+
 def env_hint(t: Trajectory) -> tuple[str, int | None] | None:
     """algorithm.insights / rised: the hint the env wrote for this sample's teacher (its task's insights, or the
     positive behaviours it missed), in the first prompt."""

@@ -99,13 +99,13 @@ class Rollouts:
         with timer("reward"):
             await score_groups(self.env, [g.trajectories_G for g in groups])
         if self.untransform and self.row_transform is not None:
-            # The format hint is also words for a self-distillation teacher: with algorithm.hint_distill on, the
-            # policy that reads the hint becomes the teacher of every stalled sample that did not pass.
+            # The format hint is also words for a self-distillation teacher (remedies.format_hint_distill): the
+            # policy that reads it becomes the teacher of every stalled sample that did not pass.
             for k, idx in enumerate(row_indices):
                 hint = self.rows[idx].get("format_hint")
                 for t in trajs[k * G:(k + 1) * G]:
-                    if hint and not t.passed and not t.failed and t.feedback is None:
-                        t.feedback, t.feedback_turn = str(hint), 0
+                    if hint and not t.passed and not t.failed:
+                        t.extra["remedy_hint"] = str(hint)
         pen = apply_overlong_penalty(groups, self.overlong_buffer_frac, self.overlong_penalty, self.params.max_tokens)
         return groups, pen
 

@@ -20,31 +20,41 @@ from typing import Any
 
 from posttrain.algos import IS_CORRECTIONS, LOSSES, TOKEN_WEIGHTS, LossParams
 from posttrain.algos.dapo import has_signal
-from posttrain.config.schema import AlgorithmConfig, Config
-from posttrain.loop.batch import BatchOptions, build_batch, env_hint, feedback_hint, sequences_from_groups
+from posttrain.config.schema import AlgorithmConfig, Config, RemediesConfig
+from posttrain.loop.batch import (BatchOptions, build_batch, env_hint, feedback_hint, first_hint, remedy_hint,
+                                  sequences_from_groups)
 from posttrain.loop.collect import Collector
 from posttrain.loop.weight_sync import WeightSync
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.obs.timers import StageTimer
 from posttrain.rewards.telemetry import drain_task_metrics
-from posttrain.train.trainer import TokenWeightFn, Trainer
+from posttrain.training.trainer import TokenWeightFn, Trainer
 from posttrain.types import Batch, sequence_of
 
 
-def self_teacher(a: AlgorithmConfig) -> tuple[str, float] | None:
-    """Which self-distillation teacher the run has (the config allows one): its metric prefix and coefficient."""
+def self_teacher(a: AlgorithmConfig, remedies: RemediesConfig | None = None) -> tuple[str, float] | None:
+    """Which self-distillation teacher the run has (the config allows one): its metric prefix and coefficient.
+    A remedy's guided format hint (`remedies`, when diagnostics are on) uses the hint teacher too."""
+    guided = remedies is not None and remedies.enabled and remedies.format_hint and \
+        remedies.format_hint_mode == "guide" and remedies.format_hint_distill
     for name, on, coef in (("hint", a.hint_distill.enabled, a.hint_distill.coef),
                            ("insight", a.insights.enabled, a.insights.coef),
-                           ("rised", a.rised.enabled and a.rised.positive_distill, a.rised.coef)):
+                           ("rised", a.rised.enabled and a.rised.positive_distill, a.rised.coef),
+                           ("hint", guided, a.hint_distill.coef)):
         if on:
             return name, coef
     return None
 
 
+def run_remedies(cfg: Config) -> RemediesConfig | None:
+    """The remedies config when the run watches itself (diagnostics on), else None."""
+    return cfg.diagnostics.remedies if cfg.diagnostics.enabled else None
+
+
 def loss_params(cfg: Config, max_tokens: int) -> LossParams:
     """The loss's hyper-parameters, once per run. With KL as a reward the loss has no KL term (beta 0 there)."""
     a = cfg.algorithm
-    own = self_teacher(a)
+    own = self_teacher(a, run_remedies(cfg))
     return LossParams(epsilon=a.epsilon, epsilon_high=a.epsilon_high, beta=a.beta if a.kl_mode == "loss" else 0.0,
                       kl_estimator=a.kl_estimator, aggregation=a.aggregation,
                       max_tokens=max_tokens, cispo_epsilon_low=a.cispo_epsilon_low,
@@ -91,10 +101,12 @@ class PolicyGradientStepper:
         self.token_weight_fn = token_weight_fn(a)
         self.ref_model, self.ref_disable_adapter = ref_model, ref_disable_adapter
         self.teacher = teacher
-        # What a self-hint teacher reads: the sample's own feedback (hint_distill), else the hint its env wrote.
-        own = self_teacher(a)
-        self.hint_fn = (None if own is None else partial(feedback_hint, template=a.hint_distill.template)
-                        if own[0] == "hint" else env_hint)
+        # What a self-hint teacher reads: a remedy's format hint or the sample's own feedback (hint_distill), else
+        # the hint its env wrote (insights, RISED).
+        own = self_teacher(a, run_remedies(cfg))
+        feedback = partial(feedback_hint, template=a.hint_distill.template) if a.hint_distill.enabled else None
+        self.hint_fn = (None if own is None else env_hint if own[0] != "hint" else
+                        first_hint(partial(remedy_hint, template=a.hint_distill.template), feedback))
         # Run state beside the trainer (insight memory, RISED profiles): metrics(trajs) each step, saved with it.
         self.plugins: dict[str, Any] = dict(plugins or {})
         self.version = version

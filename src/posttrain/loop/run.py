@@ -258,7 +258,7 @@ def env_check(c: Components, mode: str, say, console: bool) -> None:
 def _check_names(cfg: Config) -> None:
     from posttrain.algos import ADVANTAGES, IS_CORRECTIONS, LOSSES, TOKEN_WEIGHTS
     from posttrain.loop.schedule import COLLECTORS, STEPPERS
-    from posttrain.train.optimizers import OPTIMIZERS
+    from posttrain.training.optimizers import OPTIMIZERS
 
     a = cfg.algorithm
     STEPPERS[a.stepper], COLLECTORS[cfg.loop.mode], OPTIMIZERS[cfg.trainer.optimizer]

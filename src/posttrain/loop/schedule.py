@@ -22,7 +22,7 @@ from posttrain.loop.builder import Components, resolve_dtype
 from posttrain.loop.collect import Rollouts, SyncCollector
 from posttrain.loop.es_stepper import ESStepper
 from posttrain.loop.insights import InsightEnv, InsightMemory
-from posttrain.loop.pg_stepper import PolicyGradientStepper, self_teacher
+from posttrain.loop.pg_stepper import PolicyGradientStepper, run_remedies, self_teacher
 from posttrain.loop.profiles import ProfileBook, ProfileEnv, Rised
 from posttrain.loop.teacher import SelfHintTeacher, load_teacher
 from posttrain.loop.weight_sync import CopyWeights, LowPrecisionCopy, SharedWeights
@@ -31,8 +31,8 @@ from posttrain.obs.timers import BusyMeter
 from posttrain.rewards.tags import JudgeTagger, RuleTagger, Taggers, load_vocabulary
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.sampling.precision import low_precision_copy
-from posttrain.train.launch import start_ranks, world_size
-from posttrain.train.trainer import Trainer
+from posttrain.training.launch import start_ranks, world_size
+from posttrain.training.trainer import Trainer
 from posttrain.types import SampleParams
 
 STEPPERS: Registry = Registry("stepper")
@@ -123,7 +123,7 @@ def with_feedback_envs(cfg: Config, c: Components, run_dir: Path,
 @STEPPERS.register("policy_gradient")
 def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]) -> PolicyGradientStepper:
     trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)
-    if world_size(cfg) > 1:  # data parallel over trainer ranks (train/distributed.py); rank 0 runs this loop
+    if world_size(cfg) > 1:  # data parallel over trainer ranks (training/distributed.py); rank 0 runs this loop
         say(f"trainer: {world_size(cfg)} ranks, data parallel")
         trainer = start_ranks(cfg, trainer, run_dir / "config.yaml")
     c, plugins = with_feedback_envs(cfg, c, run_dir, say)
@@ -139,17 +139,18 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
                                seed=cfg.run.seed, log=say)
         say(f"teacher: {cfg.algorithm.teacher.model} (reverse KL x {cfg.algorithm.teacher.coef:g}, "
             f"RL term x {cfg.algorithm.teacher.rl_weight:g})")
-    elif self_teacher(cfg.algorithm) is not None:
-        a, (kind, coef) = cfg.algorithm, self_teacher(cfg.algorithm)
-        if kind == "hint" and getattr(c.task, "feedback", None) is None:
+    elif self_teacher(cfg.algorithm, run_remedies(cfg)) is not None:
+        a, (kind, coef) = cfg.algorithm, self_teacher(cfg.algorithm, run_remedies(cfg))
+        if kind == "hint" and a.hint_distill.enabled and getattr(c.task, "feedback", None) is None:
             say(f"hint distillation: task {c.task.name!r} has no feedback function; only env feedback (tool errors) "
                 "will become hints")
         # a feedback hint is capped by the config; insights fill up to per_task sentences; RISED lists behaviours
         cap = {"hint": a.hint_distill.max_hint_tokens, "insight": a.insights.per_task * a.insights.max_tokens + 16,
                "rised": 256}[kind]
         teacher = SelfHintTeacher(trainer, c.tokenizer, cap)
-        say(f"teacher: the policy itself with {'the feedback' if kind == 'hint' else 'its ' + kind + ' hint'} "
-            f"in context (reverse KL x {coef:g})")
+        what = ("the feedback" if a.hint_distill.enabled else "a remedy's format hint, once a stall starts") \
+            if kind == "hint" else f"its {kind} hint"
+        say(f"teacher: the policy itself with {what} in context (reverse KL x {coef:g})")
     return PolicyGradientStepper(cfg, trainer, collector, sync, pass_thresholds(c), c.train_params.max_tokens,
                                  ref_model=c.ref_model, ref_disable_adapter=lora_ref,
                                  version=c.sampler.policy_version, teacher=teacher,

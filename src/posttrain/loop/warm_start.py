@@ -30,7 +30,7 @@ from posttrain.config.schema import Config
 from posttrain.envs.task import Task
 from posttrain.envs.tool_env import turn_end_text
 from posttrain.sampling.scripted import ScriptedSampler
-from posttrain.train.trainer import Trainer
+from posttrain.training.trainer import Trainer
 from posttrain.types import Group, SampleParams, Trajectory, groups_to_batch
 
 

@@ -34,6 +34,9 @@ from posttrain.obs.diagnostics import DiagnosticEvent
 
 
 STALLS = {"no_signal", "plateau_no_pass"}  # the diagnostics that more exploration remedies
+# The stall level stops rising here: it already gives the largest boost (G x 2^4, temperature + 4 steps), and a long
+# stall must not take log2(its length) steps of decay to wind down once it is over.
+LEVEL_CAP = 4.0
 
 
 @dataclass(frozen=True)
@@ -111,9 +114,14 @@ class Remedies:
         passed = float(record.get("pass_rate/unguided", record.get("pass_rate", 0.0)) or 0.0) > 0.0
         self.steps_without_pass = 0 if passed else self.steps_without_pass + 1
         early = 0 < self.cfg.no_pass_steps <= self.steps_without_pass
+        if passed and "pass_rate/unguided" in record:
+            # The plain samples pass: the policy has it. The guided hint and its teacher stop now rather than as
+            # the level decays (partial_credit, seed 2: five more hinted steps after that, and the policy collapsed
+            # to empty replies).
+            self.stalled_steps = 0
         if self.active & STALLS or early:
             if not passed:
-                self.level += 1.0
+                self.level = min(self.level + 1.0, LEVEL_CAP)
                 self.stalled_steps += 1
         else:
             self.level = self.level * self.cfg.decay if self.level >= 0.05 else 0.0

@@ -16,7 +16,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from posttrain.sampling.kv_cache import cache_arg_name
-from posttrain.train.batching import GroupSlice
+from posttrain.training.batching import GroupSlice
 
 
 @dataclass

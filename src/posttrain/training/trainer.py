@@ -19,9 +19,9 @@ import torch
 from posttrain.algos.distill import reverse_kl_loss
 from posttrain.algos.kl import k3
 from posttrain.algos.losses import LossInputs, LossParams
-from posttrain.train.batching import plan_micro_batches
-from posttrain.train.logprobs import completion_logprobs
-from posttrain.train.optimizers import build_optimizers
+from posttrain.training.batching import plan_micro_batches
+from posttrain.training.logprobs import completion_logprobs
+from posttrain.training.optimizers import build_optimizers
 from posttrain.types import Batch
 
 # (logp_BT, old_logp_BT, ref_logp_BT or None, adv_B, mask_BT, LossParams, LossInputs) -> (loss, metrics)

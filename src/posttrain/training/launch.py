@@ -2,7 +2,7 @@
 from `torchrun` (RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment).
 
     rank 0     the whole run (loop/run.py); its Trainer is a DataParallelTrainer (train/distributed.py)
-    rank k>0   `python -m posttrain.train.launch CONFIG.yaml`: builds the same model and Trainer, then obeys rank 0
+    rank k>0   `python -m posttrain.training.launch CONFIG.yaml`: builds the same model and Trainer, then obeys rank 0
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _free_port() -> int:
 
 def start_ranks(cfg: Config, trainer, config_path: Path):
     """On rank 0: start the other ranks unless torchrun did, join the group, return a DataParallelTrainer."""
-    from posttrain.train.distributed import DataParallelTrainer, init_group
+    from posttrain.training.distributed import DataParallelTrainer, init_group
 
     world = world_size(cfg)
     workers = []
@@ -43,7 +43,7 @@ def start_ranks(cfg: Config, trainer, config_path: Path):
         threads = str(max(1, (os.cpu_count() or 1) // world))
         for rank in range(1, world):
             env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "OMP_NUM_THREADS": threads}
-            workers.append(subprocess.Popen([sys.executable, "-m", "posttrain.train.launch", str(config_path)],
+            workers.append(subprocess.Popen([sys.executable, "-m", "posttrain.training.launch", str(config_path)],
                                             env=env))
     init_group(0, world, cfg.trainer.dist_timeout_s)
     return DataParallelTrainer(trainer, world, workers)
@@ -60,7 +60,7 @@ def run_worker(cfg: Config) -> None:
     from posttrain.models.lora import apply_lora
     from posttrain.algos import LOSSES
     from posttrain.envs.custom import load_task
-    from posttrain.train.distributed import init_group, worker_loop
+    from posttrain.training.distributed import init_group, worker_loop
 
     rank, world = launched_rank(), world_size(cfg)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 1)))

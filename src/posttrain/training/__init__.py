@@ -1,5 +1,5 @@
 """The Trainer: forward_backward, optim_step, save_state/load_state; micro-batching with prefix sharing."""
 
-from posttrain.train.trainer import Trainer, atomic_torch_save
+from posttrain.training.trainer import Trainer, atomic_torch_save
 
 __all__ = ["Trainer", "atomic_torch_save"]

@@ -93,7 +93,7 @@ def sft(rows: list[dict[str, Any]], model_name: str, out: str | Path, steps: int
     from posttrain.loop.warm_start import batches
     from posttrain.models.load import ensure_pad_token, load_model
     from posttrain.models.save import save_hf_folder
-    from posttrain.train.trainer import Trainer
+    from posttrain.training.trainer import Trainer
 
     if steps < 1 or batch_size < 1 or lr <= 0:
         raise SFTDataError(f"need steps >= 1, batch_size >= 1 and lr > 0, got {steps}, {batch_size}, {lr}")

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from posttrain.train.batching import group_sequences
+from posttrain.training.batching import group_sequences
 from posttrain.types import Batch
 
 SUMMED = ("train/loss", "train/loss_tokens")

@@ -1,0 +1,75 @@
+"""Commands for learned rewards: `rm train`, `judge audit`."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from posttrain.cli.app import _fail, app
+
+
+rm_app = typer.Typer(add_completion=False, help="Reward models: train one from chosen/rejected pairs (docs/reward_models.md).")
+app.add_typer(rm_app, name="rm")
+
+
+@rm_app.command("train")
+def rm_train(
+    data: str = typer.Option("product-blurb", "--data", help="'product-blurb' (built-in), a .jsonl of prompt/chosen/rejected, a saved datasets folder, or hf:NAME[:SPLIT]"),
+    eval_data: Optional[str] = typer.Option(None, "--eval-data", help="held-out pairs (default: the data's own split, else 10% of it)"),
+    model: str = typer.Option("default", "--model", help="base model: 'default', 'tiny-random' or a HF folder"),
+    out: Optional[str] = typer.Option(None, "--out", help="folder to save (default: $POSTTRAIN_CACHE/reward_models/<data>)"),
+    layers: Optional[int] = typer.Option(None, "--layers", help="keep only the first N decoder layers (faster on a CPU)"),
+    train_layers: Optional[int] = typer.Option(None, "--train-layers", help="train only the top N layers (+ head); the rest stay frozen"),
+    lora: bool = typer.Option(False, "--lora", help="train LoRA adapters + the head (saved merged)"),
+    epochs: int = typer.Option(1, "--epochs"),
+    lr: float = typer.Option(5e-5, "--lr"),
+    batch_size: int = typer.Option(8, "--batch-size", help="pairs per step"),
+    max_train_pairs: Optional[int] = typer.Option(None, "--max-train-pairs"),
+    max_eval_pairs: Optional[int] = typer.Option(400, "--max-eval-pairs"),
+    max_length: int = typer.Option(256, "--max-length", help="tokens per prompt+response (longer is cut)"),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", help="stop training after this many seconds of it (evals not counted), then evaluate and save"),
+    seed: int = typer.Option(0, "--seed"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
+    device: str = typer.Option("cpu", "--device"),
+) -> None:
+    """Train a Bradley-Terry reward model; print per-epoch loss and held-out pair accuracy; save a HF folder."""
+    from posttrain.models.load import ModelLoadError
+    from posttrain.rewards.rm_train import PreferenceDataError, RMTrainConfig, train_reward_model
+
+    cfg = RMTrainConfig(data=data, eval_data=eval_data, model=model, out=out, layers=layers, train_layers=train_layers,
+                        lora=lora, epochs=epochs,
+                        lr=lr, batch_size=batch_size, max_train_pairs=max_train_pairs, max_eval_pairs=max_eval_pairs,
+                        max_length=max_length, time_budget_s=time_budget, seed=seed, threads=threads, device=device)
+    try:
+        res = train_reward_model(cfg, log=typer.echo)
+    except (PreferenceDataError, ModelLoadError, FileNotFoundError) as e:
+        _fail(str(e))
+    typer.echo(f"held-out pair accuracy: {res.eval_accuracy:.1%} ({res.n_eval} pairs; untrained: "
+               f"{res.eval_accuracy_before:.1%})\nsaved: {res.out}")
+
+judge_app = typer.Typer(add_completion=False, help="LLM judges: audit a task's judge against its verifier.")
+app.add_typer(judge_app, name="judge")
+
+
+@judge_app.command("audit", context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def judge_audit(
+    args: Optional[list[str]] = typer.Argument(None, help="[CONFIG.yaml] then overrides like task.name=word-use judge.audit_prompts=8"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Judge vs programmatic verifier: agreement, Cohen's kappa, confusion, injection probes, position flips."""
+    import json
+
+    from posttrain.config import ConfigError, load_config
+    from posttrain.envs.custom import TaskLoadError
+    from posttrain.models.load import ModelLoadError
+    from posttrain.rewards.judges.audit import JudgeAuditError, audit
+
+    args = list(args or [])
+    config_path = args.pop(0) if args and "=" not in args[0] else None
+    try:
+        cfg = load_config(config_path, args)
+        report = audit(cfg, log=lambda s: typer.echo(s, err=True))
+    except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError, JudgeAuditError) as e:
+        _fail(str(e))
+    typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())

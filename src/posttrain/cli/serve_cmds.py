@@ -1,0 +1,164 @@
+"""Commands that serve or start things: `serve`, `env serve|check`, `init task`, `auto`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from posttrain.cli.app import _fail, app
+
+
+@app.command()
+def auto(
+    program: Optional[Path] = typer.Argument(None, help="program.md: goal, metric, budget, search space, frozen keys"),
+    base_config: Optional[Path] = typer.Argument(None, help="the base config every trial changes (default: defaults)"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the stopped search in SEARCH_DIR"),
+    out: Optional[Path] = typer.Option(None, "--out", help="the search directory (default RUN.OUTPUT_DIR/auto-<time>)"),
+) -> None:
+    """Tune a config autonomously: each trial a config diff run for a fixed budget, kept only past the seed noise."""
+    from posttrain.auto import ProgramError, SearchError, resume_search, start_search
+
+    try:
+        if resume is not None:
+            if program is not None or base_config is not None:
+                _fail("--resume continues with the program.md and base.yaml copied into SEARCH_DIR; pass no files")
+            result = resume_search(resume)
+        else:
+            if program is None:
+                _fail("give a program.md (see examples/auto/program.md) or --resume SEARCH_DIR")
+            result = start_search(program, base_config, out)
+    except (ProgramError, SearchError, ImportError) as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        typer.secho("stopped; continue with: posttrain auto --resume SEARCH_DIR", err=True)
+        raise typer.Exit(130)
+    typer.echo(f"results: {result.search_dir / 'results.tsv'}" + (f"\nreport: {result.report}" if result.report else ""))
+
+@app.command()
+def serve(
+    model: str = typer.Option("default", "--model", help="'default', 'tiny-random', a HF folder, a hub id"),
+    lora: Optional[str] = typer.Option(None, "--lora", help="a LoRA adapter folder (a run's final/) to serve on its base"),
+    host: str = typer.Option("127.0.0.1", "--host", help="0.0.0.0 to accept other machines (no auth!)"),
+    port: int = typer.Option(8000, "--port"),
+    request_timeout: float = typer.Option(300.0, "--request-timeout", help="seconds one generation may take"),
+    weights_dir: Optional[str] = typer.Option(None, "--weights-dir", help=(
+        "accept POST /update_weights_from_disk: load a trainer's pushes (loop/weight_ipc.py FileWeights) from here")),
+) -> None:
+    """Serve a model as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/completions, /v1/models)."""
+    from posttrain.models.load import ModelLoadError
+    from posttrain.sampling.http_serve import run_forever
+    from posttrain.sampling.openai_server import build_model_app
+
+    try:
+        api = build_model_app(model, lora, request_timeout_s=request_timeout, log=lambda s: typer.echo(s, err=True),
+                              weights_dir=weights_dir)
+    except (ModelLoadError, FileNotFoundError) as e:
+        _fail(str(e))
+    typer.echo(f"serving {lora or model} at http://{host}:{port}/v1", err=True)
+    run_forever(api, host, port)
+
+
+env_app = typer.Typer(add_completion=False, help="Environments and tasks (serve over the OpenEnv protocol, ...).")
+app.add_typer(env_app, name="env")
+
+
+@env_app.command("serve")
+def env_serve(
+    task: str = typer.Option(..., "--task", help="a built-in task, 'path/file.py:make_task' or 'module:make_task'"),
+    model: str = typer.Option("default", "--model", help="whose tokenizer and chat template render prompts"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8001, "--port"),
+) -> None:
+    """Serve a task as an OpenEnv environment (WebSocket /ws, /reset, /step, /state, /schema)."""
+    from posttrain.envs.custom import TaskLoadError
+    from posttrain.envs.openenv_server import build_task_app
+    from posttrain.models.load import ModelLoadError
+    from posttrain.sampling.http_serve import run_forever
+
+    try:
+        api = build_task_app(task, model, log=lambda s: typer.echo(s, err=True))
+    except (TaskLoadError, ModelLoadError, FileNotFoundError) as e:
+        _fail(str(e))
+    typer.echo(f"serving task {task} (OpenEnv protocol) at http://{host}:{port}", err=True)
+    run_forever(api, host, port)
+
+
+@env_app.command("check")
+def env_check(
+    task: Optional[list[str]] = typer.Option(None, "--task", help="a task to check (repeatable); default: every built-in"),
+    model: str = typer.Option("default", "--model", help="--preflight: the model to measure"),
+    preflight: bool = typer.Option(False, "--preflight", help="also measure model x task: baseline, variance, memory"),
+    prompts: int = typer.Option(16, "--prompts", help="--preflight: prompts for the baseline pass rate"),
+    groups: int = typer.Option(4, "--groups", help="--preflight: sampled groups for the zero-variance share"),
+    steps: Optional[int] = typer.Option(None, "--steps", help="--preflight: planned loop.steps, for the run-time estimate"),
+) -> None:
+    """Smoke-check envs (known-good passes, known-bad fails, smoke commands); exit 1 if any check fails."""
+    from posttrain.config import ConfigError, load_config
+    from posttrain.envs import check as env_checks
+    from posttrain.envs.custom import TaskLoadError, load_task
+    from posttrain.envs.tasks import BUILTIN_TASKS
+    from posttrain.models.load import ModelLoadError
+    from posttrain.obs import console as con
+
+    names = list(task or BUILTIN_TASKS)
+    from posttrain.rewards.embedding import EmbeddingError
+    from posttrain.rewards.reward_model import RewardModelError
+
+    tasks = []
+    for n in list(names):
+        try:
+            tasks.append(load_task(n))
+        except (RewardModelError, EmbeddingError) as e:
+            if task:  # asked for by name: its missing prerequisite is an error
+                _fail(str(e))
+            # every built-in: one whose reward model is not trained yet or whose extra is not installed is skipped
+            typer.secho(f"skipped {n}: {e}", fg=typer.colors.YELLOW, err=True)
+            names.remove(n)
+        except TaskLoadError as e:
+            _fail(str(e))
+    results = env_checks.check_tasks(tasks)
+    con.console.print(env_checks.results_table(results))
+    if preflight:
+        from rich.table import Table
+
+        for n in names:
+            try:
+                over = [f"model.name={model}", f"task.name={n}"] + ([f"loop.steps={steps}"] if steps is not None else [])
+                rep = env_checks.preflight(load_config(None, over), prompts, groups, log=lambda s: typer.echo(s, err=True))
+            except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError) as e:
+                _fail(str(e))
+            table = Table(title=f"preflight: {model} on {n}")
+            table.add_column("measure")
+            table.add_column("value", overflow="fold")
+            for k, v in rep.rows():
+                table.add_row(k, v)
+            con.console.print(table)
+            from posttrain.envs.preflight import format_verdicts
+
+            con.console.print(format_verdicts(rep.verdicts, f"preflight verdicts: {model} on {n}"), markup=False,
+                              highlight=False)
+    if not all(r.ok for r in results):
+        raise typer.Exit(1)
+
+init_app = typer.Typer(add_completion=False, help="Start something new from a runnable template.")
+app.add_typer(init_app, name="init")
+
+
+@init_app.command("task")
+def init_task(
+    name: str = typer.Argument(..., help="the task's name; writes NAME.py"),
+    directory: Path = typer.Option(Path("."), "--dir", help="folder to write into"),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing file"),
+) -> None:
+    """Write a runnable task file: rows, rewards, a demonstrate hook, smoke checks, and how to train it."""
+    from posttrain.envs.scaffold import write_task_file
+
+    try:
+        path = write_task_file(name, directory, force)
+    except (FileExistsError, ValueError) as e:
+        _fail(str(e))
+    typer.echo(f"wrote {path}\nnext:\n  posttrain env check --task {path}:make_task\n"
+               f"  posttrain env check --task {path}:make_task --preflight\n"
+               f"  posttrain train task.name={path}:make_task loop.steps=15")

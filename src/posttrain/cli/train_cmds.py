@@ -1,0 +1,148 @@
+"""Commands that train: `train`, `ttrl`, `sft`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from posttrain.cli.app import _fail, app
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def train(
+    args: Optional[list[str]] = typer.Argument(None, help="[CONFIG.yaml] then overrides like trainer.lr=2e-5"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the resolved config and exit"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in RUN_DIR from its last checkpoint"),
+) -> None:
+    """Train with RL. With no arguments: the default model on the built-in json-extract task."""
+    from posttrain.config import ConfigError, load_config, to_yaml
+
+    args = list(args or [])
+    config_path = None
+    if args and "=" not in args[0]:
+        config_path = args.pop(0)
+    if resume is not None:
+        if config_path is not None:
+            _fail("--resume takes the config from RUN_DIR/config.yaml; pass only overrides")
+        config_path = str(resume / "config.yaml")
+        if not resume.is_dir():
+            _fail(f"run directory not found: {resume}")
+    try:
+        cfg = load_config(config_path, args)
+    except ConfigError as e:
+        _fail(str(e))
+    if dry_run:
+        typer.echo(to_yaml(cfg), nl=False)
+        return
+    from posttrain.training.launch import launched_rank, run_worker
+
+    if launched_rank() > 0:  # under torchrun: ranks > 0 train what rank 0 sends them (training/distributed.py)
+        run_worker(cfg)
+        return
+    from posttrain.algos.registry import UnknownName
+    from posttrain.envs.check import EnvCheckError
+    from posttrain.envs.custom import TaskLoadError
+    from posttrain.loop import train as run_train
+    from posttrain.models.load import ModelLoadError
+    from posttrain.models.template_check import ChatTemplateError
+    from posttrain.rewards.embedding import EmbeddingError, TripletDataError
+    from posttrain.rewards.from_config import RewardConfigError
+    from posttrain.rewards.reward_model import RewardModelError
+    from posttrain.rewards.judges.audit import JudgeAuditError, JudgeAuditFailed
+
+    try:
+        run_train(cfg, run_dir=resume, resume=resume is not None)
+    except (TaskLoadError, ModelLoadError, FileNotFoundError, UnknownName, EnvCheckError, ChatTemplateError,
+            RewardModelError, RewardConfigError, EmbeddingError, TripletDataError,
+            JudgeAuditError, JudgeAuditFailed) as e:
+        _fail(str(e))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def ttrl(
+    args: Optional[list[str]] = typer.Argument(None, help="overrides like loop.steps=20; task.options.* go to the wrapped task"),
+    task: str = typer.Option(..., "--task", help="the task whose prompts to train on without labels: arith, count-a, ..."),
+    mode: str = typer.Option("majority", "--mode", help="majority (TTRL: agree with the group's majority answer) or "
+                             "discover (TTT-Discover: beat the best score so far)"),
+    extractor: Optional[str] = typer.Option(None, "--extractor", help="majority: last_number, boxed, last_line, exact"),
+    state: Optional[Path] = typer.Option(None, "--state", help="discover: JSON file keeping the best score (and "
+                                         "completion) so far, read at start, rewritten after every group"),
+    eval_samples: int = typer.Option(4, "--eval-samples", help="completions per held-out prompt: the n of maj@n"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the resolved config and exit"),
+) -> None:
+    """Test-time RL on a task's unlabelled prompts (docs/ttrl.md): `posttrain train` with a label-free reward."""
+    from posttrain.config import ConfigError, load_config, to_yaml
+    from posttrain.envs.check import EnvCheckError
+    from posttrain.envs.custom import TaskLoadError
+    from posttrain.loop import train as run_train
+    from posttrain.models.load import ModelLoadError
+    from posttrain.models.template_check import ChatTemplateError
+
+    overrides = list(args or [])
+    if mode not in ("majority", "discover"):
+        _fail(f"--mode must be 'majority' or 'discover', got {mode!r}")
+    if eval_samples < 1:
+        _fail(f"--eval-samples must be >= 1, got {eval_samples}")
+    if state is not None and mode != "discover":
+        _fail("--state is for --mode discover (it keeps the best score so far)")
+    for a in overrides:
+        if "=" not in a:
+            _fail(f"unexpected argument {a!r}: ttrl takes overrides like loop.steps=20 (no config file)")
+        if a.split("=", 1)[0] in ("task.name", "task.options.base", "task.options.mode"):
+            _fail(f"{a.split('=', 1)[0]} is set by ttrl: use --task / --mode")
+    keys = {a.split("=", 1)[0] for a in overrides}
+    base = ["task.name=ttrl", f"task.options.base={task}", f"task.options.mode={mode}"]
+    base += [f"task.options.extractor={extractor}"] if extractor else []
+    base += [f"task.options.state_file={state}"] if state is not None else []
+    if mode == "majority":  # maj@n needs n sampled completions per held-out prompt
+        base += [] if "loop.eval_samples" in keys else [f"loop.eval_samples={eval_samples}"]
+        base += [] if "sampling.eval_temperature" in keys or eval_samples == 1 else ["sampling.eval_temperature=0.7"]
+    try:
+        cfg = load_config(None, base + overrides)
+    except ConfigError as e:
+        _fail(str(e))
+    if dry_run:
+        typer.echo(to_yaml(cfg), nl=False)
+        return
+    try:
+        result = run_train(cfg)
+    except (TaskLoadError, ModelLoadError, FileNotFoundError, EnvCheckError, ChatTemplateError) as e:
+        _fail(str(e))
+    names = [("eval/ttrl/pass_at_1", "pass@1 (labels, eval only)"),
+             ("eval/ttrl/majority_correct", f"maj@{cfg.loop.eval_samples} (majority right)"),
+             ("eval/ttrl/majority_share", "majority share"), ("eval/ttrl/best_score", "best score so far")]
+    for key, label in names:
+        if key in result.before or key in result.after:
+            fmt = lambda m: f"{m[key]:.3f}" if key in m else "-"  # noqa: E731
+            typer.echo(f"{label}: {fmt(result.before)} -> {fmt(result.after)}")
+
+@app.command()
+def sft(
+    data: Path = typer.Argument(..., help="a JSONL of {prompt, completion} rows, or a run's insights.jsonl (or its RUN_DIR)"),
+    out: Path = typer.Option(..., "--out", help="the HF folder to save the trained model to"),
+    target: str = typer.Option("insight", "--target", help="for insights.jsonl: 'insight' (task -> insight, SFTL;DR) "
+                                                           "or 'answer' (task -> a completion that passed with insights)"),
+    model: str = typer.Option("default", "--model", help="'default', 'tiny-random' or a HF folder"),
+    steps: int = typer.Option(100, "--steps"),
+    lr: float = typer.Option(1e-5, "--lr"),
+    batch_size: int = typer.Option(8, "--batch-size"),
+    seed: int = typer.Option(0, "--seed"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
+) -> None:
+    """Supervised fine-tuning on (prompt, completion) rows; with a run's insights.jsonl, SFTL;DR (docs/feedback.md)."""
+    from posttrain.models.load import ModelLoadError
+    from posttrain.training.sft import SFTDataError, read_sft_rows, sft as run_sft
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        rows = read_sft_rows(data, target)
+        res = run_sft(rows, model, out, steps=steps, lr=lr, batch_size=batch_size, seed=seed, log=typer.echo)
+    except (SFTDataError, ModelLoadError, FileNotFoundError) as e:
+        _fail(str(e))
+    typer.echo(f"nll/token {res['nll_first']:.3f} -> {res['nll_last']:.3f} on {res['rows']:.0f} rows "
+               f"[{res['seconds']:.0f}s]; evaluate with: posttrain eval --model {out} --task ...")
