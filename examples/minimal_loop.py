@@ -22,7 +22,7 @@ from posttrain.envs.tasks import count_a
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
 from posttrain.models import ensure_pad_token, load_model, stop_token_ids
 from posttrain.sampling.hf_sampler import HFSampler
-from posttrain.train.trainer import Trainer
+from posttrain.training.trainer import Trainer
 from posttrain.types import Group, SampleParams
 
 STEPS, PROMPTS, G, LR, SEED = 25, 4, 8, 3e-3, 0

@@ -22,7 +22,7 @@ from posttrain.algos import ADVANTAGES, LOSSES, LossParams
 from posttrain.models import ensure_pad_token, load_model, stop_token_ids
 from posttrain.obs.rollout_stats import rollout_metrics
 from posttrain.sampling import HFSampler
-from posttrain.train.trainer import Trainer
+from posttrain.training.trainer import Trainer
 from posttrain.types import Group, groups_to_batch
 
 
