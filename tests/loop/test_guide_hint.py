@@ -13,7 +13,8 @@ from posttrain.config.schema import RemediesConfig
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.envs.task import Task
 from posttrain.envs.tool_env import ToolEnv
-from posttrain.loop.collect import Rollouts, first_prompt_ids, strip_prompt
+from posttrain.loop.collect import Rollouts
+from posttrain.loop.guide import first_prompt_ids, strip_prompt
 from posttrain.obs.remedies import Overrides, Remedies
 from posttrain.obs.timers import StageTimer
 from posttrain.rewards.rubric import RewardComponent, Rubric

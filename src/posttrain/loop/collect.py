@@ -24,10 +24,11 @@ from posttrain.algos.dapo import has_signal
 from posttrain.config.schema import Config
 from posttrain.envs.base import Env, score_groups
 from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
+from posttrain.loop.guide import first_prompt_ids, strip_prompt
 from posttrain.loop.shaping import apply_overlong_penalty
 from posttrain.obs.timers import StageTimer
 from posttrain.sampling.base import Sampler
-from posttrain.types import Group, SampleParams, Trajectory
+from posttrain.types import Group, SampleParams
 
 
 @dataclass
@@ -141,56 +142,6 @@ class Rollouts:
                     params: SampleParams) -> "Rollouts":
         a = cfg.algorithm
         return cls(env, sampler, rows, a.num_generations, params, a.overlong_buffer_frac, a.overlong_penalty)
-
-
-class _FirstPrompt(Exception):
-    def __init__(self, ids: list[int]):
-        self.ids = ids
-
-
-class _PromptRecorder:
-    """A sampler that answers nothing: it records the first prompt an env asks it about and stops the episode."""
-
-    async def sample(self, prompts: list[list[int]], params: SampleParams, n: int = 1):
-        raise _FirstPrompt(list(prompts[0]))
-
-
-async def first_prompt_ids(env: Env, row: dict[str, Any], params: SampleParams) -> list[int] | None:
-    """The token ids of the first model call an env makes for `row`, found by rolling out against a sampler that
-    stops at the first call: any env, single- or multi-turn, without an env-specific rendering API. None when
-    the env never asks (or fails before asking)."""
-    try:
-        await env.rollout(row, _PromptRecorder(), params)  # type: ignore[arg-type]
-    except _FirstPrompt as got:
-        return got.ids
-    except Exception:  # noqa: BLE001 - an env that cannot be probed keeps its samples as sampled
-        return None
-    return None
-
-
-def strip_prompt(t: Trajectory, row: dict[str, Any], plain_ids: list[int] | None) -> bool:
-    """Make a trajectory sampled from a transformed prompt (a format hint) read as if sampled from the plain one:
-    every turn's prompt starts with the first turn's prompt (the multi-turn prefix contract), so that prefix is
-    swapped for `plain_ids` in each turn; the row goes back to the plain row (the reward sees the task as it is).
-    The sampler log-probs stay those of the hinted context: they are the behaviour policy's (`t.extra["guided"]`
-    marks it, and the sampler-vs-trainer metrics leave these samples out). Returns False, leaving `t` as sampled,
-    when the prefix contract does not hold or the plain prompt is unknown."""
-    hinted = list(t.turns[0].prompt_ids)
-    if plain_ids is None or any(list(u.prompt_ids[:len(hinted)]) != hinted for u in t.turns):
-        t.metrics["guide_unstripped"] = 1.0
-        return False
-    hint_text = t.prompt_text
-    for u in t.turns:
-        u.prompt_ids = list(plain_ids) + list(u.prompt_ids[len(hinted):])
-    t.row, t.extra["guided"] = row, True
-    t.prompt_text = _plain_text(hint_text, row)
-    t.metrics["guided"] = 1.0
-    return True
-
-
-def _plain_text(hinted_text: str, row: dict[str, Any]) -> str:
-    hint = row.get("format_hint")
-    return hinted_text.replace(f"\n{hint}", "", 1) if hint else hinted_text
 
 
 class SyncCollector:
