@@ -202,10 +202,12 @@ class PolicyGradientStepper:
 
     def apply_overrides(self, ov: Any) -> None:
         """A remedy's overrides (obs/remedies.py) for the next steps: sampling through the collector; the trainer
-        scores at the same temperature as the sampler; the learning rate scaled while it lasts."""
+        scores at the same temperature as the sampler; the learning rate scaled and the entropy bonus on while they
+        last."""
         self.collector.adjust(ov)
         self.trainer.temperature = ov.temperature or self.cfg.sampling.temperature or 1.0
         self.trainer.lr_scale = ov.lr_scale
+        self.trainer.entropy_coef = ov.entropy_coef
 
     # ---- Stepper protocol --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

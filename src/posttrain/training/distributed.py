@@ -102,7 +102,7 @@ def _run(trainer, cmd: tuple, rank: int, world: int, loss_fn, params, token_weig
         return trainer.optim_step()
     if kind == "set":  # a remedy's temperature or learning-rate scale: every rank scores and steps alike
         for k, v in cmd[1].items():
-            if k not in ("temperature", "lr_scale"):
+            if k not in ("temperature", "lr_scale", "entropy_coef"):
                 raise ValueError(f"trainer setting {k!r} cannot be set across ranks")
             setattr(trainer, k, v)
         return None
@@ -161,6 +161,14 @@ class DataParallelTrainer:
     @lr_scale.setter
     def lr_scale(self, value: float) -> None:
         self._send(("set", {"lr_scale": value}))
+
+    @property
+    def entropy_coef(self) -> float:
+        return self.trainer.entropy_coef
+
+    @entropy_coef.setter
+    def entropy_coef(self, value: float) -> None:
+        self._send(("set", {"entropy_coef": value}))
 
     def compute_logprobs(self, batch: Batch, model: Any | None = None) -> list[list[float]]:
         return self.trainer.compute_logprobs(batch, model)  # rank 0 holds a full model: no need to spread it

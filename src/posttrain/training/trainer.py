@@ -44,6 +44,7 @@ class Trainer:
         self.prefix_sharing = prefix_sharing
         self.temperature = temperature if temperature > 0 else 1.0
         self.lr_scale = 1.0  # a remedy may lower the learning rate for a while (obs/remedies.py)
+        self.entropy_coef = 0.0  # a remedy's entropy bonus (obs/remedies.py): loss -= coef x mean token entropy
         self.chunk = logits_chunk_tokens  # > 0: never hold a micro-batch's full logits (train/logprobs.py)
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
@@ -123,6 +124,13 @@ class Trainer:
                                               metric_mask_BT=t.mask_BT * opinion_BT)
                 loss = loss + d_loss
                 m.update({k.replace("teacher/", f"{params.distill_prefix}/", 1): v for k, v in d_m.items()})
+            if self.entropy_coef > 0:
+                # d/dθ H(π) = -E_y[log π(y) ∇ log π(y)] over the sampled tokens (score function; E[∇ log π] = 0), so
+                # `mean(logp.detach() * logp)` has minus the entropy's gradient: adding it raises entropy. No
+                # full-vocabulary entropy with a graph, and it aggregates over the batch's tokens like the loss.
+                bonus = (t.logp_BT.detach() * t.logp_BT * t.mask_BT).sum() / max(total_tokens, 1.0)
+                loss = loss + self.entropy_coef * bonus
+                m["entropy_bonus"] = float(self.entropy_coef)
             if not torch.isfinite(loss):
                 self._poisoned = True
                 continue
