@@ -47,3 +47,22 @@ def test_end_to_end_on_tiny_random(tmp_path):
                             "task.options.n_train=4", "task.options.n_eval=2"])
     assert r.exit_code == 0, _out(r)
     assert "pass@1 (labels, eval only):" in r.stdout and "maj@4 (majority right):" in r.stdout
+
+
+def test_label_free_training_records_no_pass_and_is_not_called_a_stall(tmp_path):
+    """The training rows have no labels, so their "pass" would always be 0% and read as a plateau without a pass
+    (a 30-step arith run was flagged from step 5). Train records leave the pass out; the eval keeps its own."""
+    import json
+
+    r = runner.invoke(app, ["ttrl", "--task", "arith", "model.name=tiny-random", "loop.steps=6", "model.threads=1",
+                            "loop.prompts_per_step=2", "algorithm.num_generations=4", "loop.eval_prompts=2",
+                            "sampling.max_tokens=4", f"run.output_dir={tmp_path}", "logging.console=false",
+                            "task.options.n_train=4", "task.options.n_eval=2", "diagnostics.plateau_window=2",
+                            "diagnostics.remedies.enabled=true"])
+    assert r.exit_code == 0, _out(r)
+    recs = [json.loads(x) for f in tmp_path.glob("*/metrics.jsonl") for x in f.read_text().splitlines()]
+    train = [x for x in recs if x.get("kind") == "train"]
+    assert len(train) == 6 and not any(k.startswith(("pass_rate", "pass/")) for x in train for k in x)
+    assert any("eval/pass_rate" in x for x in recs if x.get("kind") == "eval")
+    names = {x.get("name") for x in recs if x.get("kind") == "diagnostic"}
+    assert "plateau_no_pass" not in names and not any(x.get("kind") == "remedy" for x in recs)

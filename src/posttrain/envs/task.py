@@ -45,6 +45,9 @@ class Task:
     # LLM judges the task uses or offers, by name (rewards/judges/): `posttrain judge audit` audits them against
     # the rubric's pass component (the programmatic verifier), and their metrics join each step's.
     judges: dict[str, Any] = field(default_factory=dict)
+    # Whether a training sample can pass at all. Label-free training (TTRL) has no headline on its training rows
+    # (the labels are held out), so its train records carry no pass rate and the pass-based diagnostics skip it.
+    train_pass: bool = True
     # What went wrong, in words, for samples that did not pass (envs/feedback.py): fn(completions, **columns) ->
     # one short text or None per completion. Stored on Trajectory.feedback; algorithm.hint_distill's teacher reads it.
     feedback: Callable[..., Any] | None = None

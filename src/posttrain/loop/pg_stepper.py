@@ -144,6 +144,8 @@ class PolicyGradientStepper:
         trajs = [t for g in collected.all_groups for t in g.trajectories_G]
         m.update(rollout_metrics(trajs))
         m.update(pass_rates(trajs, self.pass_thresholds))
+        if not getattr(self.task, "train_pass", True):  # label-free training: a 0% "pass" would read as a stall
+            m = {k: v for k, v in m.items() if not (k.startswith("pass_rate") or k.startswith("pass/"))}
         m.update(drain_task_metrics(self.task))
         for plugin in self.plugins.values():
             m.update(plugin.metrics(trajs))

@@ -111,6 +111,8 @@ class Remedies:
         groups differ": on partial_credit (seed 0) groups that differ only by 0 vs 0.3 came every other step,
         and the boost decayed before a full answer was ever sampled."""
         # With guided samples in the step, only the plain ones count: a pass the hint made is not the policy's.
+        if "pass_rate" not in record:
+            return  # no headline on the training samples (label-free training): nothing to call a stall
         passed = float(record.get("pass_rate/unguided", record.get("pass_rate", 0.0)) or 0.0) > 0.0
         self.steps_without_pass = 0 if passed else self.steps_without_pass + 1
         early = 0 < self.cfg.no_pass_steps <= self.steps_without_pass

@@ -67,7 +67,7 @@ def make_task(base: str = "arith", mode: str = "majority", extractor: str | None
     rubric = Rubric([RewardComponent("label_match", audit, weight=0.0)], pass_component="label_match")
     return dataclasses.replace(inner, name=f"ttrl-{inner.name}", train_rows=train_rows, eval_rows=eval_rows,
                                rubric=rubric, group_rewards=[votes], group_reward_weights=[1.0], smoke_checks=checks,
-                               demonstrate=None, judges={},
+                               demonstrate=None, judges={}, train_pass=False,
                                description=f"TTRL on {inner.name}: majority-vote reward ({name}, tie={tie})")
 
 
