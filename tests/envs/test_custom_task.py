@@ -11,11 +11,13 @@ def test_example_custom_task_loads_and_scores():
     assert not task.conversational and len(task.eval_rows) == 40 and task.stop == ["\n"]
     row = task.train_rows[0]
     visits = int(row["prompt"].split(" times")[0].split()[-1])
-    good, wordy = f" {row['answer']}", f" It opened in {row['answer']}."
+    good, wordy, shorter = f" {row['answer']}", f" It opened in {row['answer']}.", f" in {row['answer']}"
     distractor = f" {visits}"  # the other number in the sentence
-    scores = task.rubric.score([good, wordy, distractor], [row, row, row])
-    assert [s.reward for s in scores] == [2.0, 1.0, 0.0]
-    assert [s.passed for s in scores] == [True, False, False]
+    scores = task.rubric.score([good, wordy, shorter, distractor], [row] * 4)
+    # the shaping pays 1/words for the right year: a shorter right reply beats a wordier one (a group of
+    # right-but-wordy replies keeps a direction), the bare year gets the headline too
+    assert [s.reward for s in scores] == [2.0, 0.25, 0.5, 0.0]
+    assert [s.passed for s in scores] == [True, False, False, False]
     # held-out sentences are new ones
     assert not {r["prompt"] for r in task.eval_rows} & {r["prompt"] for r in task.train_rows}
 
