@@ -78,52 +78,18 @@ def score_completion(task: Task, row: dict[str, Any], text: str, completion_ids:
     return s
 
 
-def play_episode(task: Task, row: dict[str, Any], replies: list[str]) -> Any:
-    """Play `replies` as a scripted policy through the env the task trains in and score the episode. Runs on the
-    tiny-random tokenizer (built in memory, nothing to download): the check is about the env, not a model.
-    Returns the scored Trajectory (it has `reward`, `passed`, `failed` and `error`, like a rubric Score)."""
-    from posttrain.envs.base import make_env
-    from posttrain.envs.tasks.code_tests import run_sync
-    from posttrain.sampling.scripted import ScriptedSampler
-    from posttrain.types import SampleParams
-
-    tok = _check_tokenizer()
-    params = SampleParams(max_tokens=task.max_tokens or 256, stop=list(task.stop))
-    env = make_env(task, tok, params)
-    sampler = ScriptedSampler(tok, list(replies), stop_ends_reply=True)
-
-    async def episode() -> Any:
-        traj = await env.rollout(row, sampler, params)
-        await env.score([traj])
-        return traj
-
-    traj = run_sync(episode)
-    if sampler.calls > len(replies):  # the script ran out and cycled: what was scored is not the scripted episode
-        traj.passed, traj.failed = False, True
-        traj.error = f"the env asked for {sampler.calls} replies, the script has {len(replies)}"
-    return traj
-
-
-_TOKENIZER: list[Any] = []
-
-
-def _check_tokenizer() -> Any:
-    # One tokenizer for every check: ToolEnv checks a tokenizer's chat template once per object.
-    if not _TOKENIZER:
-        from posttrain.models.tiny import tiny_tokenizer
-
-        _TOKENIZER.append(tiny_tokenizer())
-    return _TOKENIZER[0]
-
-
 def _run_once(task: Task, check: SmokeCheck) -> tuple[str, str, bool]:
     """(expected, got, ok) for one attempt. Any exception is a failed attempt, never a crash of the check."""
     try:
         if check.command is not None:
             return _run_command_check(check)
         row = check.row or task.train_rows[0]
-        s = play_episode(task, row, check.replies) if check.replies is not None else \
-            score_completion(task, row, check.completion or "")
+        if check.replies is not None:
+            from posttrain.envs.play import play_episode
+
+            s = play_episode(task, row, check.replies)
+        else:
+            s = score_completion(task, row, check.completion or "")
         got = f"reward={s.reward:.2f} passed={s.passed}" + (f" error={s.error[:80]}" if s.error else "")
         if check.expect == "no_error":
             return "scores without error", got, not s.failed

@@ -26,11 +26,11 @@ class RepoEpisode:
     tools' schemas to the prompt (every tool sees an empty repository, and run_tests refuses)."""
 
     def __init__(self, sources: dict[str, str], tests: dict[str, str], grade: Grade | None,
-                 require_submit: bool = True):
+                 require_submit: bool = True, detect_hacks: bool = True):
         self.repo = RepoCopy(sources, tests)
         self.start = dict(self.repo.sources)
         self._grade = grade
-        self.require_submit = require_submit
+        self.require_submit, self.detect_hacks = require_submit, detect_hacks
         self.tests_run = self.edits = 0
         self.tested_after_edit = False
         self.submitted = False
@@ -109,7 +109,7 @@ class RepoEpisode:
             g = await self._grade(dict(self.repo.sources))
             grade = {"score": float(g.score), "passed": int(g.passed), "total": int(g.total), "trust": g.trust,
                      "error": g.error}
-        flags = hack_flags(self.start, self.repo.sources)
+        flags = hack_flags(self.start, self.repo.sources) if self.detect_hacks else []
         all_pass = grade is not None and grade["total"] > 0 and grade["passed"] == grade["total"]
         metrics = {"resolved": float(all_pass and not flags), "submitted": float(self.submitted),
                    "tests_run_before_submit": float(self.tests_run), "edits": float(self.edits),

@@ -65,12 +65,13 @@ class Grader:
         return await self.pool.grade_pytest(sources, data.pristine_tests(kind, repo), mode=self.mode)
 
 
-def episode_factory(grader: Grader, require_submit: bool = True):
+def episode_factory(grader: Grader, require_submit: bool = True, detect_hacks: bool = True):
     """Task.episode: a fresh RepoEpisode per rollout, on a copy of the row's starting sources."""
 
     def episode(row: dict[str, Any]) -> RepoEpisode:
         tests = data.pristine_tests(row["kind"], row["repo"])  # a fresh copy for the agent to read
-        return RepoEpisode(row["files"], tests, functools.partial(grader, row["kind"], row["repo"]), require_submit)
+        grade = functools.partial(grader, row["kind"], row["repo"])
+        return RepoEpisode(row["files"], tests, grade, require_submit, detect_hacks)
 
     return episode
 
@@ -173,7 +174,7 @@ def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
         max_tokens=max_tokens,
         stop=["</tool_call>"],  # one call per reply; the parser accepts the call without its closing tag
         tools=RepoEpisode({}, {}, None).tools,  # schemas for the prompt; each episode gets its own (episode=)
-        episode=episode_factory(grader, require_submit),
+        episode=episode_factory(grader, require_submit, detect_hacks),
         max_turns=max_turns, final_tool="submit", tool_timeout_s=tool_timeout_s,
         demonstrate=demonstrate)
     task.smoke_checks = smoke_checks(train)
