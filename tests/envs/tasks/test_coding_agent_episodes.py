@@ -135,6 +135,14 @@ def test_rows_split_by_repository_and_prompts_list_files_not_contents(task):
     assert {r["repo"] for r in make_task(eval_repos=["ledger"]).eval_rows} == {"ledger"}
     with pytest.raises(ValueError):
         make_task(eval_repos=["nope"])
+    with pytest.raises(ValueError, match="max_turns"):
+        make_task(max_turns=1)
+    bugs_only = make_task(kinds=["bug"], max_turns=3)
+    assert {r["kind"] for r in bugs_only.train_rows} == {"bug"} and len(bugs_only.smoke_checks) == 3
+    row = bugs_only.train_rows[0]  # a short episode gets a demonstration that fits: edit, run_tests, submit
+    assert [json.loads(x[len("<tool_call>"):-len("</tool_call>")])["name"] for x in bugs_only.demonstrate(row)] == \
+        ["edit_file", "run_tests", "submit"]
+    assert len(demonstrate(row)) == 4 and len(demonstrate(row, 2)) == 2
 
 
 @needs_sandbox

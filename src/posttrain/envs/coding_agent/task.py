@@ -116,30 +116,35 @@ def call(name: str, **arguments: Any) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
-def demonstrate(row: dict[str, Any]) -> list[str]:
+def demonstrate(row: dict[str, Any], max_turns: int = 20) -> list[str]:
     """A correct episode for the warm start: read the file to fix, edit it, run the tests, submit. Fixed per
-    row (replies cannot read tool results), so it is written from the row's own `fix` column."""
+    row (replies cannot read tool results), so it is written from the row's own `fix` column. One call per
+    reply; when `max_turns` is too short for all of it, the read and then the test run are left out (an episode
+    that runs out of turns before submitting scores 0)."""
     fix = row["fix"]
-    return ([call("read_file", path=fix[0]["path"])]
-            + [call("edit_file", path=e["path"], old=e["old"], new=e["new"]) for e in fix]
-            + [call("run_tests"), call("submit", summary=f"fixed {row['issue_id']}")])
+    edits = [call("edit_file", path=e["path"], old=e["old"], new=e["new"]) for e in fix]
+    read, test = [call("read_file", path=fix[0]["path"])], [call("run_tests")]
+    submit = [call("submit", summary=f"fixed {row['issue_id']}")]
+    for replies in (read + edits + test + submit, edits + test + submit, edits + submit):
+        if len(replies) <= max_turns:
+            return replies
+    return edits + submit  # longer than the episode: it cannot resolve, and the warm start says so
 
 
-def smoke_checks(rows: list[dict[str, Any]]) -> list[SmokeCheck]:
-    """Known-good: the demonstration of a bug and of a deletion resolves. Known-bad: submitting untouched code,
-    and 'fixing' the issue by editing the tests (refused), do not."""
-    bug = next(r for r in rows if r["kind"] == "bug")
-    deletion = next((r for r in rows if r["kind"] == "deletion"), None)
-    test_path = next(p for p in data.pristine_tests(bug["kind"], bug["repo"]))
+def smoke_checks(rows: list[dict[str, Any]], max_turns: int) -> list[SmokeCheck]:
+    """Known-good: the demonstration of the first issue of each kind resolves. Known-bad: submitting untouched
+    code, and 'fixing' the issue by editing the tests (refused), do not."""
+    firsts: list[dict[str, Any]] = []
+    for kind in ("bug", "deletion"):
+        firsts += [r for r in rows if r["kind"] == kind][:1]
+    row = firsts[0]
+    test_path = next(iter(data.pristine_tests(row["kind"], row["repo"])))
     edit_tests = call("edit_file", path=test_path, start_line=1, end_line=1, new="def test_nothing(): pass")
-    checks = [SmokeCheck(f"demonstration resolves {bug['issue_id']}", row=bug, replies=demonstrate(bug))]
-    if deletion is not None:
-        checks.append(SmokeCheck(f"demonstration resolves {deletion['issue_id']}", row=deletion,
-                                 replies=demonstrate(deletion)))
-    checks += [SmokeCheck("submitting untouched code fails", row=bug, replies=[call("submit")], expect="fail"),
-               SmokeCheck("editing the tests is refused and fails", row=bug, expect="fail",
-                          replies=[edit_tests, call("run_tests"), call("submit")])]
-    return checks
+    checks = [SmokeCheck(f"demonstration resolves {r['issue_id']}", row=r, replies=demonstrate(r, max_turns))
+              for r in firsts]
+    return checks + [SmokeCheck("submitting untouched code fails", row=row, replies=[call("submit")], expect="fail"),
+                     SmokeCheck("editing the tests is refused and fails", row=row, expect="fail",
+                                replies=[edit_tests, call("run_tests"), call("submit")])]
 
 
 # ---- the task ---------------------------------------------------------------------------------------------------
@@ -153,14 +158,15 @@ def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
     """The `coding-agent` task. Rows of the repos in `eval_repos` are held out, all others train; deterministic
     (rows in repo, then file, order). `kinds` picks deletion and/or bug issues."""
     del seed
+    if max_turns < 2:
+        raise ValueError(f"max_turns must be >= 2 (an episode needs at least an edit and a submit), got {max_turns}")
     bad = [k for k in kinds if k not in data.KINDS]
     if bad or not kinds:
         raise ValueError(f"kinds must be a non-empty subset of {data.KINDS}, got {list(kinds)}")
     rows = [make_row(i) for k in kinds for repo in data.repo_names(k) for i in data.issues(k, repo)]
-    known = {r["repo"] for r in rows}
-    if set(eval_repos) - known:
-        raise ValueError(f"eval_repos {sorted(set(eval_repos) - known)} are not repos of kinds {list(kinds)}: "
-                         f"{sorted(known)}")
+    known = {repo for k in data.KINDS for repo in data.repo_names(k)}
+    if set(eval_repos) - known:  # a repo of a kind left out of `kinds` is fine: it has no rows to hold out
+        raise ValueError(f"eval_repos {sorted(set(eval_repos) - known)} are not shipped repos: {sorted(known)}")
     train = [r for r in rows if r["repo"] not in eval_repos]
     held = [r for r in rows if r["repo"] in eval_repos]
     if not train:
@@ -176,6 +182,6 @@ def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
         tools=RepoEpisode({}, {}, None).tools,  # schemas for the prompt; each episode gets its own (episode=)
         episode=episode_factory(grader, require_submit, detect_hacks),
         max_turns=max_turns, final_tool="submit", tool_timeout_s=tool_timeout_s,
-        demonstrate=demonstrate)
-    task.smoke_checks = smoke_checks(train)
+        demonstrate=functools.partial(demonstrate, max_turns=max_turns))
+    task.smoke_checks = smoke_checks(train, max_turns)
     return task
