@@ -53,6 +53,32 @@ def test_pass_everything_grader_is_caught():
     assert right.ok and not wrong.ok
 
 
+def test_scripted_episode_checks_play_through_the_tool_env():
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    def answer(text: str) -> str:
+        """Final answer."""
+        return "ok"
+
+    def correct(completions, tool_calls, **kw):  # the answer counts only after the tool was used
+        return [float(c[0]["content"] == "5" and any(x["name"] == "add" for x in calls))
+                for c, calls in zip(completions, tool_calls)]
+
+    rows = [{"prompt": [{"role": "user", "content": "2+3?"}]}]
+    t = Task("tooly", rows, [], Rubric([RewardComponent("correct", correct)]), tools=[add, answer], max_turns=3,
+             final_tool="answer", stop=["</tool_call>"])
+    add_call = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+    answer_call = '<tool_call>{"name": "answer", "arguments": {"text": "5"}}</tool_call>'
+    t.smoke_checks = [K.SmokeCheck("uses the tool", replies=[add_call, answer_call]),
+                      K.SmokeCheck("answers blind", replies=[answer_call], expect="fail"),
+                      K.SmokeCheck("script too short", replies=[add_call], expect="fail", max_attempts=1)]
+    good, blind, short = K.check_task(t)
+    assert good.ok and good.got.startswith("reward=1.00 passed=True") and blind.ok
+    assert not short.ok and "the script has 1" in short.got  # the env asked for more replies than it had
+
+
 def test_flaky_check_passes_on_a_later_attempt():
     calls = []
 

@@ -6,8 +6,8 @@ import time
 import pytest
 
 from posttrain.envs.task import Task
-from posttrain.envs.tool_env import ToolEnv, turn_end_text
-from posttrain.envs.tools import Tool, call_tool, parse_calls
+from posttrain.envs.tool_env import EpisodeEnd, ToolEnv, turn_end_text
+from posttrain.envs.tools import Tool, ToolError, call_tool, parse_calls
 from posttrain.models.template_check import ChatTemplateError, check_prefix_property
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.sampling.scripted import ScriptedSampler as _Scripted
@@ -132,3 +132,70 @@ def test_prefix_check_passes_chatml_and_catches_a_broken_template(tiny):
             ToolEnv(_task(), tok, SampleParams(), [add])
     finally:
         tok.chat_template = orig
+
+
+class _Counter:
+    """Per-episode state for the hook test: a counter only this episode's `bump` calls move."""
+
+    def __init__(self, row):
+        self.n, self.row = 0, row
+        self.tools = [self.bump, self.answer]
+
+    def bump(self, by: int = 1) -> str:
+        """Add to the counter."""
+        if by < 0:
+            raise ToolError("by must be >= 0")
+        self.n += by
+        return str(self.n)
+
+    def answer(self, text: str) -> str:
+        """Final answer."""
+        return "ok"
+
+    async def finish(self, final_call):
+        return EpisodeEnd(metrics={"count": float(self.n)},
+                          columns={"count": self.n, "answered": final_call is not None})
+
+
+def test_per_episode_tools_are_fresh_and_finish_reaches_metrics_and_rubric(tiny):
+    _, tok = tiny
+    seen = []
+
+    def counted(completions, count, answered, **kw):
+        seen.append((list(count), list(answered)))
+        return [float(c == 2) for c in count]
+
+    rows = [{"prompt": [{"role": "user", "content": "count"}]}]
+    task = Task("t", rows, rows, Rubric([RewardComponent("counted", counted)]))
+    made = []
+    task.episode = lambda row: made.append(_Counter(row)) or made[-1]
+    template = _Counter(None)
+    env = ToolEnv(task, tok, SampleParams(), template.tools, final_tool="answer", max_turns=4)
+    bump = '<tool_call>{"name": "bump", "arguments": {"by": 1}}</tool_call>'
+    bad = '<tool_call>{"name": "bump", "arguments": {"by": -1}}</tool_call>'
+    answer = '<tool_call>{"name": "answer", "arguments": {"text": "done"}}</tool_call>'
+
+    async def both():  # two episodes at once: each bumps its own counter
+        return await asyncio.gather(env.rollout(rows[0], ScriptedSampler(tok, [bump, bad, bump, answer])),
+                                    env.rollout(rows[0], ScriptedSampler(tok, [bump, answer])))
+
+    a, b = asyncio.run(both())
+    asyncio.run(env.score([a, b]))
+    assert len(made) == 2 and template.n == 0 and sorted(e.n for e in made) == [1, 2]
+    assert a.metrics["count"] == 2 and b.metrics["count"] == 1 and a.metrics["tool_errors"] == 1
+    assert seen == [([2, 1], [True, True])] and a.reward == 1.0 and b.reward == 0.0
+    tool_msgs = [m["content"] for m in a.extra["messages"] if m["role"] == "tool"]
+    assert tool_msgs[1] == "error: bump: by must be >= 0"  # a ToolError reads without an exception type
+
+
+def test_episode_tools_must_match_the_prompted_ones(tiny):
+    _, tok = tiny
+
+    class Odd(_Counter):
+        def __init__(self, row):
+            super().__init__(row)
+            self.tools = [self.bump]
+
+    env = ToolEnv(_task(), tok, SampleParams(), [add], episode_factory=Odd)
+    with pytest.raises(ValueError, match="differ"):
+        asyncio.run(env.rollout(env.task.train_rows[0], ScriptedSampler(tok, ["x"])))

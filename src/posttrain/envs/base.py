@@ -31,6 +31,19 @@ class Env(Protocol):
     async def score(self, trajectories: list[Trajectory]) -> None: ...
 
 
+def make_env(task: Any, tokenizer: Any, params: SampleParams) -> Env:
+    """The env a task runs in: its own (Task.env_factory), else a ToolEnv when it has tools, else single-turn."""
+    from posttrain.envs.single_turn import SingleTurnEnv
+    from posttrain.envs.tool_env import ToolEnv
+
+    if task.env_factory is not None:
+        return task.env_factory(task, tokenizer, params)
+    if task.tools:
+        return ToolEnv(task, tokenizer, params, task.tools, max_turns=max(task.max_turns, 1),
+                       tool_timeout_s=task.tool_timeout_s, final_tool=task.final_tool)
+    return SingleTurnEnv(task, tokenizer, params)
+
+
 async def score_groups(env: Env, groups_G: list[list[Trajectory]]) -> None:
     """Score every trajectory (one batched `env.score` call), then apply the task's group rewards per group.
 

@@ -26,12 +26,15 @@ MAX_ATTEMPTS = 5
 
 @dataclass
 class SmokeCheck:
-    """One check. Either `completion` scored against `row` (expect "pass", "fail" or "no_error"), or
-    `command` run in the sandbox with `expect_output` a substring its stdout must contain."""
+    """One check. Either `completion` scored against `row` (expect "pass", "fail" or "no_error"), or `replies`:
+    a scripted episode played through the task's own env and scored the same way (for multi-turn tasks whose
+    reward depends on what the tools did), or `command` run in the sandbox with `expect_output` a substring its
+    stdout must contain."""
 
     name: str
     row: dict[str, Any] | None = None
     completion: Any = None
+    replies: list[str] | None = None
     expect: Literal["pass", "fail", "no_error"] = "pass"
     command: str | list[str] | None = None
     expect_output: str | None = None
@@ -80,7 +83,13 @@ def _run_once(task: Task, check: SmokeCheck) -> tuple[str, str, bool]:
     try:
         if check.command is not None:
             return _run_command_check(check)
-        s = score_completion(task, check.row or task.train_rows[0], check.completion or "")
+        row = check.row or task.train_rows[0]
+        if check.replies is not None:
+            from posttrain.envs.play import play_episode
+
+            s = play_episode(task, row, check.replies)
+        else:
+            s = score_completion(task, row, check.completion or "")
         got = f"reward={s.reward:.2f} passed={s.passed}" + (f" error={s.error[:80]}" if s.error else "")
         if check.expect == "no_error":
             return "scores without error", got, not s.failed

@@ -3,7 +3,8 @@
 The factory returns a Task, or a dict / tuple with the prompts and reward functions:
     {"train": rows_or_dataset, "eval": rows_or_dataset (optional), "rewards": [fn, ...], "weights": [...]}
     (train_rows, reward_funcs)
-Optional dict keys: "max_tokens", "stop", and for tool use "tools" (plain functions), "max_turns", "final_tool";
+Optional dict keys: "max_tokens", "stop", and for tool use "tools" (plain functions), "max_turns", "final_tool",
+"episode" (row -> per-episode tools, see envs/tool_env.py);
 "env_factory" for any other Env; "demonstrate" (row -> replies) for a supervised warm start (`warm_start.steps`).
 A sample passes when the first reward function scores >= 1.0 (the others only shape the reward).
 Rows may be a list of dicts or a `datasets.Dataset`. Without eval rows, 10% of train (at most 64) is held out.
@@ -109,7 +110,7 @@ def to_task(out: Any, name: str, seed: int = 0) -> Task:
     return Task(name=name, train_rows=train, eval_rows=evals, rubric=rubric, max_tokens=out.get("max_tokens"),
                 stop=list(out.get("stop") or []), tools=list(out.get("tools") or []),
                 max_turns=int(out.get("max_turns", 4 if out.get("tools") else 1)), final_tool=out.get("final_tool"),
-                env_factory=out.get("env_factory"), demonstrate=out.get("demonstrate"),
+                episode=out.get("episode"), env_factory=out.get("env_factory"), demonstrate=out.get("demonstrate"),
                 group_rewards=list(out.get("group_rewards") or []))
 
 

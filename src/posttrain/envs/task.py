@@ -28,6 +28,10 @@ class Task:
     max_turns: int = 1
     final_tool: str | None = None  # calling this tool ends the episode; its first argument is the answer
     tool_timeout_s: float = 10.0
+    # Tools with per-episode state: episode(row) -> an object whose `tools` serve one rollout only (e.g. bound to
+    # that episode's own copy of a repo) and whose optional `finish(final_call)` reports metrics and reward
+    # columns when it ends (envs/tool_env.py). `tools` above still lists the schemas shown in the prompt.
+    episode: Callable[[dict[str, Any]], Any] | None = None
     # Any other environment: env_factory(task, tokenizer, sample_params) -> an Env (envs/base.py). Wins over tools.
     env_factory: Callable[..., Any] | None = None
     # Demonstrations for a supervised warm start (loop/warm_start.py, `warm_start.steps`): demonstrate(row) -> the

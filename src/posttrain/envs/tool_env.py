@@ -14,12 +14,21 @@ tool or a timeout likewise. None of them stop the run.
 Rewards: the task's rubric scores the final answer; reward functions also receive `tool_calls` (the list of
 calls of the episode) and `num_turns` as columns. An optional `turn_reward(turn_index, text, results) -> float`
 adds per-turn shaping.
+
+Per-episode tools (`Task.episode`, or `episode_factory`): tools with state (an episode's own copy of a repo) must
+not be shared by the episodes running at once. `episode_factory(row)` makes a fresh object per rollout; its
+`tools` serve that rollout only (same names as the env's `tools`, which still write the system prompt). When the
+episode ends, its optional `finish(final_call)` (sync or async; `final_call` is the call of the `final_tool`, or
+None when the episode ended otherwise) returns an EpisodeEnd: metrics merged into `Trajectory.metrics`, and
+columns the rubric receives for this episode (e.g. the grade of the final state).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain.envs.single_turn import _prompt_text, score_with_rubric
@@ -30,6 +39,14 @@ from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory, Turn
 
 _checked: set[int] = set()
+
+
+@dataclass
+class EpisodeEnd:
+    """What an episode's own tool state reports when the episode ends (see the module doc)."""
+
+    metrics: dict[str, float] = field(default_factory=dict)  # merged into Trajectory.metrics
+    columns: dict[str, Any] = field(default_factory=dict)  # extra reward-function columns for this episode
 
 
 def turn_end_text(tok: Any) -> str:
@@ -46,7 +63,7 @@ class ToolEnv:
                  max_turns: int = 4, tool_timeout_s: float = 10.0, final_tool: str | None = None,
                  tool_role: str = "tool", system_prompt: str | None = None,
                  turn_reward: Callable[[int, str, list[ToolResult]], float] | None = None,
-                 check_template: bool = True):
+                 check_template: bool = True, episode_factory: Callable[[dict[str, Any]], Any] | None = None):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         self.task, self.tok, self.params = task, tokenizer, params
@@ -55,6 +72,8 @@ class ToolEnv:
             raise ValueError(f"final_tool {final_tool!r} is not one of the tools {sorted(self.tools)}")
         self.max_turns, self.tool_timeout_s, self.final_tool = max_turns, tool_timeout_s, final_tool
         self.tool_role, self.turn_reward = tool_role, turn_reward
+        # Default: the task's own, so every ToolEnv built for a task with per-episode state gets fresh tools.
+        self.episode_factory = episode_factory if episode_factory is not None else getattr(task, "episode", None)
         self.system_prompt = system_prompt if system_prompt is not None else tools_system_prompt(list(self.tools.values()))
         if check_template and id(tokenizer) not in _checked:
             check_prefix_property(tokenizer, tool_role=tool_role)
@@ -87,6 +106,8 @@ class ToolEnv:
 
     async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
         params = params or self.params
+        episode = self.episode_factory(row) if self.episode_factory is not None else None
+        tools = self.tools if episode is None else self._episode_tools(episode)
         msgs = self.initial_messages(row)
         ids = render_ids(self.tok, msgs, add_generation_prompt=True)
         turns: list[Turn] = []
@@ -94,6 +115,7 @@ class ToolEnv:
         stats = {"tool_calls": 0.0, "tool_errors": 0.0, "malformed_calls": 0.0, "tool_timeouts": 0.0}
         turn_bonus, answer = 0.0, ""
         feedback: tuple[str, int] | None = None
+        final_call: dict[str, Any] | None = None
         for k in range(self.max_turns):
             (c,), = await sampler.sample([ids], params, n=1)
             turns.append(Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
@@ -114,7 +136,7 @@ class ToolEnv:
                 if call["name"] == self.final_tool:
                     final = call
                     break
-                r = await call_tool(self.tools, call, self.tool_timeout_s)
+                r = await call_tool(tools, call, self.tool_timeout_s)
                 stats["tool_errors"] += not r.ok
                 if not r.ok and feedback is None:  # the first thing that went wrong, and the turn that did it
                     feedback = (f"turn {k + 1}: the call {call['name']}({_short(call.get('arguments'))}) "
@@ -124,6 +146,7 @@ class ToolEnv:
             if self.turn_reward is not None:
                 turn_bonus += float(self.turn_reward(k, c.text, results))
             if final is not None:
+                final_call = final
                 answer = str(next(iter(final["arguments"].values()), "")) if final["arguments"] else ""
                 break
             if k == self.max_turns - 1:
@@ -131,17 +154,43 @@ class ToolEnv:
             msgs += [{"role": self.tool_role, "content": r.content} for r in results]
             ids = ids + list(c.token_ids) + self._env_tokens(msgs, len(results), c.token_ids)
         stats["turns"] = float(len(turns))
+        extra: dict[str, Any] = {"tool_calls": calls_log, "messages": msgs[1:]}
+        if episode is not None:
+            end = await _finish(episode, final_call)
+            stats.update(end.metrics)
+            extra["episode_columns"] = end.columns
         return Trajectory(turns=turns, prompt_text=_prompt_text(row["prompt"]), completion_text=answer, row=row,
-                          metrics={**stats, "turn_reward": turn_bonus},
-                          extra={"tool_calls": calls_log, "messages": msgs[1:]},
+                          metrics={**stats, "turn_reward": turn_bonus}, extra=extra,
                           feedback=feedback[0] if feedback else None, feedback_turn=feedback[1] if feedback else None)
+
+    def _episode_tools(self, episode: Any) -> dict[str, Tool]:
+        tools = {t.name: t for t in (x if isinstance(x, Tool) else Tool.from_function(x) for x in episode.tools)}
+        if set(tools) != set(self.tools):
+            raise ValueError(f"the episode's tools {sorted(tools)} differ from the env's {sorted(self.tools)}, "
+                             "which the system prompt lists")
+        return tools
 
     async def score(self, trajectories: list[Trajectory]) -> None:
         score_with_rubric(self.task, trajectories,
-                          lambda t: {"tool_calls": t.extra.get("tool_calls", []), "num_turns": len(t.turns)})
+                          lambda t: {"tool_calls": t.extra.get("tool_calls", []), "num_turns": len(t.turns),
+                                     **t.extra.get("episode_columns", {})})
         for t in trajectories:
             if t.metrics.get("turn_reward"):
                 t.reward += t.metrics["turn_reward"]
+
+
+async def _finish(episode: Any, final_call: dict[str, Any] | None) -> EpisodeEnd:
+    finish = getattr(episode, "finish", None)
+    if finish is None:
+        return EpisodeEnd()
+    end = finish(final_call)
+    if inspect.isawaitable(end):
+        end = await end
+    if end is None:
+        return EpisodeEnd()
+    if not isinstance(end, EpisodeEnd):
+        raise TypeError(f"episode.finish must return an EpisodeEnd or None, got {type(end).__name__}")
+    return end
 
 
 def _short(args: Any, n: int = 120) -> str:

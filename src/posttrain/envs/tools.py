@@ -119,6 +119,11 @@ def _in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> asyncio
     return fut
 
 
+class ToolError(Exception):
+    """Raise from a tool for a mistake the model should read and fix (a bad path, an ambiguous edit): the call
+    comes back as "error: <tool>: <message>" and counts as a tool error, without an exception type name."""
+
+
 @dataclass
 class ToolResult:
     content: str
@@ -145,6 +150,8 @@ async def call_tool(tools: dict[str, Tool], call: dict[str, Any], timeout_s: flo
             out = await asyncio.wait_for(_in_daemon_thread(tool.func, args), timeout_s)
     except asyncio.TimeoutError:
         return ToolResult(f"error: {tool.name} timed out after {timeout_s:g}s", ok=False, timed_out=True)
+    except ToolError as e:
+        return ToolResult(f"error: {tool.name}: {e}", ok=False)
     except Exception as e:  # noqa: BLE001 - a tool's failure is the model's observation, not a crash
         return ToolResult(f"error: {tool.name} raised {type(e).__name__}: {e}", ok=False)
     return ToolResult(out if isinstance(out, str) else json.dumps(out, default=str), ok=True)

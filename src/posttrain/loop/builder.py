@@ -13,9 +13,8 @@ import torch
 
 from posttrain.config.schema import Config
 from posttrain.envs.custom import apply_subset, load_task
-from posttrain.envs.single_turn import SingleTurnEnv
+from posttrain.envs.base import make_env
 from posttrain.envs.task import Task
-from posttrain.envs.tool_env import ToolEnv
 from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
 from posttrain.models.lora import apply_lora, count_parameters
 from posttrain.rewards.judges.setup import configure_task_judges
@@ -102,11 +101,5 @@ def build(cfg: Config, log=print) -> Components:
     trainable, total = count_parameters(model)
     train_params, eval_params = sample_params(cfg, task)
     sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=cfg.run.seed)
-    if task.env_factory is not None:
-        env = task.env_factory(task, tok, train_params)
-    elif task.tools:
-        env = ToolEnv(task, tok, train_params, task.tools, max_turns=max(task.max_turns, 1),
-                      tool_timeout_s=task.tool_timeout_s, final_tool=task.final_tool)
-    else:
-        env = SingleTurnEnv(task, tok, train_params)
+    env = make_env(task, tok, train_params)
     return Components(model, tok, task, env, sampler, ref_model, train_params, eval_params, trainable, total)

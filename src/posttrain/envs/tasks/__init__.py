@@ -13,6 +13,7 @@ BUILTIN_TASKS: dict[str, str] = {
     "code-tests": "posttrain.envs.tasks.code_tests",
     "feature-deletion": "posttrain.envs.tasks.feature_deletion",
     "search-qa": "posttrain.envs.tasks.search_qa",
+    "coding-agent": "posttrain.envs.coding_agent.task",
     "product-blurb": "posttrain.envs.tasks.product_blurb",
     "listing-summary": "posttrain.envs.tasks.listing_summary",
     "reversal": "posttrain.envs.reversal.task",

@@ -1,0 +1,1 @@
+"""gradebook: averages, letter grades and a class ranking."""

@@ -1,0 +1,1 @@
+"""ledger: accounts, postings in integer cents, and statements."""

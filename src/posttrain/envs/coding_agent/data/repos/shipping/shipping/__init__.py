@@ -1,0 +1,1 @@
+"""shipping: a catalog, weight-banded shipping rates, and orders."""

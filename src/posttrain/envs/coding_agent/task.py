@@ -1,0 +1,187 @@
+"""`coding-agent`: fix an issue in a small Python repository over many turns of tool calls.
+
+The agent gets an issue and the repository's file list (not its contents) and works with six tools, each on the
+episode's own copy of the repo (episode.py): list_files, read_file, search, edit_file (string replace or a line
+range), run_tests (the pristine tests, graded in the sandbox) and submit, which ends the episode. Issues are the
+feature-deletion repos' deleted functions and the bugs seeded in the repos written for this task (data.py);
+train and held-out rows are split BY REPOSITORY, so a held-out repo's code is never seen in training.
+
+Reward: the final state, graded at submit against the pristine tests (fraction of tests passed; the pass is all
+of them), 0 without a submit; `grading_trust` (weight 0) says how the grade was obtained and `hack_flagged`
+(weight 0) zeroes samples whose edits add a reward hack (hack_detector). Episode metrics (`episode/<name>`):
+resolved, turns, tool_errors, tests_run_before_submit, edits, verified, submitted. See docs/coding_agent.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from posttrain.envs.check import SmokeCheck
+from posttrain.envs.coding_agent import data
+from posttrain.envs.coding_agent.episode import RepoEpisode
+from posttrain.envs.coding_agent.repo import hack_flags
+from posttrain.envs.task import Task
+from posttrain.rewards.hack_detector import GuardedRubric
+from posttrain.rewards.rubric import RewardComponent
+
+DEFAULT_EVAL_REPOS = ("textkit", "gradebook")  # one of each kind, never trained on
+INSTRUCTIONS = (
+    "Fix the issue in this Python repository. Make one tool call per reply, for example:\n"
+    '<tool_call>{{"name": "read_file", "arguments": {{"path": "{example}"}}}}</tool_call>\n'
+    "Tools: list_files; read_file (shows line numbers); search; edit_file (replace the exact text old with new, "
+    "or the lines start_line to end_line); run_tests (runs the repository's tests; files under tests/ are "
+    "read-only); submit (ends the episode: the tests grade your code).")
+
+
+def prompt_text(issue: data.Issue, tests: list[str]) -> str:
+    files = "\n".join(sorted(issue.sources)) + "".join(f"\n{t} (read-only)" for t in sorted(tests))
+    example = next(p for p in sorted(issue.sources) if not p.endswith("__init__.py"))
+    return f"{INSTRUCTIONS.format(example=example)}\n\nIssue: {issue.text}\n\nFiles:\n{files}"
+
+
+def make_row(issue: data.Issue) -> dict[str, Any]:
+    tests = sorted(data.pristine_tests(issue.kind, issue.repo))
+    return {"prompt": [{"role": "user", "content": prompt_text(issue, tests)}], "kind": issue.kind,
+            "repo": issue.repo, "issue_id": f"{issue.repo}:{issue.id}", "files": dict(issue.sources),
+            "fix": [dict(e) for e in issue.fix]}
+
+
+# ---- grading and the per-episode state --------------------------------------------------------------------------
+
+
+class Grader:
+    """Grades an episode's sources against its repo's pristine tests through one SandboxPool, so the episodes
+    running at once share the pool's concurrency limit."""
+
+    def __init__(self, sandbox: dict[str, Any] | None = None, mode: str | None = None):
+        from posttrain.sandbox import SandboxConfig, SandboxPool
+
+        self.pool = SandboxPool(SandboxConfig(**{"timeout_s": 20.0, **(sandbox or {})}))
+        self.mode = mode  # None: out-of-process where the machine allows it
+
+    async def __call__(self, kind: str, repo: str, sources: dict[str, str]) -> Any:
+        return await self.pool.grade_pytest(sources, data.pristine_tests(kind, repo), mode=self.mode)
+
+
+def episode_factory(grader: Grader, require_submit: bool = True, detect_hacks: bool = True):
+    """Task.episode: a fresh RepoEpisode per rollout, on a copy of the row's starting sources."""
+
+    def episode(row: dict[str, Any]) -> RepoEpisode:
+        tests = data.pristine_tests(row["kind"], row["repo"])  # a fresh copy for the agent to read
+        grade = functools.partial(grader, row["kind"], row["repo"])
+        return RepoEpisode(row["files"], tests, grade, require_submit, detect_hacks)
+
+    return episode
+
+
+# ---- rubric -----------------------------------------------------------------------------------------------------
+
+
+def tests_passed(completions: list[Any], final_grade: list[Any] | None = None, **kwargs: Any) -> list[float]:
+    """The submitted state's fraction of pristine tests passed (graded when the episode ended); 0 when it was
+    not submitted or not graded (e.g. scored outside an episode)."""
+    grades = final_grade if final_grade is not None else [None] * len(completions)
+    return [float(g["score"]) if g else 0.0 for g in grades]
+
+
+def grading_trust(completions: list[Any], final_grade: list[Any] | None = None, **kwargs: Any) -> list[float]:
+    """1 out-of-process, 0 in-process, -1 not graded: logged (weight 0) so a run shows how it was graded."""
+    grades = final_grade if final_grade is not None else [None] * len(completions)
+    return [{"out-of-process": 1.0, "in-process": 0.0}.get(g["trust"], -1.0) if g else -1.0 for g in grades]
+
+
+def hack_flagged(completions: list[Any], files: list[dict[str, str]] | None = None,
+                 final_files: list[Any] | None = None, **kwargs: Any) -> list[float]:
+    """1 when the episode's edits added a reward hack (an early exit, frame introspection, a test-framework
+    patch ...) that the starting code did not have."""
+    if files is None or final_files is None:
+        return [0.0] * len(completions)
+    return [float(bool(f is not None and hack_flags(s, f))) for s, f in zip(files, final_files)]
+
+
+def make_rubric(detect_hacks: bool = True) -> GuardedRubric:
+    components = [RewardComponent("tests_passed", tests_passed, weight=1.0, pass_threshold=1.0),
+                  RewardComponent("grading_trust", grading_trust, weight=0.0, pass_threshold=0.0)]
+    if detect_hacks:  # pass_threshold 1.0: pass/hack_flagged is the flag rate
+        components.append(RewardComponent("hack_flagged", hack_flagged, weight=0.0, pass_threshold=1.0))
+    return GuardedRubric(components=components, pass_component="tests_passed", hack_name="hack_flagged")
+
+
+# ---- demonstrations and smoke checks ----------------------------------------------------------------------------
+
+
+def call(name: str, **arguments: Any) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def demonstrate(row: dict[str, Any], max_turns: int = 20) -> list[str]:
+    """A correct episode for the warm start: read the file to fix, edit it, run the tests, submit. Fixed per
+    row (replies cannot read tool results), so it is written from the row's own `fix` column. One call per
+    reply; when `max_turns` is too short for all of it, the read and then the test run are left out (an episode
+    that runs out of turns before submitting scores 0)."""
+    fix = row["fix"]
+    edits = [call("edit_file", path=e["path"], old=e["old"], new=e["new"]) for e in fix]
+    read, test = [call("read_file", path=fix[0]["path"])], [call("run_tests")]
+    submit = [call("submit", summary=f"fixed {row['issue_id']}")]
+    for replies in (read + edits + test + submit, edits + test + submit, edits + submit):
+        if len(replies) <= max_turns:
+            return replies
+    return edits + submit  # longer than the episode: it cannot resolve, and the warm start says so
+
+
+def smoke_checks(rows: list[dict[str, Any]], max_turns: int) -> list[SmokeCheck]:
+    """Known-good: the demonstration of the first issue of each kind resolves. Known-bad: submitting untouched
+    code, and 'fixing' the issue by editing the tests (refused), do not."""
+    firsts: list[dict[str, Any]] = []
+    for kind in ("bug", "deletion"):
+        firsts += [r for r in rows if r["kind"] == kind][:1]
+    row = firsts[0]
+    test_path = next(iter(data.pristine_tests(row["kind"], row["repo"])))
+    edit_tests = call("edit_file", path=test_path, start_line=1, end_line=1, new="def test_nothing(): pass")
+    checks = [SmokeCheck(f"demonstration resolves {r['issue_id']}", row=r, replies=demonstrate(r, max_turns))
+              for r in firsts]
+    return checks + [SmokeCheck("submitting untouched code fails", row=row, replies=[call("submit")], expect="fail"),
+                     SmokeCheck("editing the tests is refused and fails", row=row, expect="fail",
+                                replies=[edit_tests, call("run_tests"), call("submit")])]
+
+
+# ---- the task ---------------------------------------------------------------------------------------------------
+
+
+def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
+              eval_repos: tuple[str, ...] | list[str] = DEFAULT_EVAL_REPOS, max_turns: int = 20,
+              max_tokens: int = 512, require_submit: bool = True, detect_hacks: bool = True,
+              sandbox: dict[str, Any] | None = None, grading_mode: str | None = None,
+              tool_timeout_s: float = 60.0) -> Task:
+    """The `coding-agent` task. Rows of the repos in `eval_repos` are held out, all others train; deterministic
+    (rows in repo, then file, order). `kinds` picks deletion and/or bug issues."""
+    del seed
+    if max_turns < 2:
+        raise ValueError(f"max_turns must be >= 2 (an episode needs at least an edit and a submit), got {max_turns}")
+    bad = [k for k in kinds if k not in data.KINDS]
+    if bad or not kinds:
+        raise ValueError(f"kinds must be a non-empty subset of {data.KINDS}, got {list(kinds)}")
+    rows = [make_row(i) for k in kinds for repo in data.repo_names(k) for i in data.issues(k, repo)]
+    known = {repo for k in data.KINDS for repo in data.repo_names(k)}
+    if set(eval_repos) - known:  # a repo of a kind left out of `kinds` is fine: it has no rows to hold out
+        raise ValueError(f"eval_repos {sorted(set(eval_repos) - known)} are not shipped repos: {sorted(known)}")
+    train = [r for r in rows if r["repo"] not in eval_repos]
+    held = [r for r in rows if r["repo"] in eval_repos]
+    if not train:
+        raise ValueError("every repo is held out; nothing is left to train on")
+    grader = Grader(sandbox, grading_mode)
+    task = Task(
+        name="coding-agent", train_rows=train, eval_rows=held, rubric=make_rubric(detect_hacks),
+        description=f"Fix an issue in a small Python repo with tools, over up to {max_turns} turns "
+                    f"({len(train)} train issues in {len({r['repo'] for r in train})} repos / {len(held)} held-out "
+                    f"in {len({r['repo'] for r in held})}); reward = fraction of the pristine tests passed at submit.",
+        max_tokens=max_tokens,
+        stop=["</tool_call>"],  # one call per reply; the parser accepts the call without its closing tag
+        tools=RepoEpisode({}, {}, None).tools,  # schemas for the prompt; each episode gets its own (episode=)
+        episode=episode_factory(grader, require_submit, detect_hacks),
+        max_turns=max_turns, final_tool="submit", tool_timeout_s=tool_timeout_s,
+        demonstrate=functools.partial(demonstrate, max_turns=max_turns))
+    task.smoke_checks = smoke_checks(train, max_turns)
+    return task

@@ -1,0 +1,174 @@
+"""The built-in `coding-agent` task: run_tests, the final grade and the episode metrics, whole scripted episodes
+through ToolEnv, the split by repository, demonstrations and the env check."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+from coding_agent_helpers import ScriptedSampler, needs_sandbox, play, run_tool, tool_env
+
+from posttrain.envs.check import check_task
+from posttrain.envs.coding_agent import data
+from posttrain.envs.coding_agent.episode import TOOL_NAMES, first_failure
+from posttrain.envs.coding_agent.task import call, demonstrate, make_task
+from posttrain.envs.tasks import builtin_task_factory
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task()
+
+
+# ---- grading, metrics and whole episodes ------------------------------------------------------------------------
+
+
+@needs_sandbox
+def test_run_tests_counts_and_summarizes(task):
+    row = next(r for r in task.train_rows if r["issue_id"] == "ledger:one-decimal-amounts")
+    ep = task.episode(row)
+    out = asyncio.run(ep.run_tests())
+    assert re.match(r"\d passed, \d failed \(of 8 tests\)\nfirst failure: tests/test_\w+\.py::test_\w+ - ", out), out
+    assert ep.tests_run == 1
+    fix = row["fix"][0]
+    run_tool(ep, "edit_file", path=fix["path"], old=fix["old"], new=fix["new"])
+    assert asyncio.run(ep.run_tests()) == "all 8 tests pass" and ep.tests_run == 2
+
+
+def test_first_failure_reads_pytest_summary():
+    out = ("____ test_mean ____\n/tests/tests/test_stats.py:7: in test_mean\n    assert mean([1, 2, 3]) == 2\n"
+           "E   assert 3.0 == 2\nE    +  where 3.0 = mean([1, 2, 3])\n____ test_var ____\nE   assert 5 == 4\n"
+           "=== short test summary info ===\nFAILED ../../tests/tests/test_stats.py::test_mean - assert 3...\n"
+           "FAILED ../../tests/tests/test_stats.py::test_var - assert 5 == 4\n")
+    assert first_failure(out) == "tests/test_stats.py::test_mean - assert 3.0 == 2"
+    err = "E   ImportError: solution module m: SyntaxError\n=== short ===\nERROR ../../tests/tests/test_m.py\n"
+    assert first_failure(err) == "tests/test_m.py could not be collected - ImportError: solution module m: SyntaxError"
+    assert first_failure("E   TimeoutError\n") == "TimeoutError" and first_failure("") == ""
+
+
+@needs_sandbox
+def test_scripted_episode_resolves_through_tool_env(tiny, task):
+    _, tok = tiny
+    row = next(r for r in task.train_rows if r["issue_id"] == "shipping:lamp-over-limit")
+    fix = row["fix"][0]
+    replies = [call("list_files"), call("read_file", path="shipping/order.py"),
+               call("edit_file", path=fix["path"], old="/ 999", new="/ 1000"),  # a failed edit: not found
+               call("edit_file", path="tests/test_order.py", start_line=1, new="x"),  # refused
+               call("run_tests"), call("edit_file", path=fix["path"], old=fix["old"], new=fix["new"]),
+               call("run_tests"), call("submit", summary="grams to kg")]
+    traj = play(task, tok, row, replies)
+    assert traj.passed and traj.reward == 1.0 and traj.reward_components["grading_trust"] >= 0.0
+    m = traj.metrics
+    assert m["resolved"] == 1.0 and m["turns"] == 8 and m["tests_run_before_submit"] == 2 and m["edits"] == 1
+    assert m["verified"] == 1.0 and m["submitted"] == 1.0 and m["tool_errors"] == 2 and m["tool_calls"] == 8
+    tool_msgs = [x["content"] for x in traj.extra["messages"] if x["role"] == "tool"]
+    assert "not found" in tool_msgs[2] and "read-only" in tool_msgs[3]
+    assert "failed" in tool_msgs[4] and tool_msgs[6].startswith("all ")
+    assert traj.feedback.startswith("turn 3: the call edit_file")  # the first failed call, for hint distillation
+    _, mask, _ = traj.sequence()  # token fidelity holds across the long episode
+    assert sum(mask) == sum(len(t.completion_ids) for t in traj.turns)
+
+
+@needs_sandbox
+def test_no_submit_no_reward_and_submit_ends_the_episode(tiny, task):
+    _, tok = tiny
+    row = task.train_rows[0]
+    demo = demonstrate(row)
+    unsubmitted = play(task, tok, row, demo[:-1] + ["I am done."])
+    assert unsubmitted.reward == 0.0 and unsubmitted.metrics["resolved"] == 0.0
+    assert unsubmitted.reward_components["grading_trust"] == -1.0  # not graded at all
+    early = play(task, tok, row, [call("submit"), *demo])  # nothing after submit runs
+    assert len(early.turns) == 1 and early.metrics["edits"] == 0 and not early.passed
+
+
+@needs_sandbox
+def test_two_episodes_at_once_do_not_share_state(tiny, task):
+    _, tok = tiny
+    row = next(r for r in task.train_rows if r["kind"] == "bug")
+    env = tool_env(task, tok)
+    good, idle = demonstrate(row), [call("list_files"), call("run_tests"), call("submit")]
+
+    async def both():
+        return await asyncio.gather(env.rollout(row, ScriptedSampler(tok, good)),
+                                    env.rollout(row, ScriptedSampler(tok, idle)))
+
+    a, b = asyncio.run(both())
+    asyncio.run(env.score([a, b]))
+    assert a.passed and not b.passed and b.metrics["edits"] == 0
+    assert b.extra["episode_columns"]["final_files"] == row["files"] != a.extra["episode_columns"]["final_files"]
+    fresh = next(i for i in data.issues(row["kind"], row["repo"]) if f"{i.repo}:{i.id}" == row["issue_id"])
+    assert row["files"] == fresh.sources  # the row the episodes started from is untouched
+
+
+def test_hack_in_an_edit_zeroes_the_reward(task):
+    row = next(r for r in task.train_rows if r["kind"] == "bug")
+    path = row["fix"][0]["path"]
+    hacked = {**row["files"], path: "import os\nos._exit(0)\n" + row["files"][path]}
+    cols = {k: v for k, v in row.items() if k != "prompt"}
+    grade = {"score": 1.0, "passed": 8, "total": 8, "trust": "out-of-process", "error": None}
+    honest, hack = task.rubric.score([[{"role": "assistant", "content": ""}]] * 2, [
+        {**cols, "final_grade": grade, "final_files": row["files"], "submitted": True},
+        {**cols, "final_grade": grade, "final_files": hacked, "submitted": True}])
+    assert honest.passed and honest.reward == 1.0
+    assert hack.components["hack_flagged"] == 1.0 and hack.reward == 0.0 and not hack.passed
+
+
+# ---- the task: rows, split, demonstrations, env check -----------------------------------------------------------
+
+
+def test_rows_split_by_repository_and_prompts_list_files_not_contents(task):
+    assert builtin_task_factory("coding-agent") is make_task
+    assert task.max_turns == 20 and task.final_tool == "submit" and task.stop == ["</tool_call>"]
+    assert [t.__name__ for t in task.tools] == TOOL_NAMES
+    train_repos, eval_repos = {r["repo"] for r in task.train_rows}, {r["repo"] for r in task.eval_rows}
+    assert not train_repos & eval_repos and eval_repos == {"textkit", "gradebook"}
+    assert {r["kind"] for r in task.train_rows} == {r["kind"] for r in task.eval_rows} == {"deletion", "bug"}
+    assert len(data.repo_names("bug")) == 3 and sum(r["kind"] == "bug" for r in task.train_rows + task.eval_rows) == 9
+    for row in task.train_rows + task.eval_rows:
+        text = row["prompt"][0]["content"]
+        assert all(p in text for p in row["files"]) and "(read-only)" in text
+        assert "def " not in text and "assert" not in text  # the file list, not the contents
+    again = make_task()
+    assert [r["issue_id"] for r in again.train_rows] == [r["issue_id"] for r in task.train_rows]
+    assert {r["repo"] for r in make_task(eval_repos=["ledger"]).eval_rows} == {"ledger"}
+    with pytest.raises(ValueError):
+        make_task(eval_repos=["nope"])
+    with pytest.raises(ValueError, match="max_turns"):
+        make_task(max_turns=1)
+    bugs_only = make_task(kinds=["bug"], max_turns=3)
+    assert {r["kind"] for r in bugs_only.train_rows} == {"bug"} and len(bugs_only.smoke_checks) == 3
+    row = bugs_only.train_rows[0]  # a short episode gets a demonstration that fits: edit, run_tests, submit
+    assert [json.loads(x[len("<tool_call>"):-len("</tool_call>")])["name"] for x in bugs_only.demonstrate(row)] == \
+        ["edit_file", "run_tests", "submit"]
+    assert len(demonstrate(row)) == 4 and len(demonstrate(row, 2)) == 2
+
+
+@needs_sandbox
+def test_every_issue_fails_at_the_start_and_its_demonstration_resolves_it(task):
+    rows = task.train_rows + task.eval_rows
+
+    async def grade_all():
+        async def one(row):
+            ep = task.episode(row)
+            start = await ep._grade(dict(ep.repo.sources))
+            for e in row["fix"]:
+                ep.repo.edit(e["path"], e["new"], e["old"])
+            return start, await ep._grade(dict(ep.repo.sources))
+
+        return await asyncio.gather(*(one(r) for r in rows))
+
+    results = asyncio.run(grade_all())
+    assert [r["issue_id"] for r, (s, _) in zip(rows, results) if s.score >= 1.0] == []
+    assert [(r["issue_id"], f.error) for r, (_, f) in zip(rows, results) if f.score < 1.0] == []
+    for row in rows:  # the demonstration is the same fix, as tool calls ending in run_tests and submit
+        replies = demonstrate(row)
+        assert json.loads(replies[-1][len("<tool_call>"):-len("</tool_call>")])["name"] == "submit"
+
+
+@needs_sandbox
+def test_env_check_passes(task):
+    results = check_task(task)
+    assert [r.check for r in results if not r.ok] == [] and len(results) == 4
+
