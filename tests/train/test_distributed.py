@@ -57,7 +57,7 @@ def test_two_rank_update_equals_one_rank_update(tiny):
     batch = random_batch(len(tok), n_groups=4, g=3, seed=1)
     one = Trainer(copy.deepcopy(model), pad_id=tok.pad_token_id, lr=1e-2, micro_batch_tokens=64)
     # A remedy's settings (PolicyGradientStepper.apply_overrides) must reach every rank.
-    one.temperature, one.lr_scale = 0.8, 0.5
+    one.temperature, one.lr_scale, one.entropy_coef = 0.8, 0.5, 0.05
     m1 = one.forward_backward(batch, LOSSES["ppo_clip"], LossParams())
     m1.update(one.optim_step())
     # A second step: a rank that stepped with another learning-rate scale would now hold other weights.
@@ -71,7 +71,7 @@ def test_two_rank_update_equals_one_rank_update(tiny):
     two = DataParallelTrainer(Trainer(copy.deepcopy(model), pad_id=tok.pad_token_id, lr=1e-2,
                                       micro_batch_tokens=64), 2)
     try:
-        two.temperature, two.lr_scale = 0.8, 0.5
+        two.temperature, two.lr_scale, two.entropy_coef = 0.8, 0.5, 0.05
         m2 = two.forward_backward(batch, LOSSES["ppo_clip"], LossParams())
         m2.update(two.optim_step())
         m2b = two.forward_backward(batch, LOSSES["ppo_clip"], LossParams())

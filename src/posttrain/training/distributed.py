@@ -28,6 +28,10 @@ from posttrain.training.batching import group_sequences
 from posttrain.types import Batch
 
 SUMMED = ("train/loss", "train/loss_tokens")
+# Trainer settings a remedy changes during a run (PolicyGradientStepper.apply_overrides): the sampling temperature
+# the tokens are scored at, the learning-rate scale and the entropy bonus. Every rank must see the same values or
+# the ranks' gradients differ, so DataParallelTrainer sends each assignment to all of them.
+SHARED_SETTINGS = ("temperature", "lr_scale", "entropy_coef")
 
 
 class TrainerRankError(RuntimeError):
@@ -102,7 +106,7 @@ def _run(trainer, cmd: tuple, rank: int, world: int, loss_fn, params, token_weig
         return trainer.optim_step()
     if kind == "set":  # a remedy's temperature or learning-rate scale: every rank scores and steps alike
         for k, v in cmd[1].items():
-            if k not in ("temperature", "lr_scale", "entropy_coef"):
+            if k not in SHARED_SETTINGS:
                 raise ValueError(f"trainer setting {k!r} cannot be set across ranks")
             setattr(trainer, k, v)
         return None
@@ -121,8 +125,18 @@ def _run(trainer, cmd: tuple, rank: int, world: int, loss_fn, params, token_weig
     raise ValueError(f"unknown trainer command {kind!r}")
 
 
+def _shared_setting(name: str) -> property:
+    """Read from rank 0's trainer; an assignment goes to every rank (the `set` command)."""
+    return property(lambda self: getattr(self.trainer, name),
+                    lambda self, value: self._send(("set", {name: value})))
+
+
 class DataParallelTrainer:
     """Rank 0's trainer: the Trainer interface, work spread over the process group's ranks."""
+
+    temperature = _shared_setting("temperature")
+    lr_scale = _shared_setting("lr_scale")
+    entropy_coef = _shared_setting("entropy_coef")
 
     def __init__(self, trainer, world_size: int, workers: list | None = None):
         """`workers`: processes this rank started (closed with it); empty under torchrun."""
@@ -143,32 +157,6 @@ class DataParallelTrainer:
 
     def optim_step(self) -> dict[str, float]:
         return self._send(("optim_step",))
-
-    # The stepper sets these when a remedy changes the sampling temperature or the learning rate
-    # (PolicyGradientStepper.apply_overrides); every rank must see the same values or the ranks' gradients differ.
-    @property
-    def temperature(self) -> float:
-        return self.trainer.temperature
-
-    @temperature.setter
-    def temperature(self, value: float) -> None:
-        self._send(("set", {"temperature": value}))
-
-    @property
-    def lr_scale(self) -> float:
-        return self.trainer.lr_scale
-
-    @lr_scale.setter
-    def lr_scale(self, value: float) -> None:
-        self._send(("set", {"lr_scale": value}))
-
-    @property
-    def entropy_coef(self) -> float:
-        return self.trainer.entropy_coef
-
-    @entropy_coef.setter
-    def entropy_coef(self, value: float) -> None:
-        self._send(("set", {"entropy_coef": value}))
 
     def compute_logprobs(self, batch: Batch, model: Any | None = None) -> list[list[float]]:
         return self.trainer.compute_logprobs(batch, model)  # rank 0 holds a full model: no need to spread it
