@@ -1,4 +1,4 @@
-"""SEARCH_DIR/report.html: the whole search in one self-contained page (plotly inlined, as obs/html_report.py).
+"""SEARCH_DIR/report.html: the whole search in one self-contained page (plotly inlined, as obs/html_report.py; charts: obs/report_figs.py).
 
 The metric per trial (each seed's value, kept / reverted / failed, the incumbent so far), the metric against each
 searched parameter, Optuna's parameter importance (when the study has enough completed trials), and the trials
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from posttrain.obs.html_report import _div, _layout, _plotly
+from posttrain.obs.report_figs import _div, _layout, _plotly
 
 COLOURS = {"baseline": "#264653", "kept": "#17803d", "reverted": "#8d99ae", "failed": "#b3261e",
            "pruned": "#e9c46a"}
