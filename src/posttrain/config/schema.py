@@ -257,7 +257,8 @@ class LoopConfig(_Strict):
     eval_samples: int = Field(1, ge=1, description="completions per held-out prompt; > 1 needs sampling.eval_temperature > 0 (pass_rate is then sampled pass@1)")
     time_budget_s: float | None = Field(None, gt=0.0, description="stop after the step that uses up this much training time")
     save_every: int = Field(10, ge=0, description="checkpoint every N steps (0: only at the end)")
-    keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk (oldest removed)")
+    keep_checkpoints: int = Field(2, ge=0, description=(
+        "checkpoints kept on disk (oldest removed); 0: never write one (no resume; final/ is still exported)"))
     samples_per_step: int = Field(2, ge=0, description="rollouts per step written to samples.jsonl")
     mode: Literal["sync", "async"] = Field("sync", description="async: rollout workers fill a queue while the trainer trains")
     max_staleness: int = Field(1, ge=0, description="async: policy versions a trained token may lag behind (admission control)")

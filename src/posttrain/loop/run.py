@@ -123,7 +123,7 @@ class Run:
             if done > start:
                 # Checkpoint before the final eval, so that resuming to train further continues exactly as an
                 # uninterrupted run would (eval may consume sampler randomness).
-                if not (cfg.loop.save_every and done % cfg.loop.save_every == 0):
+                if cfg.loop.keep_checkpoints and not (cfg.loop.save_every and done % cfg.loop.save_every == 0):
                     self._checkpoint(stepper, done, before)
                 last_eval = await self._eval(done, "after training")
                 self.watch.observe({"kind": "eval", "step": done, **last_eval}, stepper)
@@ -156,7 +156,7 @@ class Run:
             if cfg.loop.eval_every and done % cfg.loop.eval_every == 0 and done < cfg.loop.steps:
                 m_eval = await self._eval(done, "held-out")
                 self.watch.observe({"kind": "eval", "step": done, **m_eval}, stepper)
-            if cfg.loop.save_every and done % cfg.loop.save_every == 0:
+            if cfg.loop.keep_checkpoints and cfg.loop.save_every and done % cfg.loop.save_every == 0:
                 self._checkpoint(stepper, done, before)
             if cfg.loop.time_budget_s and time.perf_counter() - t_train >= cfg.loop.time_budget_s:
                 self.say(f"time budget of {cfg.loop.time_budget_s:.0f}s reached after step {done}")
