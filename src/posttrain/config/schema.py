@@ -266,7 +266,7 @@ class LoopConfig(_Strict):
 
 
 class SamplerResources(_Strict):
-    num_cpus: float = Field(1.0, gt=0.0, description="CPUs reserved for each sampler actor (its torch threads: model.threads)")
+    num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves for each sampler actor (its torch threads are model.threads)")
     num_gpus: float = Field(0.0, ge=0.0, description="GPUs per sampler actor (fractions share one GPU; 0: the actor samples on CPU)")
 
 
@@ -284,8 +284,8 @@ class ClusterConfig(_Strict):
     actor_timeout_s: float = Field(600.0, gt=0.0, description=(
         "ray: seconds an actor may take to start, load weights or answer one sample call before it counts as failed"))
     max_restarts: int = Field(3, ge=0, description=(
-        "ray: times each sampler actor is replaced after it dies (it gets the current weights and its share of the "
-        "call again); past it the run fails"))
+        "ray: times each sampler actor is replaced after it dies or hangs (the new one gets the current weights and "
+        "the rows again); past it the actor is retired and the live ones take its share; with none left the run fails"))
 
     @field_validator("address")
     @classmethod
