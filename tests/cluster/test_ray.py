@@ -9,10 +9,12 @@ import pytest
 
 from posttrain.cluster.ray_runtime import RaySession, RayUnavailable
 from posttrain.cluster.ray_sampler import RaySamplerPool, split
+from posttrain.cluster.ray_weights import ObjectStoreWeights
 from posttrain.config import ConfigError, load_config
 from posttrain.loop import train
 from posttrain.loop.pg_stepper import PolicyGradientStepper
 from posttrain.obs import read_metrics
+from posttrain.types import SampleParams
 
 FAST = ["model.name=tiny-random", "model.threads=1", "task.name=count-a", "logging.tensorboard=false",
         "logging.console=false", "loop.eval_prompts=8", "loop.save_every=0"]
@@ -102,6 +104,27 @@ def test_killed_sampler_actor_is_replaced_and_the_run_finishes(tmp_path, two_nod
     assert [r["cluster/actor_restarts"] for r in recs] == [0, 0, 1, 1, 1]
     assert all(r["cluster/samplers_alive"] == 2 for r in recs)
     assert len(killed) == 1 and pool.slots[0].handle is not killed[0] and pool.slots[0].incarnation == 1
+
+
+def test_actor_on_an_old_version_reloads_before_its_rows_count(tmp_path, two_nodes, tiny):
+    """An actor that serves an older policy than the pool pushed (it missed a load) is caught by the version on
+    its completions: it reloads the current weights and samples its share again."""
+    model, tok = tiny
+    pool = RaySamplerPool.start(_cfg(tmp_path), tok)
+    sync = ObjectStoreWeights(model, pool)
+    try:
+        sync.push(1)
+        v1 = pool._weights[0]
+        sync.push(2)
+        two_nodes.get(pool.slots[1].handle.load_weights.remote(v1, 1))  # actor 1 falls back to version 1
+        prompts = [tok(f"say a {i}")["input_ids"] for i in range(4)]
+        out = asyncio.run(pool.sample(prompts, SampleParams(max_tokens=4, temperature=1.0), n=2))
+        assert [len(g) for g in out] == [2, 2, 2, 2]
+        assert {c.policy_version for g in out for c in g} == {2}
+        assert pool.restarts == 0 and two_nodes.get(pool.slots[1].handle.ready.remote())["version"] == 2
+    finally:
+        sync.close()
+    assert two_nodes.is_initialized()  # closing the pool left the caller's Ray running
 
 
 def test_split_covers_rows_in_order():
