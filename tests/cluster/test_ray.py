@@ -122,6 +122,9 @@ def test_actor_on_an_old_version_reloads_before_its_rows_count(tmp_path, two_nod
         assert [len(g) for g in out] == [2, 2, 2, 2]
         assert {c.policy_version for g in out for c in g} == {2}
         assert pool.restarts == 0 and two_nodes.get(pool.slots[1].handle.ready.remote())["version"] == 2
+        with pytest.raises(ValueError, match="empty prompt"):  # the sampler's own error: raised, not retried
+            asyncio.run(pool.sample([[]], SampleParams(max_tokens=4)))
+        assert pool.restarts == 0
     finally:
         sync.close()
     assert two_nodes.is_initialized()  # closing the pool left the caller's Ray running
