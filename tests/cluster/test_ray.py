@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from posttrain.cluster.ray_runtime import RaySession, RayUnavailable
-from posttrain.cluster.ray_sampler import RaySamplerPool, split
+from posttrain.cluster.ray_sampler import RaySamplerPool, SamplerPoolError, split
 from posttrain.cluster.ray_weights import ObjectStoreWeights
 from posttrain.config import ConfigError, load_config
 from posttrain.loop import train
@@ -106,25 +106,36 @@ def test_killed_sampler_actor_is_replaced_and_the_run_finishes(tmp_path, two_nod
     assert len(killed) == 1 and pool.slots[0].handle is not killed[0] and pool.slots[0].incarnation == 1
 
 
-def test_actor_on_an_old_version_reloads_before_its_rows_count(tmp_path, two_nodes, tiny):
-    """An actor that serves an older policy than the pool pushed (it missed a load) is caught by the version on
-    its completions: it reloads the current weights and samples its share again."""
+def test_pool_checks_versions_and_retires_actors_past_max_restarts(tmp_path, two_nodes, tiny):
+    """On a pool driven directly (max_restarts=0): an actor that serves an older policy than the pool pushed (it
+    missed a load) is caught by the version on its completions, reloads and samples its share again; the sampler's
+    own error is raised, not retried; a dead actor with no replacements left is retired and the other takes its
+    share; with none left the call fails with the pool's error."""
     model, tok = tiny
-    pool = RaySamplerPool.start(_cfg(tmp_path), tok)
+    pool = RaySamplerPool.start(_cfg(tmp_path, "cluster.max_restarts=0"), tok)
     sync = ObjectStoreWeights(model, pool)
+    params = SampleParams(max_tokens=4, temperature=1.0)
+    prompts = [tok(f"say a {i}")["input_ids"] for i in range(4)]
     try:
         sync.push(1)
         v1 = pool._weights[0]
         sync.push(2)
         two_nodes.get(pool.slots[1].handle.load_weights.remote(v1, 1))  # actor 1 falls back to version 1
-        prompts = [tok(f"say a {i}")["input_ids"] for i in range(4)]
-        out = asyncio.run(pool.sample(prompts, SampleParams(max_tokens=4, temperature=1.0), n=2))
+        out = asyncio.run(pool.sample(prompts, params, n=2))
         assert [len(g) for g in out] == [2, 2, 2, 2]
         assert {c.policy_version for g in out for c in g} == {2}
-        assert pool.restarts == 0 and two_nodes.get(pool.slots[1].handle.ready.remote())["version"] == 2
-        with pytest.raises(ValueError, match="empty prompt"):  # the sampler's own error: raised, not retried
-            asyncio.run(pool.sample([[]], SampleParams(max_tokens=4)))
-        assert pool.restarts == 0
+        assert two_nodes.get(pool.slots[1].handle.ready.remote())["version"] == 2
+
+        with pytest.raises(ValueError, match="empty prompt"):
+            asyncio.run(pool.sample([[]], params))
+
+        two_nodes.kill(pool.slots[0].handle)
+        out = asyncio.run(pool.sample(prompts, params, n=2))
+        assert [len(g) for g in out] == [2, 2, 2, 2]
+        assert pool.metrics() == {"cluster/actor_restarts": 0.0, "cluster/samplers_alive": 1.0}
+        two_nodes.kill(pool.slots[1].handle)
+        with pytest.raises(SamplerPoolError, match="every sampler actor is retired"):
+            asyncio.run(pool.sample(prompts, params))
     finally:
         sync.close()
     assert two_nodes.is_initialized()  # closing the pool left the caller's Ray running

@@ -7,6 +7,7 @@ only when `cluster.backend=ray` asks for it.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,14 +40,14 @@ class RaySession:
     owned: bool
 
     @classmethod
-    def connect(cls, cc: ClusterConfig) -> "RaySession":
+    def connect(cls, cc: ClusterConfig) -> RaySession:
         ray = import_ray()
         if ray.is_initialized():
             return cls(ray, owned=False)
         res = cc.sampler_resources
         if cc.address == "local":
             # A private Ray sized for the actors (logical CPUs, not cores): nothing else is scheduled on it.
-            ray.init(num_cpus=max(1, round(cc.num_samplers * res.num_cpus + 0.499)), include_dashboard=False,
+            ray.init(num_cpus=max(1, math.ceil(cc.num_samplers * res.num_cpus)), include_dashboard=False,
                      logging_level=logging.WARNING)
         else:
             try:

@@ -20,6 +20,8 @@ sampled again after the actor reloads the current weights. Replacements are coun
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +50,7 @@ class Slot:
 def split(n: int, k: int) -> list[tuple[int, int]]:
     """[start, stop) spans cutting n rows into k contiguous, near-equal shares (empty ones dropped)."""
     bounds = [round(i * n / k) for i in range(k + 1)]
-    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 class RaySamplerPool:
@@ -67,7 +69,7 @@ class RaySamplerPool:
         self._closed = False
 
     @classmethod
-    def start(cls, cfg: Config, tokenizer: Any) -> "RaySamplerPool":
+    def start(cls, cfg: Config, tokenizer: Any) -> RaySamplerPool:
         session = RaySession.connect(cfg.cluster)
         pool = None
         try:
@@ -125,12 +127,11 @@ class RaySamplerPool:
         ray_exc = self.ray.exceptions
         floor = self.policy_version  # no result may come from an older policy than the pool serves now
         out: list[Completion | None] = [None] * len(rows)
-        live = self.live_slots()
+        live = self.live_slots() or [self._any_live()]  # none: _any_live raises the pool's error
         todo = [(live[k], span) for k, span in enumerate(split(len(rows), len(live)))]
         tries = {span: 0 for _, span in todo}
         while todo:
-            results = await asyncio.gather(*(self._call(slot, rows[a:b], params) for slot, (a, b) in todo),
-                                           return_exceptions=True)
+            results = await asyncio.gather(*(self._call(slot, rows[a:b], params) for slot, (a, b) in todo))
             again = []
             for (slot, span), (handle, res) in zip(todo, results):
                 if isinstance(res, ray_exc.RayTaskError):
@@ -192,10 +193,8 @@ class RaySamplerPool:
                 return slot if not slot.retired else self._any_live()
             if why == "stale" and self._reload(slot):
                 return slot
-            try:
-                self.ray.kill(failed)  # a hung actor must not answer later
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+            with contextlib.suppress(Exception):  # a hung actor must not answer later; a dead one is gone already
+                self.ray.kill(failed)
             if slot.incarnation >= self.cc.max_restarts:
                 slot.retired = True
                 return self._any_live()
@@ -204,11 +203,13 @@ class RaySamplerPool:
             slot.handle = self._spawn(slot.rank, slot.incarnation)
             try:
                 slot.node_id = self._get(slot.handle.ready.remote(), "restart")["node_id"]
-            except Exception:
-                slot.retired = True  # the bundle could not host a new actor in time: the others carry on
-                return self._any_live()
-            if not self._reload(slot):
+                loaded = self._reload(slot)
+            except (TimeoutError, self.ray.exceptions.RayActorError):
+                loaded = False  # the bundle could not host a new actor in time
+            if not loaded:  # retired: the others carry on, and the half-started actor must not hold the bundle
                 slot.retired = True
+                with contextlib.suppress(Exception):
+                    self.ray.kill(slot.handle)
                 return self._any_live()
             return slot
 
@@ -257,11 +258,10 @@ class RaySamplerPool:
         if self._closed:
             return
         self._closed = True
-        try:
+        # Ray may already be down (a node lost, a crash): closing must not hide the run's own error.
+        with contextlib.suppress(Exception):
             for s in self.slots:
                 self.ray.kill(s.handle)
             self.ray.util.remove_placement_group(self.pg)
-        except Exception:  # noqa: BLE001 - Ray may already be down; closing must not hide the run's own error
-            pass
         self.session.close()
 
