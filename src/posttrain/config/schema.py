@@ -266,6 +266,36 @@ class LoopConfig(_Strict):
     batch_timeout_s: float = Field(3600.0, gt=0.0, description="async: seconds the trainer waits for a step's groups before failing the run")
 
 
+class SamplerResources(_Strict):
+    num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves for each sampler actor (its torch threads are model.threads)")
+    num_gpus: float = Field(0.0, ge=0.0, description="GPUs per sampler actor (fractions share one GPU; 0: the actor samples on CPU)")
+
+
+class ClusterConfig(_Strict):
+    backend: Literal["local", "ray"] = Field("local", description=(
+        "where rollouts are sampled: local (in this process, no Ray) or ray (sampler actors, each with its own "
+        "copy of the policy; pip install 'posttrain[ray]'; docs/scaling.md)"))
+    address: str = Field("auto", description=(
+        "ray: the cluster to use: auto (the one this process or RAY_ADDRESS points at), local (start a private "
+        "Ray on this machine, shut down with the run) or ray://host:port (Ray Client)"))
+    num_samplers: int = Field(1, ge=1, description="ray: sampler actors; a call's prompts are split across the live ones")
+    sampler_resources: SamplerResources = SamplerResources()
+    placement: Literal["spread", "pack"] = Field("spread", description=(
+        "ray: placement-group strategy of the sampler actors: spread across nodes (soft), or pack onto few"))
+    actor_timeout_s: float = Field(600.0, gt=0.0, description=(
+        "ray: seconds an actor may take to start, load weights or answer one sample call before it counts as failed"))
+    max_restarts: int = Field(3, ge=0, description=(
+        "ray: times each sampler actor is replaced after it dies or hangs (the new one gets the current weights and "
+        "the rows again); past it the actor is retired and the live ones take its share; with none left the run fails"))
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        if v not in ("auto", "local") and not v.startswith("ray://"):
+            raise ValueError(f"cluster.address must be auto, local or ray://host:port, got {v!r}")
+        return v
+
+
 class JudgeConfig(_Strict):
     min_agreement: float | None = Field(None, ge=0.0, le=1.0, description=(
         "before training, audit the task's LLM judge against its programmatic verifier (posttrain judge audit) "
@@ -349,6 +379,7 @@ class Config(_Strict):
     logging: LoggingConfig = LoggingConfig()
     judge: JudgeConfig = JudgeConfig()
     diagnostics: DiagnosticsConfig = DiagnosticsConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     @model_validator(mode="after")
     def _check(self) -> "Config":
@@ -373,6 +404,12 @@ class Config(_Strict):
         if self.loop.eval_samples > 1 and self.sampling.eval_temperature == 0:
             raise ValueError(f"loop.eval_samples={self.loop.eval_samples} with greedy eval (sampling.eval_temperature=0) "
                              "repeats one completion; set sampling.eval_temperature > 0 (e.g. 0.7) or eval_samples=1")
+        if self.cluster.backend == "ray" and self.algorithm.stepper != "policy_gradient":
+            raise ValueError("cluster.backend=ray samples policy-gradient rollouts; algorithm.name=es scores its "
+                             "perturbations in process (use cluster.backend=local)")
+        if self.cluster.backend == "ray" and self.sampling.precision != "fp32":
+            raise ValueError("cluster.backend=ray sampler actors hold full-precision copies; sampling.precision="
+                             f"{self.sampling.precision} is for the local backend")
         if self.algorithm.epsilon_high is not None and self.algorithm.epsilon_high < self.algorithm.epsilon:
             raise ValueError(f"algorithm.epsilon_high ({self.algorithm.epsilon_high}) must be >= algorithm.epsilon "
                              f"({self.algorithm.epsilon})")

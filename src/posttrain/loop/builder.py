@@ -73,6 +73,23 @@ def sample_params(cfg: Config, task: Task) -> tuple[SampleParams, SampleParams]:
     return train, ev
 
 
+def load_base_model(cfg: Config, log=print) -> tuple[Any, Any]:
+    """The policy's model before LoRA, on its device, and its tokenizer (with a pad token). Sampler actors on
+    other machines (cluster/) build their copy through this and `with_lora`, so it matches the trainer's."""
+    device = resolve_device(cfg.model.device)
+    model, tok = load_model(cfg.model.name, resolve_dtype(cfg.model.dtype, device), cfg.model.attn_implementation,
+                            seed=cfg.run.seed, log=log)
+    ensure_pad_token(tok)
+    return model.to(device), tok
+
+
+def with_lora(cfg: Config, model: Any) -> Any:
+    """The model with LoRA adapters when lora.enabled (only the adapters are then trainable), else itself."""
+    if not cfg.lora.enabled:
+        return model
+    return apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules)
+
+
 def build(cfg: Config, log=print) -> Components:
     set_threads(cfg)
     seed_everything(cfg.run.seed)
@@ -86,18 +103,13 @@ def build(cfg: Config, log=print) -> Components:
     task.rubric.timeout_s = cfg.task.reward_timeout_s
     if "cache" in cfg.judge.model_fields_set:  # set in the config: it wins over the caches the task's judges chose
         configure_task_judges(task, cfg.judge.cache)
-    device = resolve_device(cfg.model.device)
-    model, tok = load_model(cfg.model.name, resolve_dtype(cfg.model.dtype, device), cfg.model.attn_implementation,
-                            seed=cfg.run.seed, log=log)
-    model = model.to(device)
-    ensure_pad_token(tok)
+    model, tok = load_base_model(cfg, log)
     ref_model = None
     if cfg.algorithm.beta > 0 and cfg.algorithm.stepper == "policy_gradient":
         # The reference is only loaded when a KL term needs it (beta > 0). With LoRA it is the base model with
         # adapters disabled, so no second copy is held.
         ref_model = None if cfg.lora.enabled else copy.deepcopy(model).eval().requires_grad_(False)
-    if cfg.lora.enabled:
-        model = apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules)
+    model = with_lora(cfg, model)
     trainable, total = count_parameters(model)
     train_params, eval_params = sample_params(cfg, task)
     sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=cfg.run.seed)

@@ -227,4 +227,5 @@ class PolicyGradientStepper:
 
     async def close(self) -> None:
         await self.collector.close()
+        self.sync.close()  # after the collector: no rollout is in flight on the samplers it releases
         self.trainer.close()

@@ -1,6 +1,7 @@
 """The one place that picks how a run steps: a registry of stepper factories, keyed by `algorithm.stepper`.
 
-    policy_gradient   Trainer + Collector (loop.mode: sync, or async with staleness admission) + WeightSync
+    policy_gradient   Trainer + Collector (loop.mode: sync, or async with staleness admission) + WeightSync,
+                      rollouts sampled in process or on Ray sampler actors (cluster.backend: SAMPLER_BACKENDS)
     es                evolution strategies: perturbed copies scored by the env, no Trainer
 
 A factory gets the config, the run's components (loop/builder.py) and the run directory, and returns a Stepper
@@ -37,16 +38,23 @@ from posttrain.types import SampleParams
 
 STEPPERS: Registry = Registry("stepper")
 COLLECTORS: Registry = Registry("loop mode")
+SAMPLER_BACKENDS: Registry = Registry("cluster backend")  # where rollouts are sampled (cluster.backend)
 
 
 def pass_thresholds(c: Components) -> dict[str, float]:
     return {x.name: x.pass_threshold for x in c.task.rubric.components}
 
 
-def rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[HFSampler, Any]:
-    """The sampler rollouts use and the WeightSync that keeps it current: the policy's own sampler (a version
-    bump), a full-precision copy (the async loop: training and generation overlap), or a low-precision copy
-    (sampling.precision), refreshed at each sync."""
+def rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, Any]:
+    """The sampler rollouts use and the WeightSync that keeps it current, from the backend `cluster.backend`
+    names. Eval, the env check and the judge audit keep the policy's own in-process sampler (`c.sampler`)."""
+    return SAMPLER_BACKENDS[cfg.cluster.backend](cfg, c, own_copy)
+
+
+@SAMPLER_BACKENDS.register("local")
+def local_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[HFSampler, Any]:
+    """In this process: the policy's own sampler (a version bump), a full-precision copy (the async loop: training
+    and generation overlap), or a low-precision copy (sampling.precision), refreshed at each sync."""
     p = cfg.sampling.precision
     if p == "fp32" and not own_copy:
         return c.sampler, SharedWeights(c.sampler)
@@ -55,6 +63,24 @@ def rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[HFSampl
     sampler.generator.set_state(c.sampler.generator.get_state())
     sampler.policy_version = c.sampler.policy_version
     return sampler, (LowPrecisionCopy(c.model, sampler, p) if p != "fp32" else CopyWeights(c.model, sampler))
+
+
+@SAMPLER_BACKENDS.register("ray")
+def ray_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, Any]:
+    """Sampler actors on Ray (cluster/), each with its own copy of the policy, so both loop modes are served; the
+    object-store transport loads the trainer's weights into them now and at every sync. Ray is imported here
+    only, so the local backend never starts it."""
+    from posttrain.cluster.ray_sampler import RaySamplerPool
+    from posttrain.cluster.ray_weights import ObjectStoreWeights
+
+    pool = RaySamplerPool.start(cfg, c.tokenizer)
+    sync = ObjectStoreWeights(c.model, pool)
+    try:
+        sync.push(c.sampler.policy_version)  # the actors serve what the trainer holds now (after any warm start)
+    except BaseException:
+        sync.close()
+        raise
+    return pool, sync
 
 
 @COLLECTORS.register("sync")

@@ -2,6 +2,8 @@
 
     WeightSync.push(version) -> metrics    blocking (the stepper runs it in a thread); afterwards the sampler
                                            serves the trainer's current weights as `version`
+    WeightSync.close()                     at the run's end: release what the transport holds (Ray sampler
+                                           actors: cluster/ray_weights.py); nothing for the in-process ones
 
 Transports here:
 - `SharedWeights`: the sampler holds the trainer's own module (the sync loop, one process): nothing to move,
@@ -23,6 +25,8 @@ from typing import Any, Protocol
 class WeightSync(Protocol):
     def push(self, version: int) -> dict[str, float]: ...
 
+    def close(self) -> None: ...
+
 
 class SharedWeights:
     def __init__(self, sampler: Any):
@@ -31,6 +35,9 @@ class SharedWeights:
     def push(self, version: int) -> dict[str, float]:
         self.sampler.policy_version = version
         return {}
+
+    def close(self) -> None:
+        """The sampler lives in this process: nothing to release."""
 
 
 class CopyWeights:
@@ -44,6 +51,9 @@ class CopyWeights:
         self.sampler.load_weights(state, version)
         return {"time/weight_sync": time.perf_counter() - t0}
 
+    def close(self) -> None:
+        """The sampler lives in this process: nothing to release."""
+
 
 class LowPrecisionCopy:
     def __init__(self, model: Any, sampler: Any, precision: str):
@@ -56,3 +66,6 @@ class LowPrecisionCopy:
         t0 = time.perf_counter()
         self.sampler.update_weights(lambda m: refresh_(m, self.model, self.precision), version)
         return {"time/weight_sync": time.perf_counter() - t0}
+
+    def close(self) -> None:
+        """The sampler lives in this process: nothing to release."""

@@ -1,0 +1,78 @@
+"""Ray itself: importing it, joining or starting a cluster, and placement groups for the sampler actors.
+
+Ray is an optional dependency (`pip install 'posttrain[ray]'`), so it is imported here, inside functions, and
+only when `cluster.backend=ray` asks for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from posttrain.config.schema import ClusterConfig
+
+INSTALL_HINT = "cluster.backend=ray needs Ray: pip install 'posttrain[ray]' (or set cluster.backend=local)"
+
+# Our placement names to Ray's strategies. SPREAD is soft: with fewer nodes than actors it still places them all.
+STRATEGIES = {"spread": "SPREAD", "pack": "PACK"}
+
+
+class RayUnavailable(ImportError):
+    """Ray is not installed in this environment."""
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as e:
+        raise RayUnavailable(f"{INSTALL_HINT} ({e})") from None
+    return ray
+
+
+@dataclass
+class RaySession:
+    """This run's link to Ray. `owned`: this process called ray.init, so closing the run shuts it down (a private
+    cluster with `address=local`, the driver's connection otherwise); a Ray the caller had already started stays."""
+
+    ray: Any
+    owned: bool
+
+    @classmethod
+    def connect(cls, cc: ClusterConfig) -> RaySession:
+        ray = import_ray()
+        if ray.is_initialized():
+            return cls(ray, owned=False)
+        res = cc.sampler_resources
+        if cc.address == "local":
+            # A private Ray sized for the actors (logical CPUs, not cores): nothing else is scheduled on it.
+            ray.init(num_cpus=max(1, math.ceil(cc.num_samplers * res.num_cpus)), include_dashboard=False,
+                     logging_level=logging.WARNING)
+        else:
+            try:
+                ray.init(address=cc.address, logging_level=logging.WARNING)
+            except ConnectionError as e:
+                raise ConnectionError(f"cluster.address={cc.address}: no Ray cluster to join ({e}); start one "
+                                      "(ray start --head) or use cluster.address=local") from None
+        return cls(ray, owned=True)
+
+    def close(self) -> None:
+        if self.owned and self.ray.is_initialized():
+            self.ray.shutdown()
+
+
+def placement_group(ray: Any, cc: ClusterConfig) -> Any:
+    """One bundle per sampler actor (its CPUs and GPUs), placed by `cluster.placement`; waits until reserved."""
+    from ray.util.placement_group import placement_group as make_pg
+
+    res = cc.sampler_resources
+    bundle = {"CPU": res.num_cpus, **({"GPU": res.num_gpus} if res.num_gpus else {})}
+    pg = make_pg([dict(bundle) for _ in range(cc.num_samplers)], strategy=STRATEGIES[cc.placement])
+    ready, _ = ray.wait([pg.ready()], timeout=cc.actor_timeout_s)
+    if not ready:
+        ray.util.remove_placement_group(pg)
+        raise TimeoutError(f"the cluster could not reserve {cc.num_samplers} x {bundle} for the sampler actors in "
+                           f"{cc.actor_timeout_s:g}s (cluster resources: {ray.cluster_resources()}); lower "
+                           "cluster.num_samplers or cluster.sampler_resources")
+    return pg

@@ -1,0 +1,48 @@
+"""What one Ray sampler actor holds: its own copy of the policy, built from the run's config the way the builder
+builds the trainer's (loop/builder.py `load_base_model` + `with_lora`), behind an HFSampler.
+
+A plain class: ray_sampler.py wraps it with `ray.remote`, so this module imports no Ray and is tested without it.
+Ray runs one method of an actor at a time, so a weight load never lands in the middle of a decode and every
+completion carries the one policy version it was sampled with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from posttrain.config.schema import Config
+from posttrain.types import Completion, SampleParams
+
+
+class SamplerWorker:
+    def __init__(self, cfg: Config, rank: int, incarnation: int = 0):
+        """`rank`: the actor's slot in the pool; `incarnation`: how many times that slot was replaced. Both seed
+        the sampler, so actors (and a replacement) do not draw the same completions for the same prompt."""
+        from posttrain.loop.builder import load_base_model, set_threads, with_lora
+        from posttrain.models.load import stop_token_ids
+        from posttrain.sampling.hf_sampler import HFSampler
+
+        set_threads(cfg)
+        torch.manual_seed(cfg.run.seed)
+        model, tok = load_base_model(cfg, log=lambda *_: None)
+        model = with_lora(cfg, model).eval()
+        seed = cfg.run.seed + 7919 * (rank + 1) + 104_729 * incarnation
+        self.sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=seed)
+        self.sampler.policy_version = -1  # serves nothing the driver pushed until its first load_weights
+
+    def ready(self) -> dict[str, Any]:
+        """Where this actor runs (the node id lets tests and logs see the placement) and what it serves."""
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "version": self.sampler.policy_version}
+
+    def load_weights(self, state: dict[str, torch.Tensor], version: int) -> int:
+        """The trainer's trainable tensors (the adapter alone under LoRA), as `version`."""
+        self.sampler.load_weights(state, version)
+        return version
+
+    def sample_rows(self, rows: list[list[int]], params: SampleParams) -> list[Completion]:
+        """One completion per row (identical rows share their prefill), stamped with this actor's version."""
+        return [c for (c,) in self.sampler.sample_sync(rows, params, n=1)]
