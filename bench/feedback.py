@@ -133,14 +133,17 @@ def table(args: argparse.Namespace) -> None:
         sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
         return f"{statistics.mean(xs):5.1f} ± {sd:4.1f}"
 
-    print("| method | seeds | held-out pass@1 before | after | pass@n before | after | per seed (pass@1 after) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| method | seeds | held-out pass@1 before | after | pass@n before | after | after, insights in context "
+          "| per seed (pass@1 after) |")
+    print("|---|---|---|---|---|---|---|---|")
     for method, rs in rows.items():
         rs.sort()
         b1, a1 = [r[1]["eval/pass_rate"] for r in rs], [r[2]["eval/pass_rate"] for r in rs]
         bn, an = ([r[1].get("eval/pass_at_n", 0.0) for r in rs], [r[2].get("eval/pass_at_n", 0.0) for r in rs])
+        # RLTL;DR's eval also answers with the policy's own insights in context (a second attempt per failure)
+        ins = [r[2]["eval/insights/pass_rate"] for r in rs if "eval/insights/pass_rate" in r[2]]
         per = ", ".join(f"s{r[0]}: {100 * r[2]['eval/pass_rate']:.1f}" for r in rs)
-        print(f"| {method} | {len(rs)} | {ms(b1)} | {ms(a1)} | {ms(bn)} | {ms(an)} | {per} |")
+        print(f"| {method} | {len(rs)} | {ms(b1)} | {ms(a1)} | {ms(bn)} | {ms(an)} | {ms(ins) if ins else '-'} | {per} |")
 
 
 def sftldr(args: argparse.Namespace) -> None:
