@@ -18,7 +18,7 @@ from posttrain.types import SampleParams
 
 FAST = ["model.name=tiny-random", "model.threads=1", "task.name=count-a", "logging.tensorboard=false",
         "logging.console=false", "loop.eval_prompts=8", "loop.save_every=0"]
-RAY = ["cluster.backend=ray", "cluster.address=auto", "cluster.num_samplers=2", "cluster.actor_timeout_s=120"]
+RAY = ["cluster.backend=ray", "cluster.address=auto", "cluster.num_samplers=2", "cluster.actor_timeout_s=300"]  # actor start on a loaded 2-core box
 
 
 def _cfg(tmp_path, *extra):
