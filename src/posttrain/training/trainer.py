@@ -165,7 +165,7 @@ class Trainer:
 
     def optim_step(self) -> dict[str, float]:
         """Clip, step, zero. A step whose loss or gradient norm is not finite is skipped and counted."""
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
+        grad_norm = self.grad_norm_()
         skipped = self._poisoned or not math.isfinite(grad_norm)
         if not skipped:
             for o, sch in zip(self.optimizers, self.schedulers):
@@ -183,6 +183,10 @@ class Trainer:
         self.step += 1
         return {"train/grad_norm": grad_norm, "train/skipped_step": float(skipped),
                 "train/skipped_steps_total": float(self.skipped_steps), "train/lr": self.schedulers[0].get_last_lr()[0]}
+
+    def grad_norm_(self) -> float:
+        """Clip the gradients in place; their total norm before clipping (a sharded trainer combines its shards')."""
+        return float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
 
     def close(self) -> None:
         """Nothing to release in one process (a DataParallelTrainer stops its ranks here)."""
