@@ -108,3 +108,78 @@ def test_two_rank_fsdp2_update_equals_one_rank_update(tiny, chunk):
     assert max(float((s1["state"][i]["exp_avg_sq"] - s2["state"][i]["exp_avg_sq"]).abs().max())
                for i in s1["state"]) == 0.0
     assert m1c  # the extra step ran
+
+
+COMMON = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false", "logging.console=false",
+          "loop.eval_prompts=4", "loop.save_every=0", "trainer.lr=1e-3", "run.seed=3", "model.threads=1",
+          "trainer.micro_batch_tokens=128", "run.name=r"]
+
+
+def _train_records(run_dir):
+    from posttrain.obs import read_metrics
+
+    return [r for r in read_metrics(str(run_dir)) if r["kind"] == "train"]
+
+
+def _assert_same_records(ones, twos):
+    for a, b in zip(ones, twos):
+        for k, v in a.items():
+            if k.startswith(("time/", "perf/")) or k == "kind":
+                continue
+            assert b[k] == pytest.approx(v, abs=TOL, rel=1e-5), (a["step"], k, v, b[k])
+
+
+@pytest.fixture(scope="module")
+def one_rank_run(tmp_path_factory):
+    """The plain 1-rank run of 5 steps both run tests compare with."""
+    from posttrain.config import load_config
+    from posttrain.loop import train
+
+    out = tmp_path_factory.mktemp("one")
+    res = train(load_config(None, COMMON + ["loop.steps=5", f"run.output_dir={out}", "trainer.world_size=1"]))
+    return _train_records(res.run_dir)
+
+
+def test_two_rank_fsdp2_run_matches_the_one_rank_run(tmp_path, one_rank_run):
+    from posttrain.config import load_config
+    from posttrain.loop import train
+
+    res = train(load_config(None, COMMON + ["loop.steps=5", f"run.output_dir={tmp_path}", "trainer.world_size=2",
+                                            "trainer.sharding=fsdp2"]))
+    twos = _train_records(res.run_dir)
+    assert len(one_rank_run) == len(twos) == 5
+    assert all(r["train/world_size"] == 2.0 and r["time/weight_gather"] > 0 for r in twos)
+    _assert_same_records(one_rank_run, twos)
+    # The sampler's whole copy was refreshed by every gather: the exported model is the trained one.
+    assert (res.run_dir / "final" / "config.json").exists()
+
+
+def test_a_two_rank_fsdp2_checkpoint_resumes_on_one_rank(tmp_path, one_rank_run):
+    """3 steps on 2 sharded ranks, then the rest on one rank with the same config (fsdp2 with one rank: nothing to
+    shard, the plain trainer): steps 4 and 5 match the uninterrupted 1-rank run."""
+    from posttrain.config import load_config
+    from posttrain.loop import Run, train
+
+    cfg = COMMON + [f"run.output_dir={tmp_path}", "trainer.sharding=fsdp2"]
+    first = train(load_config(None, cfg + ["loop.steps=3", "trainer.world_size=2"]))
+    assert (first.run_dir / "checkpoints").exists()
+    resumed = Run(load_config(None, cfg + ["loop.steps=5", "trainer.world_size=1"]), run_dir=first.run_dir,
+                  resume=True).run()
+    records = _train_records(resumed.run_dir)
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
+    assert "train/world_size" not in records[-1]
+    _assert_same_records(one_rank_run, records)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("lora.enabled=true", "fsdp2 with LoRA is not supported"),
+    ("trainer.optimizer=muon", "fsdp2 with trainer.optimizer=muon is not supported"),
+])
+def test_the_config_refuses_what_fsdp2_cannot_do(override, message):
+    from posttrain.config import load_config
+
+    with pytest.raises(ValueError, match=message):
+        load_config(None, ["trainer.sharding=fsdp2", "trainer.world_size=2", override])
+    load_config(None, ["trainer.sharding=fsdp2", "trainer.world_size=1"])  # one rank: valid, nothing to shard
+    with pytest.raises(ValueError, match="sharding"):
+        load_config(None, ["trainer.sharding=zero3"])

@@ -160,6 +160,7 @@ class DataParallelTrainer:
         # FSDP2 (training/fsdp.py): each rank's model is a shard, and rank 0's weights reached every rank before
         # it was cut (shard_model); every call that runs it is collective.
         self.sharded = bool(getattr(trainer, "sharded", False))
+        self._closed_state: dict[str, Any] | None = None
         if not self.sharded:
             self._send(("broadcast_params",))
 
@@ -189,7 +190,11 @@ class DataParallelTrainer:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return self._send(("state_dict",)) if self.sharded else self.trainer.state_dict()
+        if not self.sharded:
+            return self.trainer.state_dict()
+        if self._closed_state is not None:  # the run checkpoints once more after its ranks stopped
+            return self._closed_state
+        return self._send(("state_dict",))
 
     def full_params(self) -> dict[str, torch.Tensor]:
         """FSDP2: the full trainable weights on rank 0 (a collective every rank runs)."""
@@ -201,8 +206,10 @@ class DataParallelTrainer:
     def close(self, timeout_s: float = 30.0) -> None:
         if dist.is_initialized():
             try:
+                if self.sharded:  # only the ranks together hold the state: gather it for the run's last checkpoint
+                    self._closed_state = self.state_dict()
                 dist.broadcast_object_list([("stop",)], src=0)
-            except RuntimeError:
+            except (RuntimeError, TrainerRankError):
                 pass  # a rank is already gone; the processes are reaped below
             finally:
                 dist.destroy_process_group()
