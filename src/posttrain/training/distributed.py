@@ -10,7 +10,13 @@ does what rank 0 tells it over the process group:
     optim_step():             gradients summed across ranks in one flat all-reduce, the non-finite flag OR-ed,
                               then every rank clips and steps the same gradient: the weights stay identical
 
-Checkpoints are rank 0's trainer state (one full copy), so a run resumes at any world size. A rank that dies
+With trainer.sharding=fsdp2 each rank's Trainer is a ShardedTrainer (training/fsdp.py) over its FSDP2 shard:
+FSDP2 reduce-scatters the gradients itself (optim_step only ORs the non-finite flag), and compute_logprobs (of
+the policy), state_dict and full_params become commands every rank runs too. The run checkpoints once more after
+`close`, so close gathers that last state before it stops the ranks.
+
+Checkpoints are rank 0's trainer state (one full copy, the same format sharded or not), so a run resumes at any
+world size. A rank that dies
 makes the next collective fail on rank 0 (the process group's timeout bounds the wait): the run stops with a
 clear error and `--resume` continues from the last checkpoint.
 """
