@@ -240,8 +240,9 @@ class TrainerConfig(_Strict):
     dist_timeout_s: float = Field(600.0, gt=0.0, description="seconds a collective between trainer ranks may wait before the run fails")
     sharding: Literal["none", "fsdp2"] = Field("none", description=(
         "with world_size > 1: none (every rank a full copy, gradients all-reduced) or fsdp2 (torch fully_shard per "
-        "decoder layer: weights and optimizer state sharded over the ranks, gathered whole for each trainer call; "
-        "rank 0's sampler keeps its own full copy, refreshed by a gather at each sync; not with LoRA or Muon); "
+        "decoder layer: weights, gradients and optimizer state sharded over the ranks, a layer gathered while it "
+        "computes; rank 0's sampler keeps its own full copy, refreshed by a gather at each sync; not with LoRA or "
+        "Muon); "
         "with one rank there is nothing to shard"))
 
 
