@@ -100,7 +100,7 @@ def _all_reduce_grads(trainer) -> None:
     for g in grads:
         g.copy_(flat[off:off + g.numel()].view_as(g))
         off += g.numel()
-    flag = torch.tensor([float(trainer._poisoned)])
+    flag = torch.tensor([float(trainer._poisoned)], device=flat.device)  # NCCL reduces only CUDA tensors
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     trainer._poisoned = bool(flag.item())
 

@@ -104,8 +104,11 @@ class ShardedTrainer(Trainer):
         with torch.no_grad():
             self.model(input_ids=self._dummy_ids())
 
+    def _device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
     def _dummy_ids(self) -> torch.Tensor:
-        return torch.tensor([[self.pad_id]], device=next(self.model.parameters()).device)
+        return torch.tensor([[self.pad_id]], device=self._device())
 
     # ---- the same passes on every rank (streaming) -------------------------------------------------------
     def _kind(self, s: Sequence) -> int:
@@ -128,7 +131,7 @@ class ShardedTrainer(Trainer):
     def _agreed_passes(self, parts: list[Batch]) -> list[tuple[int, int]]:
         """(this rank's micro-batches, the most any rank has) per kind: one all-reduce."""
         mine = [len(plan_micro_batches(p, self.micro_batch_tokens)) for p in parts]
-        most = torch.tensor(mine, dtype=torch.float64)
+        most = torch.tensor(mine, dtype=torch.float64, device=self._device())  # NCCL reduces only CUDA tensors
         dist.all_reduce(most, op=dist.ReduceOp.MAX)
         return list(zip(mine, (int(n) for n in most.tolist())))
 
@@ -217,7 +220,7 @@ class ShardedTrainer(Trainer):
 
     def optim_step(self) -> dict[str, float]:
         # Each rank saw only its micro-batches' losses: skip the step everywhere if any rank saw a non-finite one.
-        flag = torch.tensor([float(self._poisoned)])
+        flag = torch.tensor([float(self._poisoned)], device=self._device())
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         self._poisoned = bool(flag.item())
         return super().optim_step()
