@@ -253,7 +253,8 @@ class ShardedTrainer(Trainer):
         optim = [get_optimizer_state_dict(self.model, o, options=opts) for o in self.optimizers]
         if dist.get_rank() != 0:
             return {}
-        return {"params": params, "optimizers": [_by_index(s, self._param_names(o)) for s, o in zip(optim, self.optimizers)],
+        return {"params": params,
+                "optimizers": [_by_index(s, self._param_names(o)) for s, o in zip(optim, self.optimizers)],
                 "schedulers": [s.state_dict() for s in self.schedulers], "step": self.step,
                 "skipped_steps": self.skipped_steps}
 
