@@ -16,9 +16,8 @@ the policy), state_dict and full_params become commands every rank runs too. The
 `close`, so close gathers that last state before it stops the ranks.
 
 Checkpoints are rank 0's trainer state (one full copy, the same format sharded or not), so a run resumes at any
-world size. A rank that dies
-makes the next collective fail on rank 0 (the process group's timeout bounds the wait): the run stops with a
-clear error and `--resume` continues from the last checkpoint.
+world size. A rank that dies makes the next collective fail on rank 0 (the process group's timeout bounds the
+wait): the run stops with a clear error and `--resume` continues from the last checkpoint.
 """
 
 from __future__ import annotations
