@@ -238,6 +238,12 @@ class TrainerConfig(_Strict):
         "recomputed in backward, so a micro-batch's full B x T x vocab logits are never held (0: off)"))
     world_size: int = Field(1, ge=1, description="trainer processes (data parallel, gloo on CPU / NCCL on GPU); under torchrun its WORLD_SIZE wins")
     dist_timeout_s: float = Field(600.0, gt=0.0, description="seconds a collective between trainer ranks may wait before the run fails")
+    sharding: Literal["none", "fsdp2"] = Field("none", description=(
+        "with world_size > 1: none (every rank a full copy, gradients all-reduced) or fsdp2 (torch fully_shard per "
+        "decoder layer: weights, gradients and optimizer state sharded over the ranks, a layer gathered while it "
+        "computes; rank 0's sampler keeps its own full copy, refreshed by a gather at each sync; not with LoRA or "
+        "Muon); "
+        "with one rank there is nothing to shard"))
 
 
 class WarmStartConfig(_Strict):
@@ -410,6 +416,15 @@ class Config(_Strict):
         if self.cluster.backend == "ray" and self.sampling.precision != "fp32":
             raise ValueError("cluster.backend=ray sampler actors hold full-precision copies; sampling.precision="
                              f"{self.sampling.precision} is for the local backend")
+        if self.trainer.sharding == "fsdp2" and self.lora.enabled:
+            raise ValueError("trainer.sharding=fsdp2 with LoRA is not supported: the KL reference is the policy with its "
+                             "adapters switched off on rank 0's module, which fsdp2 gives to the sampler, not the "
+                             "trainer; and the adapters are small enough for every rank to hold. Use "
+                             "trainer.sharding=none (data parallel)")
+        if self.trainer.sharding == "fsdp2" and self.trainer.optimizer == "muon":
+            raise ValueError("trainer.sharding=fsdp2 with trainer.optimizer=muon is not supported: Muon orthogonalizes "
+                             "each whole matrix, and under fsdp2 each rank holds a slice of it. Use "
+                             "trainer.optimizer=adamw or trainer.sharding=none")
         if self.algorithm.epsilon_high is not None and self.algorithm.epsilon_high < self.algorithm.epsilon:
             raise ValueError(f"algorithm.epsilon_high ({self.algorithm.epsilon_high}) must be >= algorithm.epsilon "
                              f"({self.algorithm.epsilon})")

@@ -26,7 +26,7 @@ from posttrain.loop.insights import InsightEnv, InsightMemory
 from posttrain.loop.pg_stepper import PolicyGradientStepper, run_remedies, self_teacher
 from posttrain.loop.profiles import ProfileBook, ProfileEnv, Rised
 from posttrain.loop.teacher import SelfHintTeacher, load_teacher
-from posttrain.loop.weight_sync import CopyWeights, LowPrecisionCopy, SharedWeights
+from posttrain.loop.weight_sync import CopyWeights, GatheredWeights, LowPrecisionCopy, SharedWeights
 from posttrain.models.load import stop_token_ids
 from posttrain.obs.timers import BusyMeter
 from posttrain.rewards.tags import JudgeTagger, RuleTagger, Taggers, load_vocabulary
@@ -102,12 +102,13 @@ def async_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
     return AsyncCollector(cfg, rollouts, meters), sync
 
 
-def make_trainer(cfg: Config, model: Any, pad_id: int) -> Trainer:
+def make_trainer(cfg: Config, model: Any, pad_id: int, cls: type = Trainer) -> Trainer:
+    """`cls`: Trainer, or ShardedTrainer over an FSDP2-sharded model (training/launch.rank_trainer)."""
     t = cfg.trainer
-    return Trainer(model, pad_id=pad_id, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
-                   max_grad_norm=t.max_grad_norm, warmup_steps=t.warmup_steps, micro_batch_tokens=t.micro_batch_tokens,
-                   prefix_sharing=t.prefix_sharing, temperature=cfg.sampling.temperature, optimizer=t.optimizer,
-                   muon_momentum=t.muon_momentum, logits_chunk_tokens=t.logits_chunk_tokens)
+    return cls(model, pad_id=pad_id, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
+               max_grad_norm=t.max_grad_norm, warmup_steps=t.warmup_steps, micro_batch_tokens=t.micro_batch_tokens,
+               prefix_sharing=t.prefix_sharing, temperature=cfg.sampling.temperature, optimizer=t.optimizer,
+               muon_momentum=t.muon_momentum, logits_chunk_tokens=t.logits_chunk_tokens)
 
 
 def with_feedback_envs(cfg: Config, c: Components, run_dir: Path,
@@ -148,12 +149,18 @@ def with_feedback_envs(cfg: Config, c: Components, run_dir: Path,
 
 @STEPPERS.register("policy_gradient")
 def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]) -> PolicyGradientStepper:
-    trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)
-    if world_size(cfg) > 1:  # data parallel over trainer ranks (training/distributed.py); rank 0 runs this loop
-        say(f"trainer: {world_size(cfg)} ranks, data parallel")
-        trainer = start_ranks(cfg, trainer, run_dir / "config.yaml")
+    if world_size(cfg) > 1:  # trainer ranks (training/distributed.py); rank 0 runs this loop
+        say(f"trainer: {world_size(cfg)} ranks, " + ("FSDP2-sharded" if cfg.trainer.sharding == "fsdp2"
+                                                     else "data parallel"))
+        trainer = start_ranks(cfg, c.model, c.tokenizer.pad_token_id, run_dir / "config.yaml")
+    else:
+        if cfg.trainer.sharding == "fsdp2":  # a checkpoint of a sharded run resumes here: the same state format
+            say("trainer: one rank, nothing to shard (trainer.sharding=fsdp2 applies from world_size 2)")
+        trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)
     c, plugins = with_feedback_envs(cfg, c, run_dir, say)
     collector, sync = COLLECTORS[cfg.loop.mode](cfg, c)
+    if getattr(trainer, "sharded", False):  # the sampler's model is not the trainer's: gather into it first
+        sync = GatheredWeights(trainer, c.model, sync)
     if "rised" in plugins and cfg.algorithm.rised.selection:
         collector.select = plugins["rised"]  # profile-based prompt selection (sync collector; checked in the config)
     lora_ref = c.model.disable_adapter if cfg.algorithm.beta > 0 and c.ref_model is None else None

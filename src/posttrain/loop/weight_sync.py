@@ -12,6 +12,9 @@ Transports here:
   in between decodes.
 - `LowPrecisionCopy`: the sampler holds a bf16 or int8 copy (sampling.precision): each push re-quantizes the
   policy's weights into it in place (sampling/precision.py).
+- `GatheredWeights`: the trainer is FSDP2-sharded over ranks (trainer.sharding=fsdp2), so the sampler cannot
+  hold its module: each push gathers the full weights into rank 0's whole model (a collective every trainer rank
+  runs), then the transport above it carries them on to the sampler.
 Every push is timed (`time/weight_sync`). A transport that crosses a process or a network adds its own
 timeout and bounded retry behind the same call.
 """
@@ -69,3 +72,31 @@ class LowPrecisionCopy:
 
     def close(self) -> None:
         """The sampler lives in this process: nothing to release."""
+
+
+class GatheredWeights:
+    def __init__(self, trainer: Any, model: Any, then: WeightSync):
+        """`trainer`: a DataParallelTrainer over ShardedTrainers (its `full_params()` is the collective gather);
+        `model`: rank 0's whole copy, the one the run's sampler, eval and final/ export read; `then`: the transport
+        from `model` to the rollout sampler (SharedWeights when the sampler holds `model`, a copy otherwise).
+
+        No retry: the gather is a collective over the trainer ranks, bounded by trainer.dist_timeout_s, and one
+        that fails leaves the process group broken (the run stops with TrainerRankError and resumes from its last
+        checkpoint)."""
+        self.trainer, self.model, self.then = trainer, model, then
+
+    def push(self, version: int) -> dict[str, float]:
+        import torch
+
+        t0 = time.perf_counter()
+        full = self.trainer.full_params()
+        with torch.no_grad():
+            for n, p in self.model.named_parameters():
+                if n in full:
+                    p.copy_(full[n])
+        gathered = time.perf_counter() - t0
+        m = self.then.push(version)
+        return {**m, "time/weight_gather": gathered, "time/weight_sync": time.perf_counter() - t0}
+
+    def close(self) -> None:
+        self.then.close()

@@ -10,9 +10,14 @@ does what rank 0 tells it over the process group:
     optim_step():             gradients summed across ranks in one flat all-reduce, the non-finite flag OR-ed,
                               then every rank clips and steps the same gradient: the weights stay identical
 
-Checkpoints are rank 0's trainer state (one full copy), so a run resumes at any world size. A rank that dies
-makes the next collective fail on rank 0 (the process group's timeout bounds the wait): the run stops with a
-clear error and `--resume` continues from the last checkpoint.
+With trainer.sharding=fsdp2 each rank's Trainer is a ShardedTrainer (training/fsdp.py) over its FSDP2 shard:
+FSDP2 reduce-scatters the gradients itself (optim_step only ORs the non-finite flag), and compute_logprobs (of
+the policy), state_dict and full_params become commands every rank runs too. The run checkpoints once more after
+`close`, so close gathers that last state before it stops the ranks.
+
+Checkpoints are rank 0's trainer state (one full copy, the same format sharded or not), so a run resumes at any
+world size. A rank that dies makes the next collective fail on rank 0 (the process group's timeout bounds the
+wait): the run stops with a clear error and `--resume` continues from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -38,20 +43,26 @@ class TrainerRankError(RuntimeError):
     """A trainer rank stopped answering or failed."""
 
 
-def split_by_groups(batch: Batch, n: int) -> list[Batch]:
-    """n shards of whole groups, balanced by tokens (largest first onto the lightest shard), each carrying the
-    whole batch's normalizers. Pure."""
-    total_tokens = batch.total_loss_tokens or float(max(batch.num_loss_tokens, 1))
-    total_seqs = batch.total_seqs or float(len(batch.sequences))
-    shards: list[list] = [[] for _ in range(n)]
+def split_indices(batch: Batch, n: int) -> list[list[int]]:
+    """n shards of whole groups, as indices into batch.sequences, balanced by tokens (largest first onto the
+    lightest shard). Pure."""
+    shards: list[list[int]] = [[] for _ in range(n)]
     load = [0] * n
     groups = sorted(group_sequences(batch), key=lambda g: -sum(len(s.prompt_ids) + len(s.completion_ids)
                                                                for s in g.sequences))
     for g in groups:
         r = load.index(min(load))
-        shards[r] += g.sequences
+        shards[r] += g.indices
         load[r] += sum(len(s.prompt_ids) + len(s.completion_ids) for s in g.sequences)
-    return [Batch(s, batch.policy_version, total_loss_tokens=total_tokens, total_seqs=total_seqs) for s in shards]
+    return shards
+
+
+def split_by_groups(batch: Batch, n: int) -> list[Batch]:
+    """`split_indices`' shards as batches, each carrying the whole batch's normalizers. Pure."""
+    total_tokens = batch.total_loss_tokens or float(max(batch.num_loss_tokens, 1))
+    total_seqs = batch.total_seqs or float(len(batch.sequences))
+    return [Batch([batch.sequences[i] for i in idx], batch.policy_version, total_loss_tokens=total_tokens,
+                  total_seqs=total_seqs) for idx in split_indices(batch, n)]
 
 
 def combine_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
@@ -88,7 +99,7 @@ def _all_reduce_grads(trainer) -> None:
     for g in grads:
         g.copy_(flat[off:off + g.numel()].view_as(g))
         off += g.numel()
-    flag = torch.tensor([float(trainer._poisoned)])
+    flag = torch.tensor([float(trainer._poisoned)], device=flat.device)  # NCCL reduces only CUDA tensors
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     trainer._poisoned = bool(flag.item())
 
@@ -102,8 +113,17 @@ def _run(trainer, cmd: tuple, rank: int, world: int, loss_fn, params, token_weig
         dist.all_gather_object(got, m)
         return combine_metrics(got)
     if kind == "optim_step":
-        _all_reduce_grads(trainer)
+        if not getattr(trainer, "sharded", False):  # FSDP2 already reduce-scattered them in forward_backward
+            _all_reduce_grads(trainer)
         return trainer.optim_step()
+    if kind == "compute_logprobs":  # FSDP2 only: each rank scores its shard, rank 0 gets every rank's
+        got = [None] * world
+        dist.all_gather_object(got, trainer.compute_logprobs(cmd[1][rank]))
+        return got
+    if kind == "state_dict":  # FSDP2 only: collective, the full state lands on rank 0
+        return trainer.state_dict()
+    if kind == "full_params":  # FSDP2 only: collective, the full weights land on rank 0 (weight sync)
+        return trainer.full_params()
     if kind == "set":  # a remedy's temperature or learning-rate scale: every rank scores and steps alike
         for k, v in cmd[1].items():
             if k not in SHARED_SETTINGS:
@@ -142,7 +162,12 @@ class DataParallelTrainer:
         """`workers`: processes this rank started (closed with it); empty under torchrun."""
         self.trainer, self.world, self.workers = trainer, world_size, list(workers or [])
         self.model, self.pad_id, self.params = trainer.model, trainer.pad_id, trainer.params
-        self._send(("broadcast_params",))
+        # FSDP2 (training/fsdp.py): each rank's model is a shard, and rank 0's weights reached every rank before
+        # it was cut (shard_model); every call that runs it is collective.
+        self.sharded = bool(getattr(trainer, "sharded", False))
+        self._closed_state: dict[str, Any] | None = None
+        if not self.sharded:
+            self._send(("broadcast_params",))
 
     def _send(self, cmd: tuple, loss_fn=None, params=None, token_weight_fn=None):
         try:
@@ -159,10 +184,26 @@ class DataParallelTrainer:
         return self._send(("optim_step",))
 
     def compute_logprobs(self, batch: Batch, model: Any | None = None) -> list[list[float]]:
-        return self.trainer.compute_logprobs(batch, model)  # rank 0 holds a full model: no need to spread it
+        if not self.sharded or (model is not None and model is not self.model):
+            return self.trainer.compute_logprobs(batch, model)  # a full model on rank 0: no need to spread it
+        parts = split_indices(batch, self.world)
+        got = self._send(("compute_logprobs", [Batch([batch.sequences[i] for i in idx]) for idx in parts]))
+        out: list[list[float]] = [[] for _ in batch.sequences]
+        for idx, lps in zip(parts, got):
+            for i, lp in zip(idx, lps):
+                out[i] = lp
+        return out
 
     def state_dict(self) -> dict[str, Any]:
-        return self.trainer.state_dict()
+        if not self.sharded:
+            return self.trainer.state_dict()
+        if self._closed_state is not None:  # the run checkpoints once more after its ranks stopped
+            return self._closed_state
+        return self._send(("state_dict",))
+
+    def full_params(self) -> dict[str, torch.Tensor]:
+        """FSDP2: the full trainable weights on rank 0 (a collective every rank runs)."""
+        return self._send(("full_params",))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._send(("load_state_dict", state))
@@ -170,8 +211,10 @@ class DataParallelTrainer:
     def close(self, timeout_s: float = 30.0) -> None:
         if dist.is_initialized():
             try:
+                if self.sharded:  # only the ranks together hold the state: gather it for the run's last checkpoint
+                    self._closed_state = self.state_dict()
                 dist.broadcast_object_list([("stop",)], src=0)
-            except RuntimeError:
+            except (RuntimeError, TrainerRankError):
                 pass  # a rank is already gone; the processes are reaped below
             finally:
                 dist.destroy_process_group()

@@ -3,6 +3,9 @@ from `torchrun` (RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environmen
 
     rank 0     the whole run (loop/run.py); its Trainer is a DataParallelTrainer (train/distributed.py)
     rank k>0   `python -m posttrain.training.launch CONFIG.yaml`: builds the same model and Trainer, then obeys rank 0
+
+With trainer.sharding=fsdp2 each rank's Trainer is a ShardedTrainer over its FSDP2 shard (training/fsdp.py); on
+rank 0 the shard is cut from a copy, so the run's own model stays whole for the sampler, eval and final/.
 """
 
 from __future__ import annotations
@@ -31,8 +34,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_ranks(cfg: Config, trainer, config_path: Path):
-    """On rank 0: start the other ranks unless torchrun did, join the group, return a DataParallelTrainer."""
+def rank_trainer(cfg: Config, model, pad_id: int, world: int):
+    """This rank's Trainer, once it has joined the group: over the whole model (data parallel), or over its FSDP2
+    shard of it (trainer.sharding=fsdp2; cutting the shards is collective, so every rank calls this in step)."""
+    from posttrain.loop.schedule import make_trainer
+
+    if cfg.trainer.sharding == "fsdp2":
+        from posttrain.training.fsdp import ShardedTrainer, shard_model
+
+        return make_trainer(cfg, shard_model(model, world), pad_id, cls=ShardedTrainer)
+    return make_trainer(cfg, model, pad_id)
+
+
+def start_ranks(cfg: Config, model, pad_id: int, config_path: Path):
+    """On rank 0: start the other ranks unless torchrun did, join the group, return a DataParallelTrainer over
+    `model` (data parallel: the run's own module) or over a sharded copy of it (fsdp2)."""
+    import copy
+
     from posttrain.training.distributed import DataParallelTrainer, init_group
 
     world = world_size(cfg)
@@ -46,7 +64,9 @@ def start_ranks(cfg: Config, trainer, config_path: Path):
             workers.append(subprocess.Popen([sys.executable, "-m", "posttrain.training.launch", str(config_path)],
                                             env=env))
     init_group(0, world, cfg.trainer.dist_timeout_s)
-    return DataParallelTrainer(trainer, world, workers)
+    if cfg.trainer.sharding == "fsdp2":
+        model = copy.deepcopy(model)  # the sampler keeps the whole one (GatheredWeights refreshes it)
+    return DataParallelTrainer(rank_trainer(cfg, model, pad_id, world), world, workers)
 
 
 def run_worker(cfg: Config) -> None:
@@ -55,7 +75,6 @@ def run_worker(cfg: Config) -> None:
 
     from posttrain.loop.builder import resolve_device, resolve_dtype, seed_everything
     from posttrain.loop.pg_stepper import loss_params, token_weight_fn
-    from posttrain.loop.schedule import make_trainer
     from posttrain.models.load import ensure_pad_token, load_model
     from posttrain.models.lora import apply_lora
     from posttrain.algos import LOSSES
@@ -76,8 +95,8 @@ def run_worker(cfg: Config) -> None:
         model = apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules)
     task = load_task(cfg.task.name, cfg.task.options, seed=cfg.run.seed)
     max_tokens = cfg.sampling.max_tokens or task.max_tokens or 128
-    trainer = make_trainer(cfg, model, tok.pad_token_id)
     init_group(rank, world, cfg.trainer.dist_timeout_s)
+    trainer = rank_trainer(cfg, model, tok.pad_token_id, world)
     worker_loop(trainer, LOSSES[cfg.algorithm.loss], loss_params(cfg, max_tokens), token_weight_fn(cfg.algorithm),
                 rank, world)
 

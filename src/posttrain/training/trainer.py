@@ -133,6 +133,7 @@ class Trainer:
                 m["entropy_bonus"] = float(self.entropy_coef)
             if not torch.isfinite(loss):
                 self._poisoned = True
+                self._skip_backward(t.logp_BT)
                 continue
             loss.backward()
             loss_total += float(loss.detach())
@@ -165,7 +166,7 @@ class Trainer:
 
     def optim_step(self) -> dict[str, float]:
         """Clip, step, zero. A step whose loss or gradient norm is not finite is skipped and counted."""
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
+        grad_norm = self.grad_norm_()
         skipped = self._poisoned or not math.isfinite(grad_norm)
         if not skipped:
             for o, sch in zip(self.optimizers, self.schedulers):
@@ -183,6 +184,14 @@ class Trainer:
         self.step += 1
         return {"train/grad_norm": grad_norm, "train/skipped_step": float(skipped),
                 "train/skipped_steps_total": float(self.skipped_steps), "train/lr": self.schedulers[0].get_last_lr()[0]}
+
+    def _skip_backward(self, logp_BT: torch.Tensor) -> None:
+        """A non-finite loss is not backpropagated: the step will be skipped (a sharded trainer still runs a
+        backward through `logp_BT`, a zero one, because the other ranks wait for its collectives)."""
+
+    def grad_norm_(self) -> float:
+        """Clip the gradients in place; their total norm before clipping (a sharded trainer combines its shards')."""
+        return float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
 
     def close(self) -> None:
         """Nothing to release in one process (a DataParallelTrainer stops its ranks here)."""
