@@ -211,6 +211,8 @@ def main() -> None:
     if not args.no_trl:
         t = bench_trl(cfg, n // 4, 4, plen, new, dev)
         rows.append(("TRL GRPOTrainer step s, same shapes", t if t is not None else float("nan")))
+        if t is not None:
+            rows.append(("TRL step / posttrain step (>1: posttrain faster)", t / rows[-2][1]))
     name = torch.cuda.get_device_name(0) if dev.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
     md = [f"bench/gpu.py on {name}, {dtype}, random weights of {ARCH.name}{' (small)' if args.small else ''}", "",
           "| measure | value |", "|---|---:|"] + [f"| {k} | {v:,.1f} |" for k, v in rows]
