@@ -278,9 +278,10 @@ class SamplerResources(_Strict):
 
 
 class ClusterConfig(_Strict):
-    backend: Literal["local", "ray"] = Field("local", description=(
+    backend: Literal["local", "ray", "server"] = Field("local", description=(
         "where rollouts are sampled: local (in this process, no Ray) or ray (sampler actors, each with its own "
-        "copy of the policy; pip install 'posttrain[ray]'; docs/scaling.md)"))
+        "copy of the policy; pip install 'posttrain[ray]'; docs/scaling.md) or server (an OpenAI-compatible "
+        "inference server at cluster.server_url, weights pushed through cluster.weights_dir)"))
     address: str = Field("auto", description=(
         "ray: the cluster to use: auto (the one this process or RAY_ADDRESS points at), local (start a private "
         "Ray on this machine, shut down with the run) or ray://host:port (Ray Client)"))
@@ -293,6 +294,15 @@ class ClusterConfig(_Strict):
     max_restarts: int = Field(3, ge=0, description=(
         "ray: times each sampler actor is replaced after it dies or hangs (the new one gets the current weights and "
         "the rows again); past it the actor is retired and the live ones take its share; with none left the run fails"))
+
+    server_url: str | None = Field(None, description=(
+        "server: the OpenAI-compatible server rollouts are sampled from (posttrain serve --weights-dir DIR, or vLLM / "
+        "SGLang with a reload endpoint); it must return token ids and per-token logprobs"))
+    server_model: str | None = Field(None, description="server: the served model's name (default: the first of /v1/models)")
+    weights_dir: str | None = Field(None, description=(
+        "server: a folder the trainer writes weights.safetensors to and the server reloads from at every sync"))
+    server_timeout_s: float = Field(300.0, gt=0.0, description=(
+        "server: seconds one sampling request or one weight reload may take (each retried a bounded number of times)"))
 
     @field_validator("address")
     @classmethod
@@ -410,6 +420,17 @@ class Config(_Strict):
         if self.loop.eval_samples > 1 and self.sampling.eval_temperature == 0:
             raise ValueError(f"loop.eval_samples={self.loop.eval_samples} with greedy eval (sampling.eval_temperature=0) "
                              "repeats one completion; set sampling.eval_temperature > 0 (e.g. 0.7) or eval_samples=1")
+        if self.cluster.backend == "server" and not (self.cluster.server_url and self.cluster.weights_dir):
+            raise ValueError("cluster.backend=server needs cluster.server_url (the inference server) and "
+                             "cluster.weights_dir (a folder the trainer writes and the server reads: start it with "
+                             "posttrain serve --weights-dir DIR)")
+        if self.cluster.backend == "server" and self.lora.enabled:
+            raise ValueError("cluster.backend=server with LoRA is not supported: the server reloads full weights by "
+                             "name, and a LoRA run's trainable tensors are the adapter's (use cluster.backend=local or "
+                             "ray, or full fine-tuning)")
+        if self.cluster.backend == "server" and self.algorithm.stepper != "policy_gradient":
+            raise ValueError("cluster.backend=server samples policy-gradient rollouts; algorithm.name=es scores its "
+                             "perturbations in process (use cluster.backend=local)")
         if self.cluster.backend == "ray" and self.algorithm.stepper != "policy_gradient":
             raise ValueError("cluster.backend=ray samples policy-gradient rollouts; algorithm.name=es scores its "
                              "perturbations in process (use cluster.backend=local)")

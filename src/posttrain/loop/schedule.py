@@ -83,6 +83,38 @@ def ray_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any
     return pool, sync
 
 
+@SAMPLER_BACKENDS.register("server")
+def server_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, Any]:
+    """An OpenAI-compatible inference server (posttrain serve, vLLM, SGLang) samples the rollouts; each sync writes
+    the trainable weights to cluster.weights_dir and asks the server to reload them (loop/weight_ipc.py
+    ServerWeights: timeout and bounded retries, and the server must answer with the pushed version). The server
+    holds its own copy, so both loop modes are served."""
+    from posttrain.loop.weight_ipc import ServerWeights
+    from posttrain.sampling.openai_sampler import OpenAISampler
+
+    cc = cfg.cluster
+    sampler = OpenAISampler(cc.server_url, model=cc.server_model, tokenizer=c.tokenizer, timeout_s=cc.server_timeout_s)
+    sync = VersionedPush(ServerWeights(c.model, cc.weights_dir, cc.server_url, timeout_s=cc.server_timeout_s), sampler)
+    sync.push(c.sampler.policy_version)  # the server serves what the trainer holds now (after any warm start)
+    return sampler, sync
+
+
+class VersionedPush:
+    """After the transport's push, the sampler tags what it samples with the pushed version (a server that reports
+    its own version in each answer overrides the tag)."""
+
+    def __init__(self, inner: Any, sampler: Any):
+        self.inner, self.sampler = inner, sampler
+
+    def push(self, version: int) -> dict[str, float]:
+        m = self.inner.push(version)
+        self.sampler.policy_version = version
+        return m
+
+    def close(self) -> None:
+        """Nothing to release: the server is the user's."""
+
+
 @COLLECTORS.register("sync")
 def sync_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
     """Roll out now, when the step asks."""
