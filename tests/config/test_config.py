@@ -88,3 +88,27 @@ def test_device_and_dtype_resolution():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA device"):
             resolve_device("cuda")
+
+
+def test_algorithm_name_on_the_command_line_overrides_a_written_out_file(tmp_path):
+    """configs/json_extract.yaml writes every algorithm field out; naming another preset on the command line
+    must change the fields that preset sets (it once changed only the name: `posttrain auto` searched an inert key)."""
+    from pathlib import Path
+
+    from posttrain.config import load_config
+
+    base = Path(__file__).resolve().parents[2] / "configs" / "json_extract.yaml"
+    cfg = load_config(base, ["algorithm.name=dr_grpo"])
+    assert (cfg.algorithm.advantage, cfg.algorithm.aggregation) == ("dr_grpo", "seq-mean-token-sum-norm")
+    assert load_config(base, ["algorithm.name=rloo"]).algorithm.advantage == "rloo"
+    # a field set on the command line still wins, before or after the name
+    cfg = load_config(base, ["algorithm.aggregation=token-mean", "algorithm.name=dr_grpo"])
+    assert (cfg.algorithm.advantage, cfg.algorithm.aggregation) == ("dr_grpo", "token-mean")
+    # switching away from a preset that set fields resets them to the new preset's (here: the defaults)
+    dapo = tmp_path / "dapo.yaml"
+    dapo.write_text("algorithm:\n  name: dapo\n  dynamic_sampling: true\n  epsilon_high: 0.28\n  beta: 0.01\n")
+    cfg = load_config(dapo, ["algorithm.name=grpo"])
+    assert cfg.algorithm.dynamic_sampling is False and cfg.algorithm.epsilon_high is None
+    assert cfg.algorithm.beta == 0.01  # not a preset field: the file's value stays
+    # a file's own explicit fields beside its own name still win (no command-line name)
+    assert load_config(dapo, []).algorithm.epsilon_high == 0.28

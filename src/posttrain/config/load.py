@@ -31,9 +31,30 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(loaded, dict):
             raise ConfigError(f"{p} must hold a mapping of sections (run:, model:, ...), got {type(loaded).__name__}")
         data = loaded
+    file_algo = dict(data.get("algorithm") or {}) if isinstance(data.get("algorithm"), dict) else {}
     for ov in overrides or []:
         apply_override(data, ov)
+    _reset_preset_fields(data, file_algo, overrides or [])
     return validate(data)
+
+
+def _reset_preset_fields(data: dict[str, Any], file_algo: dict[str, Any], overrides: list[str]) -> None:
+    """`algorithm.name=X` on the command line over a file that names another algorithm: the fields a preset sets,
+    where only the file set them, are dropped so that X's preset (or the default) fills them. A written-out config
+    (configs/json_extract.yaml: every field explicit) would otherwise keep the file's advantage and aggregation, and
+    `algorithm.name=dr_grpo` would silently change nothing but the name. Fields set on the command line still win."""
+    from posttrain.config.schema import ALGORITHM_PRESETS
+
+    cli_keys = {ov.split("=", 1)[0].strip() for ov in overrides if "=" in ov}
+    algo = data.get("algorithm")
+    if "algorithm.name" not in cli_keys or not isinstance(algo, dict):
+        return
+    if algo.get("name") == file_algo.get("name", "grpo"):
+        return
+    controlled = {k for preset in ALGORITHM_PRESETS.values() for k in preset}
+    for k in controlled:
+        if k in file_algo and f"algorithm.{k}" not in cli_keys:
+            algo.pop(k, None)
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:
