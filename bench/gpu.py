@@ -66,13 +66,16 @@ def prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
     return torch.randint(10, vocab, (n, length), generator=g).tolist()
 
 
-def bench_sampler(model, vocab: int, batch: int, new_tokens: int, prompt_len: int, device: str) -> float:
+def bench_sampler(model, vocab: int, batch: int, new_tokens: int, prompt_len: int, device: str,
+                  graphs: bool = False) -> float:
     from posttrain.sampling.hf_sampler import HFSampler
     from posttrain.types import SampleParams
 
-    s = HFSampler(model, NullTokenizer(), stop_token_ids=[-1], max_batch=batch)  # -1: no token stops a row
+    s = HFSampler(model, NullTokenizer(), stop_token_ids=[-1], max_batch=batch, graphs=graphs)  # -1: no stop token
     params = SampleParams(max_tokens=new_tokens, temperature=1.0)
-    s.sample_sync(prompts(batch, prompt_len, vocab, seed=1), SampleParams(max_tokens=4, temperature=1.0))  # warm-up
+    # warm-up; with graphs at the timed shapes, so the compile and the capture are not timed
+    s.sample_sync(prompts(batch, prompt_len, vocab, seed=1),
+                  params if graphs else SampleParams(max_tokens=4, temperature=1.0))
     sync(device)
     t0 = time.perf_counter()
     out = s.sample_sync(prompts(batch, prompt_len, vocab), params)
@@ -109,7 +112,7 @@ def bench_trainer(model, vocab: int, n_seqs: int, prompt_len: int, new_tokens: i
 
 
 def bench_grpo_step(model, vocab: int, n_prompts: int, g: int, prompt_len: int, new_tokens: int, device: str,
-                    chunk: int) -> float:
+                    chunk: int, graphs: bool = False) -> float:
     """Sample G per prompt, score (a constant-cost reward), build the batch, train: one GRPO step."""
     from posttrain.algos import LOSSES, LossParams
     from posttrain.loop.batch import BatchOptions, build_batch
@@ -117,7 +120,7 @@ def bench_grpo_step(model, vocab: int, n_prompts: int, g: int, prompt_len: int, 
     from posttrain.training.trainer import Trainer
     from posttrain.types import SampleParams, Sequence
 
-    sampler = HFSampler(model, NullTokenizer(), stop_token_ids=[-1], max_batch=n_prompts * g)
+    sampler = HFSampler(model, NullTokenizer(), stop_token_ids=[-1], max_batch=n_prompts * g, graphs=graphs)
     tr = Trainer(model, pad_id=0, lr=1e-6, micro_batch_tokens=16384, logits_chunk_tokens=chunk)
     ps = prompts(n_prompts, prompt_len, vocab, seed=3)
 
@@ -193,6 +196,7 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--chunk", type=int, default=0, help="trainer.logits_chunk_tokens")
     ap.add_argument("--no-trl", action="store_true")
+    ap.add_argument("--graphs", action="store_true", help="also measure the CUDA-graph decode (sampling.cuda_graphs)")
     args = ap.parse_args()
     dev = args.device
     dtype = torch.bfloat16 if dev.startswith("cuda") else torch.float32
@@ -208,11 +212,20 @@ def main() -> None:
                                                                          args.chunk)))
     rows.append((f"GRPO step s, {n // 4} prompts x G=4 x {new}", bench_grpo_step(model, cfg.vocab_size, n // 4, 4,
                                                                                    plen, new, dev, args.chunk)))
+    if args.graphs:
+        for b in batches:
+            rows.append((f"sampler tok/s, batch {b}, {new} new tokens, CUDA graphs",
+                         bench_sampler(model, cfg.vocab_size, b, new, plen, dev, graphs=True)))
+        rows.append((f"GRPO step s, {n // 4} prompts x G=4 x {new}, CUDA graphs",
+                     bench_grpo_step(model, cfg.vocab_size, n // 4, 4, plen, new, dev, args.chunk, graphs=True)))
     if not args.no_trl:
         t = bench_trl(cfg, n // 4, 4, plen, new, dev)
         rows.append(("TRL GRPOTrainer step s, same shapes", t if t is not None else float("nan")))
         if t is not None:
-            rows.append(("TRL step / posttrain step (>1: posttrain faster)", t / rows[-2][1]))
+            steps = [v for k, v in rows if k.startswith("GRPO step s")]
+            rows.append(("TRL step / posttrain step (>1: posttrain faster)", t / steps[0]))
+            if len(steps) > 1:
+                rows.append(("TRL step / posttrain step with CUDA graphs", t / steps[1]))
     name = torch.cuda.get_device_name(0) if dev.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
     md = [f"bench/gpu.py on {name}, {dtype}, random weights of {ARCH.name}{' (small)' if args.small else ''}", "",
           "| measure | value |", "|---|---:|"] + [f"| {k} | {v:,.1f} |" for k, v in rows]

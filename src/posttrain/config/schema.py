@@ -74,6 +74,10 @@ class SamplingConfig(_Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling (1 = off)")
     top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
     stop: list[str] | None = Field(None, description="stop strings (the text is cut before the stop; the tokens keep it); null: the task's, []: none")
+    cuda_graphs: bool = Field(False, description=(
+        "GPU decode fast path: a static KV cache and the decode step replayed as a CUDA graph (torch.compile "
+        "reduce-overhead, compiled once per batch/length bucket; sampling/graph_decode.py); LoRA samplers decode "
+        "eagerly; on a CPU the same loop runs uncompiled"))
     eval_temperature: float = Field(0.0, ge=0.0, description="0 = greedy held-out eval")
     precision: Literal["fp32", "bf16", "int8"] = Field("fp32", description=(
         "rollout sampler's weights: fp32 (shares the trainer's), or a bf16 / int8 copy refreshed at each sync; "

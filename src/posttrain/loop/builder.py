@@ -112,6 +112,6 @@ def build(cfg: Config, log=print) -> Components:
     model = with_lora(cfg, model)
     trainable, total = count_parameters(model)
     train_params, eval_params = sample_params(cfg, task)
-    sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=cfg.run.seed)
+    sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=cfg.run.seed, graphs=cfg.sampling.cuda_graphs)
     env = make_env(task, tok, train_params)
     return Components(model, tok, task, env, sampler, ref_model, train_params, eval_params, trainable, total)

@@ -25,7 +25,7 @@ class HFSampler:
     """Samples from an in-memory HF model. The trainer shares the same module, so a weight sync is a version bump."""
 
     def __init__(self, model: Any, tokenizer: Any, stop_token_ids: list[int], seed: int = 0,
-                 compact_fraction: float = 0.75, max_batch: int = 64, merge_lora: bool = True):
+                 compact_fraction: float = 0.75, max_batch: int = 64, merge_lora: bool = True, graphs: bool = False):
         self.model = model
         self.tokenizer = tokenizer
         self.stop_token_ids = list(stop_token_ids)
@@ -39,6 +39,10 @@ class HFSampler:
         self._pending: list = []
         self._cache_arg = cache_arg_name(model)
         self._flusher: asyncio.Future | None = None
+        # The GPU decode fast path (graph_decode.py): a static KV cache, the decode step a CUDA graph. On a CPU
+        # the same static-cache loop runs uncompiled (what the tests compare with the eager loop).
+        self.graphs = graphs
+        self._graph_decoder = None
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
@@ -131,7 +135,10 @@ class HFSampler:
         if merge:
             model.merge_adapter()
         try:
-            tokens_BT, logps_BT, lengths_B, reasons = self._decode_loop(rows, params)
+            if self.graphs and not hasattr(model, "peft_config"):  # a LoRA model decodes eagerly (merged above)
+                tokens_BT, logps_BT, lengths_B, reasons = self._graphs().decode_loop(self, rows, params)
+            else:
+                tokens_BT, logps_BT, lengths_B, reasons = self._decode_loop(rows, params)
         finally:
             if merge:
                 model.unmerge_adapter()
@@ -143,6 +150,14 @@ class HFSampler:
                                   finish_reason=reasons[b], policy_version=self.policy_version,
                                   text=cut_at_stop(self.decode(ids), params.stop)))
         return out
+
+    def _graphs(self):
+        if self._graph_decoder is None:
+            from posttrain.sampling.graph_decode import GraphDecoder
+
+            self._graph_decoder = GraphDecoder(self.model, self._cache_arg,
+                                               compile_step=_device(self.model).type == "cuda")
+        return self._graph_decoder
 
     def _decode_loop(self, rows: list[list[int]], params: SampleParams):
         # Prefill each distinct prompt once, then copy its KV cache to every row that uses it.
