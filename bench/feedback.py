@@ -158,6 +158,9 @@ def sftldr(args: argparse.Namespace) -> None:
     rows = read_sft_rows(src / "insights.jsonl", args.target)
     seed = int(src.name.rsplit("-s", 1)[1])
     model_dir = runs / f"sftldr-{args.target}-model-s{seed}"
+    import torch
+
+    torch.set_num_threads(args.threads)  # the SFT runs in this process: keep it to its share of the cores
     res = sft(rows, "default", model_dir, steps=args.steps, lr=args.lr, batch_size=8, seed=seed)
     print(f"sft on {len(rows)} ({args.target}) rows: nll {res['nll_first']:.3f} -> {res['nll_last']:.3f}")
     # The eval: a zero-step run from the SFT model with the runs' eval settings (before == after: one eval).
