@@ -172,6 +172,43 @@ def sftldr(args: argparse.Namespace) -> None:
     train(load_config(None, over))
 
 
+def probe(args: argparse.Namespace) -> None:
+    """The test every self-teacher method rests on: does the policy answer better with the hint in its context
+    than without? Sample the held-out hard rows plainly, take each failed sample's feedback, and sample the same
+    rows again with that feedback appended as hint distillation writes it (algorithm.hint_distill.template).
+    If the hinted policy is not better, a reverse KL toward it teaches nothing useful."""
+    import json as _json
+    from dataclasses import replace
+
+    from posttrain.config import load_config
+    from posttrain.loop.builder import build
+    from posttrain.loop.evaluate import evaluate
+    from posttrain.loop.insights import append_to_prompt
+
+    cfg = load_config(None, [f"task.name={args.task}", f"task.subset={args.subset}", f"model.threads={args.threads}",
+                             "sampling.eval_temperature=0.7"])
+    c = build(cfg, log=lambda *a: None)
+    rows = c.task.eval_rows[: args.eval_prompts]
+    template = cfg.algorithm.hint_distill.template
+    params = replace(c.eval_params, temperature=0.7)
+    _, plain = evaluate(c.env, c.sampler, rows, params, args.samples)  # scoring attaches each failure's feedback
+    hinted_rows = [append_to_prompt(t.row, template.format(hint=t.feedback)) for t in plain if t.feedback]
+    _, hinted = evaluate(c.env, c.sampler, hinted_rows, params, 1)
+
+    def share(trajs, comp):
+        return sum(t.reward_components.get(comp, 0.0) >= 1.0 for t in trajs) / max(len(trajs), 1)
+
+    print(f"{len(plain)} plain samples on {len(rows)} hard held-out rows; {len(hinted)} failed ones re-asked with "
+          f"their feedback as a hint ('{template.strip()[:30]}...')")
+    print("| samples | n | only JSON (json_parse = 1) | schema valid | exact (the pass) |")
+    print("|---|---|---|---|---|")
+    for name, tr in (("plain", plain), ("with the hint", hinted)):
+        print(f"| {name} | {len(tr)} | {100 * share(tr, 'json_parse'):.1f}% | {100 * share(tr, 'json_schema'):.1f}% | "
+              f"{100 * share(tr, 'json_exact'):.1f}% |")
+    for t in hinted[:3]:
+        print("  hinted sample:", _json.dumps(t.completion_text[:120]))
+
+
 def profile(args: argparse.Namespace) -> None:
     """RISED's profile report: each tag's share of rollouts over the first and the last `--window` steps."""
     recs = [json.loads(x) for x in (Path(args.run_dir) / "metrics.jsonl").read_text().splitlines()
@@ -227,11 +264,17 @@ def main() -> None:
     f.add_argument("--eval-prompts", type=int, default=24)
     f.add_argument("--threads", type=int, default=2)
     f.add_argument("--runs", default=str(OUT / "runs"))
+    q = sub.add_parser("probe", help="does the policy do better with the feedback hint in context than without?")
+    q.add_argument("--task", default="json-extract")
+    q.add_argument("--subset", default=str(OUT / "hard_json.json"))
+    q.add_argument("--eval-prompts", type=int, default=24)
+    q.add_argument("--samples", type=int, default=4)
+    q.add_argument("--threads", type=int, default=1)
     p = sub.add_parser("profile", help="RISED profile report of a run: tag shares, first vs last steps")
     p.add_argument("run_dir")
     p.add_argument("--window", type=int, default=5)
     args = ap.parse_args()
-    {"select": select, "run": run, "table": table, "sftldr": sftldr, "profile": profile}[args.cmd](args)
+    {"select": select, "run": run, "table": table, "sftldr": sftldr, "profile": profile, "probe": probe}[args.cmd](args)
 
 
 if __name__ == "__main__":
