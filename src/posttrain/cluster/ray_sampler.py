@@ -28,6 +28,7 @@ from typing import Any
 
 from posttrain.cluster.ray_runtime import RaySession, placement_group
 from posttrain.cluster.sampler_worker import SamplerWorker
+from posttrain.sampling.coalesce import Coalescer
 from posttrain.config.schema import Config
 from posttrain.types import Completion, SampleParams
 
@@ -64,8 +65,7 @@ class RaySamplerPool:
         self._weights: tuple[Any, int] | None = None  # (object ref, version) every actor must serve
         self._lock = threading.RLock()  # slot replacement: the sync runs in a thread in async mode
         self._remote = self.ray.remote(SamplerWorker)
-        self._pending: list = []
-        self._flusher: asyncio.Future | None = None
+        self._coalescer = Coalescer(self.sample_rows)
         self._closed = False
 
     @classmethod
@@ -90,37 +90,7 @@ class RaySamplerPool:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending.append((prompts_P, params, n, fut))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.ensure_future(self._flush())
-        return await fut
-
-    async def _flush(self) -> None:
-        while self._pending:
-            for _ in range(3):  # let every coroutine started in this turn enqueue its request
-                await asyncio.sleep(0)
-            pending, self._pending = self._pending, []
-            by_params: dict[str, list] = {}
-            for item in pending:
-                by_params.setdefault(repr(item[1]), []).append(item)
-            for items in by_params.values():
-                rows = [p for prompts, _, n, _ in items for p in prompts for _ in range(n)]
-                try:
-                    flat = await self.sample_rows(rows, items[0][1])
-                except Exception as e:  # noqa: BLE001 - hand the failure to every waiting caller
-                    for *_, fut in items:
-                        if not fut.done():
-                            fut.set_exception(e)
-                    continue
-                i = 0
-                for prompts, _, n, fut in items:
-                    res = []
-                    for _ in prompts:
-                        res.append(flat[i:i + n])
-                        i += n
-                    if not fut.done():
-                        fut.set_result(res)
+        return await self._coalescer.sample(prompts_P, params, n)
 
     async def sample_rows(self, rows: list[list[int]], params: SampleParams) -> list[Completion]:
         """One completion per row, in order, from the live actors; failed shares are sampled again."""

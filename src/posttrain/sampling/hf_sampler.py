@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from posttrain.sampling.coalesce import Coalescer
 from posttrain.sampling.kv_cache import PreallocCache, cache_arg_name
 from posttrain.sampling.logits import choose_tokens
 from posttrain.types import Completion, SampleParams
@@ -36,9 +37,8 @@ class HFSampler:
         self.max_batch = max_batch  # rows decoded together; more prompts are split into chunks
         self.merge_lora = merge_lora  # decode peft LoRA models on merged weights (see _generate)
         self._lock = threading.Lock()
-        self._pending: list = []
         self._cache_arg = cache_arg_name(model)
-        self._flusher: asyncio.Future | None = None
+        self._coalescer = Coalescer(lambda rows, params: asyncio.to_thread(self._sample_rows, rows, params))
         # The GPU decode fast path (graph_decode.py): a static KV cache, the decode step a CUDA graph. On a CPU
         # the same static-cache loop runs uncompiled (what the tests compare with the eager loop).
         self.graphs = graphs
@@ -70,38 +70,7 @@ class HFSampler:
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
         """Concurrent calls made in the same event-loop turn are coalesced into one batch (one prefill per
         distinct prompt, one decode loop), so envs can be written one episode at a time."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future = loop.create_future()
-        self._pending.append((prompts_P, params, n, fut))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.ensure_future(self._flush())
-        return await fut
-
-    async def _flush(self) -> None:
-        while self._pending:
-            for _ in range(3):  # let every coroutine started in this turn enqueue its request
-                await asyncio.sleep(0)
-            pending, self._pending = self._pending, []
-            by_params: dict[str, list] = {}
-            for item in pending:
-                by_params.setdefault(repr(item[1]), []).append(item)
-            for items in by_params.values():
-                rows = [p for prompts, _, n, _ in items for p in prompts for _ in range(n)]
-                try:
-                    flat = await asyncio.to_thread(self._sample_rows, rows, items[0][1])
-                except Exception as e:  # noqa: BLE001 - hand the failure to every waiting caller
-                    for *_, fut in items:
-                        if not fut.done():
-                            fut.set_exception(e)
-                    continue
-                i = 0
-                for prompts, _, n, fut in items:
-                    res = []
-                    for _ in prompts:
-                        res.append(flat[i : i + n])
-                        i += n
-                    if not fut.done():
-                        fut.set_result(res)
+        return await self._coalescer.sample(prompts_P, params, n)
 
     def sample_sync(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
         flat = self._sample_rows([p for p in prompts_P for _ in range(n)], params)

@@ -1,0 +1,56 @@
+"""Coalescing concurrent `sample()` calls into one batch.
+
+Envs are written one episode at a time, so a step's rollouts arrive as many small `sample()` calls started in
+the same event-loop turn. `Coalescer` gathers the calls of a turn, groups them by sampling parameters, hands each
+group to `sample_rows(rows, params)` as one flat list of rows (a prompt repeated n times for n completions), and
+gives every caller back its own slice. A failure of a batch fails every call in it, nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from posttrain.types import Completion, SampleParams
+
+SampleRows = Callable[[list[list[int]], SampleParams], Awaitable[list[Completion]]]
+
+
+class Coalescer:
+    def __init__(self, sample_rows: SampleRows):
+        self.sample_rows = sample_rows
+        self._pending: list = []
+        self._flusher: asyncio.Future | None = None
+
+    async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending.append((prompts_P, params, n, fut))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush())
+        return await fut
+
+    async def _flush(self) -> None:
+        while self._pending:
+            for _ in range(3):  # let every coroutine started in this turn enqueue its request
+                await asyncio.sleep(0)
+            pending, self._pending = self._pending, []
+            by_params: dict[str, list] = {}
+            for item in pending:
+                by_params.setdefault(repr(item[1]), []).append(item)
+            for items in by_params.values():
+                rows = [p for prompts, _, n, _ in items for p in prompts for _ in range(n)]
+                try:
+                    flat = await self.sample_rows(rows, items[0][1])
+                except Exception as e:  # noqa: BLE001 - hand the failure to every waiting caller
+                    for *_, fut in items:
+                        if not fut.done():
+                            fut.set_exception(e)
+                    continue
+                i = 0
+                for prompts, _, n, fut in items:
+                    res = []
+                    for _ in prompts:
+                        res.append(flat[i : i + n])
+                        i += n
+                    if not fut.done():
+                        fut.set_result(res)
