@@ -26,7 +26,7 @@ from posttrain.loop.insights import InsightEnv, InsightMemory
 from posttrain.loop.pg_stepper import PolicyGradientStepper, run_remedies, self_teacher
 from posttrain.loop.profiles import ProfileBook, ProfileEnv, Rised
 from posttrain.loop.teacher import SelfHintTeacher, load_teacher
-from posttrain.loop.weight_sync import CopyWeights, GatheredWeights, LowPrecisionCopy, SharedWeights
+from posttrain.loop.weight_sync import CopyWeights, GatheredWeights, LowPrecisionCopy, SharedWeights, VersionedPush
 from posttrain.models.load import stop_token_ids
 from posttrain.obs.timers import BusyMeter
 from posttrain.rewards.tags import JudgeTagger, RuleTagger, Taggers, load_vocabulary
@@ -98,22 +98,6 @@ def server_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[
     sync = VersionedPush(ServerWeights(c.model, cc.weights_dir, cc.server_url, timeout_s=cc.server_timeout_s), sampler)
     sync.push(c.sampler.policy_version)  # the server serves what the trainer holds now (after any warm start)
     return sampler, sync
-
-
-class VersionedPush:
-    """After the transport's push, the sampler tags what it samples with the pushed version (a server that reports
-    its own version in each answer overrides the tag)."""
-
-    def __init__(self, inner: Any, sampler: Any):
-        self.inner, self.sampler = inner, sampler
-
-    def push(self, version: int) -> dict[str, float]:
-        m = self.inner.push(version)
-        self.sampler.policy_version = version
-        return m
-
-    def close(self) -> None:
-        """Nothing to release: the server is the user's."""
 
 
 @COLLECTORS.register("sync")

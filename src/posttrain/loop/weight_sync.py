@@ -10,6 +10,8 @@ Transports here:
   the version is bumped.
 - `CopyWeights`: the sampler holds its own copy of the model (the async loop): the trainable tensors are copied
   in between decodes.
+- `VersionedPush`: another transport (a server reload), then the sampler tags its samples with the pushed
+  version (`cluster.backend=server`).
 - `LowPrecisionCopy`: the sampler holds a bf16 or int8 copy (sampling.precision): each push re-quantizes the
   policy's weights into it in place (sampling/precision.py).
 - `GatheredWeights`: the trainer is FSDP2-sharded over ranks (trainer.sharding=fsdp2), so the sampler cannot
@@ -100,3 +102,19 @@ class GatheredWeights:
 
     def close(self) -> None:
         self.then.close()
+
+
+class VersionedPush:
+    """After the transport's push, the sampler tags what it samples with the pushed version (a server that reports
+    its own version in each answer overrides the tag)."""
+
+    def __init__(self, inner: Any, sampler: Any):
+        self.inner, self.sampler = inner, sampler
+
+    def push(self, version: int) -> dict[str, float]:
+        m = self.inner.push(version)
+        self.sampler.policy_version = version
+        return m
+
+    def close(self) -> None:
+        """Nothing to release: the server is the user's."""
