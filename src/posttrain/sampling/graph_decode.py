@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 
-from posttrain.sampling.logits import choose_tokens
 
 CAPACITY_BUCKET = 128
 
@@ -100,26 +99,15 @@ class GraphDecoder:
         sel = torch.arange(B, device=dev)
         feed_B = torch.full((Bb,), sampler.pad_id, dtype=torch.long, device=dev)
         for t in range(max_new):
-            tok_s, logp_s = choose_tokens(logits[sel], params.temperature, params.top_k, params.top_p,
-                                          sampler.generator)
-            live_s = ~done_B[sel]
-            r_live = sel[live_s]
-            tokens_BT[r_live, t] = tok_s[live_s]
-            logps_BT[r_live, t] = logp_s[live_s]
-            lengths_B[r_live] = t + 1
-            hit_s = torch.isin(tok_s, stop_ids) & live_s
-            if params.stop:
-                hit_s |= sampler._hit_stop_string(tokens_BT, sel, t, params.stop) & live_s
-            for r in sel[hit_s].tolist():
-                reasons[r] = "stop"
-            done_B[sel[hit_s]] = True
+            tok_s = sampler._take_tokens(logits[sel], sel, t, params, tokens_BT, logps_BT, lengths_B, done_B, reasons,
+                                         stop_ids)
             if bool(done_B.all()) or t == max_new - 1:
                 break
             feed_B.fill_(sampler.pad_id)
             feed_B[sel] = tok_s
-            active_s = ~done_B[sel]
-            if int(active_s.sum()) < sampler.compact_fraction * len(sel):
-                sel = sel[active_s]
+            idx = sampler._compaction(sel, done_B)
+            if idx is not None:
+                sel = sel[idx]
             if self.compile_step:
                 torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are consumed: reuse them
             logits = self._step(feed_B[:, None], next_pos, mask_BC, cache)

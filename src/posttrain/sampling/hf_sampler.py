@@ -162,23 +162,11 @@ class HFSampler:
         done_B = torch.zeros(B, dtype=torch.bool, device=dev)
         stop_ids = torch.tensor(self.stop_token_ids, dtype=torch.long, device=dev)
         for t in range(max_new):
-            tok_b, logp_b = choose_tokens(logits, params.temperature, params.top_k, params.top_p, self.generator)
-            live_b = ~done_B[rows]  # finished rows ride along until the next compaction; their tokens are dropped
-            r_live = rows[live_b]
-            tokens_BT[r_live, t] = tok_b[live_b]
-            logps_BT[r_live, t] = logp_b[live_b]
-            lengths_B[r_live] = t + 1
-            hit_b = torch.isin(tok_b, stop_ids) & live_b
-            if params.stop:
-                hit_b |= self._hit_stop_string(tokens_BT, rows, t, params.stop) & live_b
-            for r in rows[hit_b].tolist():
-                reasons[r] = "stop"
-            done_B[rows[hit_b]] = True
+            tok_b = self._take_tokens(logits, rows, t, params, tokens_BT, logps_BT, lengths_B, done_B, reasons, stop_ids)
             if bool(done_B.all()) or t == max_new - 1:
                 break
-            active_b = ~done_B[rows]
-            if int(active_b.sum()) < self.compact_fraction * len(rows):
-                idx = active_b.nonzero().squeeze(-1)
+            idx = self._compaction(rows, done_B)
+            if idx is not None:
                 cache.batch_select_indices(idx)
                 rows, tok_b, next_pos_B, mask_BT = rows[idx], tok_b[idx], next_pos_B[idx], mask_BT[idx]
             attn = mask_BT[:, : Lp + t + 1] if padded else None
@@ -186,6 +174,31 @@ class HFSampler:
                                 **{self._cache_arg: cache}, use_cache=True).logits[:, -1]
             next_pos_B = next_pos_B + 1
         return tokens_BT.cpu(), logps_BT.cpu(), lengths_B.tolist(), reasons
+
+    def _take_tokens(self, logits, rows, t, params, tokens_BT, logps_BT, lengths_B, done_B, reasons, stop_ids):
+        """One decode step's bookkeeping, shared by the eager loop and the graph loop (graph_decode.py), so both
+        draw the same random numbers: sample a token for each batch row (`rows`: the output row each batch row
+        writes), record it for the live ones, mark those that hit a stop token or string. Returns the tokens."""
+        tok_b, logp_b = choose_tokens(logits, params.temperature, params.top_k, params.top_p, self.generator)
+        live_b = ~done_B[rows]  # finished rows ride along until the next compaction; their tokens are dropped
+        r_live = rows[live_b]
+        tokens_BT[r_live, t] = tok_b[live_b]
+        logps_BT[r_live, t] = logp_b[live_b]
+        lengths_B[r_live] = t + 1
+        hit_b = torch.isin(tok_b, stop_ids) & live_b
+        if params.stop:
+            hit_b |= self._hit_stop_string(tokens_BT, rows, t, params.stop) & live_b
+        for r in rows[hit_b].tolist():
+            reasons[r] = "stop"
+        done_B[rows[hit_b]] = True
+        return tok_b
+
+    def _compaction(self, rows: torch.Tensor, done_B: torch.Tensor) -> torch.Tensor | None:
+        """The batch rows to keep once the active ones fall below compact_fraction of the batch, else None."""
+        active_b = ~done_B[rows]
+        if int(active_b.sum()) < self.compact_fraction * len(rows):
+            return active_b.nonzero().squeeze(-1)
+        return None
 
     def _hit_stop_string(self, tokens_BT: torch.Tensor, rows: torch.Tensor, t: int, stops: list[str]) -> torch.Tensor:
         window = max(len(s) for s in stops) + 8  # tokens are at least one char, so this tail covers any stop
