@@ -36,8 +36,11 @@ class Completion:
     token_ids: list[int]
     logprobs: list[float]  # sampler's log p(token) for each token in token_ids
     finish_reason: str  # "stop" (eos or stop string) or "length"
-    policy_version: int
+    policy_version: int  # of the first token (the oldest, when a sync landed mid-generation)
     text: str = ""  # decoded completion, cut before the first stop string (token_ids keep every token)
+    # The policy version each token was sampled under: differs within a completion only when a weight sync landed
+    # during its generation (an interruptible sampler, loop.interruptible). None: all are `policy_version`.
+    token_versions: list[int] | None = None
 
 
 @dataclass
@@ -47,8 +50,13 @@ class Turn:
     prompt_ids: list[int]
     completion_ids: list[int]
     completion_logprobs: list[float]
-    policy_version: int
+    policy_version: int  # of the turn's first token
     finish_reason: str = "stop"
+    token_versions: list[int] | None = None  # per completion token (Completion.token_versions); None: all the same
+
+    def versions(self) -> list[int]:
+        """The policy version of each completion token."""
+        return list(self.token_versions) if self.token_versions else [self.policy_version] * len(self.completion_ids)
 
 
 @dataclass
@@ -114,6 +122,10 @@ class Trajectory:
     @property
     def policy_version(self) -> int:
         return min(t.policy_version for t in self.turns)
+
+    def token_versions(self) -> list[int]:
+        """The policy version of every policy token, all turns in order (what per-token staleness is about)."""
+        return [v for t in self.turns for v in t.versions()]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -47,6 +47,9 @@ def test_no_trained_token_is_older_than_max_staleness(tmp_path, monkeypatch, k):
         assert r["async/staleness_max"] <= k, r
         assert 0.0 <= r["async/trainer_idle_frac"] <= 1.0 and 0.0 <= r["async/sampler_idle_frac"] <= 1.0
         assert sum(v for key, v in r.items() if key.startswith("async/staleness_frac/")) == pytest.approx(1.0)
+        # per token too (loop.interruptible is on: a sync may land inside a generation, never past the bound)
+        assert r["async/token_staleness_mean"] <= k + 1e-9
+        assert 0.0 <= r["async/interrupted_frac"] <= r["async/mixed_version_frac"] <= 1.0
     if k > 0:  # the pipeline actually overlapped: some batches came from an older policy
         assert max(r["async/staleness_max"] for r in recs) >= 1
 

@@ -130,6 +130,9 @@ class LoopConfig(_Strict):
     samples_per_step: int = Field(2, ge=0, description="rollouts per step written to samples.jsonl")
     mode: Literal["sync", "async"] = Field("sync", description="async: rollout workers fill a queue while the trainer trains")
     max_staleness: int = Field(1, ge=0, description="async: policy versions a trained token may lag behind (admission control)")
+    interruptible: bool = Field(True, description=(
+        "async: a weight sync lands between two decode steps of a generation in flight instead of waiting for it "
+        "to end; each token records the policy version it was sampled under (AReaL's interruptible generation)"))
     rollout_workers: int | None = Field(None, ge=1, description="async: groups in flight at most; default prompts_per_step x (max_staleness + 1)")
     batch_timeout_s: float = Field(3600.0, gt=0.0, description="async: seconds the trainer waits for a step's groups before failing the run")
 

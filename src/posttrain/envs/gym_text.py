@@ -141,7 +141,8 @@ class GymTextEnv:
             for k in range(self.max_turns):
                 (c,), = await sampler.sample([ids], params, n=1)
                 turns.append(Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
-                                  policy_version=c.policy_version, finish_reason=c.finish_reason))
+                                  policy_version=c.policy_version, finish_reason=c.finish_reason,
+                                  token_versions=c.token_versions))
                 msgs.append({"role": "assistant", "content": c.text})
                 try:
                     action = to_action(c.text)

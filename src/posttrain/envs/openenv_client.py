@@ -170,7 +170,8 @@ class OpenEnvTextEnv:
                     (c,), = await sampler.sample([ids], params, n=1)
                     reply = {"role": "assistant", "content": c.text}
                     calls.append(RecordedCall(ids, c.token_ids, c.logprobs, c.policy_version, c.finish_reason,
-                                              text=c.text, messages=list(messages), reply=reply))
+                                              text=c.text, messages=list(messages), reply=reply,
+                                              token_versions=c.token_versions))
                     res = await env.step({self.action_key: c.text})
                     if res.get("reward") is not None:
                         rewards_seen.append(float(res["reward"]))

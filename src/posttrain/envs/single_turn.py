@@ -28,7 +28,8 @@ class SingleTurnEnv:
         ids = self.prompt_ids(row)
         (c,), = await sampler.sample([ids], params or self.params, n=1)
         turn = Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
-                    policy_version=c.policy_version, finish_reason=c.finish_reason)
+                    policy_version=c.policy_version, finish_reason=c.finish_reason,
+                    token_versions=c.token_versions)
         return Trajectory(turns=[turn], prompt_text=_prompt_text(row["prompt"]), completion_text=c.text, row=row)
 
     async def score(self, trajectories: list[Trajectory]) -> None:

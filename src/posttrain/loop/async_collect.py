@@ -9,7 +9,10 @@ WeightSync copies the trainer's weights in), so generation goes on while the tra
 completion records the version that produced it.
 
 One staleness knob, `loop.max_staleness`, enforced at admission (loop/staleness.py): a worker does not start a
-group until the sampler is recent enough, so no work is generated and then discarded. `collect(step)` returns
+group until the sampler is recent enough, so no work is generated and then discarded. With `loop.interruptible`
+(the default) a sync lands between two decode steps of a generation in flight (sampling/weight_gate.py), so the
+trainer never waits for a long generation to end; tokens after the sync carry the newer version, so a sequence's
+oldest token (its first) is what the bound is about, and every token is checked against it. `collect(step)` returns
 the groups of step s in the data order (the same prompts as the sync collector) and checks the bound. Which
 log-probs the PPO ratio uses is not this module's business: `algorithm.behavior_logprobs` decides it, the same
 in both schedules.
@@ -25,7 +28,7 @@ import time
 
 from posttrain.config.schema import Config
 from posttrain.loop.collect import Collected, Rollouts, prompts_for_step
-from posttrain.loop.staleness import admissible, staleness_metrics
+from posttrain.loop.staleness import admissible, staleness_metrics, token_staleness_metrics
 from posttrain.obs import trace
 from posttrain.obs.timers import BusyMeter, StageTimer
 from posttrain.types import Completion, Group, SampleParams
@@ -136,13 +139,14 @@ class AsyncCollector:
         ready = [self._ready.pop(i) for i in want]
         groups = [g for g, _ in ready]
         version = self.version  # == the trainer's weights: the last sync copied them
-        token_versions = [t.policy_version for g in groups for t in g.trajectories_G]
-        too_old = [v for v in token_versions if version - v > self.k]
+        trajs = [t for g in groups for t in g.trajectories_G]
+        too_old = sorted({v for t in trajs for v in t.token_versions() if version - v > self.k})
         if too_old:  # admission makes this impossible; a violation is a bug, not a statistic
             raise RuntimeError(f"staleness bound broken: trainer at version {version}, tokens from {too_old[:3]}, "
                                f"max_staleness={self.k}")
         m = {"async/ready_groups": float(len(self._ready)), "async/trainer_wait_s": self._wait_s,
-             **staleness_metrics(version, token_versions)}
+             **staleness_metrics(version, [t.policy_version for t in trajs]),
+             **token_staleness_metrics(version, trajs)}
         if self.cfg.algorithm.overlong_buffer_frac > 0:
             m["dapo/overlong_penalty_mean"] = sum(p for _, p in ready) / max(len(ready), 1)
         return Collected(groups, groups, m)

@@ -30,3 +30,17 @@ def staleness_metrics(trainer_version: int, token_versions: list[int]) -> dict[s
     out = {f"async/staleness_frac/{age}": n / len(ages) for age, n in sorted(hist.items())}
     out.update({"async/staleness_mean": sum(ages) / len(ages), "async/staleness_max": float(max(ages))})
     return out
+
+
+def token_staleness_metrics(trainer_version: int, trajectories: list) -> dict[str, float]:
+    """Per token: mean age in policy versions; the share of sequences whose tokens span more than one version (a
+    sync landed during the episode: between turns, or inside one); and the share with a model call that a sync
+    interrupted (loop.interruptible: its own tokens span versions)."""
+    turns = [[t.versions() for t in traj.turns] for traj in trajectories]
+    ages = [trainer_version - v for seq in turns for vs in seq for v in vs]
+    if not ages:
+        return {}
+    mixed = sum(1 for seq in turns if len({v for vs in seq for v in vs}) > 1)
+    interrupted = sum(1 for seq in turns if any(len(set(vs)) > 1 for vs in seq))
+    return {"async/token_staleness_mean": sum(ages) / len(ages), "async/mixed_version_frac": mixed / len(turns),
+            "async/interrupted_frac": interrupted / len(turns)}

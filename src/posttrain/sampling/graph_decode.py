@@ -68,7 +68,7 @@ class GraphDecoder:
         return c
 
     def decode_loop(self, sampler: Any, rows: list[list[int]], params: Any):
-        """Same inputs and outputs as HFSampler._decode_loop: (tokens_BT, logps_BT, lengths_B, reasons)."""
+        """Same inputs and outputs as HFSampler._decode_loop: (tokens_BT, logps_BT, lengths_B, reasons, versions_T)."""
         dev = next(self.model.parameters()).device
         B, max_new = len(rows), params.max_tokens
         Bb = batch_bucket(B)
@@ -83,8 +83,10 @@ class GraphDecoder:
         ids_BL, mask_BC = ids_BL.to(dev), mask_BC.to(dev)
         pos_BL = (mask_BC[:, :Lp].cumsum(-1) - 1).clamp(min=0)
         cache = self.cache(Bb, C)
-        logits = self.model(input_ids=ids_BL, attention_mask=mask_BC, position_ids=pos_BL,
-                            **{self.cache_arg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+        logits, v = sampler._forward_last(input_ids=ids_BL, attention_mask=mask_BC, position_ids=pos_BL,
+                                          **{self.cache_arg: cache}, use_cache=True, logits_to_keep=1)
+        logits = logits.float()
+        versions_T = [v]  # the policy version behind each step's logits (an interruptible sampler may change it)
         next_pos = pos_BL[:, -1:] + 1
         tokens_BT = torch.full((Bb, max_new), sampler.pad_id, dtype=torch.long, device=dev)
         logps_BT = torch.zeros((Bb, max_new), dtype=torch.float32, device=dev)
@@ -110,6 +112,8 @@ class GraphDecoder:
                 sel = sel[idx]
             if self.compile_step:
                 torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are consumed: reuse them
-            logits = self._step(feed_B[:, None], next_pos, mask_BC, cache)
+            with sampler._step_gate():
+                logits = self._step(feed_B[:, None], next_pos, mask_BC, cache)
+                versions_T.append(sampler.policy_version)
             next_pos = next_pos + 1
-        return tokens_BT[:B].cpu(), logps_BT[:B].cpu(), lengths_B[:B].tolist(), reasons
+        return tokens_BT[:B].cpu(), logps_BT[:B].cpu(), lengths_B[:B].tolist(), reasons, versions_T

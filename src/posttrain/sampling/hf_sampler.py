@@ -11,6 +11,7 @@ graph capture can replace the forward call later without changing the interface.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from typing import Any
 
@@ -19,6 +20,7 @@ import torch
 from posttrain.sampling.coalesce import Coalescer
 from posttrain.sampling.kv_cache import PreallocCache, cache_arg_name
 from posttrain.sampling.logits import choose_tokens
+from posttrain.sampling.weight_gate import WeightGate
 from posttrain.types import Completion, SampleParams
 
 
@@ -26,7 +28,8 @@ class HFSampler:
     """Samples from an in-memory HF model. The trainer shares the same module, so a weight sync is a version bump."""
 
     def __init__(self, model: Any, tokenizer: Any, stop_token_ids: list[int], seed: int = 0,
-                 compact_fraction: float = 0.75, max_batch: int = 64, merge_lora: bool = True, graphs: bool = False):
+                 compact_fraction: float = 0.75, max_batch: int = 64, merge_lora: bool = True, graphs: bool = False,
+                 interruptible: bool = False):
         self.model = model
         self.tokenizer = tokenizer
         self.stop_token_ids = list(stop_token_ids)
@@ -36,7 +39,12 @@ class HFSampler:
         self.compact_fraction = compact_fraction  # drop finished rows once active rows fall below this share
         self.max_batch = max_batch  # rows decoded together; more prompts are split into chunks
         self.merge_lora = merge_lora  # decode peft LoRA models on merged weights (see _generate)
-        self._lock = threading.Lock()
+        # Weight writes and decoding take turns (weight_gate.py): per whole call, or per decode step when
+        # `interruptible` (a sync then lands inside a generation; tokens record their versions).
+        self.interruptible = interruptible
+        self._gate = WeightGate()
+        self._call_lock = threading.Lock()  # one decode call at a time (concurrent calls are coalesced anyway)
+        self._merged = False  # LoRA adapters merged into the base for the decode call in flight
         self._cache_arg = cache_arg_name(model)
         self._coalescer = Coalescer(lambda rows, params: asyncio.to_thread(self._sample_rows, rows, params))
         # The GPU decode fast path (graph_decode.py): a static KV cache, the decode step a CUDA graph. On a CPU
@@ -50,22 +58,42 @@ class HFSampler:
     @torch.no_grad()
     def load_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
         """Weight sync by in-process copy, for a sampler that holds its own copy of the model (async loop).
-        Waits for a decode in flight to finish, so no completion mixes two policy versions."""
-        with self._lock:
-            params = dict(self.model.named_parameters())
-            missing = [n for n in named_tensors if n not in params]
-            if missing:
-                raise KeyError(f"sampler model has no parameters {missing[:3]}")
+        Waits for the decode in flight to finish, or only for its current step when interruptible."""
+        params = dict(self.model.named_parameters())
+        missing = [n for n in named_tensors if n not in params]
+        if missing:
+            raise KeyError(f"sampler model has no parameters {missing[:3]}")
+
+        def write(_model):
             for n, t in named_tensors.items():
                 params[n].copy_(t)
-            self.policy_version = version
+
+        self.update_weights(write, version)
 
     def update_weights(self, write, version: int) -> None:
         """Run `write(model)` (it changes the model's weights in place) between decodes, then serve `version`.
         For copies that are not a plain parameter copy (a quantized sampler refreshed from the policy)."""
-        with self._lock:
-            write(self.model)
+        with self._gate.write():
+            # A write inside an interrupted LoRA decode: the base holds the merged adapter; take the old adapter
+            # out before writing and merge the new one back after, so the base stays the base.
+            remerge = self._merged
+            if remerge:
+                self.model.unmerge_adapter()
+            try:
+                write(self.model)
+            finally:
+                if remerge:
+                    self.model.merge_adapter()
             self.policy_version = version
+
+    def _step_gate(self):
+        """Around one forward pass of a decode call: the gate when interruptible (whole calls hold it otherwise)."""
+        return self._gate.read() if self.interruptible else contextlib.nullcontext()
+
+    def _forward_last(self, **kwargs) -> tuple[torch.Tensor, int]:
+        """One forward pass under the gate: the last position's logits and the policy version that produced them."""
+        with self._step_gate():
+            return self.model(**kwargs).logits[:, -1], self.policy_version
 
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
         """Concurrent calls made in the same event-loop turn are coalesced into one batch (one prefill per
@@ -84,7 +112,8 @@ class HFSampler:
             raise ValueError("empty prompt: every prompt needs at least one token")
         if params.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {params.max_tokens}")
-        with self._lock:
+        whole_call = contextlib.nullcontext() if self.interruptible else self._gate.read()
+        with self._call_lock, whole_call:
             if params.seed is not None:
                 self.generator.manual_seed(params.seed)
             out: list[Completion] = []
@@ -101,22 +130,31 @@ class HFSampler:
         # decoding ~45% slower here; merging costs a few ms per call. Only safe while nothing trains at the
         # same time (the synchronous loop), hence the flag.
         merge = self.merge_lora and hasattr(model, "merge_adapter") and not getattr(model, "merged", False)
+        # Merging writes the weights: when interruptible, a sync may be writing too (whole calls exclude it already).
+        exclusive = self._gate.write if self.interruptible else contextlib.nullcontext
         if merge:
-            model.merge_adapter()
+            with exclusive():
+                model.merge_adapter()
+                self._merged = True
         try:
             if self.graphs and not hasattr(model, "peft_config"):  # a LoRA model decodes eagerly (merged above)
-                tokens_BT, logps_BT, lengths_B, reasons = self._graphs().decode_loop(self, rows, params)
+                tokens_BT, logps_BT, lengths_B, reasons, versions_T = self._graphs().decode_loop(self, rows, params)
             else:
-                tokens_BT, logps_BT, lengths_B, reasons = self._decode_loop(rows, params)
+                tokens_BT, logps_BT, lengths_B, reasons, versions_T = self._decode_loop(rows, params)
         finally:
             if merge:
-                model.unmerge_adapter()
+                with exclusive():
+                    model.unmerge_adapter()
+                    self._merged = False
             model.train(was_training)
         out = []
         for b in range(len(rows)):
-            ids = tokens_BT[b, : lengths_B[b]].tolist()
-            out.append(Completion(token_ids=ids, logprobs=logps_BT[b, : lengths_B[b]].tolist(),
-                                  finish_reason=reasons[b], policy_version=self.policy_version,
+            n = lengths_B[b]
+            ids = tokens_BT[b, :n].tolist()
+            # Token t was sampled from the logits of forward pass t (the prefill for t = 0); a completion's
+            # version is its first token's, the oldest.
+            out.append(Completion(token_ids=ids, logprobs=logps_BT[b, :n].tolist(), finish_reason=reasons[b],
+                                  policy_version=versions_T[0], token_versions=list(versions_T[:n]) or None,
                                   text=cut_at_stop(self.decode(ids), params.stop)))
         return out
 
@@ -146,8 +184,9 @@ class HFSampler:
         pos_PL = (mask_PL.cumsum(-1) - 1).clamp(min=0)
         n_layers = self.model.config.get_text_config().num_hidden_layers
         cache = PreallocCache(n_layers, capacity=Lp + max_new)
-        logits = self.model(input_ids=ids_PL, attention_mask=mask_PL if padded else None, position_ids=pos_PL,
-                            **{self._cache_arg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
+        logits, v = self._forward_last(input_ids=ids_PL, attention_mask=mask_PL if padded else None,
+                                       position_ids=pos_PL, **{self._cache_arg: cache}, use_cache=True, logits_to_keep=1)
+        versions_T = [v]  # the policy version of each forward pass, i.e. of the tokens sampled from it
         if P != B or P > 1 and not bool((row_to_prompt == torch.arange(P, device=dev)).all()):
             cache.batch_select_indices(row_to_prompt)
             logits = logits[row_to_prompt]
@@ -170,10 +209,11 @@ class HFSampler:
                 cache.batch_select_indices(idx)
                 rows, tok_b, next_pos_B, mask_BT = rows[idx], tok_b[idx], next_pos_B[idx], mask_BT[idx]
             attn = mask_BT[:, : Lp + t + 1] if padded else None
-            logits = self.model(input_ids=tok_b[:, None], attention_mask=attn, position_ids=next_pos_B[:, None],
-                                **{self._cache_arg: cache}, use_cache=True).logits[:, -1]
+            logits, v = self._forward_last(input_ids=tok_b[:, None], attention_mask=attn,
+                                           position_ids=next_pos_B[:, None], **{self._cache_arg: cache}, use_cache=True)
+            versions_T.append(v)
             next_pos_B = next_pos_B + 1
-        return tokens_BT.cpu(), logps_BT.cpu(), lengths_B.tolist(), reasons
+        return tokens_BT.cpu(), logps_BT.cpu(), lengths_B.tolist(), reasons, versions_T
 
     def _take_tokens(self, logits, rows, t, params, tokens_BT, logps_BT, lengths_B, done_B, reasons, stop_ids):
         """One decode step's bookkeeping, shared by the eager loop and the graph loop (graph_decode.py), so both

@@ -169,7 +169,8 @@ async def chat_completions(st: ServerState, body: ChatRequest, header_rid: str |
         choices.append(choice)
         if rid:
             st.recorder.record(rid, RecordedCall(prompt_ids, c.token_ids, c.logprobs, c.policy_version, c.finish_reason,
-                                                 text=c.text, messages=body.messages, tools=body.tools, reply=message))
+                                                 text=c.text, messages=body.messages, tools=body.tools, reply=message,
+                                                 token_versions=c.token_versions))
     out = _envelope("chat.completion", st, [prompt_ids], [comps], choices)
     if body.return_token_ids:
         out["prompt_token_ids"] = prompt_ids
@@ -201,7 +202,7 @@ async def completions(st: ServerState, body: CompletionRequest, header_rid: str 
             choices.append(choice)
             if rid:
                 st.recorder.record(rid, RecordedCall(prompt_ids, c.token_ids, c.logprobs, c.policy_version,
-                                                     c.finish_reason, text=c.text))
+                                                     c.finish_reason, text=c.text, token_versions=c.token_versions))
     return _envelope("text_completion", st, prompts_P, groups, choices)
 
 

@@ -36,11 +36,12 @@ class RecordedCall:
     tools: list[dict[str, Any]] | None = None
     reply: dict[str, Any] | None = None  # chat requests: the assistant message returned
     created: float = field(default_factory=time.time)
+    token_versions: list[int] | None = None  # Completion.token_versions
 
     def as_turn(self) -> Turn:
         return Turn(prompt_ids=list(self.prompt_ids), completion_ids=list(self.completion_ids),
                     completion_logprobs=list(self.logprobs), policy_version=self.policy_version,
-                    finish_reason=self.finish_reason)
+                    finish_reason=self.finish_reason, token_versions=self.token_versions)
 
 
 def extends(call: RecordedCall, prev: RecordedCall) -> bool:
