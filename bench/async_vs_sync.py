@@ -9,9 +9,18 @@ async loop is for. Same task, prompts, seed, G and learning rate in every run; o
     python bench/async_vs_sync.py [--steps 30] [--staleness 1 2 3] [--model tiny-random] [--delay 0.2]
 
 Prints per run: trained tokens/s (policy tokens in trained sequences / training wall time), speed-up over sync,
-trainer and sampler idle fractions, mean reward of the first and last 5 steps; writes
-bench/results/async_vs_sync.{json,md}. With max_staleness = k, groups of at most k + 1 consecutive steps are in
-flight, so on a latency-bound env the speed-up over sync is bounded by k + 1 (loop/staleness.py).
+trainer and sampler idle fractions, mean reward of the first and last 5 steps, the share of sequences a sync
+interrupted, the weight-sync seconds, and the training seconds until the 5-step mean reward first reaches the sync
+loop's final one; with k = 1 it also runs async with `loop.interruptible=false` (syncs wait for whole
+generations). Writes bench/results/async_vs_sync.{json,md}. With max_staleness = k, groups of at most k + 1
+consecutive steps are in flight, so on a latency-bound env the speed-up over sync is bounded by k + 1
+(loop/staleness.py).
+
+    python bench/async_vs_sync.py --generation-bound [--gen-steps 20] [--gen-tokens 256] [--threads 1]
+
+runs the other regime instead: no env latency and long generations (count-a, 256 new tokens, so a generation
+outlasts a training step): sync, async k = 1 with whole-generation syncs, async k = 1 with interruptible syncs;
+writes bench/results/async_generation_bound.md.
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ class SlowMultiTurnEnv(ToolEnv):
         turns, texts = [], []
         for k in range(TURNS):
             (c,), = await sampler.sample([ids], params, n=1)
-            turns.append(Turn(ids, c.token_ids, c.logprobs, c.policy_version, c.finish_reason))
+            turns.append(Turn(ids, c.token_ids, c.logprobs, c.policy_version, c.finish_reason, c.token_versions))
             texts.append(c.text)
             msgs.append({"role": "assistant", "content": c.text})
             await asyncio.sleep(DELAY_S)  # the environment step
@@ -68,17 +77,23 @@ def make_task(n_train: int = 64, n_eval: int = 8, seed: int = 0, max_tokens: int
     return task
 
 
-def run(mode: str, k: int, args) -> dict:
-    over = [f"model.name={args.model}", f"task.name={__file__}:make_task", f"loop.steps={args.steps}",
+def run(mode: str, k: int, args, interruptible: bool = True, seed: int = 0) -> dict:
+    # Async runs go on for --async-extra times the steps, so the time to the sync loop's final reward is measured
+    # even where async needs more steps to get there; every other column is over the first --steps steps.
+    steps = args.steps if mode == "sync" else args.steps * args.async_extra
+    over = [f"model.name={args.model}", f"task.name={__file__}:make_task", f"loop.steps={steps}",
             "loop.prompts_per_step=4", "algorithm.num_generations=8", f"trainer.lr={args.lr}", "loop.eval_prompts=8",
             "loop.eval_before=false", "logging.tensorboard=false", "logging.console=false", "loop.save_every=0",
-            f"run.output_dir={args.out_dir}", f"run.name={mode}-k{k}", f"loop.mode={mode}",
-            f"loop.max_staleness={k}", "run.seed=0"]
+            f"loop.mode={mode}", f"loop.max_staleness={k}", f"run.seed={seed}",
+            f"loop.interruptible={str(interruptible).lower()}"]
+    name = f"{mode}-k{k}" + ("" if interruptible else "-whole") + f"-s{seed}"
+    over += [f"run.output_dir={args.out_dir}", f"run.name={name}"]
     import shutil
-    shutil.rmtree(Path(args.out_dir) / f"{mode}-k{k}", ignore_errors=True)
+    shutil.rmtree(Path(args.out_dir) / name, ignore_errors=True)
     t0 = time.perf_counter()
     res = train(load_config(None, over))
-    recs = [r for r in read_metrics(str(res.run_dir)) if r["kind"] == "train"]
+    all_recs = [r for r in read_metrics(str(res.run_dir)) if r["kind"] == "train"]
+    recs = all_recs[: args.steps]
     wall = sum(r["time/step"] for r in recs)
     trained = sum(r["tokens/trained"] for r in recs)
     policy_tokens = sum(r["tokens/completion"] for r in recs)
@@ -89,13 +104,65 @@ def run(mode: str, k: int, args) -> dict:
         waits = [r["async/trainer_idle_frac"] for r in recs]
         idle_s = [r["async/sampler_idle_frac"] for r in recs]
     rewards = [r["reward/mean"] for r in recs]
-    return {"mode": mode, "max_staleness": k if mode == "async" else None, "steps": len(recs),
+    return {"mode": mode, "max_staleness": k if mode == "async" else None, "interruptible": interruptible, "seed": seed,
+            "steps": len(recs),
+            "interrupted_frac": statistics.fmean(r.get("async/interrupted_frac", 0.0) for r in recs),
+            "mixed_version_frac": statistics.fmean(r.get("async/mixed_version_frac", 0.0) for r in recs),
+            "weight_sync_s": statistics.fmean(r.get("time/weight_sync", 0.0) for r in recs),
             "train_wall_s": wall, "trained_tokens_per_s": trained / wall, "policy_tokens_per_s": policy_tokens / wall,
             "trainer_idle_frac": statistics.fmean(waits), "sampler_idle_frac": statistics.fmean(idle_s),
             "reward_first5": statistics.fmean(rewards[:5]), "reward_last5": statistics.fmean(rewards[-5:]),
-            "rewards": rewards, "eval_reward_after": res.after.get("eval/reward/mean"),
+            "rewards": [r["reward/mean"] for r in all_recs], "step_walls": [r["time/step"] for r in all_recs],
+            "eval_reward_after": res.after.get("eval/reward/mean"),
             "staleness_mean": statistics.fmean(r.get("async/staleness_mean", 0.0) for r in recs),
             "process_s": time.perf_counter() - t0}
+
+
+def generation_bound(args) -> str:
+    """Long generations, no env latency: count-a with up to --gen-tokens tokens per completion (the tiny random
+    model almost never ends early), so a generation takes longer than a training step. Sync, then async k=1 with
+    whole-generation syncs (a sync waits for the decode in flight), then async k=1 with interruptible syncs."""
+    import shutil
+
+    rows = []
+    for mode, interruptible in (("sync", True), ("async", False), ("async", True)):
+        name = f"genbound-{mode}" + ("" if mode == "sync" else "-interruptible" if interruptible else "-whole")
+        over = [f"model.name={args.model}", "task.name=count-a", f"loop.steps={args.gen_steps}",
+                "loop.prompts_per_step=4", "algorithm.num_generations=8", f"trainer.lr={args.lr}",
+                f"sampling.max_tokens={args.gen_tokens}", f"loop.mode={mode}", "loop.max_staleness=1",
+                "loop.eval_before=false", "loop.eval_prompts=4", "logging.tensorboard=false", "logging.console=false",
+                "loop.save_every=0", "loop.keep_checkpoints=0", "run.seed=0",
+                f"loop.interruptible={str(interruptible).lower()}", f"run.output_dir={args.out_dir}",
+                f"run.name={name}", f"model.threads={args.threads}"]
+        shutil.rmtree(Path(args.out_dir) / name, ignore_errors=True)
+        res = train(load_config(None, over))
+        recs = [r for r in read_metrics(str(res.run_dir)) if r["kind"] == "train"][1:]  # step 1: warm-up
+        rows.append({"name": name, "mode": mode, "interruptible": interruptible,
+                     "sync_s": statistics.median(r.get("time/weight_sync", 0.0) for r in recs),
+                     "step_s": statistics.median(r["time/step"] for r in recs),
+                     "tok_s": sum(r["tokens/trained"] for r in recs) / sum(r["time/step"] for r in recs),
+                     "idle": statistics.fmean(r.get("async/trainer_idle_frac", 0.0) for r in recs),
+                     "interrupted": statistics.fmean(r.get("async/interrupted_frac", 0.0) for r in recs),
+                     "staleness": statistics.fmean(r.get("async/token_staleness_mean", 0.0) for r in recs)})
+    base = rows[0]["tok_s"]
+    lines = [f"generation-bound: {args.model}, count-a, {args.gen_tokens} new tokens, {args.gen_steps} steps x 4 prompts "
+             f"x G=8, {args.threads} thread(s), max_staleness=1; medians / means over steps 2..", "",
+             "| loop | syncs | trained tok/s | speed-up | weight sync s (median) | step s (median) | trainer idle | "
+             "interrupted | token staleness |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        syncs = "-" if r["mode"] == "sync" else "interruptible" if r["interruptible"] else "whole-generation"
+        lines.append(f"| {r['mode']} | {syncs} | {r['tok_s']:.0f} | {r['tok_s'] / base:.2f}x | {r['sync_s']:.3f} | "
+                     f"{r['step_s']:.3f} | {r['idle']:.2f} | {r['interrupted']:.2f} | {r['staleness']:.2f} |")
+    return "\n".join(lines)
+
+
+def time_to_reward(r: dict, target: float, window: int = 5) -> float | None:
+    """Training seconds until the mean reward over `window` consecutive steps first reaches `target` (None: never)."""
+    rewards, walls = r["rewards"], r["step_walls"]
+    for i in range(window - 1, len(rewards)):
+        if statistics.fmean(rewards[i - window + 1 : i + 1]) >= target:
+            return sum(walls[: i + 1])
+    return None
 
 
 def main(argv=None) -> None:
@@ -107,26 +174,78 @@ def main(argv=None) -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--delay", type=float, default=DELAY_S, help="seconds the env sleeps per turn")
     p.add_argument("--out-dir", default="runs/bench-async")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--async-extra", type=int, default=2, help="async runs train this many times --steps")
+    p.add_argument("--skip-whole", action="store_true", help="skip the k=1 run with loop.interruptible=false")
     p.add_argument("--results", default=str(RESULTS))
+    p.add_argument("--generation-bound", action="store_true",
+                   help="instead: the default model on json-extract, interruptible syncs vs whole-generation syncs")
+    p.add_argument("--gen-steps", type=int, default=20)
+    p.add_argument("--gen-tokens", type=int, default=256)
+    p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     DELAY_S = args.delay
-    results = [run("sync", 0, args)] + [run("async", k, args) for k in args.staleness]
-    base = results[0]["trained_tokens_per_s"]
+    if args.generation_bound:
+        md = generation_bound(args)
+        print(md, flush=True)
+        Path(args.results).mkdir(parents=True, exist_ok=True)
+        (Path(args.results) / "async_generation_bound.md").write_text("# bench/async_vs_sync.py --generation-bound\n\n"
+                                                                     + md + "\n")
+        return
     lines = [f"env: {TURNS} turns, {DELAY_S * 1000:.0f} ms sleep per turn; model {args.model}; {args.steps} steps x "
-             "4 prompts x G=8", "",
-             "| loop | trained tok/s | speed-up | trainer idle | sampler idle | reward first 5 | reward last 5 | "
-             "mean staleness |", "|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        name = "sync" if r["mode"] == "sync" else f"async, max_staleness={r['max_staleness']}"
-        lines.append(f"| {name} | {r['trained_tokens_per_s']:.0f} | {r['trained_tokens_per_s'] / base:.2f}x | "
-                     f"{r['trainer_idle_frac']:.2f} | {r['sampler_idle_frac']:.2f} | {r['reward_first5']:.3f} | "
-                     f"{r['reward_last5']:.3f} | {r['staleness_mean']:.2f} |")
+             f"4 prompts x G=8; seeds {args.seeds}", "",
+             "| seed | loop | trained tok/s | speed-up | trainer idle | sampler idle | reward first 5 | reward last 5 | "
+             "mean staleness | interrupted | sync s | s to sync's final reward |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    results = []
+    for seed in args.seeds:
+        runs = [run("sync", 0, args, seed=seed)] + [run("async", k, args, seed=seed) for k in args.staleness]
+        if 1 in args.staleness and not args.skip_whole:  # the same k = 1 run with syncs waiting for whole generations
+            runs.append(run("async", 1, args, interruptible=False, seed=seed))
+        base = runs[0]["trained_tokens_per_s"]
+        # Time to the sync loop's final reward (its last-5-step mean), for every run, the sync loop's own included
+        target = runs[0]["reward_last5"]
+        for r in runs:
+            r["time_to_sync_final_s"] = time_to_reward(r, target)
+            r["speedup"] = r["trained_tokens_per_s"] / base
+        t_sync = runs[0]["time_to_sync_final_s"]
+        for r in runs:
+            r["time_to_sync_final_share"] = (r["time_to_sync_final_s"] / t_sync
+                                             if r["time_to_sync_final_s"] is not None and t_sync else None)
+            name = "sync" if r["mode"] == "sync" else f"async, max_staleness={r['max_staleness']}" + (
+                "" if r["interruptible"] else ", whole-generation syncs")
+            lines.append(f"| {seed} | {name} | {r['trained_tokens_per_s']:.0f} | {r['speedup']:.2f}x | "
+                         f"{r['trainer_idle_frac']:.2f} | {r['sampler_idle_frac']:.2f} | {r['reward_first5']:.3f} | "
+                         f"{r['reward_last5']:.3f} | {r['staleness_mean']:.2f} | {r['interrupted_frac']:.2f} | "
+                         f"{r['weight_sync_s']:.3f} | {_reach(r['time_to_sync_final_s'], t_sync)} |")
+        results += runs
+    lines += ["", "s to sync's final reward: training seconds until the 5-step mean reward first reaches the same "
+              "seed's sync loop's last-5-step mean; in brackets, as a share of that sync loop's own time. Async "
+              f"runs train {args.async_extra}x the steps so they can get there; every other column is over the "
+              f"first {args.steps} steps."]
+    if len(args.seeds) > 1:
+        lines += ["", "| loop | speed-up, mean (min-max) over seeds | time to sync's final reward, share (per seed) |",
+                  "|---|---|---|"]
+        keys = sorted({(r["mode"], r["max_staleness"], r["interruptible"]) for r in results if r["mode"] == "async"})
+        for mode, k, inter in keys:
+            rs = [r for r in results if (r["mode"], r["max_staleness"], r["interruptible"]) == (mode, k, inter)]
+            sp = [r["speedup"] for r in rs]
+            shares = ", ".join("-" if r["time_to_sync_final_share"] is None else f"{r['time_to_sync_final_share']:.2f}"
+                               for r in rs)
+            lines.append(f"| async, max_staleness={k}{'' if inter else ', whole-generation syncs'} | "
+                         f"{statistics.fmean(sp):.2f}x ({min(sp):.2f}-{max(sp):.2f}) | {shares} |")
     md = "\n".join(lines)
     print(md, flush=True)
     out = Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
     (out / "async_vs_sync.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
     (out / "async_vs_sync.md").write_text("# bench/async_vs_sync.py\n\n" + md + "\n")
+
+
+def _reach(t: float | None, t_sync: float | None) -> str:
+    if t is None:
+        return "not reached"
+    return f"{t:.1f} ({t / t_sync:.2f})" if t_sync else f"{t:.1f}"
 
 
 if __name__ == "__main__":
