@@ -80,10 +80,8 @@ def resolve_model(name: str, tmp: str) -> str:
 
 
 # ---- posttrain ----------------------------------------------------------------------------------------------
-def run_posttrain(args: argparse.Namespace, out: str) -> list[dict]:
-    from posttrain.config import load_config
-    from posttrain.loop import train
-
+def posttrain_overrides(args: argparse.Namespace, out: str) -> list[str]:
+    """The posttrain run's config overrides: the same recipe as TRL's below."""
     overrides = [
         f"model.name={args.model}", "model.dtype=float32", f"model.threads={args.threads}", f"run.seed={args.seed}",
         f"run.output_dir={out}", "task.name=json-extract", f"sampling.max_tokens={args.max_tokens}",
@@ -94,7 +92,18 @@ def run_posttrain(args: argparse.Namespace, out: str) -> list[dict]:
     ]
     if args.lora:
         overrides += ["lora.enabled=true", "lora.r=16", "lora.alpha=32", "lora.dropout=0.0"]
-    res = train(load_config(None, overrides))
+    # The posttrain_fp32 child is the same run with the fp32 sampler, the column beside a low-precision one.
+    overrides.append(f"sampling.precision={'fp32' if args.only == 'posttrain_fp32' else args.precision}")
+    if args.chunk:
+        overrides.append(f"trainer.logits_chunk_tokens={args.chunk}")
+    return overrides
+
+
+def run_posttrain(args: argparse.Namespace, out: str) -> list[dict]:
+    from posttrain.config import load_config
+    from posttrain.loop import train
+
+    res = train(load_config(None, posttrain_overrides(args, out)))
     records = [json.loads(line) for line in (Path(res.run_dir) / "metrics.jsonl").read_text().splitlines() if line]
     return [{"step": m["step"], "seconds": m["time/step"], "gen_seconds": m["time/sample"],
              "tokens": m["tokens/completion"], "reward": m["reward/mean"]}

@@ -1,0 +1,26 @@
+"""bench/vs_trl.py runs posttrain with the options it is given (an earlier version printed an "int8" column that
+had sampled in fp32: --precision never reached the config)."""
+
+import importlib.util
+from pathlib import Path
+
+from posttrain.config import load_config
+
+_spec = importlib.util.spec_from_file_location("vs_trl", Path(__file__).resolve().parents[2] / "bench" / "vs_trl.py")
+vs_trl = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(vs_trl)
+
+
+def _cfg(argv, only):
+    args = vs_trl.parse_args(argv + ["--only", only])
+    return load_config(None, vs_trl.posttrain_overrides(args, "/tmp/x"))
+
+
+def test_precision_and_chunk_reach_the_posttrain_config():
+    cfg = _cfg(["--precision", "int8", "--chunk", "512", "--model", "tiny-random"], "posttrain")
+    assert cfg.sampling.precision == "int8" and cfg.trainer.logits_chunk_tokens == 512
+    assert cfg.algorithm.behavior_logprobs == "sampler" and cfg.algorithm.is_correction == "truncate"
+    fp32 = _cfg(["--precision", "int8", "--model", "tiny-random"], "posttrain_fp32")  # the column beside it
+    assert fp32.sampling.precision == "fp32" and fp32.algorithm.is_correction == "none"
+    plain = _cfg(["--model", "tiny-random"], "posttrain")
+    assert plain.sampling.precision == "fp32" and plain.sampling.max_tokens == 64 and plain.sampling.stop == []
