@@ -2,6 +2,7 @@
 with an int8 sampler trains (with the sampler as behaviour policy and TIS on by default)."""
 
 import copy
+import json
 
 import pytest
 import torch
@@ -87,3 +88,39 @@ def test_an_int8_sampler_run_trains_and_logs_the_gap(tmp_path, mode):
     first = sum(r["reward/mean"] for r in recs[:5]) / 5
     last = sum(r["reward/mean"] for r in recs[-5:]) / 5
     assert last > first + 0.2, (first, last)
+
+
+@pytest.fixture(scope="module")
+def default_model():
+    from posttrain.models import load_model
+
+    return load_model("default", log=lambda s: None)
+
+
+@pytest.mark.parametrize("precision,max_kl,min_agree", [("bf16", 0.01, 0.95), ("int8", 0.02, 0.9)])
+def test_the_copy_of_the_default_model_stays_close_per_token(default_model, precision, max_kl, min_agree):
+    """On the real default model, not a random one: teacher-forced on json-extract prompts and answers, the copy's
+    next-token distribution stays within a small KL of the fp32 policy's and picks the same argmax almost always.
+    (torch's dynamic int8 quantization, int8 activations included, passed the tiny-model test above and gave
+    KL 0.88 and 69% agreement here: a run with it never wrote valid JSON.)"""
+    import torch.nn.functional as F
+
+    from posttrain.envs.tasks.json_extract import make_task
+    from posttrain.models import render_prompt
+
+    model, tok = default_model
+    rows = make_task().train_rows[:4]
+    lp = low_precision_copy(model, precision)
+    kl, agree, n = 0.0, 0, 0
+    for row in rows:
+        prompt = render_prompt(tok, row["prompt"])
+        answer = json.dumps(row["expected"], indent=2)
+        ids = torch.tensor([prompt + tok.encode(answer, add_special_tokens=False)])
+        with torch.no_grad():
+            a = F.log_softmax(model(ids).logits[0, len(prompt) - 1:-1].float(), -1)
+            b = F.log_softmax(lp(ids).logits[0, len(prompt) - 1:-1].float(), -1)
+        kl += (a.exp() * (a - b)).sum().item()
+        agree += int((a.argmax(-1) == b.argmax(-1)).sum())
+        n += a.shape[0]
+    assert kl / n < max_kl, (precision, kl / n)
+    assert agree / n > min_agree, (precision, agree / n)

@@ -1,0 +1,113 @@
+"""The sampler's precision: decode speed and closeness to the fp32 policy, per `sampling.precision`.
+
+    python bench/sampler_precision.py [--threads 2] [--batch 16] [--new-tokens 64] [--repeats 3]
+
+For fp32, bf16, int8 (weight-only, what `sampling.precision=int8` ships) and, as a measured alternative that is
+not shipped, torch's dynamic int8 quantization (int8 weights and per-tensor int8 activations):
+- rollout tokens/s of posttrain's sampler on json-extract prompts (4 prompts x batch/4 completions, temperature 1,
+  every row decoding the full --new-tokens: no stop), best of --repeats;
+- teacher-forced on 8 json-extract prompts with their reference answers: KL(fp32 || copy) per token (nats) and
+  how often the copy's argmax equals fp32's.
+Prints a table; writes bench/results/sampler_precision.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def dynamic_int8(model):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(
+            copy.deepcopy(model).eval(), {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig},
+            dtype=torch.qint8)
+
+
+def closeness(model, copy_, tok, rows) -> tuple[float, float]:
+    from posttrain.models import render_prompt
+
+    kl, agree, n = 0.0, 0, 0
+    for row in rows:
+        prompt = render_prompt(tok, row["prompt"])
+        ids = torch.tensor([prompt + tok.encode(json.dumps(row["expected"], indent=2), add_special_tokens=False)])
+        with torch.no_grad():
+            a = F.log_softmax(model(ids).logits[0, len(prompt) - 1:-1].float(), -1)
+            b = F.log_softmax(copy_(ids).logits[0, len(prompt) - 1:-1].float(), -1)
+        kl += (a.exp() * (a - b)).sum().item()
+        agree += int((a.argmax(-1) == b.argmax(-1)).sum())
+        n += a.shape[0]
+    return kl / n, agree / n
+
+
+def decode_speed(m, tok, prompts, batch: int, new_tokens: int, repeats: int) -> float:
+    from posttrain.sampling.hf_sampler import HFSampler
+    from posttrain.types import SampleParams
+
+    rows = [p for p in prompts for _ in range(batch // len(prompts))]
+    s = HFSampler(m, tok, stop_token_ids=[-1])  # no stop token: every row decodes new_tokens
+    s._sample_rows(rows[:2], SampleParams(max_tokens=4, temperature=1.0, seed=0))  # warm-up
+    best = float("inf")
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        out = s._sample_rows(rows, SampleParams(max_tokens=new_tokens, temperature=1.0, seed=r))
+        best = min(best, time.perf_counter() - t0)
+    return sum(len(c.token_ids) for c in out) / best
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--results", default=str(RESULTS))
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    from posttrain.envs.tasks.json_extract import make_task
+    from posttrain.models import load_model, render_prompt
+    from posttrain.sampling.precision import low_precision_copy
+
+    model, tok = load_model("default", log=lambda s: None)
+    model.eval()
+    task = make_task()
+    prompts = [render_prompt(tok, r["prompt"]) for r in task.train_rows[:4]]
+    variants = {"fp32": lambda: model, "bf16": lambda: low_precision_copy(model, "bf16"),
+                "int8 (weight-only, shipped)": lambda: low_precision_copy(model, "int8"),
+                "int8 dynamic (weights + activations; not shipped)": lambda: dynamic_int8(model)}
+    rows = []
+    for name, make in variants.items():
+        m = make()
+        tps = decode_speed(m, tok, prompts, args.batch, args.new_tokens, args.repeats)
+        kl, agree = (0.0, 1.0) if name == "fp32" else closeness(model, m, tok, task.train_rows[:8])
+        rows.append({"precision": name, "tokens_per_s": tps, "kl_per_token": kl, "argmax_agree": agree})
+        print(f"{name}: {tps:.1f} tok/s, KL {kl:.4f}, argmax agree {agree:.3f}", flush=True)
+    base = rows[0]["tokens_per_s"]
+    lines = [f"default model, batch {args.batch} ({len(prompts)} json-extract prompts), {args.new_tokens} new tokens, "
+             f"{args.threads} threads, best of {args.repeats}; closeness teacher-forced on 8 prompts + answers", "",
+             "| sampler precision | rollout tok/s | vs fp32 | KL(fp32 ‖ copy) per token | same argmax |",
+             "|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['precision']} | {r['tokens_per_s']:.1f} | {r['tokens_per_s'] / base:.2f}x | "
+                     f"{r['kl_per_token']:.4f} | {r['argmax_agree']:.3f} |")
+    md = "\n".join(lines)
+    print("\n" + md)
+    out = Path(args.results)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sampler_precision.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    (out / "sampler_precision.md").write_text("# bench/sampler_precision.py\n\n" + md + "\n")
+
+
+if __name__ == "__main__":
+    main()
