@@ -6,16 +6,23 @@ rollouts) and corrects the gap with importance sampling; so does posttrain: with
 PPO ratio's old policy defaults to the sampler's log-probs and truncated IS is on (config/schema.py), and
 `train/sampler_kl_k3` / `train/is/*` show the gap every step.
 
-- bf16: the whole model cast to bfloat16. On the default model: KL(fp32 || bf16) 0.001 nats per token, the same
-  argmax on 98% of tokens, and 1.5x the fp32 decode speed on the 2-core AVX2 reference machine.
+- bf16: the whole model cast to bfloat16.
 - int8: weight-only int8 for every Linear (symmetric, per output channel), activations in bf16, through
-  torch's `_weight_int8pack_mm` kernel: a quarter of fp32's weight bytes; KL 0.005 nats per token, argmax the
-  same on 96%; on that machine it decodes no faster than fp32 (the kernel is not faster than a bf16 matmul there).
+  torch's `_weight_int8pack_mm` kernel: a quarter of fp32's weight bytes.
 
-Not used, measured: torch's dynamic quantization (`quantize_dynamic`, int8 weights *and* per-tensor int8
-activations, fbgemm), the first int8 here. It decodes 2x faster than fp32 but wrecks the default model
-(KL 0.88 nats per token, argmax the same on 69% of tokens; a json-extract run with it never wrote valid JSON).
-`tests/sampling/test_precision.py` checks the KL on the default model so no such path ships again.
+Measured (`python bench/sampler_precision.py`: the default model, batch 16, 64 new tokens, 2 threads on the
+2-core AVX2 reference machine; closeness teacher-forced on json-extract prompts and answers):
+
+| precision | decode vs fp32 | KL(fp32 || copy) per token | same argmax |
+|---|---:|---:|---:|
+| bf16 | 1.42x | 0.0004 | 99.7% |
+| int8 (weight-only) | 1.07x | 0.0028 | 97.7% |
+| torch dynamic int8 (weights and activations), not used | 1.86x | 0.94 | 69.9% |
+
+So bf16 is the fast choice on that CPU; int8 only saves memory there. Torch's dynamic quantization (int8
+activations per tensor, fbgemm) was the first int8 here: it is the fastest but wrecks the default model (a
+json-extract run with it never wrote valid JSON); `tests/sampling/test_precision.py` bounds the KL of every copy
+on the real default model so no such path ships again.
 
 `refresh_` rewrites the copy from the trainer's weights at each weight sync (loop/weight_sync.py
 LowPrecisionCopy), in place, so no second fp32 model is ever kept. A LoRA policy is merged first (base + scaled
