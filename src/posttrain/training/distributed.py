@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from typing import Any
 
 import torch
@@ -226,13 +227,18 @@ class DataParallelTrainer:
 
 
 def worker_loop(trainer, loss_fn, params, token_weight_fn, rank: int, world: int) -> None:
-    """Ranks 1..N-1: obey rank 0 until it says stop (or the group fails, which ends this process)."""
+    """Ranks 1..N-1: obey rank 0 until it says stop, then end this process (so does a failed group)."""
     while True:
         box: list = [None]
         dist.broadcast_object_list(box, src=0)
         if box[0][0] == "stop":
             dist.destroy_process_group()
-            return
+            # End here, without the interpreter's teardown: rank 0 may already be closing the TCP store this
+            # rank's gloo threads still hold, and a C++ thread destroyed mid-call at exit aborts the process
+            # ("terminate called without an active exception", seen on a loaded machine). Nothing is left to do.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         _run(trainer, box[0], rank, world, loss_fn, params, token_weight_fn)
 
 
