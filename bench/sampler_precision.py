@@ -21,7 +21,6 @@ import warnings
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -32,22 +31,6 @@ def dynamic_int8(model):
         return torch.ao.quantization.quantize_dynamic(
             copy.deepcopy(model).eval(), {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig},
             dtype=torch.qint8)
-
-
-def closeness(model, copy_, tok, rows) -> tuple[float, float]:
-    from posttrain.models import render_prompt
-
-    kl, agree, n = 0.0, 0, 0
-    for row in rows:
-        prompt = render_prompt(tok, row["prompt"])
-        ids = torch.tensor([prompt + tok.encode(json.dumps(row["expected"], indent=2), add_special_tokens=False)])
-        with torch.no_grad():
-            a = F.log_softmax(model(ids).logits[0, len(prompt) - 1:-1].float(), -1)
-            b = F.log_softmax(copy_(ids).logits[0, len(prompt) - 1:-1].float(), -1)
-        kl += (a.exp() * (a - b)).sum().item()
-        agree += int((a.argmax(-1) == b.argmax(-1)).sum())
-        n += a.shape[0]
-    return kl / n, agree / n
 
 
 def decode_speed(m, tok, prompts, batch: int, new_tokens: int, repeats: int) -> float:
@@ -77,7 +60,7 @@ def main(argv=None) -> None:
 
     from posttrain.envs.tasks.json_extract import make_task
     from posttrain.models import load_model, render_prompt
-    from posttrain.sampling.precision import low_precision_copy
+    from posttrain.sampling.precision import closeness, low_precision_copy
 
     model, tok = load_model("default", log=lambda s: None)
     model.eval()
@@ -90,7 +73,8 @@ def main(argv=None) -> None:
     for name, make in variants.items():
         m = make()
         tps = decode_speed(m, tok, prompts, args.batch, args.new_tokens, args.repeats)
-        kl, agree = (0.0, 1.0) if name == "fp32" else closeness(model, m, tok, task.train_rows[:8])
+        pairs = [(r["prompt"], json.dumps(r["expected"], indent=2)) for r in task.train_rows[:8]]
+        kl, agree = (0.0, 1.0) if name == "fp32" else closeness(model, m, tok, pairs)
         rows.append({"precision": name, "tokens_per_s": tps, "kl_per_token": kl, "argmax_agree": agree})
         print(f"{name}: {tps:.1f} tok/s, KL {kl:.4f}, argmax agree {agree:.3f}", flush=True)
     base = rows[0]["tokens_per_s"]

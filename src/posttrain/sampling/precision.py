@@ -109,3 +109,24 @@ def refresh_(sampler_model: Any, policy: Any, precision: str) -> None:
             mod.load_(lin.weight, lin.bias)
     for name, p in sampler_model.named_parameters():  # everything not quantized: norms, embeddings
         p.copy_(src_params[name].to(p.dtype))
+
+
+@torch.no_grad()
+def closeness(reference: Any, candidate: Any, tokenizer: Any, pairs: list[tuple[Any, str]]) -> tuple[float, float]:
+    """How close `candidate`'s next-token distributions are to `reference`'s, teacher-forced on (prompt, answer)
+    pairs (a prompt as `render_prompt` takes it, the answer as text): KL(reference || candidate) in nats per
+    answer token, and the share of answer tokens whose argmax the two agree on."""
+    import torch.nn.functional as F
+
+    from posttrain.models import render_prompt
+
+    kl, agree, n = 0.0, 0, 0
+    for prompt, answer in pairs:
+        p_ids = render_prompt(tokenizer, prompt)
+        ids = torch.tensor([p_ids + tokenizer.encode(answer, add_special_tokens=False)])
+        a = F.log_softmax(reference(ids).logits[0, len(p_ids) - 1:-1].float(), -1)
+        b = F.log_softmax(candidate(ids).logits[0, len(p_ids) - 1:-1].float(), -1)
+        kl += float((a.exp() * (a - b)).sum())
+        agree += int((a.argmax(-1) == b.argmax(-1)).sum())
+        n += a.shape[0]
+    return kl / max(n, 1), agree / max(n, 1)
