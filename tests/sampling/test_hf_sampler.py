@@ -138,3 +138,51 @@ def test_lora_sampling_on_merged_weights_matches_unmerged_forward(tiny):
     for comp in c:
         ref = _forward_logprobs(lm, p, comp.token_ids)
         assert (ref - torch.tensor(comp.logprobs)).abs().max().item() <= 1e-4
+
+
+@pytest.fixture(scope="module")
+def default_tokenizer():
+    from transformers import AutoTokenizer
+
+    from posttrain.models.default import default_model_dir
+
+    return AutoTokenizer.from_pretrained(default_model_dir())
+
+
+@pytest.mark.parametrize("stops", [["\n\n", "\n```"], ["}"], ["ab", "é"], ["the end", " "]])
+def test_fast_stop_string_check_equals_decoding_every_tail(tiny, default_tokenizer, stops):
+    """The stop-string check decodes a row's tail only when its new token's text could end a stop string; on
+    random token streams of the default (byte-level BPE) tokenizer, multi-character and partial-byte tokens
+    included, it must finish every row at the step where decoding every tail first finds a stop."""
+    model, _ = tiny
+    tok = default_tokenizer
+    s = HFSampler(model, tok, [])
+    pieces = s._token_pieces()
+    chars = set("".join(stops))
+    # Half the stream from tokens that carry a stop's characters, half from the whole vocabulary (byte pieces too).
+    pool = torch.tensor([i for i, p in enumerate(pieces) if set(p) & chars][:4000])
+    gen = torch.Generator().manual_seed(len(stops))
+    B, T = 16, 60
+    near = pool[torch.randint(0, len(pool), (B, T), generator=gen)]
+    anywhere = torch.randint(0, len(tok), (B, T), generator=gen)
+    tokens = torch.where(torch.rand(B, T, generator=gen) < 0.5, near, anywhere)
+    # Characters split over byte tokens: each stop's characters spelled byte by byte (the second byte of "é"
+    # reads as U+FFFD on its own) in some rows, so a stop can complete on a token whose own text is not readable.
+    for k, stop in enumerate(stops):
+        byte_ids = [i for ch in stop for i in tok.encode(ch, add_special_tokens=False)] if len(stop) < 3 else []
+        spelled = [tok.convert_tokens_to_ids(c) for c in tok.convert_ids_to_tokens(byte_ids) for c in c]
+        spelled = [i for i in spelled if isinstance(i, int) and i != tok.unk_token_id]
+        for r in range(k, B, 4):
+            tokens[r, 20 + r: 20 + r + len(spelled)] = torch.tensor(spelled[: T - 20 - r])
+    window = max(len(x) for x in stops) + 8
+    live = list(range(B))  # as in the decode loop: a row is checked until it first hits
+    hits_seen = 0
+    for t in range(T):
+        rows = torch.tensor(live, dtype=torch.long)
+        fast = s._hit_stop_string(tokens, rows, t, stops).tolist() if live else []
+        exact = [any(x in tok.decode(tokens[r, max(0, t + 1 - window): t + 1].tolist(), skip_special_tokens=True)
+                     for x in stops) for r in live]
+        assert fast == exact, t
+        hits_seen += sum(exact)
+        live = [r for r, h in zip(live, exact) if not h]
+    assert hits_seen > 0  # the stops do occur (a test that never hits proves nothing)
