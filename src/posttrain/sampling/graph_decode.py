@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from posttrain.sampling.hf_sampler import left_pad
 
 CAPACITY_BUCKET = 128
 
@@ -75,13 +76,7 @@ class GraphDecoder:
         Lp = max(len(r) for r in rows)
         C = capacity_bucket(Lp + max_new)
         padded_rows = rows + [rows[0]] * (Bb - B)  # bucket padding: decoded, then dropped
-        ids_BL = torch.full((Bb, Lp), sampler.pad_id, dtype=torch.long)
-        mask_BC = torch.zeros((Bb, C), dtype=torch.long)
-        for i, r in enumerate(padded_rows):
-            ids_BL[i, Lp - len(r):] = torch.tensor(r)
-            mask_BC[i, Lp - len(r):] = 1
-        ids_BL, mask_BC = ids_BL.to(dev), mask_BC.to(dev)
-        pos_BL = (mask_BC[:, :Lp].cumsum(-1) - 1).clamp(min=0)
+        ids_BL, mask_BC, pos_BL = left_pad(padded_rows, sampler.pad_id, C, dev)
         cache = self.cache(Bb, C)
         logits, v = sampler._forward_last(input_ids=ids_BL, attention_mask=mask_BC, position_ids=pos_BL,
                                           **{self.cache_arg: cache}, use_cache=True, logits_to_keep=1)

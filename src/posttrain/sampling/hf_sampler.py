@@ -176,13 +176,7 @@ class HFSampler:
         P, B, max_new = len(prompts_P), len(rows), params.max_tokens
         Lp = max(len(p) for p in prompts_P)
         padded = any(len(p) != Lp for p in prompts_P)
-        ids_PL = torch.full((P, Lp), self.pad_id, dtype=torch.long)
-        mask_PL = torch.zeros((P, Lp), dtype=torch.long)
-        for i, p in enumerate(prompts_P):
-            ids_PL[i, Lp - len(p) :] = torch.tensor(p)
-            mask_PL[i, Lp - len(p) :] = 1
-        ids_PL, mask_PL = ids_PL.to(dev), mask_PL.to(dev)
-        pos_PL = (mask_PL.cumsum(-1) - 1).clamp(min=0)
+        ids_PL, mask_PL, pos_PL = left_pad(prompts_P, self.pad_id, Lp, dev)
         n_layers = self.model.config.get_text_config().num_hidden_layers
         cache = PreallocCache(n_layers, capacity=Lp + max_new)
         logits, v = self._forward_last(input_ids=ids_PL, attention_mask=mask_PL if padded else None,
@@ -272,6 +266,19 @@ class HFSampler:
             except Exception:  # noqa: BLE001 - an unusual tokenizer: every check decodes the tail (always correct)
                 self._pieces = []
         return self._pieces or None
+
+
+def left_pad(rows: list[list[int]], pad_id: int, mask_width: int, device) -> tuple[torch.Tensor, ...]:
+    """Prompts right-aligned in one batch: ids (B, Lp) padded on the left, an attention mask (B, mask_width >= Lp:
+    1 from each row's first token on, through the columns after the prompts too) and position ids (B, Lp)."""
+    Lp = max(len(r) for r in rows)
+    ids = torch.full((len(rows), Lp), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), mask_width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, Lp - len(r):] = torch.tensor(r)
+        mask[i, Lp - len(r):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    return ids, mask, (mask[:, :Lp].cumsum(-1) - 1).clamp(min=0)
 
 
 def _device(model: Any) -> torch.device:
