@@ -164,3 +164,14 @@ def test_a_sync_inside_a_merged_lora_decode_leaves_the_base_weights_intact(tiny)
         assert torch.allclose(params[n], want, atol=1e-6), n
     for n, want in adapter.items():
         assert torch.equal(params[n], want), n
+
+
+def test_a_write_that_cannot_get_in_times_out_and_leaves_the_gate_usable():
+    gate = WeightGate(timeout_s=0.05)
+    with gate.read():  # a decode that never ends
+        with pytest.raises(TimeoutError, match="weight write waited"):
+            with gate.write():
+                pass
+        assert gate.writers_waiting == 0  # the failed write left no trace: steps are not blocked by it
+    with gate.write():  # and once the decode ends, writes go in
+        pass

@@ -23,7 +23,10 @@ from contextlib import contextmanager
 
 
 class WeightGate:
-    def __init__(self) -> None:
+    def __init__(self, timeout_s: float = 900.0) -> None:
+        """`timeout_s`: how long a write waits for the decode in flight (a whole call when not interruptible) and a
+        step for a write, before TimeoutError: a hung decode or write must not hang the run."""
+        self.timeout_s = timeout_s
         self._cond = threading.Condition()
         self._readers = 0  # decode steps (or whole calls) using the weights now
         self._writers = 0  # writes waiting or running
@@ -33,7 +36,7 @@ class WeightGate:
     def read(self) -> Iterator[None]:
         """Around one forward pass (or one whole decode call): the weights stay as they are meanwhile."""
         with self._cond:
-            self._cond.wait_for(lambda: self._writers == 0)
+            self._wait(lambda: self._writers == 0, "a decode step waited for a weight write")
             self._readers += 1
         try:
             yield
@@ -47,7 +50,12 @@ class WeightGate:
         """Around a weight write: waits for the forward pass in flight, and keeps the next one out until done."""
         with self._cond:
             self._writers += 1
-            self._cond.wait_for(lambda: self._readers == 0 and not self._writing)
+            try:
+                self._wait(lambda: self._readers == 0 and not self._writing, "a weight write waited for decoding")
+            except TimeoutError:
+                self._writers -= 1
+                self._cond.notify_all()
+                raise
             self._writing = True
         try:
             yield
@@ -56,6 +64,11 @@ class WeightGate:
                 self._writing = False
                 self._writers -= 1
                 self._cond.notify_all()
+
+    def _wait(self, ready, what: str) -> None:
+        """Under the condition's lock: wait until `ready()`, at most timeout_s."""
+        if not self._cond.wait_for(ready, timeout=self.timeout_s):
+            raise TimeoutError(f"{what} for more than {self.timeout_s:g}s (a decode or a sync is hanging)")
 
     @property
     def writers_waiting(self) -> int:
