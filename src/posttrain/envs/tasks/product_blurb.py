@@ -200,10 +200,12 @@ def _rows(n: int, rng: random.Random, split: str) -> list[dict[str, Any]]:
 
 
 def make_task(rm: str | None = None, reward: str = "rm", seed: int = 0, n_train: int = 400, n_eval: int = 48,
-              rm_batch_size: int = 16, rm_device: str = "cpu", max_tokens: int = 48):
+              rm_batch_size: int = 16, rm_device: str = "cpu", max_tokens: int = 48, one_line: bool = True):
     """The `product-blurb` task. `rm`: the reward-model folder (`posttrain rm train` writes one; default: the
     folder it writes by default, `$POSTTRAIN_CACHE/reward_models/product-blurb`). `reward`: "rm" (train on the
-    reward model only) or "rule" (train on the hidden rule: the oracle baseline)."""
+    reward model only) or "rule" (train on the hidden rule: the oracle baseline). `one_line`: a blurb ends at
+    its first line break (every blurb the reward model was fitted to is one line; with `False` it ends at a
+    blank line, and the default model then ran every completion to `max_tokens`, docs/reward_models.md)."""
     from posttrain.envs.check import SmokeCheck
     from posttrain.envs.task import Task
     from posttrain.rewards.reward_model import default_rm_dir, reward_model
@@ -234,4 +236,4 @@ def make_task(rm: str | None = None, reward: str = "rm", seed: int = 0, n_train:
         rubric=Rubric(comps, pass_component="hidden_rule"), smoke_checks=checks,
         description=("Write a short product description. Training reward: a reward model fitted to preferences "
                      f"from a hidden rule (name the colour, at most {MAX_WORDS} words); held-out pass: the rule."),
-        max_tokens=max_tokens, stop=["\n\n"])
+        max_tokens=max_tokens, stop=["\n"] if one_line else ["\n\n"])
