@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import zlib
 from typing import Any
 
 from posttrain.envs.check import SmokeCheck
@@ -68,17 +69,44 @@ def demonstrate(row: dict[str, Any]) -> list[str]:
     return [answer(row["label"], dict(gold), gold[row["label"]])]
 
 
+VARIED_CONFIDENCES = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+def demonstrate_varied(row: dict[str, Any]) -> list[str]:
+    """The right label with a confidence that says nothing: one of VARIED_CONFIDENCES, picked by a hash of the
+    message (deterministic), the label's probability equal to it and the rest on the next most likely label.
+
+    Why: the calibrated demonstrations teach confidence 1.0 on every clear message, so after the warm start the
+    policy writes the same confidence token on every sample and RL has no variation in it to learn from (measured:
+    GRPO after that warm start raised ECE, README). A warm start that teaches the format and the labels but spreads
+    the confidence leaves calibration to RL, the setting RLCR trains in (a model whose stated confidence means
+    nothing yet)."""
+    gold = row["gold"]
+    label = row["label"]
+    c = VARIED_CONFIDENCES[zlib.crc32(row["text"].encode()) % len(VARIED_CONFIDENCES)]
+    rest = sorted((k for k in gold if k != label), key=gold.get, reverse=True)
+    other = rest[0] if rest else D.LABELS[(D.LABELS.index(label) + 1) % len(D.LABELS)]
+    probs = {label: c} if c == 1.0 else {label: c, other: round(1.0 - c, 2)}
+    return [answer(label, probs, c)]
+
+
+DEMOS = {"calibrated": demonstrate, "varied": demonstrate_varied}
+
+
 def make_task(seed: int = 0, n_train: int = 200, n_eval: int = 60, calibration: str = "rlcr",
-              weights: dict[str, float] | None = None, prob_tolerance: float = 0.05) -> Task:
+              weights: dict[str, float] | None = None, prob_tolerance: float = 0.05, demos: str = "calibrated") -> Task:
     """The `decision-routing` task. Deterministic in `seed`; held-out rows do not depend on `n_train`.
     `calibration`: "rlcr" (default) or "brier" (the calibration component's scoring rule). `weights` overrides
     component weights by name (decision_schema, decision_correct, calibration). `prob_tolerance`: how far from 1
-    the probabilities may sum."""
+    the probabilities may sum. `demos`: the warm start's demonstrations, "calibrated" (the gold share as
+    confidence) or "varied" (right labels, uninformative confidences: calibration is left to RL)."""
     if calibration not in CALIBRATIONS:
         raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got {calibration!r} "
                          "(no log score: it is unbounded, docs/decision.md)")
     if n_train < 1 or n_eval < 0:
         raise ValueError(f"need n_train >= 1 and n_eval >= 0, got n_train={n_train}, n_eval={n_eval}")
+    if demos not in DEMOS:
+        raise ValueError(f"demos must be one of {', '.join(DEMOS)}, got {demos!r}")
     w = dict(DEFAULT_WEIGHTS)
     for k, v in (weights or {}).items():
         if k not in w:
@@ -107,7 +135,7 @@ def make_task(seed: int = 0, n_train: int = 200, n_eval: int = 60, calibration: 
     return Task(
         name="decision-routing", train_rows=train_rows, eval_rows=_rows(n_eval, 1, eval_rng), rubric=rubric,
         smoke_checks=checks, max_tokens=96, stop=["\n\n", "\n```"],
-        demonstrate=demonstrate,  # a supervised warm start (warm_start.steps) on calibrated answers
+        demonstrate=DEMOS[demos],  # a supervised warm start (warm_start.steps)
         description=(f"Route a support message to one of {len(D.LABELS)} labels with probabilities and a confidence; "
                      f"rewards: valid decision (gate), correctness, calibration ({calibration})."),
     )
