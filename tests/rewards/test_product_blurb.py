@@ -32,3 +32,8 @@ def test_no_template_text_names_a_colour_by_accident():
 
 def test_hidden_rule_reward():
     assert pb.hidden_rule(["A teal mug.", "A mug.", "teal " * 25], colour=["teal"] * 3) == [1.0, 0.0, 0.0]
+
+
+def test_a_blurb_ends_at_its_first_line_by_default():
+    assert pb.make_task(reward="rule", n_train=4, n_eval=0).stop == ["\n"]
+    assert pb.make_task(reward="rule", n_train=4, n_eval=0, one_line=False).stop == ["\n\n"]

@@ -10,7 +10,7 @@ from posttrain.envs.check import check_task, score_completion
 from posttrain.envs.task import Task
 from posttrain.envs.tasks import builtin_task_factory
 from posttrain.envs.tasks.decision_data import LABELS
-from posttrain.envs.tasks.decision_routing import answer, make_task
+from posttrain.envs.tasks.decision_routing import answer, demonstrate, make_task
 from posttrain.rewards.decision import Decision, parse_decision
 from posttrain.rewards.telemetry import drain_task_metrics
 
@@ -39,6 +39,25 @@ def test_demonstrations_score_best(task: Task) -> None:
         s = score_completion(task, row, reply)
         assert s.components["decision_schema"] == 1.0 and s.components["calibration"] == pytest.approx(1.0)
     drain_task_metrics(task)
+
+
+def test_varied_demonstrations_pass_with_a_spread_of_confidences() -> None:
+    t = make_task(seed=0, demos="varied")
+    rows = [r for r in t.train_rows if r["ambiguous"]][:3] + t.train_rows[:40]
+    confidences = set()
+    for row in rows:
+        (reply,) = t.demonstrate(row)
+        s = score_completion(t, row, reply)
+        calibrated = score_completion(t, row, demonstrate(row)[0])
+        # The same label as the calibrated demonstration (a valid decision, as right as it), any confidence.
+        assert s.components["decision_schema"] == 1.0, reply
+        assert s.components["decision_correct"] == calibrated.components["decision_correct"], reply
+        confidences.add(json.loads(reply)["confidence"])
+        assert t.demonstrate(row) == [reply]  # deterministic
+    assert len(confidences) >= 5  # the point: the confidence varies, so RL has something to choose between
+    drain_task_metrics(t)
+    with pytest.raises(ValueError, match="demos must be one of"):
+        make_task(demos="random")
 
 
 def test_env_check_passes(task: Task) -> None:
