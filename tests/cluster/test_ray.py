@@ -29,22 +29,6 @@ def _train_records(run_dir):
     return [r for r in read_metrics(str(run_dir)) if r["kind"] == "train"]
 
 
-@pytest.fixture(scope="module")
-def two_nodes():
-    """A head and one simulated worker node, one CPU each: the two sampler actors can only fit one per node."""
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    small = {"num_cpus": 1, "object_store_memory": 100 * 1024 ** 2}
-    cluster = Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
-    cluster.add_node(**small)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level="WARNING")
-    yield ray
-    ray.shutdown()
-    cluster.shutdown()
-
-
 @pytest.fixture
 def pools(monkeypatch):
     """Every RaySamplerPool the run starts, kept for the test to look at (and to kill its actors)."""

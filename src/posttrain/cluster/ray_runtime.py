@@ -40,14 +40,17 @@ class RaySession:
     owned: bool
 
     @classmethod
-    def connect(cls, cc: ClusterConfig) -> RaySession:
+    def connect(cls, cc: ClusterConfig, extra_cpus: float = 0.0) -> RaySession:
+        """`extra_cpus`: logical CPUs a private cluster (address=local) needs beyond the sampler actors' (the
+        sandboxed runs of cluster.sandbox=ray)."""
         ray = import_ray()
         if ray.is_initialized():
             return cls(ray, owned=False)
         res = cc.sampler_resources
         if cc.address == "local":
-            # A private Ray sized for the actors (logical CPUs, not cores): nothing else is scheduled on it.
-            ray.init(num_cpus=max(1, math.ceil(cc.num_samplers * res.num_cpus)), include_dashboard=False,
+            # A private Ray sized for the actors and graders (logical CPUs, not cores): nothing else runs on it.
+            actors = cc.num_samplers * res.num_cpus if cc.backend == "ray" else 0.0
+            ray.init(num_cpus=max(1, math.ceil(actors + extra_cpus)), include_dashboard=False,
                      logging_level=logging.WARNING)
         else:
             try:

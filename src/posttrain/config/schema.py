@@ -160,6 +160,18 @@ class ClusterConfig(_Strict):
         "ray: times each sampler actor is replaced after it dies or hangs (the new one gets the current weights and "
         "the rows again); past it the actor is retired and the live ones take its share; with none left the run fails"))
 
+    sandbox: Literal["local", "ray"] = Field("local", description=(
+        "where sandboxed code runs and is graded: local (threads of this process) or ray (Ray tasks spread over "
+        "the cluster at cluster.address, any sampling backend; docs/scaling.md)"))
+    grader_num_cpus: float = Field(1.0, gt=0.0, description=(
+        "sandbox=ray: CPUs Ray reserves for each sandboxed run (a run at once per reserved slot on each node)"))
+    grade_timeout_s: float = Field(600.0, gt=0.0, description=(
+        "sandbox=ray: seconds one remote run may take, queueing included, before it fails its sample (the "
+        "sandbox's own limits still bound the code; this bounds a lost node or a full cluster)"))
+    grade_retries: int = Field(2, ge=0, description=(
+        "sandbox=ray: times Ray re-runs a sandboxed run whose worker or node died (a grader's own error is never "
+        "retried: it fails its sample)"))
+
     server_url: str | None = Field(None, description=(
         "server: the OpenAI-compatible server rollouts are sampled from (posttrain serve --weights-dir DIR, or vLLM / "
         "SGLang with a reload endpoint); it must return token ids and per-token logprobs"))

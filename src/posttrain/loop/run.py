@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from posttrain.config.load import to_yaml
+from posttrain.cluster.ray_grading import start_grading
 from posttrain.config.schema import Config
 from posttrain.loop.builder import Components, build
 from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -77,10 +78,16 @@ class Run:
         if not resume:
             write_run_info(self.run_dir, to_yaml(cfg), cfg.run.seed)
         trace.start(self.run_dir / trace.TRACE_FILE)  # every stage's spans, for the report's timeline
-        self.c: Components = build(cfg, log=self.say)
-        if cfg.task.env_check != "off":
-            env_check(self.c, cfg.task.env_check, self.say, cfg.logging.console)
-        judge_gate(cfg, self.c, self.say)  # judge.min_agreement / min_kappa: audit the judge first
+        # cluster.sandbox=ray: from here on every sandboxed run (env check, rewards, eval) is a Ray task.
+        self.grading = start_grading(cfg.cluster)
+        try:
+            self.c: Components = build(cfg, log=self.say)
+            if cfg.task.env_check != "off":
+                env_check(self.c, cfg.task.env_check, self.say, cfg.logging.console)
+            judge_gate(cfg, self.c, self.say)  # judge.min_agreement / min_kappa: audit the judge first
+        except BaseException:
+            self._close_grading()
+            raise
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
         self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard,
                                     sinks=tracker_sinks(cfg, self.run_dir))
@@ -132,6 +139,7 @@ class Run:
         finally:
             self.logger.close()
             trace.stop()
+            self._close_grading()
         return self._summarize(before, last_eval, done, start, warm, base_eval)
 
     async def _train(self, stepper: Stepper, start: int, before: dict[str, float]) -> int:
@@ -140,6 +148,8 @@ class Run:
         t_train = time.perf_counter()
         for i in range(start, cfg.loop.steps):
             m = await stepper.step(i)
+            if self.grading is not None:
+                m.update(self.grading.drain_metrics())
             done = i + 1
             record = {"kind": "train", "step": done, **m}
             self.logger.log(record)
@@ -162,6 +172,11 @@ class Run:
                 self.say(f"time budget of {cfg.loop.time_budget_s:.0f}s reached after step {done}")
                 break
         return done
+
+    def _close_grading(self) -> None:
+        if self.grading is not None:
+            grading, self.grading = self.grading, None
+            grading.close()
 
     def _preflight_verdicts(self, before: dict[str, float], m: dict[str, Any]) -> None:
         """Diagnoses with advice from the eval before and the first step (envs/preflight.py): no learning

@@ -2,14 +2,20 @@
 
 Each run is a blocking call bounded by its own deadline (cfg.timeout_s plus a kill grace), so a worker thread
 per run is enough; the semaphore keeps at most `cfg.concurrency` sandboxes alive at once.
+
+Where a run happens is the executor's business: `ThreadExecutor` (default) runs it on a thread of this process;
+`cluster.sandbox=ray` installs `cluster/ray_grading.py`'s executor for the run (`use_executor`), and every pool
+the task built then sends its runs to Ray tasks on the cluster's nodes. A pool resolves its executor at each
+call, so the tasks that built pools before the run started need no change.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar
 
 from posttrain.sandbox.config import GradeResult, RunResult, SandboxConfig
 from posttrain.sandbox.grading import grade_function, grade_pytest
@@ -19,12 +25,49 @@ from posttrain.sandbox.tools import SandboxUnavailable
 T = TypeVar("T")
 
 
+class Executor(Protocol):
+    """Runs one blocking sandbox call somewhere and returns its result (or raises what the call raised)."""
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+
+class ThreadExecutor:
+    """On a worker thread of this process (the default)."""
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        # Not wrapped in wait_for: cancelling would free the slot while the thread still runs the sandbox.
+        # The call is bounded by its own deadline instead.
+        return await asyncio.to_thread(functools.partial(fn, *args))
+
+
+_THREADS = ThreadExecutor()
+_current: Executor = _THREADS
+
+
+def current_executor() -> Executor:
+    return _current
+
+
+@contextlib.contextmanager
+def use_executor(executor: Executor) -> Iterator[Executor]:
+    """Send every pool's runs to `executor` inside the block (a run's lifetime), the thread executor after."""
+    global _current
+    previous, _current = _current, executor
+    try:
+        yield executor
+    finally:
+        _current = previous
+
+
 class SandboxPool:
     """Run sandboxed commands and graders from asyncio code, at most `cfg.concurrency` at a time."""
 
-    def __init__(self, cfg: SandboxConfig | None = None, concurrency: int | None = None):
+    def __init__(self, cfg: SandboxConfig | None = None, concurrency: int | None = None,
+                 executor: Executor | None = None):
+        """`executor`: where runs happen; None (default) follows `current_executor()` at each call."""
         self.cfg = cfg or SandboxConfig()
         self.concurrency = concurrency or self.cfg.concurrency
+        self.executor = executor
         self._sem: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -37,9 +80,7 @@ class SandboxPool:
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         async with self._semaphore():
-            # Not wrapped in wait_for: cancelling would free the slot while the thread still runs the sandbox.
-            # The call is bounded by its own deadline instead.
-            return await asyncio.to_thread(functools.partial(fn, *args))
+            return await (self.executor or current_executor()).call(fn, *args)
 
     async def run_command(self, argv: list[str], files: dict[str, str | bytes] | None = None,
                           cfg: SandboxConfig | None = None) -> RunResult:
