@@ -1,4 +1,4 @@
-"""Commands for learned rewards: `rm train`, `judge audit`."""
+"""Commands for learned rewards: `rm train`, `judge audit`, `judge finetune`."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def rm_train(
     typer.echo(f"held-out pair accuracy: {res.eval_accuracy:.1%} ({res.n_eval} pairs; untrained: "
                f"{res.eval_accuracy_before:.1%})\nsaved: {res.out}")
 
-judge_app = typer.Typer(add_completion=False, help="LLM judges: audit a task's judge against its verifier.")
+judge_app = typer.Typer(add_completion=False, help="LLM judges: audit a task's judge against its verifier; fine-tune a small local judge.")
 app.add_typer(judge_app, name="judge")
 
 
@@ -73,3 +73,31 @@ def judge_audit(
     except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError, JudgeAuditError) as e:
         _fail(str(e))
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
+
+
+@judge_app.command("finetune")
+def judge_finetune(
+    data: str = typer.Option("product-blurb", "--data", help="'product-blurb' (built-in: the task's judge question, labelled by its hidden rule) or a .jsonl of question/answer (Yes|No) rows"),
+    out: Optional[str] = typer.Option(None, "--out", help="folder to save (default: $POSTTRAIN_CACHE/judges/<data>)"),
+    model: str = typer.Option("default", "--model", help="base model: 'default', 'tiny-random' or a HF folder"),
+    steps: int = typer.Option(200, "--steps"),
+    batch_size: int = typer.Option(16, "--batch-size"),
+    lr: float = typer.Option(3e-5, "--lr"),
+    max_train: int = typer.Option(4000, "--max-train", help="built-in data: training examples to generate"),
+    max_eval: int = typer.Option(400, "--max-eval", help="built-in data: held-out examples to generate"),
+    max_length: int = typer.Option(192, "--max-length", help="tokens per question (longer keeps its end)"),
+    seed: int = typer.Option(0, "--seed"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
+) -> None:
+    """Fine-tune a local model to answer one yes/no judge question; print held-out accuracy before and after; save a HF folder."""
+    from posttrain.envs.tasks.product_blurb import default_judge_dir
+    from posttrain.models.load import ModelLoadError
+    from posttrain.rewards.judges.finetune import JudgeDataError, finetune_judge, load_examples
+
+    try:
+        train, held = load_examples(data, max_train, max_eval, seed)
+        target = out or str(default_judge_dir(data if "/" not in data and "." not in data else "custom"))
+        finetune_judge(train, held, target, model=model, steps=steps, batch_size=batch_size, lr=lr,
+                       max_length=max_length, seed=seed, threads=threads, log=typer.echo)
+    except (JudgeDataError, ModelLoadError, FileNotFoundError, ValueError) as e:
+        _fail(str(e))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 MAX_WORDS = 20
@@ -183,6 +184,34 @@ def preference_pairs(n_train: int = 3000, n_eval: int = 400, seed: int = 0) -> t
     return out[0], out[1]
 
 
+# The judge's question (reward="judge"): the hidden rule, asked in words. `posttrain judge finetune --data
+# product-blurb` teaches a local model to answer exactly this question (judge_examples below).
+JUDGE_QUESTION = ("Product description: {completion}\n\nDoes this description name the colour {colour} and have "
+                  "at most 20 words? Answer Yes or No.")
+
+
+def default_judge_dir(name: str) -> Path:
+    """Where `posttrain judge finetune --data NAME` saves by default: $POSTTRAIN_CACHE/judges/NAME."""
+    from posttrain.models.default import cache_dir
+
+    return cache_dir() / "judges" / name
+
+
+def judge_examples(n_train: int = 4000, n_eval: int = 400, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """(train, held-out) examples for fine-tuning a judge on JUDGE_QUESTION: each preference pair gives its chosen
+    blurb (Yes) and its rejected one (No), so both halves of the rule are asked about; held-out items use unseen
+    nouns. The labels are the hidden rule's own (rule_ok), checked here."""
+    out = []
+    for pairs in preference_pairs(max(1, n_train // 2), max(1, n_eval // 2), seed):
+        rows = []
+        for p in pairs:
+            for text in (p["chosen"], p["rejected"]):
+                rows.append({"question": JUDGE_QUESTION.format(completion=text, colour=p["colour"]),
+                             "answer": "Yes" if rule_ok(text, p["colour"]) else "No"})
+        out.append(rows)
+    return out[0], out[1]
+
+
 def hidden_rule(completions, colour, **kwargs) -> list[float]:
     """The held-out metric: 1.0 when the blurb names the item's colour and has at most MAX_WORDS words."""
     from posttrain.rewards.text import completion_text
@@ -200,10 +229,13 @@ def _rows(n: int, rng: random.Random, split: str) -> list[dict[str, Any]]:
 
 
 def make_task(rm: str | None = None, reward: str = "rm", seed: int = 0, n_train: int = 400, n_eval: int = 48,
-              rm_batch_size: int = 16, rm_device: str = "cpu", max_tokens: int = 48, one_line: bool = True):
+              rm_batch_size: int = 16, rm_device: str = "cpu", max_tokens: int = 48, one_line: bool = True,
+              judge_model: str | None = None):
     """The `product-blurb` task. `rm`: the reward-model folder (`posttrain rm train` writes one; default: the
     folder it writes by default, `$POSTTRAIN_CACHE/reward_models/product-blurb`). `reward`: "rm" (train on the
-    reward model only) or "rule" (train on the hidden rule: the oracle baseline). `one_line`: a blurb ends at
+    reward model only), "judge" (train on an LLM judge only: JUDGE_QUESTION asked of `judge_model`, a HF folder
+    such as `posttrain judge finetune` writes, default `$POSTTRAIN_CACHE/judges/product-blurb`, or 'default' for
+    the untuned model) or "rule" (train on the hidden rule: the oracle baseline). `one_line`: a blurb ends at
     its first line break (every blurb the reward model was fitted to is one line; with `False` it ends at a
     blank line, and the default model then ran every completion to `max_tokens`, docs/reward_models.md)."""
     from posttrain.envs.check import SmokeCheck
@@ -211,8 +243,8 @@ def make_task(rm: str | None = None, reward: str = "rm", seed: int = 0, n_train:
     from posttrain.rewards.reward_model import default_rm_dir, reward_model
     from posttrain.rewards.rubric import RewardComponent, Rubric
 
-    if reward not in ("rm", "rule"):
-        raise ValueError(f"reward must be 'rm' or 'rule', got {reward!r}")
+    if reward not in ("rm", "judge", "rule"):
+        raise ValueError(f"reward must be 'rm', 'judge' or 'rule', got {reward!r}")
     if n_train < 1 or n_eval < 0:
         raise ValueError(f"need n_train >= 1 and n_eval >= 0, got n_train={n_train}, n_eval={n_eval}")
     master = random.Random(seed)
@@ -225,6 +257,19 @@ def make_task(rm: str | None = None, reward: str = "rm", seed: int = 0, n_train:
         comps.append(RewardComponent("reward_model", reward_model(rm or default_rm_dir("product-blurb"),
                                                                    batch_size=rm_batch_size, device=rm_device),
                                      weight=1.0, pass_threshold=0.0))
+    judges = {}
+    if reward == "judge":
+        from posttrain.rewards.judges import JudgeRunner, LocalHFBackend, PointwiseJudge
+
+        folder = judge_model or str(default_judge_dir("product-blurb"))
+        if folder not in ("default", "tiny-random") and not (Path(folder) / "config.json").exists():
+            raise FileNotFoundError(f"product-blurb: judge model {folder!r} is not a HF folder; write one with "
+                                    "`posttrain judge finetune --data product-blurb`, or pass "
+                                    "task.options.judge_model=default for the untuned model")
+        judge = PointwiseJudge(JudgeRunner(LocalHFBackend(folder, max_batch=16), batch_size=16, timeout_s=600.0,
+                                           max_retries=0), JUDGE_QUESTION, name="judge")
+        comps.append(RewardComponent("judge", judge, weight=1.0, pass_threshold=0.5))
+        judges = {"judge": judge}
     first = train_rows[0]
     good = _short(Product(first["noun"], first["colour"], first["material"], first["feature"]), random.Random(0),
                   first["colour"])
@@ -234,6 +279,8 @@ def make_task(rm: str | None = None, reward: str = "rm", seed: int = 0, n_train:
     return Task(
         name="product-blurb", train_rows=train_rows, eval_rows=eval_rows,
         rubric=Rubric(comps, pass_component="hidden_rule"), smoke_checks=checks,
-        description=("Write a short product description. Training reward: a reward model fitted to preferences "
-                     f"from a hidden rule (name the colour, at most {MAX_WORDS} words); held-out pass: the rule."),
-        max_tokens=max_tokens, stop=["\n"] if one_line else ["\n\n"])
+        description=("Write a short product description. Training reward: "
+                     + {"rm": "a reward model fitted to preferences from", "judge": "an LLM judge asked about",
+                        "rule": "the rule itself, the oracle, of"}[reward]
+                     + f" a hidden rule (name the colour, at most {MAX_WORDS} words); held-out pass: the rule."),
+        max_tokens=max_tokens, stop=["\n"] if one_line else ["\n\n"], judges=judges)

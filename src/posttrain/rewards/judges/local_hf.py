@@ -25,7 +25,7 @@ class LocalHFBackend:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.model_name, self.device, self.dtype, self.max_batch, self.seed = model, device, dtype, max_batch, seed
-        self.judge_id = f"hf:{model}"
+        self.judge_id = f"hf:{model}{_fingerprint(model)}"
         self._model, self._tok = model_obj, tokenizer
         self._yes_no: tuple[list[int], list[int]] | None = None
         self._lock = threading.Lock()
@@ -109,3 +109,20 @@ def _yes_no_ids(tok: Any) -> tuple[list[int], list[int]]:
     if not yes or not no:
         raise ValueError("the judge tokenizer has no first token that tells 'Yes' from 'No'; use the score mode")
     return sorted(yes), sorted(no)
+
+
+def _fingerprint(model: str) -> str:
+    """For a folder, '@' and a short hash of its files' names, sizes and modification times: the judge cache keys
+    on the judge id, so a judge fine-tuned again into the same folder must not get the old verdicts back."""
+    import hashlib
+    from pathlib import Path
+
+    p = Path(model)
+    if not p.is_dir():
+        return ""
+    h = hashlib.sha256()
+    for f in sorted(p.iterdir()):
+        if f.is_file():
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return "@" + h.hexdigest()[:12]
