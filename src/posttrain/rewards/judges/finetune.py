@@ -166,7 +166,7 @@ def finetune_judge(train: list[dict[str, str]], held_out: list[dict[str, str]], 
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         if (step + 1) % max(1, steps // 10) == 0 or step + 1 == steps:
             recent = losses[-max(1, steps // 10):]
             log(f"  step {step + 1}/{steps}: loss {sum(recent) / len(recent):.3f} [{time.perf_counter() - t0:.0f}s]")
