@@ -87,3 +87,13 @@ def test_cli_refuses_bad_data(tmp_path):
     f.write_text(json.dumps({"question": "q", "answer": "perhaps"}) + "\n")
     res = CliRunner().invoke(app, ["judge", "finetune", "--data", str(f), "--model", "tiny-random"])
     assert res.exit_code != 0 and "Yes or No" in res.output
+
+
+def test_time_budget_stops_training_early(tmp_path):
+    rows = [{"question": f"Item {i}: apple?", "answer": "Yes"} for i in range(8)]
+    res = finetune_judge(rows, rows[:2], tmp_path / "j", model="tiny-random", steps=1000, batch_size=2,
+                         time_budget_s=1e-9, log=lambda s: None)
+    assert res.steps == 0  # the budget is checked before each step; the untrained model is still saved
+    assert (tmp_path / "j" / "config.json").exists()
+    with pytest.raises(ValueError, match="time_budget_s > 0"):
+        finetune_judge(rows, rows[:2], tmp_path / "k", model="tiny-random", time_budget_s=0, log=lambda s: None)

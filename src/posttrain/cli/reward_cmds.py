@@ -86,6 +86,7 @@ def judge_finetune(
     max_train: int = typer.Option(4000, "--max-train", help="built-in data: training examples to generate"),
     max_eval: int = typer.Option(400, "--max-eval", help="built-in data: held-out examples to generate"),
     max_length: int = typer.Option(192, "--max-length", help="tokens per question (longer keeps its end)"),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", help="stop training after this many seconds of it (evals not counted), then evaluate and save"),
     seed: int = typer.Option(0, "--seed"),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
 ) -> None:
@@ -98,6 +99,6 @@ def judge_finetune(
         train, held = load_examples(data, max_train, max_eval, seed)
         target = out or str(default_judge_dir(data if "/" not in data and "." not in data else "custom"))
         finetune_judge(train, held, target, model=model, steps=steps, batch_size=batch_size, lr=lr,
-                       max_length=max_length, seed=seed, threads=threads, log=typer.echo)
+                       max_length=max_length, seed=seed, threads=threads, time_budget_s=time_budget, log=typer.echo)
     except (JudgeDataError, ModelLoadError, FileNotFoundError, ValueError) as e:
         _fail(str(e))

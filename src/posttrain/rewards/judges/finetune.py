@@ -117,16 +117,18 @@ def accuracy(model: Any, tok: Any, rows: list[dict[str, str]], batch_size: int =
 def finetune_judge(train: list[dict[str, str]], held_out: list[dict[str, str]], out: str | Path,
                    model: str = "default", steps: int = 200, batch_size: int = 16, lr: float = 3e-5,
                    max_length: int = 192, seed: int = 0, threads: int | None = None,
-                   log: Callable[[str], None] = print) -> JudgeFinetuneResult:
+                   time_budget_s: float | None = None, log: Callable[[str], None] = print) -> JudgeFinetuneResult:
+    """`time_budget_s`: stop after this many seconds of training (evaluations not counted), then evaluate and
+    save; `steps` is then an upper bound."""
     import torch
 
     from posttrain.models.load import ensure_pad_token, load_model
     from posttrain.models.save import save_hf_folder
 
     train, held_out = check_examples(train, "train"), check_examples(held_out, "held-out")
-    if steps < 1 or batch_size < 1 or lr <= 0 or max_length < 8:
-        raise ValueError(f"need steps >= 1, batch_size >= 1, lr > 0, max_length >= 8; got {steps}, {batch_size}, "
-                         f"{lr}, {max_length}")
+    if steps < 1 or batch_size < 1 or lr <= 0 or max_length < 8 or (time_budget_s is not None and time_budget_s <= 0):
+        raise ValueError(f"need steps >= 1, batch_size >= 1, lr > 0, max_length >= 8, time_budget_s > 0; got "
+                         f"{steps}, {batch_size}, {lr}, {max_length}, {time_budget_s}")
     if threads:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
@@ -144,7 +146,11 @@ def finetune_judge(train: list[dict[str, str]], held_out: list[dict[str, str]], 
     losses: list[float] = []
     net.train()
     pad = tok.pad_token_id
+    t_train = time.perf_counter()
     for step in range(steps):
+        if time_budget_s is not None and time.perf_counter() - t_train >= time_budget_s:
+            log(f"  time budget of {time_budget_s:g}s reached after {step} steps")
+            break
         batch = []
         while len(batch) < min(batch_size, len(train)):
             if not order:
@@ -172,7 +178,8 @@ def finetune_judge(train: list[dict[str, str]], held_out: list[dict[str, str]], 
             log(f"  step {step + 1}/{steps}: loss {sum(recent) / len(recent):.3f} [{time.perf_counter() - t0:.0f}s]")
     net.eval()
     acc1 = accuracy(net, tok, held_out)
-    res = JudgeFinetuneResult(str(out), steps, len(train), len(held_out), acc0, acc1, losses[0], losses[-1],
+    res = JudgeFinetuneResult(str(out), len(losses), len(train), len(held_out), acc0, acc1,
+                              losses[0] if losses else float("nan"), losses[-1] if losses else float("nan"),
                               time.perf_counter() - t0)
     save_hf_folder(net, tok, out, extra_files={META_FILE: json.dumps({**asdict(res), "base_model": model}, indent=2)})
     log(f"held-out accuracy {acc0:.1%} -> {acc1:.1%}; saved {out} [{res.seconds:.0f}s]")
