@@ -124,6 +124,7 @@ def finetune_judge(train: list[dict[str, str]], held_out: list[dict[str, str]], 
 
     from posttrain.models.load import ensure_pad_token, load_model
     from posttrain.models.save import save_hf_folder
+    from posttrain.sampling.hf_sampler import left_pad
 
     train, held_out = check_examples(train, "train"), check_examples(held_out, "held-out")
     if steps < 1 or batch_size < 1 or lr <= 0 or max_length < 8 or (time_budget_s is not None and time_budget_s <= 0):
@@ -158,13 +159,7 @@ def finetune_judge(train: list[dict[str, str]], held_out: list[dict[str, str]], 
                 rng.shuffle(order)
             batch.append(train[order.pop()])
         rows = [_encode(tok, r["question"], max_length) for r in batch]
-        L = max(len(r) for r in rows)
-        x = torch.full((len(rows), L), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), L), dtype=torch.long)
-        for b, r in enumerate(rows):
-            x[b, L - len(r):] = torch.tensor(r)
-            mask[b, L - len(r):] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        x, mask, pos = left_pad(rows, pad, max(len(r) for r in rows), "cpu")
         logits = net(input_ids=x, attention_mask=mask, position_ids=pos, logits_to_keep=1).logits[:, -1].float()
         target = torch.tensor([ids[r["answer"]] for r in batch])
         loss = torch.nn.functional.cross_entropy(logits, target)

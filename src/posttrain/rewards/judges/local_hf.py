@@ -52,6 +52,8 @@ class LocalHFBackend:
     def yes_prob(self, prompts: list[str]) -> list[float | Exception]:
         import torch
 
+        from posttrain.sampling.hf_sampler import left_pad
+
         with self._lock:
             model, tok = self._load()
             yes_ids, no_ids = self._yes_no  # type: ignore[misc]
@@ -59,16 +61,9 @@ class LocalHFBackend:
             pad = tok.pad_token_id if tok.pad_token_id is not None else 0
             for i in range(0, len(prompts), self.max_batch):
                 rows = [self._render(tok, p) for p in prompts[i : i + self.max_batch]]
-                L = max(len(r) for r in rows)
-                ids = torch.full((len(rows), L), pad, dtype=torch.long)
-                mask = torch.zeros((len(rows), L), dtype=torch.long)
-                for b, r in enumerate(rows):
-                    ids[b, L - len(r):] = torch.tensor(r)
-                    mask[b, L - len(r):] = 1
-                pos = (mask.cumsum(-1) - 1).clamp(min=0)
-                dev = next(model.parameters()).device
+                ids, mask, pos = left_pad(rows, pad, max(len(r) for r in rows), next(model.parameters()).device)
                 with torch.inference_mode():
-                    logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos,
                                    logits_to_keep=1).logits[:, -1].float()
                 probs = logits.softmax(-1)
                 p_yes = probs[:, yes_ids].sum(-1)
