@@ -41,6 +41,8 @@ class ThreadExecutor:
 
 
 _THREADS = ThreadExecutor()
+# Process-wide, not a contextvar: graders call their pools from the rubric's worker threads and from fresh event
+# loops (envs/tasks/code_tests.run_sync), which a context variable set by the run would not reach.
 _current: Executor = _THREADS
 
 
@@ -50,7 +52,7 @@ def current_executor() -> Executor:
 
 @contextlib.contextmanager
 def use_executor(executor: Executor) -> Iterator[Executor]:
-    """Send every pool's runs to `executor` inside the block (a run's lifetime), the thread executor after."""
+    """Send every pool's runs to `executor` inside the block (a run's lifetime); the previous one after."""
     global _current
     previous, _current = _current, executor
     try:
