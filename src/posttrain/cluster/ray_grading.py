@@ -52,9 +52,9 @@ class RayGrading:
 
     @classmethod
     def start(cls, cc: ClusterConfig) -> RayGrading:
-        # A private local Ray gets room for two runs at once, a SandboxPool's default concurrency; a cluster
-        # joined by address brings its own CPUs.
-        return cls(cc, RaySession.connect(cc, extra_cpus=cc.grader_num_cpus * 2))
+        # A private local Ray is sized by ray_runtime.cpus_needed (two runs at once, a SandboxPool's default
+        # concurrency); a cluster joined by address brings its own CPUs.
+        return cls(cc, RaySession.connect(cc))
 
     def __enter__(self) -> RayGrading:
         self._cm = use_executor(self)

@@ -40,17 +40,14 @@ class RaySession:
     owned: bool
 
     @classmethod
-    def connect(cls, cc: ClusterConfig, extra_cpus: float = 0.0) -> RaySession:
-        """`extra_cpus`: logical CPUs a private cluster (address=local) needs beyond the sampler actors' (the
-        sandboxed runs of cluster.sandbox=ray)."""
+    def connect(cls, cc: ClusterConfig) -> RaySession:
         ray = import_ray()
         if ray.is_initialized():
             return cls(ray, owned=False)
-        res = cc.sampler_resources
         if cc.address == "local":
-            # A private Ray sized for the actors and graders (logical CPUs, not cores): nothing else runs on it.
-            actors = cc.num_samplers * res.num_cpus if cc.backend == "ray" else 0.0
-            ray.init(num_cpus=max(1, math.ceil(actors + extra_cpus)), include_dashboard=False,
+            # A private Ray sized for everything the config puts on it (logical CPUs, not cores): whichever part
+            # of the run connects first starts it, so it must have room for the parts that connect after.
+            ray.init(num_cpus=max(1, math.ceil(cpus_needed(cc))), include_dashboard=False,
                      logging_level=logging.WARNING)
         else:
             try:
@@ -63,6 +60,15 @@ class RaySession:
     def close(self) -> None:
         if self.owned and self.ray.is_initialized():
             self.ray.shutdown()
+
+
+def cpus_needed(cc: ClusterConfig) -> float:
+    """Logical CPUs this config reserves on Ray: sampler actors, two sandboxed runs at once (a SandboxPool's
+    default concurrency), env workers; the parts not on Ray count 0."""
+    samplers = cc.num_samplers * cc.sampler_resources.num_cpus if cc.backend == "ray" else 0.0
+    graders = cc.grader_num_cpus * 2 if cc.sandbox == "ray" else 0.0
+    envs = cc.num_env_workers * cc.env_worker_num_cpus if cc.envs == "ray" else 0.0
+    return samplers + graders + envs
 
 
 def placement_group(ray: Any, cc: ClusterConfig) -> Any:

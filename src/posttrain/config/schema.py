@@ -157,8 +157,9 @@ class ClusterConfig(_Strict):
     actor_timeout_s: float = Field(600.0, gt=0.0, description=(
         "ray: seconds an actor may take to start, load weights or answer one sample call before it counts as failed"))
     max_restarts: int = Field(3, ge=0, description=(
-        "ray: times each sampler actor is replaced after it dies or hangs (the new one gets the current weights and "
-        "the rows again); past it the actor is retired and the live ones take its share; with none left the run fails"))
+        "ray: times each sampler actor (and, with envs=ray, each env worker) is replaced after it dies or hangs (a "
+        "new sampler gets the current weights and the rows again; the episodes of a lost env worker run again); past "
+        "it the actor is retired and the live ones take its share; with none left the run fails"))
 
     sandbox: Literal["local", "ray"] = Field("local", description=(
         "where sandboxed code runs and is graded: local (threads of this process) or ray (Ray tasks spread over "
@@ -171,6 +172,16 @@ class ClusterConfig(_Strict):
     grade_retries: int = Field(2, ge=0, description=(
         "sandbox=ray: times Ray re-runs a sandboxed run whose worker or node died (a grader's own error is never "
         "retried: it fails its sample)"))
+
+    envs: Literal["local", "ray"] = Field("local", description=(
+        "where a tool task's episodes keep their tools and state: local (this process) or ray (cluster.num_env_workers "
+        "actors spread over the cluster; an episode whose worker dies runs again from its start on a live one; "
+        "docs/scaling.md)"))
+    num_env_workers: int = Field(2, ge=1, description="envs=ray: env-worker actors; each episode lives on one of them")
+    env_worker_num_cpus: float = Field(1.0, gt=0.0, description="envs=ray: CPUs Ray reserves for each env worker")
+    env_worker_concurrency: int = Field(16, ge=1, description=(
+        "envs=ray: tool calls one env worker runs at once (its threads; a tool that hangs holds one until the process "
+        "ends, as a local tool holds a thread)"))
 
     server_url: str | None = Field(None, description=(
         "server: the OpenAI-compatible server rollouts are sampled from (posttrain serve --weights-dir DIR, or vLLM / "

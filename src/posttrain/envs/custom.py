@@ -27,6 +27,11 @@ class TaskLoadError(ValueError):
     pass
 
 
+# The module name a task file is imported under (not importable by that name elsewhere: cluster/ray_episodes.py
+# ships such modules' code by value).
+USER_MODULE_PREFIX = "posttrain_user_task_"
+
+
 def load_task(name: str, options: dict[str, Any] | None = None, seed: int = 0) -> Task:
     options = dict(options or {})
     if name in BUILTIN_TASKS:
@@ -51,7 +56,7 @@ def _load_factory(spec: str):
         path = Path(target).expanduser()
         if not path.exists():
             raise TaskLoadError(f"task file not found: {path}")
-        mod_name = f"posttrain_user_task_{abs(hash(str(path.resolve())))}"
+        mod_name = f"{USER_MODULE_PREFIX}{abs(hash(str(path.resolve())))}"
         mspec = importlib.util.spec_from_file_location(mod_name, path)
         if mspec is None or mspec.loader is None:
             raise TaskLoadError(f"cannot import {path}")

@@ -124,6 +124,12 @@ class ToolError(Exception):
     comes back as "error: <tool>: <message>" and counts as a tool error, without an exception type name."""
 
 
+class EnvWorkerLost(Exception):
+    """The process that held an episode's tools is gone (an env worker died or hung: cluster/ray_episodes.py).
+    Not the model's mistake, so call_tool raises it instead of showing it to the model, and the episode runs
+    again from its start on a live worker."""
+
+
 @dataclass
 class ToolResult:
     content: str
@@ -133,7 +139,8 @@ class ToolResult:
 
 async def call_tool(tools: dict[str, Tool], call: dict[str, Any], timeout_s: float) -> ToolResult:
     """Run one call. Unknown tools, bad arguments, exceptions and timeouts become error text for the model; they
-    never raise. A sync tool runs in a thread (Python cannot kill it on timeout: it is abandoned and counted)."""
+    never raise (only EnvWorkerLost does: the tool's process died, which the model did not cause). A sync tool
+    runs in a thread (Python cannot kill it on timeout: it is abandoned and counted)."""
     tool = tools.get(call["name"])
     if tool is None:
         return ToolResult(f"error: unknown tool {call['name']!r}; available: {', '.join(sorted(tools))}", ok=False)
@@ -152,6 +159,8 @@ async def call_tool(tools: dict[str, Tool], call: dict[str, Any], timeout_s: flo
         return ToolResult(f"error: {tool.name} timed out after {timeout_s:g}s", ok=False, timed_out=True)
     except ToolError as e:
         return ToolResult(f"error: {tool.name}: {e}", ok=False)
+    except EnvWorkerLost:
+        raise
     except Exception as e:  # noqa: BLE001 - a tool's failure is the model's observation, not a crash
         return ToolResult(f"error: {tool.name} raised {type(e).__name__}: {e}", ok=False)
     return ToolResult(out if isinstance(out, str) else json.dumps(out, default=str), ok=True)

@@ -34,6 +34,7 @@ class Components:
     eval_params: SampleParams
     trainable_params: int
     total_params: int
+    env_workers: Any = None  # cluster.envs=ray: the EnvWorkers the episodes live on (the Run closes them)
 
 
 def set_threads(cfg: Config) -> int:
@@ -113,5 +114,13 @@ def build(cfg: Config, log=print) -> Components:
     trainable, total = count_parameters(model)
     train_params, eval_params = sample_params(cfg, task)
     sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=cfg.run.seed, graphs=cfg.sampling.cuda_graphs)
-    env = make_env(task, tok, train_params)
-    return Components(model, tok, task, env, sampler, ref_model, train_params, eval_params, trainable, total)
+    env_workers = None
+    if cfg.cluster.envs == "ray":  # each episode's tools on a Ray actor (cluster/ray_episodes.py)
+        from posttrain.cluster.ray_episodes import EnvWorkers, remote_env
+
+        env_workers = EnvWorkers.start(cfg.cluster, task)
+        env = remote_env(task, env_workers, tok, train_params)
+    else:
+        env = make_env(task, tok, train_params)
+    return Components(model, tok, task, env, sampler, ref_model, train_params, eval_params, trainable, total,
+                      env_workers)

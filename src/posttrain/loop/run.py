@@ -86,7 +86,7 @@ class Run:
                 env_check(self.c, cfg.task.env_check, self.say, cfg.logging.console)
             judge_gate(cfg, self.c, self.say)  # judge.min_agreement / min_kappa: audit the judge first
         except BaseException:
-            self._close_grading()
+            self._close_cluster()
             raise
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
         self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard,
@@ -139,7 +139,7 @@ class Run:
         finally:
             self.logger.close()
             trace.stop()
-            self._close_grading()
+            self._close_cluster()
         return self._summarize(before, last_eval, done, start, warm, base_eval)
 
     async def _train(self, stepper: Stepper, start: int, before: dict[str, float]) -> int:
@@ -150,6 +150,8 @@ class Run:
             m = await stepper.step(i)
             if self.grading is not None:
                 m.update(self.grading.drain_metrics())
+            if self.c.env_workers is not None:
+                m.update(self.c.env_workers.drain_metrics())
             done = i + 1
             record = {"kind": "train", "step": done, **m}
             self.logger.log(record)
@@ -173,7 +175,11 @@ class Run:
                 break
         return done
 
-    def _close_grading(self) -> None:
+    def _close_cluster(self) -> None:
+        workers = getattr(getattr(self, "c", None), "env_workers", None)
+        if workers is not None:  # before grading's: whichever connected first owns (and shuts down) a private Ray
+            self.c.env_workers = None
+            workers.close()
         if self.grading is not None:
             grading, self.grading = self.grading, None
             grading.close()
