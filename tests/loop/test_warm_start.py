@@ -147,3 +147,25 @@ def test_a_demonstration_too_short_for_the_episode_fails(tiny):
     env = ToolEnv(task, tok, params, task.tools, max_turns=task.max_turns, final_tool=task.final_tool)
     ok, bad = asyncio.run(demonstration_trajectories(env, task, tok, task.train_rows[:2], params))
     assert not ok and len(bad) == 2 and "replies" in bad[0].error
+
+
+def test_scored_demonstrations_stay_out_of_the_next_evals_metrics(tiny):
+    """The decision ledger counts every scored sample: the warm start's demonstrations (right by construction) once
+    reached the first held-out eval's decision/* metrics (n 260 for 60 prompts: accuracy 0.88 reported where the
+    held-out accuracy was 0.63)."""
+    from posttrain.envs.base import make_env
+    from posttrain.envs.custom import load_task
+    from posttrain.loop.evaluate import evaluate
+    from posttrain.sampling.scripted import ScriptedSampler
+
+    _, tok = tiny
+    task = load_task("decision-routing")
+    params = SampleParams(max_tokens=64)
+    env = make_env(task, tok, params)
+    ok, _ = asyncio.run(demonstration_trajectories(env, task, tok, task.train_rows[:12], params))
+    assert len(ok) == 12
+    rows = task.eval_rows[:5]
+    wrong = '{"label": "other", "probs": {"other": 1.0}, "confidence": 1.0}'
+    m, _ = evaluate(env, ScriptedSampler(tok, [wrong] * 5, end_token_id=reply_end_token(tok)), rows, params)
+    assert m["eval/decision/n"] == 5  # the eval's own five samples, not the twelve demonstrations too
+    assert m["eval/decision/accuracy"] == pytest.approx(sum(r["gold"].get("other", 0.0) for r in rows) / 5)

@@ -29,6 +29,7 @@ from posttrain.algos.losses import LossParams, reinforce_loss
 from posttrain.config.schema import Config
 from posttrain.envs.task import Task
 from posttrain.envs.tool_env import turn_end_text
+from posttrain.rewards.telemetry import drain_task_metrics
 from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.training.trainer import Trainer
 from posttrain.types import Group, SampleParams, Trajectory, groups_to_batch
@@ -81,6 +82,9 @@ async def demonstration_trajectories(env: Any, task: Task, tok: Any, rows: list[
     played = list(await asyncio.gather(*(one(r) for r in rows)))
     trajs = [t for t, _ in played]
     await env.score(trajs)
+    # Scoring the demonstrations fills the rewards' own counters (a decision ledger, judge calls); they describe
+    # the demonstrator, not the policy, and must not reach the next eval's or step's metrics.
+    drain_task_metrics(task)
     ok, bad = [], []
     for t, short in played:
         if short:
