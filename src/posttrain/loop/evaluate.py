@@ -24,9 +24,6 @@ async def evaluate_async(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[s
     if samples < 1:
         raise ValueError(f"samples per held-out prompt must be >= 1, got {samples}")
     t0 = time.perf_counter()
-    # The eval's task metrics are its own samples': drop what other scoring (a warm start's demonstrations, the
-    # env check, a judge audit) left in the rewards' counters since the last drain.
-    drain_task_metrics(env.task)
     trajs = list(await asyncio.gather(*(env.rollout(r, sampler, params) for r in rows for _ in range(samples))))
     await score_groups(env, [trajs[i:i + samples] for i in range(0, len(trajs), samples)])
     rubric = env.task.rubric

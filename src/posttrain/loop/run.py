@@ -39,6 +39,7 @@ from posttrain.obs.run_dir import make_run_dir, write_run_info
 from posttrain.models.save import save_hf_folder
 from posttrain.obs.sinks import tracker_sinks
 from posttrain.rewards.judges.audit import gate as judge_gate
+from posttrain.rewards.telemetry import drain_task_metrics
 
 STEPPER_FILE = "stepper.pt"
 
@@ -85,6 +86,10 @@ class Run:
             if cfg.task.env_check != "off":
                 env_check(self.c, cfg.task.env_check, self.say, cfg.logging.console)
             judge_gate(cfg, self.c, self.say)  # judge.min_agreement / min_kappa: audit the judge first
+            # What the env check and the audit scored is not the policy's: keep it out of the first eval's or step's
+            # task metrics (the warm start drains its own demonstrations the same way). Not done at each eval: in
+            # async mode the collector scores training rollouts while an eval runs.
+            drain_task_metrics(self.c.task)
         except BaseException:
             self._close_cluster()
             raise
