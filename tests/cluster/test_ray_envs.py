@@ -34,6 +34,8 @@ ANSWER = '<tool_call>{"name": "answer", "arguments": {"text": "done"}}</tool_cal
 KILL = '<tool_call>{"name": "bump", "arguments": {"by": 7}}</tool_call>'
 
 
+# Like tests/envs/test_tool_env.py's _Counter, with faults; kept here because the workers get this module by value
+# (importing that one would pickle it by a name the workers cannot import).
 class Counter:
     """Per-episode state: a counter only this episode's calls move. `marker`: a file whose absence makes the
     first `bump(by=7)` (fault "kill") or the first `finish` (fault "hang") kill or hang its worker, once."""

@@ -30,6 +30,7 @@ import collections
 import dataclasses
 import inspect
 import os
+import sys
 import threading
 import time
 import uuid
@@ -37,7 +38,7 @@ from typing import Any
 
 from posttrain.cluster.ray_runtime import RaySession
 from posttrain.config.schema import ClusterConfig
-from posttrain.envs.tool_env import _finish
+from posttrain.envs.tool_env import finish_episode
 from posttrain.envs.tools import EnvWorkerLost, Tool
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory
@@ -67,8 +68,6 @@ class StatelessEpisode:
 def _pickle_user_tasks_by_value(ray: Any) -> None:
     """A task loaded from a file (`task.name=path/to/file.py:fn`, envs/custom.py) lives in a module no worker can
     import by name; its code travels with the pickled episode factory instead."""
-    import sys
-
     from posttrain.envs.custom import USER_MODULE_PREFIX
 
     for name, module in list(sys.modules.items()):
@@ -103,10 +102,7 @@ class EpisodeHost:
 
     def finish(self, eid: str, final_call: dict[str, Any] | None) -> Any:
         episode, _ = self.episodes.pop(eid)
-        return asyncio.run(_finish(episode, final_call))
-
-    def count(self) -> int:
-        return len(self.episodes)
+        return asyncio.run(finish_episode(episode, final_call))
 
 
 @dataclasses.dataclass
@@ -132,7 +128,6 @@ class EnvWorkers:
             scheduling_strategy="SPREAD")
         self._lock = threading.Lock()
         self.slots: list[Slot] = []
-        self.restarts = 0
         self._stats: dict[str, float] = collections.defaultdict(float)
         self._nodes: collections.Counter[str] = collections.Counter()
 
@@ -225,7 +220,6 @@ class EnvWorkers:
             # Not waited for: the next open on this slot queues until the actor is up (bounded by its timeout).
             slot.handle = self._remote.remote(self._factory_ref)
             slot.incarnation += 1
-            self.restarts += 1
             self._stats["restarts"] += 1
 
     def done(self, slot: Slot, handle: Any) -> None:
@@ -234,6 +228,9 @@ class EnvWorkers:
                 slot.open -= 1
 
     # ---- metrics and lifetime ----------------------------------------------------------------------------------
+    def count_reissue(self) -> None:
+        self._count(reissued=1)
+
     def _count(self, **kv: float) -> None:
         with self._lock:
             for k, v in kv.items():
@@ -324,7 +321,7 @@ class ReissueOnLoss:
                 raise
             except EnvWorkerLost as e:
                 last = e
-                self.workers._count(reissued=1)
+                self.workers.count_reissue()
         raise EnvWorkerPoolError(f"a rollout lost its env worker {self.workers.cc.max_restarts + 1} times "
                                  f"(last: {last})")
 

@@ -157,7 +157,7 @@ class ToolEnv:
         stats["turns"] = float(len(turns))
         extra: dict[str, Any] = {"tool_calls": calls_log, "messages": msgs[1:]}
         if episode is not None:
-            end = await _finish(episode, final_call)
+            end = await finish_episode(episode, final_call)
             stats.update(end.metrics)
             extra["episode_columns"] = end.columns
         return Trajectory(turns=turns, prompt_text=_prompt_text(row["prompt"]), completion_text=answer, row=row,
@@ -180,7 +180,9 @@ class ToolEnv:
                 t.reward += t.metrics["turn_reward"]
 
 
-async def _finish(episode: Any, final_call: dict[str, Any] | None) -> EpisodeEnd:
+async def finish_episode(episode: Any, final_call: dict[str, Any] | None) -> EpisodeEnd:
+    """The episode's optional `finish(final_call)`, awaited if async, checked to be an EpisodeEnd (None: empty).
+    Also run on an env worker (cluster/ray_episodes.py), where the episode lives."""
     finish = getattr(episode, "finish", None)
     if finish is None:
         return EpisodeEnd()
