@@ -59,6 +59,20 @@ def test_shorter_is_slightly_better(task: Task) -> None:
     assert b.components["drawing_image"] == a.components["drawing_image"] and 0 < a.reward - b.reward < 0.05
 
 
+def test_a_blank_page_earns_only_the_gate(task: Task) -> None:
+    """The length term used to pay any gated program: `fill("white")` (13 characters, draws nothing) then beat a
+    real attempt whose picture scored 0, and RL converged on it. Now it earns the gate's 0.1 and nothing else, and a
+    short blank page never outscores a long program that draws something."""
+    row = task.train_rows[0]
+    blank = score_completion(task, row, 'fill("white")')
+    assert blank.components["drawing_gate"] == 1.0
+    assert blank.components["drawing_image"] == 0.0 and blank.components["drawing_length"] == 0.0
+    assert blank.reward == pytest.approx(0.1)
+    drawn = score_completion(task, row, row["reference"] + "\npass" * 40)
+    assert drawn.components["drawing_length"] > 0.0 and drawn.reward > blank.reward + 0.5
+    drain_task_metrics(task)
+
+
 def test_program_text() -> None:
     assert program_text("```python\nfill('red')\n```\nsome prose") == "fill('red')"
     assert program_text("Here is the drawing:\n```python\nfill('red')\ncircle(1, 2, 3, 'red')") == \

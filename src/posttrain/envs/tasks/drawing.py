@@ -8,7 +8,10 @@ program, drawing_data.py). The completion is the program (a ``` fence around it 
 Rubric, in order (a failed rubric gate zeroes the sample and spares it the rest):
     drawing_gate    1 when the program passes the AST allow-list (drawing_gate.py) AND renders within budget
                     (drawing_render.py); else 0. The rubric gate.
-    drawing_length  1 - characters / MAX_CHARS, in [0, 1]: shorter programs slightly favoured (small weight)
+    drawing_length  1 - characters / MAX_CHARS, in [0, 1], for a program whose image scores above 0, else 0:
+                    shorter programs slightly favoured (small weight). Paid only to drawings that get somewhere:
+                    paid to any gated program, it made `fill("white")` (draws nothing, 13 characters) the best
+                    program a run could find (measured: every held-out program after 20 RL steps).
     drawing_image   max(0, 1 - d / d_flat): d the mean colour distance to the reference render at 16 x 16, d_flat
                     that of the best one-colour page (`image_baseline="flat"`, default), so a blank page or a right
                     background alone scores 0; `image_baseline="none"`: max(0, 1 - d / image_scale). The pass
@@ -123,8 +126,18 @@ class Renders:
         return m
 
 
-def drawing_length(completions: list[Any], **_: Any) -> list[float]:
+def program_length(completions: list[Any]) -> list[float]:
+    """1 - characters / MAX_CHARS, in [0, 1], whatever the program draws."""
     return [max(0.0, 1.0 - len(program_text(c)) / MAX_CHARS) for c in completions]
+
+
+def _length_score(image_score):
+    def drawing_length(completions: list[Any], reference: list[str], **kw: Any) -> list[float]:
+        """The length term, for programs whose image scores; a blank page earns nothing here either."""
+        image = image_score(completions, reference, **kw)
+        return [n if im > 0.0 else 0.0 for n, im in zip(program_length(completions), image)]
+
+    return drawing_length
 
 
 def _image_score(renders: Renders, baseline: str, image_scale: float):
@@ -206,11 +219,10 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
             raise ValueError(f"unknown weight {k!r}; components: {', '.join(w)}")
         w[k] = float(v)
     renders = Renders()
+    image = _image_score(renders, image_baseline, image_scale)
     comps = [RewardComponent("drawing_gate", renders.gate, weight=w["drawing_gate"]),
-             RewardComponent("drawing_length", drawing_length, weight=w["drawing_length"], pass_threshold=0.5),
-             RewardComponent("drawing_image", _image_score(renders, image_baseline, image_scale),
-                             weight=w["drawing_image"],
-                             pass_threshold=pass_threshold)]
+             RewardComponent("drawing_length", _length_score(image), weight=w["drawing_length"], pass_threshold=0.5),
+             RewardComponent("drawing_image", image, weight=w["drawing_image"], pass_threshold=pass_threshold)]
     judges: dict[str, Any] = {}
     if judge == "llm":
         j = _llm_judge(judge_model, judge_base_url)
