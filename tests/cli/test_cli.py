@@ -82,6 +82,18 @@ def test_train_report_and_eval_end_to_end(tmp_path):
     assert "resumed from" in r.stdout and "step    3/3" in r.stdout
 
 
+def test_eval_takes_task_options():
+    # a task option reaches the task (a bad one is the task's own error), and a malformed one is refused
+    r = run_cli("eval", "--model", "tiny-random", "--task", "reversal", "--prompts", "1", "--max-tokens", "2",
+                "-o", "size=3", "-o", "rho=1.0", "-o", "max_turns=2")
+    assert r.returncode == 0, r.stderr
+    assert "pass_rate" in r.stdout
+    r = run_cli("eval", "--model", "tiny-random", "--task", "reversal", "-o", "rho=7")
+    assert r.returncode != 0 and "rho must be in [0, 1]" in r.stderr
+    r = run_cli("eval", "--model", "tiny-random", "--task", "reversal", "-o", "rho")
+    assert r.returncode != 0 and "--option takes KEY=VALUE" in r.stderr
+
+
 def test_resume_errors(tmp_path):
     r = run_cli("train", "--resume", str(tmp_path / "missing"))
     assert r.returncode == 2 and "not found" in r.stderr

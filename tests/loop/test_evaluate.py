@@ -39,3 +39,23 @@ def test_eval_samples_needs_a_temperature():
     assert cfg.loop.eval_samples == 4
     with pytest.raises(ConfigError):
         load_config(None, ["loop.eval_samples=0"])
+
+
+def test_a_slow_eval_reports_progress(tiny):
+    # Scripted replies that take 0.3 s: with every_s=0.1 the eval reports while rollouts are in flight, and the
+    # result is the same as without progress.
+    import asyncio
+
+    from posttrain.loop.evaluate import evaluate_async
+
+    _, tok = tiny
+    task = count_a.make_task()
+    rows = task.eval_rows[:2]
+    params = SampleParams(max_tokens=8, temperature=0.0)
+    env = SingleTurnEnv(task, tok, params)
+    said: list[str] = []
+    m, trajs = asyncio.run(evaluate_async(env, ScriptedSampler(tok, ["a a"], delay_s=0.3), rows, params,
+                                          progress=said.append, every_s=0.1))
+    assert said and all(s.startswith("eval: ") and "/2 rollouts done" in s for s in said)
+    quiet, _ = asyncio.run(evaluate_async(env, ScriptedSampler(tok, ["a a"]), rows, params))
+    assert len(trajs) == 2 and m["eval/pass_rate"] == quiet["eval/pass_rate"]

@@ -18,6 +18,8 @@ def eval_cmd(
     temperature: float = typer.Option(0.0, "--temperature"),
     samples: int = typer.Option(1, "--samples", help="completions per prompt (needs --temperature > 0)"),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens"),
+    option: list[str] = typer.Option([], "--option", "-o", help="a task option KEY=VALUE (repeatable), as "
+                                     "task.options.KEY=VALUE in train, e.g. -o rho=0.5 -o mode=reset_free"),
 ) -> None:
     """Pass rates of a model or a trained run on a task's held-out prompts."""
     from posttrain.config import ConfigError, load_config
@@ -31,6 +33,11 @@ def eval_cmd(
                  f"loop.eval_prompts={prompts}", f"loop.eval_samples={samples}"]
     if max_tokens:
         overrides.append(f"sampling.max_tokens={max_tokens}")
+    for o in option:
+        key, eq, value = o.partition("=")
+        if not eq or not key.strip():
+            _fail(f"--option takes KEY=VALUE (a task option), got {o!r}")
+        overrides.append(f"task.options.{key.strip()}={value}")
     from posttrain.rewards.embedding import EmbeddingError
     from posttrain.rewards.reward_model import RewardModelError
 
@@ -39,7 +46,8 @@ def eval_cmd(
         c = build(cfg, log=lambda s: typer.echo(s, err=True))
     except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError, RewardModelError, EmbeddingError) as e:
         _fail(str(e))
-    m, _ = evaluate(c.env, c.sampler, c.task.eval_rows[:prompts], c.eval_params, samples)
+    m, _ = evaluate(c.env, c.sampler, c.task.eval_rows[:prompts], c.eval_params, samples,
+                    progress=lambda s: typer.echo(s, err=True))
     m["eval/reward"] = m["eval/reward/mean"]
     con.console.print(con.eval_table(f"{model} on {task} ({min(prompts, len(c.task.eval_rows))} held-out prompts)",
                                      [(Path(model).name or model, m)]))

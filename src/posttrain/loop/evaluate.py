@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from posttrain.envs.base import score_groups
@@ -20,11 +21,15 @@ from posttrain.types import SampleParams, Trajectory
 
 
 async def evaluate_async(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[str, Any]],
-                         params: SampleParams, samples: int = 1) -> tuple[dict[str, float], list[Trajectory]]:
+                         params: SampleParams, samples: int = 1, progress: Callable[[str], None] | None = None,
+                         every_s: float = 60.0) -> tuple[dict[str, float], list[Trajectory]]:
+    """`progress`: called every `every_s` seconds while rollouts are still running (a multi-turn eval can take
+    many minutes, and a silent one looks hung)."""
     if samples < 1:
         raise ValueError(f"samples per held-out prompt must be >= 1, got {samples}")
     t0 = time.perf_counter()
-    trajs = list(await asyncio.gather(*(env.rollout(r, sampler, params) for r in rows for _ in range(samples))))
+    todo = [env.rollout(r, sampler, params) for r in rows for _ in range(samples)]
+    trajs = list(await _with_progress(todo, progress, every_s, t0))
     await score_groups(env, [trajs[i:i + samples] for i in range(0, len(trajs), samples)])
     rubric = env.task.rubric
     m = rollout_metrics(trajs, prefix="eval/")
@@ -37,12 +42,36 @@ async def evaluate_async(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[s
     return m, trajs
 
 
+async def _with_progress(coros: list[Any], progress: Callable[[str], None] | None, every_s: float,
+                         t0: float) -> list[Trajectory]:
+    """gather(coros), reporting how many have finished every `every_s` seconds until they all have."""
+    if progress is None:
+        return await asyncio.gather(*coros)
+    done = 0
+
+    async def counted(c: Any) -> Trajectory:
+        nonlocal done
+        out = await c
+        done += 1
+        return out
+
+    task = asyncio.ensure_future(asyncio.gather(*(counted(c) for c in coros)))
+    try:
+        while True:
+            finished, _ = await asyncio.wait({task}, timeout=every_s)
+            if finished:
+                return task.result()
+            progress(f"eval: {done}/{len(coros)} rollouts done [{time.perf_counter() - t0:.0f}s]")
+    finally:
+        task.cancel()  # a no-op once it finished; else (we were cancelled) the rollouts stop with us
+
+
 def pass_at_n(passed: list[bool], n: int) -> float:
     """Share of prompts (consecutive runs of n samples) with at least one pass."""
     groups = [passed[i:i + n] for i in range(0, len(passed), n)]
     return sum(any(g) for g in groups) / max(len(groups), 1)
 
 
-def evaluate(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[str, Any]],
-             params: SampleParams, samples: int = 1) -> tuple[dict[str, float], list[Trajectory]]:
-    return asyncio.run(evaluate_async(env, sampler, rows, params, samples))
+def evaluate(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[str, Any]], params: SampleParams, samples: int = 1,
+             progress: Callable[[str], None] | None = None) -> tuple[dict[str, float], list[Trajectory]]:
+    return asyncio.run(evaluate_async(env, sampler, rows, params, samples, progress=progress))

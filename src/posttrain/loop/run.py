@@ -206,7 +206,7 @@ class Run:
         c, base_eval = self.c, {}
         if self.cfg.loop.eval_before:
             base_eval, _ = await evaluate_async(c.env, c.sampler, self.eval_rows, c.eval_params,
-                                                self.cfg.loop.eval_samples)
+                                                self.cfg.loop.eval_samples, progress=self.say)
             self.logger.log({"kind": "warm_start_eval", "step": 0,
                              **{k.replace("eval/", "warm_start/base_eval/"): v for k, v in base_eval.items()}})
             self.say(f"eval (before the warm start): pass_rate={base_eval['eval/pass_rate']:.3f} "
@@ -218,7 +218,7 @@ class Run:
     async def _eval(self, step: int, label: str) -> dict[str, float]:
         with trace.span("eval", worker="trainer", step=step):
             m, trajs = await evaluate_async(self.c.env, self.c.sampler, self.eval_rows, self.c.eval_params,
-                                             self.cfg.loop.eval_samples)
+                                             self.cfg.loop.eval_samples, progress=self.say)
             ic = self.cfg.algorithm.insights
             if ic.enabled:  # RLTL;DR: pass@1 with the policy's own insights in context, beside the plain one
                 m.update(await evaluate_with_insights(
