@@ -27,6 +27,9 @@ class SampleParams:
     top_k: int = 0  # 0 = off
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
+    # The caller will extend prompt + completion in a later call (a multi-turn env's next turn): a sampler with a
+    # prefix cache keeps these rows' KV so that call prefills only the new tokens (sampling/prefix_cache.py).
+    keep_prefix: bool = False
 
 
 @dataclass

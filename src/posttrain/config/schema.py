@@ -79,6 +79,10 @@ class SamplingConfig(_Strict):
         "reduce-overhead, compiled once per batch/length bucket; sampling/graph_decode.py); LoRA samplers decode "
         "eagerly; on a CPU the same loop runs uncompiled"))
     eval_temperature: float = Field(0.0, ge=0.0, description="0 = greedy held-out eval")
+    prefix_cache_tokens: int = Field(32768, ge=0, description=(
+        "multi-turn episodes: keep each turn's KV cache (at most this many tokens, least recently used dropped) so "
+        "the next turn prefills only its new tokens; dropped at every weight change; 0 = off "
+        "(sampling/prefix_cache.py; about 46 KB per token for the default model in fp32)"))
     precision: Literal["fp32", "bf16", "int8"] = Field("fp32", description=(
         "rollout sampler's weights: fp32 (shares the trainer's), or a bf16 / int8 copy refreshed at each sync; "
         "not fp32 makes algorithm.behavior_logprobs default to sampler and is_correction to truncate"))

@@ -25,6 +25,8 @@ bad_action_rate, and whatever the env's `episode_metrics()` returns, if it has o
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import asyncio
 from collections.abc import Callable
 from typing import Any
@@ -125,6 +127,7 @@ class GymTextEnv:
 
     async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
         params = params or self.params
+        keep = replace(params, keep_prefix=True)  # the next turn extends this one: keep its KV
         env = self.make_env(row)
         to_text = self.obs_to_text or default_obs_to_text(env.observation_space)
         to_action = self.text_to_action or default_text_to_action(env.action_space)
@@ -139,7 +142,7 @@ class GymTextEnv:
             msgs = self._messages(row, to_text(obs))
             ids = render_ids(self.tok, msgs, add_generation_prompt=True)
             for k in range(self.max_turns):
-                (c,), = await sampler.sample([ids], params, n=1)
+                (c,), = await sampler.sample([ids], keep, n=1)
                 turns.append(Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
                                   policy_version=c.policy_version, finish_reason=c.finish_reason,
                                   token_versions=c.token_versions))

@@ -17,6 +17,8 @@ the action, and sums the step rewards into the trajectory's reward.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import asyncio
 import json
 import logging
@@ -154,6 +156,7 @@ class OpenEnvTextEnv:
 
     async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
         params = params or self.params
+        keep = replace(params, keep_prefix=True)  # the next turn extends this one: keep its KV
         calls: list[RecordedCall] = []
         error, rewards_seen = None, []
         async with OpenEnvClient(self.base_url, timeout_s=self.timeout_s) as env:
@@ -167,7 +170,7 @@ class OpenEnvTextEnv:
                     prev = calls[-1] if calls else None
                     ids = (self.renderer.splice(prev, messages, None) if prev else None) or \
                         self.renderer.render(messages, None)
-                    (c,), = await sampler.sample([ids], params, n=1)
+                    (c,), = await sampler.sample([ids], keep, n=1)
                     reply = {"role": "assistant", "content": c.text}
                     calls.append(RecordedCall(ids, c.token_ids, c.logprobs, c.policy_version, c.finish_reason,
                                               text=c.text, messages=list(messages), reply=reply,

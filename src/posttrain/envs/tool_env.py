@@ -28,7 +28,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from posttrain.envs.single_turn import _prompt_text, score_with_rubric
@@ -106,6 +106,7 @@ class ToolEnv:
 
     async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
         params = params or self.params
+        keep = replace(params, keep_prefix=True)  # the next turn extends this one: keep its KV
         episode = self.episode_factory(row) if self.episode_factory is not None else None
         tools = self.tools if episode is None else self._episode_tools(episode)
         msgs = self.initial_messages(row)
@@ -117,7 +118,7 @@ class ToolEnv:
         feedback: tuple[str, int] | None = None
         final_call: dict[str, Any] | None = None
         for k in range(self.max_turns):
-            (c,), = await sampler.sample([ids], params, n=1)
+            (c,), = await sampler.sample([ids], keep, n=1)
             turns.append(Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
                               policy_version=c.policy_version, finish_reason=c.finish_reason,
                               token_versions=c.token_versions))

@@ -113,7 +113,8 @@ def build(cfg: Config, log=print) -> Components:
     model = with_lora(cfg, model)
     trainable, total = count_parameters(model)
     train_params, eval_params = sample_params(cfg, task)
-    sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=cfg.run.seed, graphs=cfg.sampling.cuda_graphs)
+    sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=cfg.run.seed, graphs=cfg.sampling.cuda_graphs,
+                        prefix_cache_tokens=cfg.sampling.prefix_cache_tokens)
     env_workers = None
     if cfg.cluster.envs == "ray":  # each episode's tools on a Ray actor (cluster/ray_episodes.py)
         from posttrain.cluster.ray_episodes import EnvWorkers, remote_env

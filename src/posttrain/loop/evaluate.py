@@ -38,6 +38,9 @@ async def evaluate_async(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[s
         m["eval/pass_at_n"] = pass_at_n([t.passed for t in trajs], samples)
         m["eval/samples_per_prompt"] = float(samples)
     m.update({f"eval/{k}": v for k, v in drain_task_metrics(env.task).items()})  # the eval's judge calls
+    drain_sampler = getattr(sampler, "drain_metrics", None)
+    if callable(drain_sampler):  # the eval's prefix-cache counters stay out of the next step's
+        m.update({f"eval/{k}": v for k, v in drain_sampler().items()})
     m["eval/seconds"] = time.perf_counter() - t0
     return m, trajs
 

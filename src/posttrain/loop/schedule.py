@@ -61,7 +61,8 @@ def local_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[H
     model = low_precision_copy(c.model, p) if p != "fp32" else copy.deepcopy(c.model).eval()
     sampler = HFSampler(model, c.tokenizer, stop_token_ids(c.model, c.tokenizer), seed=cfg.run.seed,
                         graphs=cfg.sampling.cuda_graphs and p == "fp32",
-                        interruptible=own_copy and cfg.loop.mode == "async" and cfg.loop.interruptible)
+                        interruptible=own_copy and cfg.loop.mode == "async" and cfg.loop.interruptible,
+                        prefix_cache_tokens=cfg.sampling.prefix_cache_tokens)
     sampler.generator.set_state(c.sampler.generator.get_state())
     sampler.policy_version = c.sampler.policy_version
     return sampler, (LowPrecisionCopy(c.model, sampler, p) if p != "fp32" else CopyWeights(c.model, sampler))

@@ -18,8 +18,9 @@ from typing import Any
 import torch
 
 from posttrain.sampling.coalesce import Coalescer
-from posttrain.sampling.kv_cache import PreallocCache, cache_arg_name
+from posttrain.sampling.kv_cache import PreallocCache, cache_arg_name, cache_from_rows, row_kv
 from posttrain.sampling.logits import choose_tokens
+from posttrain.sampling.prefix_cache import PrefixStore, weights_signature
 from posttrain.sampling.weight_gate import WeightGate
 from posttrain.types import Completion, SampleParams
 
@@ -29,7 +30,7 @@ class HFSampler:
 
     def __init__(self, model: Any, tokenizer: Any, stop_token_ids: list[int], seed: int = 0,
                  compact_fraction: float = 0.75, max_batch: int = 64, merge_lora: bool = True, graphs: bool = False,
-                 interruptible: bool = False):
+                 interruptible: bool = False, prefix_cache_tokens: int = 0):
         self.model = model
         self.tokenizer = tokenizer
         self.stop_token_ids = list(stop_token_ids)
@@ -52,6 +53,9 @@ class HFSampler:
         # the same static-cache loop runs uncompiled (what the tests compare with the eager loop).
         self.graphs = graphs
         self._graph_decoder = None
+        # Multi-turn episodes: the KV of rows sampled with keep_prefix, reused by the call that extends them
+        # (prefix_cache.py). 0 tokens: off.
+        self.prefix = PrefixStore(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
@@ -85,7 +89,13 @@ class HFSampler:
             finally:
                 if remerge:
                     self.model.merge_adapter()
+                if self.prefix is not None:
+                    self.prefix.clear()  # computed by the old weights
             self.policy_version = version
+
+    def drain_metrics(self) -> dict[str, float]:
+        """The sampler's own per-step counters (the prefix cache's), then reset."""
+        return self.prefix.drain_metrics() if self.prefix is not None else {}
 
     def _step_gate(self):
         """Around one forward pass of a decode call: the gate when interruptible (whole calls hold it otherwise)."""
@@ -178,10 +188,18 @@ class HFSampler:
         padded = any(len(p) != Lp for p in prompts_P)
         ids_PL, mask_PL, pos_PL = left_pad(prompts_P, self.pad_id, Lp, dev)
         n_layers = self.model.config.get_text_config().num_hidden_layers
-        cache = PreallocCache(n_layers, capacity=Lp + max_new)
-        logits, v = self._forward_last(input_ids=ids_PL, attention_mask=mask_PL if padded else None,
-                                       position_ids=pos_PL, **{self._cache_arg: cache}, use_cache=True, logits_to_keep=1)
+        with self._step_gate():  # one weight version for the whole prefill, however many passes it takes
+            hits = self._prefix_hits(prompts_P)
+            if any(h is not None for h in hits):
+                cache, logits = self._prefill_reusing(prompts_P, hits, Lp + max_new, n_layers, dev)
+            else:
+                cache = PreallocCache(n_layers, capacity=Lp + max_new)
+                logits = self.model(input_ids=ids_PL, attention_mask=mask_PL if padded else None, position_ids=pos_PL,
+                                    **{self._cache_arg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
+            v = self.policy_version
         versions_T = [v]  # the policy version of each forward pass, i.e. of the tokens sampled from it
+        keep = self.prefix is not None and params.keep_prefix and not self.graphs
+        prompt_of_row = [prompts_P[i] for i in row_to_prompt.tolist()]
         if P != B or P > 1 and not bool((row_to_prompt == torch.arange(P, device=dev)).all()):
             cache.batch_select_indices(row_to_prompt)
             logits = logits[row_to_prompt]
@@ -201,6 +219,9 @@ class HFSampler:
                 break
             idx = self._compaction(rows, done_B)
             if idx is not None:
+                if keep:  # the rows compaction drops are finished: keep their KV first
+                    self._store_rows(cache, rows, done_B[rows].nonzero().squeeze(-1), prompt_of_row, tokens_BT,
+                                     lengths_B, Lp)
                 cache.batch_select_indices(idx)
                 rows, tok_b, next_pos_B, mask_BT = rows[idx], tok_b[idx], next_pos_B[idx], mask_BT[idx]
             attn = mask_BT[:, : Lp + t + 1] if padded else None
@@ -208,7 +229,68 @@ class HFSampler:
                                            position_ids=next_pos_B[:, None], **{self._cache_arg: cache}, use_cache=True)
             versions_T.append(v)
             next_pos_B = next_pos_B + 1
+        if keep and len(set(versions_T)) == 1:  # a sync inside the call leaves mixed KV: keep nothing then
+            self._store_rows(cache, rows, torch.arange(len(rows), device=dev), prompt_of_row, tokens_BT, lengths_B, Lp)
+        elif keep:
+            self.prefix.clear()
         return tokens_BT.cpu(), logps_BT.cpu(), lengths_B.tolist(), reasons, versions_T
+
+    # ---- the prefix cache (prefix_cache.py) ----------------------------------------------------------------
+    def _prefix_hits(self, prompts_P: list[list[int]]) -> list[tuple[int, Any] | None]:
+        """Per distinct prompt, the stored prefix it extends (length, KV) or None. Drops the store first if the
+        weights changed since it was filled."""
+        if self.prefix is None or self.graphs:
+            return [None] * len(prompts_P)
+        self.prefix.validate(weights_signature(self.model, self.policy_version))
+        hits = [self.prefix.lookup(p) if len(self.prefix) else None for p in prompts_P]
+        for p, h in zip(prompts_P, hits):
+            self.prefix.hits += h is not None
+            self.prefix.misses += h is None
+            self.prefix.reused_tokens += h[0] if h else 0
+            self.prefix.prefilled_tokens += len(p) - (h[0] if h else 0)
+        return hits
+
+    def _prefill_reusing(self, prompts_P, hits, capacity: int, n_layers: int, dev):
+        """Prefill where some prompts extend a stored prefix: those run only their new tokens (one pass each, on
+        top of the stored KV), the others one batched left-padded pass; every row's KV then goes into one
+        left-padded batch cache. Returns (cache, last-position logits per prompt)."""
+        P = len(prompts_P)
+        Lp = max(len(p) for p in prompts_P)
+        kv: list[Any] = [None] * P
+        last: list[Any] = [None] * P
+        misses = [i for i in range(P) if hits[i] is None]
+        if misses:
+            sub = [prompts_P[i] for i in misses]
+            Lm = max(len(p) for p in sub)
+            ids, mask, pos = left_pad(sub, self.pad_id, Lm, dev)
+            c = PreallocCache(n_layers, capacity=Lm)
+            out = self.model(input_ids=ids, attention_mask=mask if any(len(p) != Lm for p in sub) else None,
+                             position_ids=pos, **{self._cache_arg: c}, use_cache=True, logits_to_keep=1).logits[:, -1]
+            for j, i in enumerate(misses):
+                kv[i], last[i] = row_kv(c, j, Lm - len(prompts_P[i]), Lm), out[j]
+        for i, h in enumerate(hits):
+            if h is None:
+                continue
+            n, stored = h
+            p = prompts_P[i]
+            c = PreallocCache(n_layers, capacity=len(p))
+            for layer, (k, v) in zip(c.layers, stored):
+                layer.update(k, v)
+            out = self.model(input_ids=torch.tensor([p[n:]], device=dev),
+                             position_ids=torch.arange(n, len(p), device=dev)[None], **{self._cache_arg: c},
+                             use_cache=True, logits_to_keep=1).logits[:, -1]
+            kv[i], last[i] = [(layer.keys, layer.values) for layer in c.layers], out[0]
+        return cache_from_rows(kv, Lp, capacity), torch.stack(last)
+
+    def _store_rows(self, cache, rows, batch_idx, prompt_of_row, tokens_BT, lengths_B, Lp: int) -> None:
+        """Keep the KV of the batch rows `batch_idx`: prompt and completion but its last token (never fed back)."""
+        for j in batch_idx.tolist():
+            r = int(rows[j])
+            p, n = prompt_of_row[r], int(lengths_B[r])
+            if n < 1:
+                continue
+            key = tuple(p) + tuple(tokens_BT[r, : n - 1].tolist())
+            self.prefix.put(key, row_kv(cache, j, Lp - len(p), Lp + n - 1))
 
     def _take_tokens(self, logits, rows, t, params, tokens_BT, logps_BT, lengths_B, done_B, reasons, stop_ids):
         """One decode step's bookkeeping, shared by the eager loop and the graph loop (graph_decode.py), so both

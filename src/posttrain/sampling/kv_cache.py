@@ -65,3 +65,30 @@ def cache_arg_name(model) -> str:
     base = getattr(model, "get_base_model", lambda: model)()
     params = inspect.signature(base.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
+
+
+def cache_from_rows(rows_kv: list[list[tuple[torch.Tensor, torch.Tensor]]], width: int, capacity: int) -> PreallocCache:
+    """A batch cache holding each row's own KV right-aligned at columns [width - its length, width), as a
+    left-padded prefill would leave it (the columns before are zeros; the attention mask hides them). `rows_kv[i]`:
+    per layer (keys, values) of shape (1, heads, length_i, dim)."""
+    n_layers = len(rows_kv[0])
+    cache = PreallocCache(n_layers, capacity)
+    for li, layer in enumerate(cache.layers):
+        k0, v0 = rows_kv[0][li]
+        b, h = len(rows_kv), k0.shape[1]
+        layer._k = k0.new_zeros((b, h, capacity, k0.shape[-1]))
+        layer._v = v0.new_zeros((b, h, capacity, v0.shape[-1]))
+        for i, kv in enumerate(rows_kv):
+            k, v = kv[li]
+            n = k.shape[-2]
+            layer._k[i, :, width - n : width].copy_(k[0])
+            layer._v[i, :, width - n : width].copy_(v[0])
+        layer.device, layer.length, layer.is_initialized = k0.device, width, True
+        layer.keys, layer.values = layer._k[:, :, :width], layer._v[:, :, :width]
+    return cache
+
+
+def row_kv(cache: PreallocCache, row: int, start: int, end: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """A copy of one batch row's KV over columns [start, end), per layer, each (1, heads, end - start, dim)."""
+    return [(layer._k[row : row + 1, :, start:end].clone(), layer._v[row : row + 1, :, start:end].clone())
+            for layer in cache.layers]
