@@ -134,3 +134,27 @@ def test_multi_turn_env_reuses_its_history(tiny):
     assert [t.sequence()[0] for t in a] == [t.sequence()[0] for t in b]
     turns = sum(len(t.turns) for t in a)
     assert turns > 2 and cached.drain_metrics()["sampling/prefix_hits"] == turns - len(rows)
+
+
+def test_a_sync_inside_a_kept_call_leaves_nothing_stale(tiny):
+    """Interruptible sampler: a weight sync lands mid-generation of a call that keeps its rows. Its KV mixes two
+    weight versions, so nothing of it may be reused: the next turn prefills from scratch and matches a fresh
+    forward pass under the new weights."""
+    import copy
+
+    from tests.sampling.test_interruptible import _other_weights, _sync_at_step
+
+    model, tok = tiny
+    s = HFSampler(copy.deepcopy(model).eval(), tok, stop_token_ids=[-1], interruptible=True,
+                  prefix_cache_tokens=100_000)
+    prompt = [1, 2, 3]
+    done = _sync_at_step(s, 4, _other_weights(model), version=7)
+    (c,) = s._sample_rows([prompt], SampleParams(max_tokens=8, temperature=0.0, keep_prefix=True))
+    done["thread"].join(5)
+    s.model.forward = type(s.model).forward.__get__(s.model)
+    assert s.policy_version == 7 and len(s.prefix) == 0
+    nxt = prompt + c.token_ids + [5, 6]
+    (c2,) = s._sample_rows([nxt], SampleParams(max_tokens=6, temperature=0.0, keep_prefix=True))
+    assert s.drain_metrics()["sampling/prefix_hits"] == 0
+    ref = _forward_logprobs(s.model, nxt, c2.token_ids)
+    assert (ref - torch.tensor(c2.logprobs)).abs().max().item() <= 1e-4

@@ -189,7 +189,7 @@ class HFSampler:
         ids_PL, mask_PL, pos_PL = left_pad(prompts_P, self.pad_id, Lp, dev)
         n_layers = self.model.config.get_text_config().num_hidden_layers
         with self._step_gate():  # one weight version for the whole prefill, however many passes it takes
-            hits = self._prefix_hits(prompts_P)
+            hits = self._prefix_hits(prompts_P, count=params.keep_prefix)
             if any(h is not None for h in hits):
                 cache, logits = self._prefill_reusing(prompts_P, hits, Lp + max_new, n_layers, dev)
             else:
@@ -220,8 +220,9 @@ class HFSampler:
             idx = self._compaction(rows, done_B)
             if idx is not None:
                 if keep:  # the rows compaction drops are finished: keep their KV first
-                    self._store_rows(cache, rows, done_B[rows].nonzero().squeeze(-1), prompt_of_row, tokens_BT,
-                                     lengths_B, Lp)
+                    with self._step_gate():  # not while a sync clears the store
+                        self._store_rows(cache, rows, done_B[rows].nonzero().squeeze(-1), prompt_of_row, tokens_BT,
+                                         lengths_B, Lp)
                 cache.batch_select_indices(idx)
                 rows, tok_b, next_pos_B, mask_BT = rows[idx], tok_b[idx], next_pos_B[idx], mask_BT[idx]
             attn = mask_BT[:, : Lp + t + 1] if padded else None
@@ -229,20 +230,26 @@ class HFSampler:
                                            position_ids=next_pos_B[:, None], **{self._cache_arg: cache}, use_cache=True)
             versions_T.append(v)
             next_pos_B = next_pos_B + 1
-        if keep and len(set(versions_T)) == 1:  # a sync inside the call leaves mixed KV: keep nothing then
-            self._store_rows(cache, rows, torch.arange(len(rows), device=dev), prompt_of_row, tokens_BT, lengths_B, Lp)
-        elif keep:
-            self.prefix.clear()
+        if keep:
+            with self._step_gate():
+                if set(versions_T) == {self.policy_version}:
+                    self._store_rows(cache, rows, torch.arange(len(rows), device=dev), prompt_of_row, tokens_BT,
+                                     lengths_B, Lp)
+                else:  # a sync landed inside the call: its KV mixes versions, keep none of it
+                    self.prefix.clear()
         return tokens_BT.cpu(), logps_BT.cpu(), lengths_B.tolist(), reasons, versions_T
 
     # ---- the prefix cache (prefix_cache.py) ----------------------------------------------------------------
-    def _prefix_hits(self, prompts_P: list[list[int]]) -> list[tuple[int, Any] | None]:
+    def _prefix_hits(self, prompts_P: list[list[int]], count: bool) -> list[tuple[int, Any] | None]:
         """Per distinct prompt, the stored prefix it extends (length, KV) or None. Drops the store first if the
-        weights changed since it was filled."""
+        weights changed since it was filled. Counted in the metrics when the call keeps its rows or hit (so
+        single-turn sampling adds no misses)."""
         if self.prefix is None or self.graphs:
             return [None] * len(prompts_P)
         self.prefix.validate(weights_signature(self.model, self.policy_version))
         hits = [self.prefix.lookup(p) if len(self.prefix) else None for p in prompts_P]
+        if not (count or any(h is not None for h in hits)):
+            return hits
         for p, h in zip(prompts_P, hits):
             self.prefix.hits += h is not None
             self.prefix.misses += h is None
