@@ -31,6 +31,9 @@ def test_grpo_raises_reward_on_count_a(tmp_path):
     for f in ("config.yaml", "run_info.json", "metrics.jsonl", "samples.jsonl", "summary.json"):
         assert (res.run_dir / f).exists(), f
     assert (res.run_dir / "final" / "config.json").exists()
+    # memory is logged each step and summed up (the memory_pressure diagnostic reads it)
+    assert all(r["perf/peak_rss_mb"] > 100 for r in recs)
+    assert json.loads((res.run_dir / "summary.json").read_text())["peak_rss_mb"] >= recs[-1]["perf/peak_rss_mb"] - 1
 
 
 def _train_records(run_dir):

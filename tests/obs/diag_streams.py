@@ -12,7 +12,8 @@ def healthy(step: int, rng: random.Random) -> dict:
             "reward/std": 0.3, "pass_rate": p, "groups/zero_variance_frac": rng.choice([0.0, 0.25, 0.25, 0.5]),
             "train/entropy": 0.35 + rng.uniform(-0.05, 0.05), "completion/truncated_frac": rng.choice([0.0, 0.0625]),
             "completion/len_mean": 40 + rng.uniform(-5, 5), "completion/len_max": 64.0,
-            "train/sampler_kl_k3": 1e-4, "train/skipped_step": 0.0, "train/skipped_steps_total": 0.0}
+            "train/sampler_kl_k3": 1e-4, "train/skipped_step": 0.0, "train/skipped_steps_total": 0.0,
+            "perf/peak_rss_mb": 5400.0, "perf/rss_mb": 5100.0, "perf/mem_available_mb": 16000.0}
 
 
 def stream(n: int = 30, bad=None, evals=None, seed: int = 0) -> list[dict]:
@@ -91,3 +92,7 @@ def _plateau_stream() -> list[dict]:
                   "groups/zero_variance_frac": 0.5})
         out.append(r)
     return out
+
+
+def _memory(r, s):  # another job on the machine takes memory: 600 MB left at this run's peak
+    r.update({"perf/mem_available_mb": 900.0})

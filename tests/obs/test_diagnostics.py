@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from diag_streams import (STALL_AT, _blowup, _collapse, _is_spike, _kl_spike, _low_entropy_still_learning,
+from diag_streams import (STALL_AT, _blowup, _collapse, _is_spike, _kl_spike, _memory, _low_entropy_still_learning,
                           _never_fires, _no_signal, _plateau_stream, _runaway, _saturated, _skipped, _truncation,
                           stream)
 
@@ -28,6 +28,7 @@ CASES = {
     "length_runaway": (stream(bad=_runaway), STALL_AT),
     "off_policy": (stream(bad=_kl_spike), STALL_AT),
     "skipped_steps": (stream(bad=_skipped), STALL_AT),
+    "memory_pressure": (stream(bad=_memory), STALL_AT),
     # held-out: best 40% at step 10, then 25% at step 15 while the train reward keeps climbing
     "heldout_divergence": (stream(evals=lambda s: {0: 0.2, 5: 0.3, 10: 0.4}.get(s, 0.25)), STALL_AT),
 }
@@ -51,6 +52,22 @@ def test_diagnostic_fires_within_5_steps_of_the_stall(name):
 def test_healthy_run_triggers_nothing(seed):
     records = stream(n=60, seed=seed, evals=lambda s: min(0.9, 0.2 + 0.01 * s))
     assert run(records) == []
+
+
+def test_memory_pressure_counts_the_freed_memory_and_the_growth_and_skips_missing_keys():
+    base = {"kind": "train", "perf/peak_rss_mb": 6000.0, "perf/rss_mb": 6000.0}
+    fire = lambda recs: [e.name for e in run(recs) if e.state == "start"]  # noqa: E731
+    plenty = [{**base, "step": 1, "perf/mem_available_mb": 8000.0}]
+    assert fire(plenty) == []
+    # 2 GB available now, but 1.5 GB of it was this run's own memory at its peak and will be taken again
+    assert fire([{**base, "step": 1, "perf/rss_mb": 4500.0, "perf/mem_available_mb": 2000.0}]) == ["memory_pressure"]
+    # 3 GB left, but the peak grew by 4 GB over the last step: the next step would not fit
+    growing = [{**base, "step": 1, "perf/peak_rss_mb": 2000.0, "perf/mem_available_mb": 3000.0},
+               {**base, "step": 2, "perf/mem_available_mb": 3000.0}]
+    assert fire(growing) == ["memory_pressure"]
+    assert "peaks at 5.9 GB" in run(growing)[0].verdict  # 6000 MB
+    # a platform without /proc: no available-memory key, no verdict
+    assert fire([{**base, "step": 1}]) == []
 
 
 def test_importance_ratio_spike_is_off_policy_too():

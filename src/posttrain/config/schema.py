@@ -271,6 +271,7 @@ class DiagnosticsConfig(_Strict):
     sampler_kl_max: float = Field(0.05, ge=0.0, description="off-policy: sampler-vs-trainer KL (k3, per token) above this")
     is_ratio_max: float = Field(10.0, gt=1.0, description="off-policy: importance ratio above this")
     heldout_drop: float = Field(0.05, ge=0.0, description="over-fitting: held-out pass rate this far below its best while train reward rose")
+    memory_headroom_mb: float = Field(1536.0, ge=0.0, description="memory pressure: memory left on the machine (or cgroup) at this run's peak below this, or below the last step's growth of the peak")
     remedies: RemediesConfig = RemediesConfig()
 
 

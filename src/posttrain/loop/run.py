@@ -34,6 +34,7 @@ from posttrain.loop.warm_start import WarmStartResult, run_warm_start
 from posttrain.loop.watch import Watch
 from posttrain.obs import console as con, trace
 from posttrain.obs.metrics import MetricsLogger
+from posttrain.obs.memory import memory_metrics, peak_rss_mb
 from posttrain.obs.rollout_stats import sample_records
 from posttrain.obs.run_dir import make_run_dir, write_run_info
 from posttrain.models.save import save_hf_folder
@@ -157,6 +158,7 @@ class Run:
                 m.update(self.grading.drain_metrics())
             if self.c.env_workers is not None:
                 m.update(self.c.env_workers.drain_metrics())
+            m.update(memory_metrics())
             done = i + 1
             record = {"kind": "train", "step": done, **m}
             self.logger.log(record)
@@ -255,9 +257,10 @@ class Run:
         verdicts = self.watch.report(self.run_dir)
         if verdicts:
             self.say(verdicts)
-        self.say(f"done in {elapsed / 60:.1f} min -> {self.run_dir}")
+        peak = peak_rss_mb()
+        self.say(f"done in {elapsed / 60:.1f} min (peak memory {peak / 1024:.1f} GB) -> {self.run_dir}")
         summary: dict[str, Any] = {"before": before, "after": last_eval, "steps": done, "wall_seconds": elapsed,
-                                   "diagnostics": self.watch.summary()}
+                                   "peak_rss_mb": peak, "diagnostics": self.watch.summary()}
         if warm is not None:
             summary["warm_start"] = {**asdict(warm), "base_eval": base_eval}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

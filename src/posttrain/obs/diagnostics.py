@@ -284,6 +284,26 @@ def skipped_steps(h: History, cfg: DiagnosticsConfig) -> Finding | None:
                    {"skipped_steps_total": n})
 
 
+@diagnostic("memory_pressure")
+def memory_pressure(h: History, cfg: DiagnosticsConfig) -> Finding | None:
+    """Little memory is left: the kernel's OOM killer ends a run without a word (the log just stops)."""
+    peak, now, avail = (h.last(k, 1) for k in ("perf/peak_rss_mb", "perf/rss_mb", "perf/mem_available_mb"))
+    if not peak or not avail or math.isnan(avail[0]):
+        return None
+    # Memory freed since the peak is counted as available now but will be taken again at the next peak.
+    headroom = avail[0] - max(0.0, peak[0] - (now[0] if now else peak[0]))
+    peaks = h.last("perf/peak_rss_mb", 2)
+    growth = peaks[1] - peaks[0] if peaks else 0.0  # at this pace the next step needs this much more
+    if not headroom < max(cfg.memory_headroom_mb, growth):
+        return None
+    return Finding(f"memory pressure: this run peaks at {peak[0] / 1024:.1f} GB and only {max(headroom, 0) / 1024:.1f}"
+                   " GB is left on the machine; past it the kernel kills the run without a message",
+                   "run fewer jobs at once; lower trainer.micro_batch_tokens (activations grow with it); set "
+                   "trainer.logits_chunk_tokens=1024; sample fewer completions per step (algorithm.num_generations, "
+                   "loop.prompts_per_step); or train LoRA (lora.enabled=true: no optimizer state for the full weights)",
+                   {"peak_rss_mb": peak[0], "headroom_mb": headroom, "growth_mb": growth})
+
+
 @diagnostic("heldout_divergence", on="eval")
 def heldout_divergence(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     """Held-out pass rate falls while the train reward rises: over-fitting, or the policy found a reward hack."""

@@ -1,0 +1,64 @@
+"""Process memory, logged with every train step: `perf/peak_rss_mb` (this process's peak resident set),
+`perf/rss_mb` (now) and `perf/mem_available_mb` (what the machine, or the cgroup the run is in, can still give).
+
+Why: when a run outgrows memory the kernel's OOM killer ends it with SIGKILL, and nothing is printed: the log
+just stops. The `memory_pressure` diagnostic (obs/diagnostics.py) reads these keys and warns while there is time.
+All reads are cheap (getrusage and two small /proc or /sys files); on a platform without them a key is left out.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from pathlib import Path
+
+MB = 1024 * 1024
+# cgroup files that cap a container's memory: v2, then v1. "max" or a huge number means no cap.
+_CGROUP_LIMITS = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                  ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
+
+
+def peak_rss_mb() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r / MB if sys.platform == "darwin" else r / 1024  # bytes on macOS, KiB on Linux
+
+
+def rss_mb() -> float | None:
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / MB
+
+
+def mem_available_mb() -> float | None:
+    """MemAvailable from /proc/meminfo, or less when a cgroup caps this process lower."""
+    avail = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) / 1024
+                break
+    except (OSError, ValueError, IndexError):
+        return None
+    for limit_path, usage_path in _CGROUP_LIMITS:
+        try:
+            limit, usage = Path(limit_path).read_text().strip(), Path(usage_path).read_text().strip()
+        except OSError:
+            continue
+        if limit != "max" and int(limit) < 1 << 60:  # v1 writes ~2^63 for "no limit"
+            left = (int(limit) - int(usage)) / MB
+            avail = left if avail is None else min(avail, left)
+        break
+    return avail
+
+
+def memory_metrics() -> dict[str, float]:
+    now, avail = rss_mb(), mem_available_mb()
+    m = {"perf/peak_rss_mb": max(peak_rss_mb(), now or 0.0)}  # the two count pages slightly differently
+    if now is not None:
+        m["perf/rss_mb"] = now
+    if avail is not None:
+        m["perf/mem_available_mb"] = avail
+    return m
