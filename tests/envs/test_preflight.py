@@ -167,6 +167,11 @@ def test_measurements_from_a_runs_logged_metrics():
     found = kinds(got)
     assert found["no_signal"].severity == "stop" and "G=4" in found["no_signal"].message
     assert "60 steps" in found["time"].message and f"{(5.0 * 60 + 60) / 60:.1f} min" in found["time"].message
+    assert "memory" not in found  # not logged: not said
+    mem = kinds(measurements_from_metrics(before, dict(step, **{"perf/peak_rss_mb": 5530.0,
+                                                                 "perf/mem_available_mb": 12288.0}), 60, 4))
+    assert mem["memory"].severity == "info"
+    assert mem["memory"].message == "peak memory after one step: 5.4 GB; 12.0 GB still available"
     healthy = measurements_from_metrics({"eval/pass_rate": 0.2}, dict(step, **{"groups/zero_variance_frac": 0.25,
                                                                                 "pass_rate": 0.3}), 10, 4)
     assert worst(diagnose(healthy)) == "ok"

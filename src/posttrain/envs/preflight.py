@@ -47,6 +47,8 @@ class PreflightMeasurements:
     steps: int | None = None  # the planned run's loop.steps
     eval_seconds: float | None = None  # one held-out evaluation here
     num_generations: int | None = None  # G
+    peak_rss_mb: float | None = None  # this process's peak memory after the probe step
+    mem_available_mb: float | None = None  # what the machine (or cgroup) can still give
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,8 @@ def measurements_from_metrics(before: dict[str, float], step: dict[str, float], 
         truncated_frac=step.get("completion/truncated_frac"), max_tokens=max_tokens,
         reward_errors=int(step.get("rollouts/failed", 0)), samples=int(step.get("rollouts/count", 0)),
         multi_turn=multi_turn, chat_template_ok=chat_template_ok, step_seconds=step.get("time/step"), steps=steps,
-        eval_seconds=before.get("eval/seconds"), num_generations=num_generations)
+        eval_seconds=before.get("eval/seconds"), num_generations=num_generations,
+        peak_rss_mb=step.get("perf/peak_rss_mb"), mem_available_mb=step.get("perf/mem_available_mb"))
 
 
 def _signal(m: PreflightMeasurements) -> list[Verdict]:
@@ -173,13 +176,22 @@ def _timing(m: PreflightMeasurements) -> list[Verdict]:
     return [Verdict("time", "info", msg, [])]
 
 
+def _memory(m: PreflightMeasurements) -> list[Verdict]:
+    # Said once at the start, so a user planning a second job on the machine knows what this one takes; the
+    # memory_pressure diagnostic (obs/diagnostics.py) warns if it runs short later.
+    if m.peak_rss_mb is None:
+        return []
+    free = f"; {m.mem_available_mb / 1024:.1f} GB still available" if m.mem_available_mb is not None else ""
+    return [Verdict("memory", "info", f"peak memory after one step: {m.peak_rss_mb / 1024:.1f} GB{free}", [])]
+
+
 def diagnose(m: PreflightMeasurements) -> list[Verdict]:
     """Every verdict the measurements support, worst first. Nothing wrong: one "ok" verdict (plus timing)."""
     found = _signal(m) + _saturation(m) + _truncation(m) + _reward_errors(m) + _chat_template(m)
     if not found:
         found = [Verdict("ok", "ok", f"learning signal present: baseline pass rate {m.baseline_pass_rate:.3f}, "
                                      f"{m.zero_variance_frac:.0%} of groups without signal")]
-    return sorted(found, key=lambda v: _ORDER[v.severity]) + _timing(m)  # the diagnosis first, then the clock
+    return sorted(found, key=lambda v: _ORDER[v.severity]) + _timing(m) + _memory(m)  # diagnosis first
 
 
 def format_verdicts(verdicts: list[Verdict], title: str = "preflight verdicts") -> str:
