@@ -178,7 +178,7 @@ def _timing(m: PreflightMeasurements) -> list[Verdict]:
 
 def _memory(m: PreflightMeasurements) -> list[Verdict]:
     # Said once at the start, so a user planning a second job on the machine knows what this one takes; the
-    # memory_pressure diagnostic (obs/diagnostics.py) warns if it runs short later.
+    # memory_pressure diagnostic (obs/diagnostic_checks.py) warns if it runs short later.
     if m.peak_rss_mb is None:
         return []
     free = f"; {m.mem_available_mb / 1024:.1f} GB still available" if m.mem_available_mb is not None else ""

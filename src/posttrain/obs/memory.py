@@ -2,7 +2,7 @@
 `perf/rss_mb` (now) and `perf/mem_available_mb` (what the machine, or the cgroup the run is in, can still give).
 
 Why: when a run outgrows memory the kernel's OOM killer ends it with SIGKILL, and nothing is printed: the log
-just stops. The `memory_pressure` diagnostic (obs/diagnostics.py) reads these keys and warns while there is time.
+just stops. The `memory_pressure` diagnostic (obs/diagnostic_checks.py) reads these keys and warns while there is time.
 All reads are cheap (getrusage and two small /proc or /sys files); on a platform without them a key is left out.
 """
 
