@@ -15,11 +15,12 @@ import argparse
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from posttrain.obs.memory import peak_rss_mb  # ru_maxrss in MB on Linux and macOS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -38,7 +39,7 @@ def one(model_name: str, lora: bool, chunk: int, seqs: int, prompt: int, complet
     if lora:
         model = apply_lora(model, r=16, alpha=32.0, dropout=0.0,
                            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base_rss = peak_rss_mb()
     rng = random.Random(0)
     vocab = model.config.vocab_size
     groups = 4
@@ -53,7 +54,7 @@ def one(model_name: str, lora: bool, chunk: int, seqs: int, prompt: int, complet
     tr.forward_backward(Batch(out), LOSSES["ppo_clip"], LossParams())
     tr.optim_step()
     dt = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mb()
     return {"lora": lora, "chunk": chunk, "seconds": dt, "peak_rss_mb": peak, "after_load_rss_mb": base_rss}
 
 

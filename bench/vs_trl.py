@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,8 @@ import tempfile
 import time
 from functools import wraps
 from pathlib import Path
+
+from posttrain.obs.memory import peak_rss_mb  # ru_maxrss in MB on Linux and macOS
 
 FRAMEWORKS = ("posttrain", "trl", "posttrain_fp32")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -208,7 +209,7 @@ def child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix=f"vs_trl_{args.only}_") as workdir:
         steps = (run_trl if args.only == "trl" else run_posttrain)(args, workdir)
     result = {"framework": args.only, "steps": steps, "wall_seconds": time.perf_counter() - t0,
-              "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,  # KiB on Linux
+              "peak_rss_gb": peak_rss_mb() / 1024,
               "version": _version("trl" if args.only == "trl" else "posttrain")}
     text = json.dumps(result, indent=2)
     Path(args.out).write_text(text) if args.out else print(text)
