@@ -69,7 +69,8 @@ def measurements_from_metrics(before: dict[str, float], step: dict[str, float], 
                               chat_template_ok: bool | None = None) -> PreflightMeasurements:
     """Measurements from what a training run already logs: `before` is the eval before training (keys
     `eval/pass_rate`, `eval/seconds`), `step` the first train step's metrics (`groups/zero_variance_frac`,
-    `pass_rate`, `reward/mean`, `completion/truncated_frac`, `rollouts/failed`, `rollouts/count`, `time/step`).
+    `pass_rate`, `reward/mean`, `completion/truncated_frac`, `rollouts/failed`, `rollouts/count`, `time/step`,
+    `perf/peak_rss_mb`, `perf/mem_available_mb`).
     So training start gets the same verdicts as `env check --preflight` without sampling anything twice."""
     return PreflightMeasurements(
         baseline_pass_rate=float(before.get("eval/pass_rate", step.get("pass_rate", 0.0))),

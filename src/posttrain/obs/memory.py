@@ -14,9 +14,13 @@ import sys
 from pathlib import Path
 
 MB = 1024 * 1024
-# cgroup files that cap a container's memory: v2, then v1. "max" or a huge number means no cap.
-_CGROUP_LIMITS = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                  ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
+# cgroup files that cap a container's memory: v2, then v1 (limit, usage, stat, the stat key of reclaimable page
+# cache). "max" or a huge number means no cap. Usage counts page cache the kernel can drop before it kills
+# anything, so the inactive file pages are taken off it, as container runtimes do for a "working set".
+_CGROUPS = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat",
+             "inactive_file"),
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+             "/sys/fs/cgroup/memory/memory.stat", "total_inactive_file"))
 
 
 def peak_rss_mb() -> float:
@@ -42,16 +46,27 @@ def mem_available_mb() -> float | None:
                 break
     except (OSError, ValueError, IndexError):
         return None
-    for limit_path, usage_path in _CGROUP_LIMITS:
+    for limit_path, usage_path, stat_path, reclaimable in _CGROUPS:
         try:
-            limit, usage = Path(limit_path).read_text().strip(), Path(usage_path).read_text().strip()
-        except OSError:
+            limit, usage = Path(limit_path).read_text().strip(), int(Path(usage_path).read_text())
+        except (OSError, ValueError):
             continue
         if limit != "max" and int(limit) < 1 << 60:  # v1 writes ~2^63 for "no limit"
-            left = (int(limit) - int(usage)) / MB
+            left = (int(limit) - usage + _stat(stat_path, reclaimable)) / MB
             avail = left if avail is None else min(avail, left)
         break
     return avail
+
+
+def _stat(path: str, key: str) -> int:
+    try:
+        for line in Path(path).read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def memory_metrics() -> dict[str, float]:
