@@ -1,5 +1,6 @@
 """The memory metrics a run logs each step (obs/memory.py) are real numbers for this process."""
 
+import mmap
 import sys
 
 import pytest
@@ -12,12 +13,15 @@ def test_memory_metrics_see_an_allocation():
     before = memory_metrics()
     assert set(before) == {"perf/peak_rss_mb", "perf/rss_mb", "perf/mem_available_mb"}
     assert all(v > 0 for v in before.values())
-    block = bytearray(200 * 1024 * 1024)  # touched pages: 200 MB resident
-    block[:: 4096] = b"x" * len(block[:: 4096])
+    # A fresh anonymous mapping with every page written: 200 MB that must become resident. (A bytearray can be
+    # served from heap pages the process freed earlier and still holds, which would not move RSS.)
+    block = mmap.mmap(-1, 200 * 1024 * 1024)
+    for off in range(0, len(block), mmap.PAGESIZE):
+        block[off] = 1
     after = memory_metrics()
     assert after["perf/rss_mb"] - before["perf/rss_mb"] > 150
     assert after["perf/peak_rss_mb"] >= after["perf/rss_mb"] - 1
-    del block
+    block.close()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
