@@ -27,7 +27,7 @@ def _opts(chunk):
     return dict(lr=1e-2, micro_batch_tokens=64, logits_chunk_tokens=chunk)
 
 
-def _worker(port, chunk):
+def _worker(port, chunk, ckpt=False):
     from posttrain.models import load_model
     from posttrain.training.distributed import init_group, worker_loop
     from posttrain.training.fsdp import ShardedTrainer, shard_model
@@ -36,7 +36,8 @@ def _worker(port, chunk):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     model, tok = load_model("tiny-random", seed=5)  # different weights: rank 0's reach it before sharding
     init_group(1, 2, 120)
-    trainer = ShardedTrainer(shard_model(model, 2), pad_id=tok.pad_token_id, **_opts(chunk))
+    trainer = ShardedTrainer(shard_model(model, 2), pad_id=tok.pad_token_id, gradient_checkpointing=ckpt,
+                             **_opts(chunk))
     worker_loop(trainer, LOSSES["ppo_clip"], LossParams(), None, 1, 2)
 
 
@@ -70,8 +71,10 @@ def _batches(vocab):
             poisoned]
 
 
-@pytest.mark.parametrize("chunk", [0, 16])  # 0: layer by layer; 16: the chunked projection, gathered per call
-def test_two_rank_fsdp2_update_equals_one_rank_update(tiny, chunk):
+# chunk 0: layer by layer; 16: the chunked projection, gathered per call. ckpt: the sharded ranks re-run each
+# layer in backward (activation checkpointing), the one-rank reference does not.
+@pytest.mark.parametrize("chunk,ckpt", [(0, False), (16, False), (0, True)])
+def test_two_rank_fsdp2_update_equals_one_rank_update(tiny, chunk, ckpt):
     from posttrain.training.distributed import DataParallelTrainer, init_group
     from posttrain.training.fsdp import ShardedTrainer, shard_model
 
@@ -83,12 +86,12 @@ def test_two_rank_fsdp2_update_equals_one_rank_update(tiny, chunk):
     state1 = one.state_dict()
 
     port = _free_port()
-    proc = mp.get_context("spawn").Process(target=_worker, args=(port, chunk))
+    proc = mp.get_context("spawn").Process(target=_worker, args=(port, chunk, ckpt))
     proc.start()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     init_group(0, 2, 120)
     two = DataParallelTrainer(ShardedTrainer(shard_model(copy.deepcopy(model), 2), pad_id=tok.pad_token_id,
-                                             **_opts(chunk)), 2)
+                                             gradient_checkpointing=ckpt, **_opts(chunk)), 2)
     try:
         two.temperature, two.lr_scale, two.entropy_coef = 0.8, 0.5, 0.05
         m2, lp2 = _steps(two, batches)

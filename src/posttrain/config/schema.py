@@ -102,6 +102,9 @@ class TrainerConfig(_Strict):
     logits_chunk_tokens: int = Field(0, ge=0, description=(
         "> 0: compute log-probs and entropy through the output projection in chunks of this many tokens, "
         "recomputed in backward, so a micro-batch's full B x T x vocab logits are never held (0: off)"))
+    gradient_checkpointing: bool = Field(False, description=(
+        "activation checkpointing: keep only each decoder layer's input for backward and re-run the layer there "
+        "(less memory for long or many sequences, about a third more train compute)"))
     world_size: int = Field(1, ge=1, description="trainer processes (data parallel, gloo on CPU / NCCL on GPU); under torchrun its WORLD_SIZE wins")
     dist_timeout_s: float = Field(600.0, gt=0.0, description="seconds a collective between trainer ranks may wait before the run fails")
     sharding: Literal["none", "fsdp2"] = Field("none", description=(

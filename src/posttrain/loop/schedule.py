@@ -127,7 +127,8 @@ def make_trainer(cfg: Config, model: Any, pad_id: int, cls: type = Trainer) -> T
     return cls(model, pad_id=pad_id, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
                max_grad_norm=t.max_grad_norm, warmup_steps=t.warmup_steps, micro_batch_tokens=t.micro_batch_tokens,
                prefix_sharing=t.prefix_sharing, temperature=cfg.sampling.temperature, optimizer=t.optimizer,
-               muon_momentum=t.muon_momentum, logits_chunk_tokens=t.logits_chunk_tokens)
+               muon_momentum=t.muon_momentum, logits_chunk_tokens=t.logits_chunk_tokens,
+               gradient_checkpointing=t.gradient_checkpointing)
 
 
 def with_feedback_envs(cfg: Config, c: Components, run_dir: Path,

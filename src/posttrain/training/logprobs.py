@@ -4,17 +4,24 @@ Prefix sharing: for a group of G completions of one prompt, run the prompt once 
 KV cache to the G rows (index_select is differentiable, so the prompt receives the summed gradient of all G),
 then run the completions on top. Equivalent to G full forwards (tested), at a fraction of the compute when
 prompts are longer than completions. `shared=False` runs plain padded full sequences instead.
+
+Both passes use caches whose `update` gives the same answer however often it is called (`_RecordLayer`,
+`_PrefixLayer`), so a decoder layer may be re-run in backward: that is what activation checkpointing
+(`checkpoint_layers`) does, and with transformers' own DynamicCache the replay would append the prompt's keys a
+second time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
-from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
+from posttrain.obs.memory import release_free_heap
 from posttrain.sampling.kv_cache import cache_arg_name
 from posttrain.training.batching import GroupSlice
 
@@ -118,17 +125,84 @@ class _Out:
     logits: torch.Tensor
 
 
+class _RecordLayer(DynamicLayer):
+    """The prompt pass's cache layer: keeps the keys/values it is handed (replacing, not appending), so a replay of
+    the layer in backward leaves it as the forward did."""
+
+    replay_safe = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.keys, self.values = key_states, value_states
+        return key_states, value_states
+
+
+class _PrefixLayer(DynamicLayer):
+    """The completion pass's cache layer: a fixed prefix. `update` returns prefix + the new keys/values without
+    storing them, so its length (and the attention mask built from it) is the prefix's however often it runs."""
+
+    replay_safe = True
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.keys, self.values, self.device, self.is_initialized = keys, values, keys.device, True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+
+
+def _checkpoint_if_replay_safe(layer_call, *args):
+    """transformers calls this with partial(layer.forward, **kwargs). A cache of any other kind (a DynamicCache that
+    a caller's default `use_cache` created) would grow again on replay, so that call runs without checkpointing."""
+    kw = getattr(layer_call, "keywords", {})
+    cache = kw.get("cache", kw.get("past_key_values"))
+    if cache is not None and not all(getattr(lay, "replay_safe", False) for lay in cache.layers):
+        return layer_call(*args)
+    calls = [0]
+
+    def run(*a):
+        if calls[0]:  # the replay, in backward: the previous layer's freed pages go back to the OS first
+            release_free_heap()
+        calls[0] += 1
+        return layer_call(*a)
+
+    return checkpoint(run, *args, use_reentrant=False)
+
+
+def checkpoint_layers(model, enabled: bool = True) -> int:
+    """Activation (gradient) checkpointing of every decoder layer: forward keeps only each layer's input, backward
+    re-runs the layer. Uses transformers' own switch on its `GradientCheckpointingLayer`s, non-reentrant, and allows
+    the cache there because ours is replay-safe (above). Returns the number of layers switched."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    n = 0
+    for m in model.modules():
+        if isinstance(m, GradientCheckpointingLayer):
+            m.gradient_checkpointing = enabled
+            m._gradient_checkpointing_func = _checkpoint_if_replay_safe
+            m._can_checkpoint_with_cache = enabled
+            n += 1
+    if enabled and n == 0:
+        raise ValueError(f"trainer.gradient_checkpointing: {type(model).__name__} has no checkpointable decoder layers "
+                         "(transformers' GradientCheckpointingLayer)")
+    return n
+
+
 def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pad_id: int) -> torch.Tensor:
     dev = comp_BT.device
     prompt_PL = _pad([g.prompt_ids for g in groups], pad_id, left=True).to(dev)
     pmask_PL = _pad([[1] * len(g.prompt_ids) for g in groups], 0, left=True).to(dev)
     padded = bool((pmask_PL == 0).any())
     ppos_PL = (pmask_PL.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
+    record = Cache(layer_class_to_replicate=_RecordLayer)
+    arg = cache_arg_name(getattr(model, "model", model))
+    # use_cache=False: the cache passed is used either way; True would make a checkpointed layer drop it with a warning.
     out = model(input_ids=prompt_PL, attention_mask=pmask_PL if padded else None, position_ids=ppos_PL,
-                **{cache_arg_name(getattr(model, "model", model)): cache}, use_cache=True, logits_to_keep=1)
+                **{arg: record}, use_cache=False, logits_to_keep=1)
     row_to_prompt = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.sequences], device=dev)
-    cache.batch_select_indices(row_to_prompt)
+    cache = Cache(layers=[_PrefixLayer(lay.keys.index_select(0, row_to_prompt), lay.values.index_select(0, row_to_prompt))
+                          for lay in record.layers])
     first_BV = out.logits[:, -1][row_to_prompt]
     T = comp_BT.shape[1]
     if T == 1:
@@ -137,8 +211,7 @@ def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pa
     inp_BT = comp_BT[:, :-1]
     attn = torch.cat([pmask_PL[row_to_prompt], valid_BT[:, :-1]], dim=1)
     pos_BT = ppos_PL[row_to_prompt][:, -1:] + 1 + torch.arange(T - 1, device=dev)[None]
-    rest = model(input_ids=inp_BT, attention_mask=attn, position_ids=pos_BT,
-                 **{cache_arg_name(getattr(model, "model", model)): cache}, use_cache=True).logits
+    rest = model(input_ids=inp_BT, attention_mask=attn, position_ids=pos_BT, **{arg: cache}, use_cache=False).logits
     return torch.cat([first_BV[:, None], rest], dim=1)
 
 
@@ -146,7 +219,7 @@ def _full_logits(model, seqs, pad_id: int, T: int, dev: Any = "cpu") -> torch.Te
     rows = [s.prompt_ids + s.completion_ids for s in seqs]
     ids = _pad(rows, pad_id).to(dev)
     attn = _pad([[1] * len(r) for r in rows], 0).to(dev)
-    logits = model(input_ids=ids, attention_mask=attn).logits
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
     # Completion token j of row i sits at position len(prompt_i) + j and is predicted at the position before.
     idx = torch.stack([torch.arange(T) + len(s.prompt_ids) - 1 for s in seqs]).clamp(max=ids.shape[1] - 1).to(dev)
     return logits.gather(1, idx[:, :, None].expand(-1, -1, logits.shape[-1]))
