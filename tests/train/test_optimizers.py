@@ -70,3 +70,23 @@ def test_token_weight_fn_is_applied_per_micro_batch(tiny):
     m = tr.forward_backward(batch, LOSSES["ppo_clip"], LossParams(), token_weight_fn=zero_all)
     assert len(seen) > 1 and m["train/w"] == 1.0
     assert all(p.grad is None or torch.count_nonzero(p.grad) == 0 for p in model.parameters())
+
+
+def test_adamw_is_fused_on_plain_tensors_and_steps_like_the_multi_tensor_one():
+    torch.manual_seed(0)
+    ws = [torch.nn.Parameter(torch.randn(5, 3)) for _ in range(2)]
+    twins = [torch.nn.Parameter(w.detach().clone()) for w in ws]
+    fused = build_optimizers([(f"w{i}", w) for i, w in enumerate(ws)], "adamw", 1e-2, (0.9, 0.99), 0.1)[0]
+    assert fused.defaults["fused"] is True
+    ref = torch.optim.AdamW(twins, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1, foreach=True)
+    for _ in range(3):
+        for a, b in zip(ws, twins):
+            a.grad = b.grad = torch.randn(5, 3)
+        fused.step()
+        ref.step()
+    for a, b in zip(ws, twins):
+        assert torch.allclose(a, b, atol=1e-6)
+    # A kind the fused kernel does not take (float64 here) falls back to the multi-tensor path.
+    other = build_optimizers([("w", torch.nn.Parameter(torch.randn(2, dtype=torch.float64)))], "adamw", 1e-2,
+                             (0.9, 0.99), 0.0)[0]
+    assert not other.defaults.get("fused") and other.defaults["foreach"] is True
