@@ -19,8 +19,9 @@ import torch
 from posttrain.algos.distill import reverse_kl_loss
 from posttrain.algos.kl import k3
 from posttrain.algos.losses import LossInputs, LossParams
+from posttrain.obs.memory import release_free_heap
 from posttrain.training.batching import plan_micro_batches
-from posttrain.training.logprobs import completion_logprobs
+from posttrain.training.logprobs import checkpoint_layers, completion_logprobs
 from posttrain.training.optimizers import build_optimizers
 from posttrain.types import Batch
 
@@ -36,7 +37,8 @@ class Trainer:
     def __init__(self, model: Any, pad_id: int, lr: float = 1e-5, weight_decay: float = 0.0,
                  betas: tuple[float, float] = (0.9, 0.99), max_grad_norm: float = 1.0, warmup_steps: int = 0,
                  micro_batch_tokens: int = 4096, prefix_sharing: bool = True, temperature: float = 1.0,
-                 optimizer: str = "adamw", muon_momentum: float = 0.95, logits_chunk_tokens: int = 0):
+                 optimizer: str = "adamw", muon_momentum: float = 0.95, logits_chunk_tokens: int = 0,
+                 gradient_checkpointing: bool = False):
         self.model = model
         self.pad_id = pad_id
         self.max_grad_norm = max_grad_norm
@@ -46,6 +48,8 @@ class Trainer:
         self.lr_scale = 1.0  # a remedy may lower the learning rate for a while (obs/remedies.py)
         self.entropy_coef = 0.0  # a remedy's entropy bonus (obs/remedies.py): loss -= coef x mean token entropy
         self.chunk = logits_chunk_tokens  # > 0: never hold a micro-batch's full logits (train/logprobs.py)
+        if gradient_checkpointing:  # keep each decoder layer's input only; backward re-runs the layer
+            checkpoint_layers(model)
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
         if not self.params:
@@ -86,6 +90,7 @@ class Trainer:
         """
         if not batch.sequences:
             return {"train/empty_batch": 1.0}
+        release_free_heap()  # what sampling freed goes back to the OS before activations and gradients grow
         self.model.train()
         # Batch-wide normalizers (the batch carries them when it holds only part of the optimizer batch).
         total_tokens = batch.total_loss_tokens or float(max(batch.num_loss_tokens, 1))
@@ -135,6 +140,7 @@ class Trainer:
                 self._poisoned = True
                 self._skip_backward(t.logp_BT)
                 continue
+            release_free_heap()  # the forward's freed temporaries, before backward allocates the gradients
             loss.backward()
             loss_total += float(loss.detach())
             n_tok = float(t.mask_BT.sum())
@@ -180,6 +186,7 @@ class Trainer:
             self.skipped_steps += 1
         for o in self.optimizers:
             o.zero_grad(set_to_none=True)
+        release_free_heap()  # and the gradients' pages before the next sampling phase
         self._poisoned = False
         self.step += 1
         return {"train/grad_norm": grad_norm, "train/skipped_step": float(skipped),
