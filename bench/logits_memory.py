@@ -1,8 +1,10 @@
-"""Peak memory and seconds of one training step, full logits vs the chunked output projection.
+"""Peak memory and seconds of one training step: full logits vs the chunked output projection, and activation
+checkpointing on top.
 
     python bench/logits_memory.py [--model default] [--seqs 16] [--prompt 120] [--completion 128] [--chunk 1024]
 
-Each configuration (full fine-tune / LoRA x chunk off / on) runs in a fresh process: load the model, one
+Each configuration (full fine-tune / LoRA x chunk off / on / on with trainer.gradient_checkpointing) runs in a
+fresh process: load the model, one
 forward_backward + optim_step on a random batch of `seqs` sequences (4 groups), report peak RSS (ru_maxrss)
 and the step's seconds. The default model's vocabulary is 49,152 wide: full logits for 16 x 128 completion
 tokens are 16 * 128 * 49152 * 4 bytes = 403 MB, plus the same again for log-softmax and its gradient.
@@ -25,7 +27,7 @@ from posttrain.obs.memory import peak_rss_mb  # ru_maxrss in MB on Linux and mac
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def one(model_name: str, lora: bool, chunk: int, seqs: int, prompt: int, completion: int) -> dict:
+def one(model_name: str, lora: bool, chunk: int, seqs: int, prompt: int, completion: int, ckpt: bool = False) -> dict:
     import torch
 
     from posttrain.algos import LOSSES, LossParams
@@ -49,13 +51,15 @@ def one(model_name: str, lora: bool, chunk: int, seqs: int, prompt: int, complet
         for _ in range(seqs // groups):
             out.append(Sequence(p, [rng.randrange(10, vocab) for _ in range(completion)], [1] * completion,
                                 [-1.0] * completion, advantage=rng.gauss(0, 1), group_id=g))
-    tr = Trainer(model, pad_id=tok.pad_token_id or 0, micro_batch_tokens=10**6, logits_chunk_tokens=chunk)
+    tr = Trainer(model, pad_id=tok.pad_token_id or 0, micro_batch_tokens=10**6, logits_chunk_tokens=chunk,
+                 gradient_checkpointing=ckpt)
     t0 = time.perf_counter()
     tr.forward_backward(Batch(out), LOSSES["ppo_clip"], LossParams())
     tr.optim_step()
     dt = time.perf_counter() - t0
     peak = peak_rss_mb()
-    return {"lora": lora, "chunk": chunk, "seconds": dt, "peak_rss_mb": peak, "after_load_rss_mb": base_rss}
+    return {"lora": lora, "chunk": chunk, "ckpt": ckpt, "seconds": dt, "peak_rss_mb": peak,
+            "after_load_rss_mb": base_rss}
 
 
 def main() -> None:
@@ -68,24 +72,25 @@ def main() -> None:
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one config in this process
     args = ap.parse_args()
     if args.one:
-        lora, chunk = args.one.split(",")
-        print(json.dumps(one(args.model, lora == "1", int(chunk), args.seqs, args.prompt, args.completion)))
+        lora, chunk, ckpt = args.one.split(",")
+        print(json.dumps(one(args.model, lora == "1", int(chunk), args.seqs, args.prompt, args.completion,
+                             ckpt == "1")))
         return
     rows = []
     for lora in (0, 1):
-        for chunk in (0, args.chunk):
+        for chunk, ckpt in ((0, 0), (args.chunk, 0), (args.chunk, 1)):
             cmd = [sys.executable, __file__, "--model", args.model, "--seqs", str(args.seqs), "--prompt",
-                   str(args.prompt), "--completion", str(args.completion), "--one", f"{lora},{chunk}"]
+                   str(args.prompt), "--completion", str(args.completion), "--one", f"{lora},{chunk},{ckpt}"]
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
             if res.returncode != 0:
                 raise SystemExit(res.stderr[-2000:])
             rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
             r = rows[-1]
-            print(f"{'LoRA' if lora else 'full'} chunk={chunk:<5} peak RSS {r['peak_rss_mb']:7.0f} MB "
+            print(f"{'LoRA' if lora else 'full'} chunk={chunk:<5} checkpointing={ckpt} peak RSS {r['peak_rss_mb']:7.0f} MB "
                   f"(after load {r['after_load_rss_mb']:.0f})  step {r['seconds']:.1f} s", flush=True)
-    md = ["| fine-tune | logits | peak RSS MB | step s |", "|---|---|---:|---:|"]
+    md = ["| fine-tune | logits | activation checkpointing | peak RSS MB | step s |", "|---|---|---|---:|---:|"]
     md += [f"| {'LoRA r=16' if r['lora'] else 'full'} | {'chunked ' + str(r['chunk']) if r['chunk'] else 'full'} | "
-           f"{r['peak_rss_mb']:.0f} | {r['seconds']:.1f} |" for r in rows]
+           f"{'on' if r['ckpt'] else 'off'} | {r['peak_rss_mb']:.0f} | {r['seconds']:.1f} |" for r in rows]
     RESULTS.mkdir(exist_ok=True)
     meta = {"model": args.model, "seqs": args.seqs, "prompt": args.prompt, "completion": args.completion,
             "load_avg": os.getloadavg()}

@@ -4,7 +4,7 @@ Both frameworks train the same model on the built-in `json-extract` task with th
 prompts in the same order (posttrain's seeded order), 4 prompts x G=4 = 16 completions per optimizer step,
 at most 64 new tokens and no stop strings (the task's are switched off: TRL has none), temperature 1.0
 (top_p 1, no top-k), no KL (beta 0, no reference model), token-mean clipped loss (epsilon 0.2), group-std-scaled advantages, AdamW (betas 0.9/0.99, no weight decay, constant lr,
-grad-norm clip 1.0), fp32, no gradient checkpointing, 2 threads, one optimizer pass per batch. Full fine-tune
+grad-norm clip 1.0), fp32, no gradient checkpointing (unless `--checkpointing`), 2 threads, one optimizer pass per batch. Full fine-tune
 at lr 1e-5, or with `--lora` LoRA r=16 / alpha=32 on q,k,v,o,gate,up,down at lr 1e-4.
 
 Per step it records: wall seconds of the whole step (generation + rewards + update), generation seconds,
@@ -16,11 +16,12 @@ and TRL's logged `reward`. Each framework runs in its own child process (this sc
 the peak RSS of one does not include the other.
 
     python bench/vs_trl.py [--lora] [--steps K] [--model default|tiny-random|PATH] [--only posttrain|trl]
-                           [--precision fp32|bf16|int8] [--chunk N]
+                           [--precision fp32|bf16|int8] [--chunk N] [--checkpointing]
 
 `--precision int8` samples posttrain's rollouts with an int8 copy of the policy (sampling.precision; the ratio
 then uses the sampler's log-probs with TIS) and also runs posttrain in fp32, printed as its own column.
-`--chunk N` sets trainer.logits_chunk_tokens.
+`--chunk N` sets trainer.logits_chunk_tokens. `--checkpointing` turns activation checkpointing on in both
+frameworks (posttrain's trainer.gradient_checkpointing; TRL's own switch, which GRPOConfig has on by default).
 
 Prints a per-step table per framework and a summary (medians over all steps and over steps 2..K, the first
 step carrying warm-up), and writes bench/results/vs_trl[_lora].json and .md. Needs the `bench` extra (trl).
@@ -59,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32", help="posttrain's sampler")
     p.add_argument("--chunk", type=int, default=0, help="posttrain's trainer.logits_chunk_tokens")
+    p.add_argument("--checkpointing", action="store_true",
+                   help="activation checkpointing in both (posttrain trainer.gradient_checkpointing, TRL's own)")
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"), help="output folder")
     p.add_argument("--out", help=argparse.SUPPRESS)  # child: where to write its JSON result
     args = p.parse_args(argv)
@@ -97,6 +100,8 @@ def posttrain_overrides(args: argparse.Namespace, out: str) -> list[str]:
     overrides.append(f"sampling.precision={'fp32' if args.only == 'posttrain_fp32' else args.precision}")
     if args.chunk:
         overrides.append(f"trainer.logits_chunk_tokens={args.chunk}")
+    if args.checkpointing:
+        overrides.append("trainer.gradient_checkpointing=true")
     return overrides
 
 
@@ -149,9 +154,9 @@ def run_trl(args: argparse.Namespace, out: str) -> list[dict]:
         from peft import LoraConfig
         peft_config = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=LORA_TARGETS,
                                  task_type="CAUSAL_LM")
-    # GRPOConfig defaults to gradient checkpointing on; transformers >= 5 renamed the switch.
+    # GRPOConfig defaults to gradient checkpointing on; transformers >= 5 renamed the switch. Off unless asked.
     no_ckpt = {"activation_checkpointing" if "activation_checkpointing" in GRPOConfig.__dataclass_fields__
-               else "gradient_checkpointing": False}
+               else "gradient_checkpointing": bool(args.checkpointing)}
     config = GRPOConfig(
         output_dir=out, seed=args.seed, max_steps=args.steps, use_cpu=True, bf16=False, fp16=False, **no_ckpt,
         report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
@@ -170,7 +175,8 @@ def run_trl(args: argparse.Namespace, out: str) -> list[dict]:
     trainer = GRPOTrainer(model=model, processing_class=tok, args=config, peft_config=peft_config,
                           reward_funcs=[_json_columns(c.func) for c in task.rubric.components],
                           train_dataset=trl_dataset(args, task))
-    assert trainer.ref_model is None and not config.gradient_checkpointing  # beta=0: no reference model
+    assert trainer.ref_model is None  # beta=0: no reference model
+    assert bool(config.gradient_checkpointing) == bool(args.checkpointing)
 
     gen_seconds, gen_tokens, step_seconds, logged = [], [], [], {}
     generate = trainer._generate  # (prompts) -> (prompt_ids, completion_ids, ...)
@@ -290,7 +296,8 @@ def main(argv: list[str] | None = None) -> None:
              f"{'LoRA r=16' if args.lora else 'full fine-tune'}, lr {args.lr:g}, {args.steps} steps x "
              f"{args.prompts_per_step} prompts x G={args.generations}, {args.max_tokens} new tokens, "
              f"{args.threads} threads, posttrain sampler {args.precision}"
-             + (f", logits chunk {args.chunk}" if args.chunk else ""))
+             + (f", logits chunk {args.chunk}" if args.chunk else "")
+             + (", activation checkpointing in both" if args.checkpointing else ""))
     print("\n" + "\n\n".join(step_table(fw, r["steps"]) for fw, r in results.items()) + "\n")
     md = markdown(summary, title)
     print(md)
@@ -298,7 +305,8 @@ def main(argv: list[str] | None = None) -> None:
               "summary": summary, "ratios": {k: ratio(summary, k) for k in RATIOS}, "runs": results}
     dest = Path(args.results)
     dest.mkdir(parents=True, exist_ok=True)
-    stem = ("vs_trl_lora" if args.lora else "vs_trl") + ("" if args.precision == "fp32" else f"_{args.precision}")
+    stem = (("vs_trl_lora" if args.lora else "vs_trl") + ("" if args.precision == "fp32" else f"_{args.precision}")
+            + ("_ckpt" if args.checkpointing else ""))
     (dest / f"{stem}.json").write_text(json.dumps(report, indent=2))
     (dest / f"{stem}.md").write_text(md)
     print(f"wrote {dest / stem}.json and .md")

@@ -24,3 +24,5 @@ def test_precision_and_chunk_reach_the_posttrain_config():
     assert fp32.sampling.precision == "fp32" and fp32.algorithm.is_correction == "none"
     plain = _cfg(["--model", "tiny-random"], "posttrain")
     assert plain.sampling.precision == "fp32" and plain.sampling.max_tokens == 64 and plain.sampling.stop == []
+    assert not plain.trainer.gradient_checkpointing
+    assert _cfg(["--checkpointing", "--model", "tiny-random"], "posttrain").trainer.gradient_checkpointing
