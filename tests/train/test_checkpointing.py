@@ -8,7 +8,8 @@ import torch
 from posttrain.algos import LOSSES, LossParams
 from posttrain.training import Trainer
 from posttrain.training.batching import plan_micro_batches
-from posttrain.training.logprobs import checkpoint_layers, completion_logprobs
+from posttrain.training.checkpointing import checkpoint_layers
+from posttrain.training.logprobs import completion_logprobs
 
 from batches import random_batch as _batch
 
@@ -74,14 +75,14 @@ def test_checkpointing_a_model_without_decoder_layers_is_a_clear_error():
 def test_both_prefix_sharing_passes_are_checkpointed(tiny, monkeypatch):
     """The prompt pass and the completion pass each re-run every layer in backward (a cache that is not replay-safe
     would make the guard skip checkpointing silently)."""
-    import posttrain.training.logprobs as lp
+    import posttrain.training.checkpointing as ck
 
     model, tok = tiny
     model = copy.deepcopy(model).train()
     checkpoint_layers(model)
     calls = []
-    real = lp.checkpoint
-    monkeypatch.setattr(lp, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = ck.checkpoint
+    monkeypatch.setattr(ck, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
     groups = [g for mb in plan_micro_batches(_batch(len(tok), n_groups=2, seed=3), 10**9) for g in mb]
     _run(model, groups, tok.pad_token_id, shared=True)
     assert len(calls) == 2 * model.config.num_hidden_layers

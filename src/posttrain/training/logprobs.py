@@ -6,22 +6,20 @@ then run the completions on top. Equivalent to G full forwards (tested), at a fr
 prompts are longer than completions. `shared=False` runs plain padded full sequences instead.
 
 Both passes use caches whose `update` gives the same answer however often it is called (`_RecordLayer`,
-`_PrefixLayer`), so a decoder layer may be re-run in backward: that is what activation checkpointing
-(`checkpoint_layers`) does, and with transformers' own DynamicCache the replay would append the prompt's keys a
-second time.
+`_PrefixLayer`, marked `replay_safe`), so a decoder layer may be re-run in backward: that is what activation
+checkpointing (training/checkpointing.py) does, and with transformers' own DynamicCache the replay would append
+the prompt's keys a second time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
 from transformers.cache_utils import Cache, DynamicLayer
 
-from posttrain.obs.memory import release_free_heap
 from posttrain.sampling.kv_cache import cache_arg_name
 from posttrain.training.batching import GroupSlice
 
@@ -150,43 +148,6 @@ class _PrefixLayer(DynamicLayer):
 
     def update(self, key_states, value_states, *args, **kwargs):
         return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
-
-
-def _checkpoint_if_replay_safe(layer_call, *args):
-    """transformers calls this with partial(layer.forward, **kwargs). A cache of any other kind (a DynamicCache that
-    a caller's default `use_cache` created) would grow again on replay, so that call runs without checkpointing."""
-    kw = getattr(layer_call, "keywords", {})
-    cache = kw.get("cache", kw.get("past_key_values"))
-    if cache is not None and not all(getattr(lay, "replay_safe", False) for lay in cache.layers):
-        return layer_call(*args)
-    calls = [0]
-
-    def run(*a):
-        if calls[0]:  # the replay, in backward: the previous layer's freed pages go back to the OS first
-            release_free_heap()
-        calls[0] += 1
-        return layer_call(*a)
-
-    return checkpoint(run, *args, use_reentrant=False)
-
-
-def checkpoint_layers(model, enabled: bool = True) -> int:
-    """Activation (gradient) checkpointing of every decoder layer: forward keeps only each layer's input, backward
-    re-runs the layer. Uses transformers' own switch on its `GradientCheckpointingLayer`s, non-reentrant, and allows
-    the cache there because ours is replay-safe (above). Returns the number of layers switched."""
-    from transformers.modeling_layers import GradientCheckpointingLayer
-
-    n = 0
-    for m in model.modules():
-        if isinstance(m, GradientCheckpointingLayer):
-            m.gradient_checkpointing = enabled
-            m._gradient_checkpointing_func = _checkpoint_if_replay_safe
-            m._can_checkpoint_with_cache = enabled
-            n += 1
-    if enabled and n == 0:
-        raise ValueError(f"trainer.gradient_checkpointing: {type(model).__name__} has no checkpointable decoder layers "
-                         "(transformers' GradientCheckpointingLayer)")
-    return n
 
 
 def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pad_id: int) -> torch.Tensor:

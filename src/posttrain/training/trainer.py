@@ -21,7 +21,8 @@ from posttrain.algos.kl import k3
 from posttrain.algos.losses import LossInputs, LossParams
 from posttrain.obs.memory import release_free_heap
 from posttrain.training.batching import plan_micro_batches
-from posttrain.training.logprobs import checkpoint_layers, completion_logprobs
+from posttrain.training.checkpointing import checkpoint_layers
+from posttrain.training.logprobs import completion_logprobs
 from posttrain.training.optimizers import build_optimizers
 from posttrain.types import Batch
 
