@@ -84,6 +84,17 @@ def _baseline(s: list[float]) -> float:
     return statistics.fmean(s[:BASELINE_STEPS])
 
 
+def _sustained_rise(s: list[float], factor: float, patience: int, min_base: float) -> tuple[float, float] | None:
+    """(baseline, latest) when every one of the last `patience` values is at least `factor` x the first steps' mean
+    (a baseline of at least `min_base`); None otherwise, or with too few steps to tell."""
+    if len(s) < BASELINE_STEPS + patience:
+        return None
+    base, last = _baseline(s), s[-patience:]
+    if base < min_base or min(last) < factor * base:
+        return None
+    return base, last[-1]
+
+
 @diagnostic("entropy_collapse")
 def entropy_collapse(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     """Per-token entropy fell to (almost) nothing and the samples stopped differing: the policy has stopped
@@ -107,15 +118,13 @@ def entropy_collapse(h: History, cfg: DiagnosticsConfig) -> Finding | None:
 @diagnostic("entropy_blowup")
 def entropy_blowup(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     """Entropy shot up: the updates are too large and the policy is turning to noise (a learning rate too high)."""
-    e = h.series("train/entropy")
-    if len(e) < BASELINE_STEPS + cfg.patience:
+    rise = _sustained_rise(h.series("train/entropy"), cfg.entropy_rise_factor, cfg.patience, min_base=1e-9)
+    if rise is None:
         return None
-    base, last = _baseline(e), e[-cfg.patience:]
-    if base <= 0 or min(last) <= cfg.entropy_rise_factor * base:
-        return None
-    return Finding(f"policy blow-up: entropy {last[-1]:.2f} nats per token, {last[-1] / base:.1f}x its start",
+    base, now = rise
+    return Finding(f"policy blow-up: entropy {now:.2f} nats per token, {now / base:.1f}x its start",
                    "the updates are too large: lower trainer.lr (e.g. 4x), keep trainer.max_grad_norm at 1, and "
-                   "restart from a checkpoint before this step", {"entropy": last[-1], "entropy_start": base})
+                   "restart from a checkpoint before this step", {"entropy": now, "entropy_start": base})
 
 
 @diagnostic("truncation")
@@ -135,17 +144,15 @@ def truncation(h: History, cfg: DiagnosticsConfig) -> Finding | None:
 @diagnostic("length_runaway")
 def length_runaway(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     """Completions keep getting longer: often a reward that pays for length, or a missing stop."""
-    lens = h.series("completion/len_mean")
-    if len(lens) < BASELINE_STEPS + cfg.patience:
+    rise = _sustained_rise(h.series("completion/len_mean"), cfg.length_growth, cfg.patience, min_base=1.0)
+    if rise is None:
         return None
-    base, last = _baseline(lens), lens[-cfg.patience:]
-    if base < 1 or min(last) < cfg.length_growth * base:
-        return None
-    return Finding(f"runaway length: completions average {last[-1]:.0f} tokens, {last[-1] / base:.1f}x the "
+    base, now = rise
+    return Finding(f"runaway length: completions average {now:.0f} tokens, {now / base:.1f}x the "
                    f"{base:.0f} of the first steps",
                    "check the reward does not pay for length (samples.jsonl); add stop strings (sampling.stop) or "
                    "a soft overlong penalty (algorithm.overlong_buffer_frac=0.2)",
-                   {"len_mean": last[-1], "len_start": base})
+                   {"len_mean": now, "len_start": base})
 
 
 @diagnostic("off_policy")
