@@ -60,36 +60,56 @@ def main(argv=None) -> None:
 
     from posttrain.envs.tasks.json_extract import make_task
     from posttrain.models import load_model, render_prompt
+    from posttrain.obs.machine import cpu_line, cpu_summary
     from posttrain.sampling.precision import closeness, low_precision_copy
 
     model, tok = load_model("default", log=lambda s: None)
     model.eval()
     task = make_task()
     prompts = [render_prompt(tok, r["prompt"]) for r in task.train_rows[:4]]
-    variants = {"fp32": lambda: model, "bf16": lambda: low_precision_copy(model, "bf16"),
-                "int8 (weight-only, shipped)": lambda: low_precision_copy(model, "int8"),
-                "int8 dynamic (weights + activations; not shipped)": lambda: dynamic_int8(model)}
+    from posttrain.sampling.packed_linear import can_pack
+    from posttrain.sampling.precision import refresh_
+
+    # (name, make the sampler's model, what refresh_ is called with at a sync; None: shares the trainer's)
+    variants = [("fp32 (shares the trainer's weights)", lambda: model, None),
+                ("fp32, oneDNN-packed copy", lambda: low_precision_copy(model, "fp32", packed=True), "fp32"),
+                ("bf16, plain Linear", lambda: low_precision_copy(model, "bf16"), "bf16"),
+                ("bf16, oneDNN-packed", lambda: low_precision_copy(model, "bf16", packed=True), "bf16"),
+                ("int8 (weight-only)", lambda: low_precision_copy(model, "int8"), "int8"),
+                ("int8 dynamic (weights + activations; not shipped)", lambda: dynamic_int8(model), None)]
+    packable = {"fp32": can_pack(torch.float32), "bf16": can_pack(torch.bfloat16)}
     rows = []
-    for name, make in variants.items():
+    for name, make, refresh_as in variants:
+        if "packed" in name and not packable[name[:4]]:
+            print(f"{name}: skipped, oneDNN cannot pack {name[:4]} on this CPU", flush=True)
+            continue
         m = make()
         tps = decode_speed(m, tok, prompts, args.batch, args.new_tokens, args.repeats)
         pairs = [(r["prompt"], json.dumps(r["expected"], indent=2)) for r in task.train_rows[:8]]
-        kl, agree = (0.0, 1.0) if name == "fp32" else closeness(model, m, tok, pairs)
-        rows.append({"precision": name, "tokens_per_s": tps, "kl_per_token": kl, "argmax_agree": agree})
-        print(f"{name}: {tps:.1f} tok/s, KL {kl:.4f}, argmax agree {agree:.3f}", flush=True)
+        kl, agree = (0.0, 1.0) if m is model else closeness(model, m, tok, pairs)
+        sync_s = 0.0
+        if refresh_as is not None:
+            t0 = time.perf_counter()
+            refresh_(m, model, refresh_as)
+            sync_s = time.perf_counter() - t0
+        rows.append({"precision": name, "tokens_per_s": tps, "kl_per_token": kl, "argmax_agree": agree,
+                     "refresh_s": sync_s})
+        print(f"{name}: {tps:.1f} tok/s, KL {kl:.4f}, argmax agree {agree:.3f}, refresh {sync_s:.2f} s", flush=True)
+        del m
     base = rows[0]["tokens_per_s"]
     lines = [f"default model, batch {args.batch} ({len(prompts)} json-extract prompts), {args.new_tokens} new tokens, "
-             f"{args.threads} threads, best of {args.repeats}; closeness teacher-forced on 8 prompts + answers", "",
-             "| sampler precision | rollout tok/s | vs fp32 | KL(fp32 ‖ copy) per token | same argmax |",
-             "|---|---:|---:|---:|---:|"]
+             f"{args.threads} threads, best of {args.repeats}; closeness teacher-forced on 8 prompts + answers; "
+             "refresh: one weight sync into the copy", "", f"CPU: {cpu_line()}", "",
+             "| sampler | rollout tok/s | vs fp32 | KL(fp32 ‖ copy) per token | same argmax | refresh s |",
+             "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['precision']} | {r['tokens_per_s']:.1f} | {r['tokens_per_s'] / base:.2f}x | "
-                     f"{r['kl_per_token']:.4f} | {r['argmax_agree']:.3f} |")
+                     f"{r['kl_per_token']:.4f} | {r['argmax_agree']:.3f} | {r['refresh_s']:.2f} |")
     md = "\n".join(lines)
     print("\n" + md)
     out = Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sampler_precision.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    (out / "sampler_precision.json").write_text(json.dumps({"args": vars(args), "cpu": cpu_summary(), "rows": rows}, indent=1))
     (out / "sampler_precision.md").write_text("# bench/sampler_precision.py\n\n" + md + "\n")
 
 

@@ -18,41 +18,50 @@ def _logits(m):
         return m(X).logits.float()
 
 
-@pytest.mark.parametrize("precision", ["int8", "bf16"])
-def test_copy_is_close_and_leaves_the_policy_alone(tiny, precision):
+# (precision, packed): the copies a sampler can hold; packed ones fall back to plain Linears where oneDNN cannot
+# pack that dtype (tests/sampling/test_packed_linear.py tests the packing itself).
+COPIES = [("int8", False), ("bf16", False), ("bf16", True), ("fp32", True)]
+
+
+@pytest.mark.parametrize("precision,packed", COPIES)
+def test_copy_is_close_and_leaves_the_policy_alone(tiny, precision, packed):
     model, _ = tiny
     before = {n: p.clone() for n, p in model.named_parameters()}
-    lp = low_precision_copy(model, precision)
+    lp = low_precision_copy(model, precision, packed=packed)
     diff = (_logits(lp) - _logits(model)).abs().max()
-    assert 0 < diff < 0.1 * _logits(model).abs().max()
+    if precision == "fp32":
+        assert diff < 1e-4
+    else:
+        assert 0 < diff < 0.1 * _logits(model).abs().max()
     assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
     assert all(not p.requires_grad for p in lp.parameters())
 
 
-@pytest.mark.parametrize("precision", ["int8", "bf16"])
-def test_refresh_equals_a_fresh_copy_of_the_updated_policy(tiny, precision):
+@pytest.mark.parametrize("precision,packed", COPIES)
+def test_refresh_equals_a_fresh_copy_of_the_updated_policy(tiny, precision, packed):
     model, _ = tiny
-    lp = low_precision_copy(model, precision)
+    lp = low_precision_copy(model, precision, packed=packed)
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(1.1).add_(0.01)
     refresh_(lp, model, precision)
-    assert torch.equal(_logits(lp), _logits(low_precision_copy(model, precision)))
+    assert torch.equal(_logits(lp), _logits(low_precision_copy(model, precision, packed=packed)))
 
 
-def test_refresh_merges_lora_adapters(tiny):
+@pytest.mark.parametrize("precision,packed", [("int8", False), ("bf16", True)])
+def test_refresh_merges_lora_adapters(tiny, precision, packed):
     from posttrain.models.lora import apply_lora
 
     model, _ = tiny
     lora = apply_lora(model, r=4, alpha=8.0, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj"])
-    lp = low_precision_copy(lora, "int8")
+    lp = low_precision_copy(lora, precision, packed=packed)
     with torch.no_grad():
         for n, p in lora.named_parameters():
             if "lora_B" in n:
                 p.add_(0.05)  # B starts at zero: make the adapter matter
-    refresh_(lp, lora, "int8")
+    refresh_(lp, lora, precision)
     merged = copy.deepcopy(lora).merge_and_unload()
-    assert torch.equal(_logits(lp), _logits(low_precision_copy(merged, "int8")))
+    assert torch.equal(_logits(lp), _logits(low_precision_copy(merged, precision, packed=packed)))
     assert (_logits(lp) - _logits(merged)).abs().max() < 0.1 * _logits(merged).abs().max()
 
 
@@ -97,8 +106,9 @@ def default_model():
     return load_model("default", log=lambda s: None)
 
 
-@pytest.mark.parametrize("precision,max_kl,min_agree", [("bf16", 0.01, 0.95), ("int8", 0.02, 0.9)])
-def test_the_copy_of_the_default_model_stays_close_per_token(default_model, precision, max_kl, min_agree):
+@pytest.mark.parametrize("precision,packed,max_kl,min_agree", [
+    ("bf16", False, 0.01, 0.95), ("bf16", True, 0.01, 0.95), ("int8", False, 0.02, 0.9), ("fp32", True, 1e-4, 0.99)])
+def test_the_copy_of_the_default_model_stays_close_per_token(default_model, precision, packed, max_kl, min_agree):
     """On the real default model, not a random one: teacher-forced on json-extract prompts and answers, the copy's
     next-token distribution stays within a small KL of the fp32 policy's and picks the same argmax almost always.
     (torch's dynamic int8 quantization, int8 activations included, passed the tiny-model test above and gave
@@ -108,6 +118,25 @@ def test_the_copy_of_the_default_model_stays_close_per_token(default_model, prec
 
     model, tok = default_model
     pairs = [(row["prompt"], json.dumps(row["expected"], indent=2)) for row in make_task().train_rows[:4]]
-    kl, agree = closeness(model, low_precision_copy(model, precision), tok, pairs)
+    kl, agree = closeness(model, low_precision_copy(model, precision, packed=packed), tok, pairs)
     assert kl < max_kl, (precision, kl)
     assert agree > min_agree, (precision, agree)
+
+
+@pytest.mark.parametrize("precision,packed,mode", [("fp32", "on", "sync"), ("bf16", "auto", "async")])
+def test_a_packed_sampler_run_trains(tmp_path, precision, packed, mode):
+    """The sampler's own oneDNN-packed copy (fp32 in the sync loop, bf16 in the async one), re-packed at every
+    sync: the run learns as the unpacked ones do."""
+    from posttrain.loop import train
+    from posttrain.obs import read_metrics
+
+    res = train(load_config(None, ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false",
+                                   "logging.console=false", "loop.eval_prompts=8", f"run.output_dir={tmp_path}",
+                                   "loop.steps=25", "loop.prompts_per_step=4", "algorithm.num_generations=8",
+                                   "trainer.lr=3e-3", "loop.save_every=0", f"sampling.precision={precision}",
+                                   f"sampling.packed_weights={packed}", f"loop.mode={mode}"]))
+    recs = [r for r in read_metrics(str(res.run_dir)) if r["kind"] == "train"]
+    assert all(r["time/weight_sync"] >= 0 for r in recs)
+    first = sum(r["reward/mean"] for r in recs[:5]) / 5
+    last = sum(r["reward/mean"] for r in recs[-5:]) / 5
+    assert last > first + 0.2, (first, last)

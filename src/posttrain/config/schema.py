@@ -86,6 +86,18 @@ class SamplingConfig(_Strict):
     precision: Literal["fp32", "bf16", "int8"] = Field("fp32", description=(
         "rollout sampler's weights: fp32 (shares the trainer's), or a bf16 / int8 copy refreshed at each sync; "
         "not fp32 makes algorithm.behavior_logprobs default to sampler and is_correction to truncate"))
+    packed_weights: Literal["auto", "on", "off"] = Field("auto", description=(
+        "CPU decode with the sampler's Linear weights packed once by oneDNN at each sync instead of re-packed by "
+        "every matmul (sampling/packed_linear.py). auto: pack whenever the sampler holds a copy of its own (a "
+        "bf16 copy, or the async loop's fp32 copy) and the CPU can pack that dtype; on: also give the sync loop's "
+        "fp32 sampler a packed copy of its own (one more copy of the weights in memory); off: never. int8 and GPU "
+        "samplers are not packed"))
+
+    @field_validator("packed_weights", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, v):
+        """YAML (and so the command line) reads on/off as booleans."""
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
 
 
 class TrainerConfig(_Strict):

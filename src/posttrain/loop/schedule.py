@@ -16,6 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from posttrain.algos.registry import Registry
 from posttrain.config.schema import Config
 from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
@@ -31,6 +33,7 @@ from posttrain.models.load import stop_token_ids
 from posttrain.obs.timers import BusyMeter
 from posttrain.rewards.tags import JudgeTagger, RuleTagger, Taggers, load_vocabulary
 from posttrain.sampling.hf_sampler import HFSampler
+from posttrain.sampling.packed_linear import can_pack
 from posttrain.sampling.precision import low_precision_copy
 from posttrain.training.launch import start_ranks, world_size
 from posttrain.training.trainer import Trainer
@@ -55,17 +58,33 @@ def rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, An
 def local_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[HFSampler, Any]:
     """In this process: the policy's own sampler (a version bump), a full-precision copy (the async loop: training
     and generation overlap), or a low-precision copy (sampling.precision), refreshed at each sync."""
-    p = cfg.sampling.precision
-    if p == "fp32" and not own_copy:
+    p, pack = cfg.sampling.precision, cfg.sampling.packed_weights
+    if p == "fp32" and not own_copy and pack != "on":
         return c.sampler, SharedWeights(c.sampler)
-    model = low_precision_copy(c.model, p) if p != "fp32" else copy.deepcopy(c.model).eval()
+    packed = pack != "off" and _device_type(c.model) == "cpu"
+    if pack == "on" and packed and p != "int8" and not can_pack(_PACK_DTYPES[p] or _dtype(c.model)):
+        raise ValueError(f"sampling.packed_weights=on: oneDNN cannot pack {p} weights on this CPU; use auto or off")
+    # A packed fp32 copy is refreshed like a low-precision one (merged and re-packed at each sync).
+    own = p != "fp32" or packed
+    model = low_precision_copy(c.model, p, packed=packed) if own else copy.deepcopy(c.model).eval()
     sampler = HFSampler(model, c.tokenizer, stop_token_ids(c.model, c.tokenizer), seed=cfg.run.seed,
                         graphs=cfg.sampling.cuda_graphs and p == "fp32",
                         interruptible=own_copy and cfg.loop.mode == "async" and cfg.loop.interruptible,
                         prefix_cache_tokens=cfg.sampling.prefix_cache_tokens)
     sampler.generator.set_state(c.sampler.generator.get_state())
     sampler.policy_version = c.sampler.policy_version
-    return sampler, (LowPrecisionCopy(c.model, sampler, p) if p != "fp32" else CopyWeights(c.model, sampler))
+    return sampler, (LowPrecisionCopy(c.model, sampler, p) if own else CopyWeights(c.model, sampler))
+
+
+_PACK_DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # fp32: the policy's own dtype
+
+
+def _device_type(model: Any) -> str:
+    return next(model.parameters()).device.type
+
+
+def _dtype(model: Any) -> Any:
+    return next(model.parameters()).dtype
 
 
 @SAMPLER_BACKENDS.register("ray")

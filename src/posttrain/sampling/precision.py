@@ -36,7 +36,10 @@ from typing import Any
 
 import torch
 
+from posttrain.sampling.packed_linear import PackedLinear, pack_linears_
+
 PRECISIONS = ("fp32", "bf16", "int8")
+_DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # fp32: the policy's own dtype, whatever it is
 
 
 class Int8Linear(torch.nn.Module):
@@ -82,13 +85,21 @@ def _linears(model: Any) -> list[tuple[Any, str, torch.nn.Linear]]:
             if isinstance(child, torch.nn.Linear)]
 
 
-def low_precision_copy(model: Any, precision: str) -> Any:
-    """A new model for the sampler in `precision` (the trainer's model is untouched)."""
+def low_precision_copy(model: Any, precision: str, packed: bool = False) -> Any:
+    """A new model for the sampler in `precision` (the trainer's model is untouched).
+
+    `packed`: fp32 and bf16 copies hold their Linear weights packed by oneDNN (packed_linear.py), where this CPU
+    can pack that dtype; otherwise they stay plain Linears. int8 has its own kernel and ignores it."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown sampling.precision {precision!r} (known: {', '.join(PRECISIONS)})")
     m = _plain(model).eval().requires_grad_(False)
-    if precision == "bf16":
-        return m.to(torch.bfloat16)
+    if precision in _DTYPES:
+        # "fp32" means the policy's own precision: a copy of its weights as they are.
+        dtype = _DTYPES[precision] or next(m.parameters()).dtype
+        m = m.to(dtype)
+        if packed:
+            pack_linears_(m, dtype)
+        return m
     if precision == "int8":
         if any(p.is_cuda for p in m.parameters()):
             raise ValueError("sampling.precision=int8 is the CPU weight-only int8 path; on a GPU use bf16")
@@ -104,7 +115,7 @@ def refresh_(sampler_model: Any, policy: Any, precision: str) -> None:
     src_params = dict(src.named_parameters())
     src_modules = dict(src.named_modules())
     for name, mod in sampler_model.named_modules():
-        if isinstance(mod, Int8Linear):
+        if isinstance(mod, (Int8Linear, PackedLinear)):
             lin = src_modules[name]
             mod.load_(lin.weight, lin.bias)
     for name, p in sampler_model.named_parameters():  # everything not quantized: norms, embeddings
