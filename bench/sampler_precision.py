@@ -2,13 +2,16 @@
 
     python bench/sampler_precision.py [--threads 2] [--batch 16] [--new-tokens 64] [--repeats 3]
 
-For fp32, bf16, int8 (weight-only, what `sampling.precision=int8` ships) and, as a measured alternative that is
-not shipped, torch's dynamic int8 quantization (int8 weights and per-tensor int8 activations):
+For fp32 through MKL (torch's default) and through oneDNN (`model.cpu_matmul`), an fp32 copy with oneDNN-packed
+weights (`sampling.packed_weights=on`), bf16 plain and packed, int8 (weight-only, what `sampling.precision=int8`
+ships) and, as a measured alternative that is not shipped, torch's dynamic int8 quantization (int8 weights and
+per-tensor int8 activations):
 - rollout tokens/s of posttrain's sampler on json-extract prompts (4 prompts x batch/4 completions, temperature 1,
   every row decoding the full --new-tokens: no stop), best of --repeats;
 - teacher-forced on 8 json-extract prompts with their reference answers: KL(fp32 || copy) per token (nats) and
   how often the copy's argmax equals fp32's.
-Prints a table; writes bench/results/sampler_precision.{json,md}.
+Prints a table with the CPU it ran on (the ratios depend on its instruction set); writes
+bench/results/sampler_precision.{json,md}.
 """
 
 from __future__ import annotations
@@ -71,7 +74,15 @@ def main(argv=None) -> None:
     from posttrain.sampling.precision import refresh_
 
     # (name, make the sampler's model, what refresh_ is called with at a sync; None: shares the trainer's)
-    variants = [("fp32 (shares the trainer's weights)", lambda: model, None),
+    from posttrain.models.matmul import route_linears_
+
+    def routed(setting):
+        route_linears_(model, setting)
+        return model
+
+    variants = [("fp32, MKL (torch's default; shares the trainer's weights)", lambda: routed("mkl"), None),
+                ("fp32, oneDNN (model.cpu_matmul=onednn; shares the trainer's weights)", lambda: routed("onednn"),
+                 None),
                 ("fp32, oneDNN-packed copy", lambda: low_precision_copy(model, "fp32", packed=True), "fp32"),
                 ("bf16, plain Linear", lambda: low_precision_copy(model, "bf16"), "bf16"),
                 ("bf16, oneDNN-packed", lambda: low_precision_copy(model, "bf16", packed=True), "bf16"),
@@ -84,6 +95,8 @@ def main(argv=None) -> None:
             print(f"{name}: skipped, oneDNN cannot pack {name[:4]} on this CPU", flush=True)
             continue
         m = make()
+        if m is not model:
+            route_linears_(model, "mkl")  # the reference for KL: the plain fp32 policy
         tps = decode_speed(m, tok, prompts, args.batch, args.new_tokens, args.repeats)
         pairs = [(r["prompt"], json.dumps(r["expected"], indent=2)) for r in task.train_rows[:8]]
         kl, agree = (0.0, 1.0) if m is model else closeness(model, m, tok, pairs)
@@ -96,14 +109,15 @@ def main(argv=None) -> None:
                      "refresh_s": sync_s})
         print(f"{name}: {tps:.1f} tok/s, KL {kl:.4f}, argmax agree {agree:.3f}, refresh {sync_s:.2f} s", flush=True)
         del m
-    base = rows[0]["tokens_per_s"]
+    base, base_dnn = rows[0]["tokens_per_s"], rows[1]["tokens_per_s"]
     lines = [f"default model, batch {args.batch} ({len(prompts)} json-extract prompts), {args.new_tokens} new tokens, "
              f"{args.threads} threads, best of {args.repeats}; closeness teacher-forced on 8 prompts + answers; "
              "refresh: one weight sync into the copy", "", f"CPU: {cpu_line()}", "",
-             "| sampler | rollout tok/s | vs fp32 | KL(fp32 ‖ copy) per token | same argmax | refresh s |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| sampler | rollout tok/s | vs fp32 MKL | vs fp32 oneDNN | KL(fp32 ‖ copy) per token | same argmax | "
+             "refresh s |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['precision']} | {r['tokens_per_s']:.1f} | {r['tokens_per_s'] / base:.2f}x | "
+                     f"{r['tokens_per_s'] / base_dnn:.2f}x | "
                      f"{r['kl_per_token']:.4f} | {r['argmax_agree']:.3f} | {r['refresh_s']:.2f} |")
     md = "\n".join(lines)
     print("\n" + md)

@@ -27,6 +27,9 @@ class ModelConfig(_Strict):
         "auto", description="auto: bfloat16 on a GPU, float32 on the CPU")
     threads: int | None = Field(None, ge=1, description="torch threads; default: all cores")
     attn_implementation: str = Field("sdpa", description="transformers attention backend (sdpa, eager, flash_attention_2)")
+    cpu_matmul: Literal["auto", "onednn", "mkl"] = Field("auto", description=(
+        "fp32 Linear layers on the CPU: onednn (oneDNN's inner product, about 1.5-2x MKL's sgemm on the AMD "
+        "reference machines, models/matmul.py), mkl (torch's default), or auto (oneDNN unless the CPU is Intel's)"))
 
 
     @field_validator("device")

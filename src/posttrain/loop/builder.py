@@ -17,6 +17,7 @@ from posttrain.envs.base import make_env
 from posttrain.envs.task import Task
 from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
 from posttrain.models.lora import apply_lora, count_parameters
+from posttrain.models.matmul import route_linears_
 from posttrain.rewards.judges.setup import configure_task_judges
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.types import SampleParams
@@ -81,7 +82,9 @@ def load_base_model(cfg: Config, log=print) -> tuple[Any, Any]:
     model, tok = load_model(cfg.model.name, resolve_dtype(cfg.model.dtype, device), cfg.model.attn_implementation,
                             seed=cfg.run.seed, log=log)
     ensure_pad_token(tok)
-    return model.to(device), tok
+    model = model.to(device)
+    route_linears_(model, cfg.model.cpu_matmul)  # before LoRA wraps the Linears; a no-op on other devices' tensors
+    return model, tok
 
 
 def with_lora(cfg: Config, model: Any) -> Any:
