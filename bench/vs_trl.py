@@ -17,11 +17,14 @@ the peak RSS of one does not include the other.
 
     python bench/vs_trl.py [--lora] [--steps K] [--model default|tiny-random|PATH] [--only posttrain|trl]
                            [--precision fp32|bf16|int8] [--chunk N] [--checkpointing]
+                           [--matmul auto|onednn|mkl] [--packed auto|on|off]
 
 `--precision int8` samples posttrain's rollouts with an int8 copy of the policy (sampling.precision; the ratio
 then uses the sampler's log-probs with TIS) and also runs posttrain in fp32, printed as its own column.
 `--chunk N` sets trainer.logits_chunk_tokens. `--checkpointing` turns activation checkpointing on in both
 frameworks (posttrain's trainer.gradient_checkpointing; TRL's own switch, which GRPOConfig has on by default).
+`--matmul` and `--packed` set posttrain's model.cpu_matmul and sampling.packed_weights (TRL runs torch's defaults:
+MKL for fp32 matmuls). The title records the CPU: the ratios depend on its instruction set and vendor.
 
 Prints a per-step table per framework and a summary (medians over all steps and over steps 2..K, the first
 step carrying warm-up), and writes bench/results/vs_trl[_lora].json and .md. Needs the `bench` extra (trl).
@@ -39,6 +42,7 @@ import time
 from functools import wraps
 from pathlib import Path
 
+from posttrain.obs.machine import cpu_line
 from posttrain.obs.memory import peak_rss_mb  # ru_maxrss in MB on Linux and macOS
 
 FRAMEWORKS = ("posttrain", "trl", "posttrain_fp32")
@@ -60,6 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32", help="posttrain's sampler")
     p.add_argument("--chunk", type=int, default=0, help="posttrain's trainer.logits_chunk_tokens")
+    p.add_argument("--matmul", choices=("auto", "onednn", "mkl"), default="auto", help="posttrain's model.cpu_matmul")
+    p.add_argument("--packed", choices=("auto", "on", "off"), default="auto",
+                   help="posttrain's sampling.packed_weights")
     p.add_argument("--checkpointing", action="store_true",
                    help="activation checkpointing in both (posttrain trainer.gradient_checkpointing, TRL's own)")
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"), help="output folder")
@@ -98,6 +105,7 @@ def posttrain_overrides(args: argparse.Namespace, out: str) -> list[str]:
         overrides += ["lora.enabled=true", "lora.r=16", "lora.alpha=32", "lora.dropout=0.0"]
     # The posttrain_fp32 child is the same run with the fp32 sampler, the column beside a low-precision one.
     overrides.append(f"sampling.precision={'fp32' if args.only == 'posttrain_fp32' else args.precision}")
+    overrides += [f"model.cpu_matmul={args.matmul}", f"sampling.packed_weights={args.packed}"]
     if args.chunk:
         overrides.append(f"trainer.logits_chunk_tokens={args.chunk}")
     if args.checkpointing:
@@ -297,7 +305,8 @@ def main(argv: list[str] | None = None) -> None:
              f"{args.prompts_per_step} prompts x G={args.generations}, {args.max_tokens} new tokens, "
              f"{args.threads} threads, posttrain sampler {args.precision}"
              + (f", logits chunk {args.chunk}" if args.chunk else "")
-             + (", activation checkpointing in both" if args.checkpointing else ""))
+             + (", activation checkpointing in both" if args.checkpointing else "")
+             + f", posttrain cpu_matmul {args.matmul}, packed_weights {args.packed}; CPU: {cpu_line()}")
     print("\n" + "\n\n".join(step_table(fw, r["steps"]) for fw, r in results.items()) + "\n")
     md = markdown(summary, title)
     print(md)
@@ -306,7 +315,8 @@ def main(argv: list[str] | None = None) -> None:
     dest = Path(args.results)
     dest.mkdir(parents=True, exist_ok=True)
     stem = (("vs_trl_lora" if args.lora else "vs_trl") + ("" if args.precision == "fp32" else f"_{args.precision}")
-            + ("_ckpt" if args.checkpointing else ""))
+            + ("_ckpt" if args.checkpointing else "") + ("" if args.matmul == "auto" else f"_{args.matmul}")
+            + ("" if args.packed == "auto" else f"_packed_{args.packed}"))
     (dest / f"{stem}.json").write_text(json.dumps(report, indent=2))
     (dest / f"{stem}.md").write_text(md)
     print(f"wrote {dest / stem}.json and .md")

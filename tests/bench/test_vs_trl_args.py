@@ -26,3 +26,10 @@ def test_precision_and_chunk_reach_the_posttrain_config():
     assert plain.sampling.precision == "fp32" and plain.sampling.max_tokens == 64 and plain.sampling.stop == []
     assert not plain.trainer.gradient_checkpointing
     assert _cfg(["--checkpointing", "--model", "tiny-random"], "posttrain").trainer.gradient_checkpointing
+
+
+def test_matmul_and_packing_reach_the_posttrain_config():
+    cfg = _cfg(["--matmul", "mkl", "--packed", "on", "--model", "tiny-random"], "posttrain")
+    assert cfg.model.cpu_matmul == "mkl" and cfg.sampling.packed_weights == "on"
+    plain = _cfg(["--model", "tiny-random"], "posttrain")
+    assert plain.model.cpu_matmul == "auto" and plain.sampling.packed_weights == "auto"
