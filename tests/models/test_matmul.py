@@ -119,3 +119,9 @@ def test_a_run_builds_its_model_with_the_setting(tmp_path):
     assert any(type(m) is CPULinear for m in c.model.modules())
     c = build(load_config(None, [*base, "model.cpu_matmul=mkl"]), log=lambda s: None)
     assert not any(type(m) is CPULinear for m in c.model.modules())
+    # The builder routes before LoRA wraps the Linears: peft takes a CPULinear as the base layer it adapts.
+    c = build(load_config(None, [*base, "model.cpu_matmul=onednn", "lora.enabled=true"]), log=lambda s: None)
+    assert any(type(m) is CPULinear for m in c.model.modules())
+    assert any("lora_A" in n for n, _ in c.model.named_parameters())
+    c.model(X, labels=X).loss.backward()
+    assert all(p.grad is not None for p in c.model.parameters() if p.requires_grad)
