@@ -85,6 +85,8 @@ def test_a_model_with_adapters_is_refused(tiny):
     (["sampling.packed_weights=on"], True, "LowPrecisionCopy"),         # its own packed fp32 copy
     (["sampling.packed_weights=off", "sampling.precision=bf16"], False, "LowPrecisionCopy"),
     (["sampling.precision=int8", "sampling.packed_weights=on"], False, "LowPrecisionCopy"),  # int8: own kernel
+    (["lora.enabled=true"], False, "SharedWeights"),
+    (["lora.enabled=true", "sampling.packed_weights=on"], True, "LowPrecisionCopy"),  # merged, then packed
 ])
 def test_the_config_chooses_the_rollout_samplers_weights(tmp_path, overrides, packed, sync_name):
     from posttrain.loop.builder import build
@@ -105,3 +107,16 @@ def test_the_config_chooses_the_rollout_samplers_weights(tmp_path, overrides, pa
         with torch.no_grad():
             assert (sampler.model(x).logits - c.model(x).logits).abs().max() < 1e-4
         assert sampler.policy_version == 1
+
+
+@pytest.mark.skipif(not can_pack(torch.float32), reason="oneDNN cannot pack fp32 here")
+@pytest.mark.parametrize("lora,packed,sync_name", [(False, True, "LowPrecisionCopy"), (True, False, "CopyWeights")])
+def test_the_async_loops_fp32_copy_is_packed_unless_it_has_adapters(tmp_path, lora, packed, sync_name):
+    from posttrain.loop.builder import build
+    from posttrain.loop.schedule import local_rollout_sampler
+
+    cfg = load_config(None, ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false",
+                             "logging.console=false", f"run.output_dir={tmp_path}", f"lora.enabled={lora}"])
+    sampler, sync = local_rollout_sampler(cfg, build(cfg), own_copy=True)
+    assert type(sync).__name__ == sync_name
+    assert any(isinstance(m, PackedLinear) for m in sampler.model.modules()) == packed

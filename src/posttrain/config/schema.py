@@ -92,7 +92,8 @@ class SamplingConfig(_Strict):
     packed_weights: Literal["auto", "on", "off"] = Field("auto", description=(
         "CPU decode with the sampler's Linear weights packed once by oneDNN at each sync instead of re-packed by "
         "every matmul (sampling/packed_linear.py). auto: pack whenever the sampler holds a copy of its own (a "
-        "bf16 copy, or the async loop's fp32 copy) and the CPU can pack that dtype; on: also give the sync loop's "
+        "bf16 copy, or the async loop's fp32 copy unless it has LoRA adapters) and the CPU can pack that dtype; on: "
+        "also give the sync loop's "
         "fp32 sampler a packed copy of its own (one more copy of the weights in memory); off: never. int8 and GPU "
         "samplers are not packed"))
 

@@ -61,9 +61,13 @@ def local_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[H
     p, pack = cfg.sampling.precision, cfg.sampling.packed_weights
     if p == "fp32" and not own_copy and pack != "on":
         return c.sampler, SharedWeights(c.sampler)
-    packed = pack != "off" and _device_type(c.model) == "cpu"
-    if pack == "on" and packed and p != "int8" and not can_pack(_PACK_DTYPES[p] or _dtype(c.model)):
+    cpu = _device_type(c.model) == "cpu"
+    packable = cpu and p != "int8" and can_pack(_PACK_DTYPES[p] or _dtype(c.model))
+    if pack == "on" and cpu and p != "int8" and not packable:
         raise ValueError(f"sampling.packed_weights=on: oneDNN cannot pack {p} weights on this CPU; use auto or off")
+    # auto packs a copy the sampler holds anyway, except an fp32 LoRA one: unpacked, it stays a peft model whose
+    # sync copies only the adapters; packed, every sync would merge a whole copy of the policy.
+    packed = packable and (pack == "on" or (pack == "auto" and not (p == "fp32" and hasattr(c.model, "merge_and_unload"))))
     # A packed fp32 copy is refreshed like a low-precision one (merged and re-packed at each sync).
     own = p != "fp32" or packed
     model = low_precision_copy(c.model, p, packed=packed) if own else copy.deepcopy(c.model).eval()
