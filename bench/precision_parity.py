@@ -46,10 +46,13 @@ def read_run(run_dir: Path) -> dict:
 
 
 def summarize(out: Path, precisions: list[str], seeds: list[int]) -> str:
+    from posttrain.obs.machine import cpu_line
+
     rows = {(p, s): read_run(out / f"{p}-s{s}") for p in precisions for s in seeds if (out / f"{p}-s{s}").exists()}
     base = next((r["before"] for r in rows.values() if r["before"] is not None), None)
     lines = [f"json-extract, {next(iter(rows.values()))['steps']} steps, default recipe, seeds {seeds}; held-out "
              f"json_exact of the base model: {base if base is None else f'{base:.3f}'}", "",
+             f"CPU (of the machine that summarized; the runs are on the same one unless copied): {cpu_line()}", "",
              "| sampler | seed | json_exact after | sampler_kl_k3 (mean over steps) | IS-capped tokens | median sample s |",
              "|---|---|---:|---:|---:|---:|"]
     for (p, s), r in rows.items():
