@@ -120,3 +120,26 @@ def test_the_async_loops_fp32_copy_is_packed_unless_it_has_adapters(tmp_path, lo
     sampler, sync = local_rollout_sampler(cfg, build(cfg), own_copy=True)
     assert type(sync).__name__ == sync_name
     assert any(isinstance(m, PackedLinear) for m in sampler.model.modules()) == packed
+
+
+def test_should_pack_follows_the_setting(tiny, monkeypatch):
+    import copy
+
+    from posttrain.models.lora import apply_lora
+    from posttrain.sampling import precision
+    from posttrain.sampling.precision import should_pack
+
+    model = tiny[0]
+    lora = apply_lora(copy.deepcopy(model), r=4, alpha=8.0, dropout=0.0, target_modules=["q_proj"])
+    monkeypatch.setattr(precision, "can_pack", lambda dtype: True)
+    assert should_pack(model, "bf16", "auto", holds_copy=True)
+    assert not should_pack(model, "fp32", "auto", holds_copy=False)  # the sync loop's shared sampler stays shared
+    assert should_pack(model, "fp32", "on", holds_copy=False)
+    assert not should_pack(lora, "fp32", "auto", holds_copy=True)  # an adapter-only sync beats a merge per sync
+    assert should_pack(lora, "fp32", "on", holds_copy=True)
+    assert not should_pack(model, "int8", "on", holds_copy=True)  # its own kernel
+    assert not should_pack(model, "bf16", "off", holds_copy=True)
+    monkeypatch.setattr(precision, "can_pack", lambda dtype: False)
+    assert not should_pack(model, "bf16", "auto", holds_copy=True)
+    with pytest.raises(ValueError, match="cannot pack bf16"):
+        should_pack(model, "bf16", "on", holds_copy=True)

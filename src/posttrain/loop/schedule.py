@@ -16,8 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from posttrain.algos.registry import Registry
 from posttrain.config.schema import Config
 from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
@@ -33,8 +31,7 @@ from posttrain.models.load import stop_token_ids
 from posttrain.obs.timers import BusyMeter
 from posttrain.rewards.tags import JudgeTagger, RuleTagger, Taggers, load_vocabulary
 from posttrain.sampling.hf_sampler import HFSampler
-from posttrain.sampling.packed_linear import can_pack
-from posttrain.sampling.precision import low_precision_copy
+from posttrain.sampling.precision import low_precision_copy, should_pack
 from posttrain.training.launch import start_ranks, world_size
 from posttrain.training.trainer import Trainer
 from posttrain.types import SampleParams
@@ -58,16 +55,10 @@ def rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, An
 def local_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[HFSampler, Any]:
     """In this process: the policy's own sampler (a version bump), a full-precision copy (the async loop: training
     and generation overlap), or a low-precision copy (sampling.precision), refreshed at each sync."""
-    p, pack = cfg.sampling.precision, cfg.sampling.packed_weights
-    if p == "fp32" and not own_copy and pack != "on":
+    p = cfg.sampling.precision
+    packed = should_pack(c.model, p, cfg.sampling.packed_weights, holds_copy=own_copy or p != "fp32")
+    if p == "fp32" and not own_copy and not packed:
         return c.sampler, SharedWeights(c.sampler)
-    cpu = _device_type(c.model) == "cpu"
-    packable = cpu and p != "int8" and can_pack(_PACK_DTYPES[p] or _dtype(c.model))
-    if pack == "on" and cpu and p != "int8" and not packable:
-        raise ValueError(f"sampling.packed_weights=on: oneDNN cannot pack {p} weights on this CPU; use auto or off")
-    # auto packs a copy the sampler holds anyway, except an fp32 LoRA one: unpacked, it stays a peft model whose
-    # sync copies only the adapters; packed, every sync would merge a whole copy of the policy.
-    packed = packable and (pack == "on" or (pack == "auto" and not (p == "fp32" and hasattr(c.model, "merge_and_unload"))))
     # A packed fp32 copy is refreshed like a low-precision one (merged and re-packed at each sync).
     own = p != "fp32" or packed
     model = low_precision_copy(c.model, p, packed=packed) if own else copy.deepcopy(c.model).eval()
@@ -78,17 +69,6 @@ def local_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[H
     sampler.generator.set_state(c.sampler.generator.get_state())
     sampler.policy_version = c.sampler.policy_version
     return sampler, (LowPrecisionCopy(c.model, sampler, p) if own else CopyWeights(c.model, sampler))
-
-
-_PACK_DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # fp32: the policy's own dtype
-
-
-def _device_type(model: Any) -> str:
-    return next(model.parameters()).device.type
-
-
-def _dtype(model: Any) -> Any:
-    return next(model.parameters()).dtype
 
 
 @SAMPLER_BACKENDS.register("ray")

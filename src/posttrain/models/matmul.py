@@ -1,18 +1,17 @@
 """CPU fp32 matmuls of Linear layers through oneDNN instead of MKL (`model.cpu_matmul`).
 
-torch sends an fp32 `F.linear` on the CPU to MKL's sgemm. MKL picks its fast kernels by CPU vendor, and on the
+torch sends an fp32 `F.linear` on the CPU to MKL's sgemm. MKL is tuned for Intel's CPUs, and on the
 AMD EPYC reference machines oneDNN's inner product (which torch already ships for bf16 and convolutions) was
-about twice as fast on the default model's shapes (2 threads):
+much faster on the default model's shapes (`python bench/matmul.py`, 2 threads, an AVX-512 EPYC, 2026-12-02;
+bench/results/matmul.md):
 
-- decode, 16 rows by every Linear of a token step: 56.8 ms through MKL, 33.1 ms through oneDNN
-- training, 2,048 rows by one layer's seven Linears: forward 73 vs 39 ms, input gradient 72 vs 36 ms, weight
-  gradient (one 2,048 x 1,536 by 2,048 x 576 product) 18.5 vs 11.0 ms
-- a forward and backward of the default model on 16 x 214 tokens: 21.8 s vs 14.4 s
+- decode, 16 rows by every Linear of a token step: 59.2 ms through MKL, 32.0 ms through oneDNN
+- a forward and backward of the default model on 16 x 214 tokens: 19.9 s vs 12.7 s
 
 `route_linears_(model, setting)` turns every plain `nn.Linear` of a model into a `CPULinear` (the same module,
 class swapped: same parameters, state dict, LoRA wrapping and FSDP sharding). Its forward runs `OneDNNLinear` on
 plain fp32 CPU tensors: forward and input gradient by oneDNN's inner product, weight gradient by oneDNN on the
-transposed views (no copies), bias gradient a sum. Anything else (bf16, CUDA, DTensor shards) takes `F.linear`
+transposed views (which it takes as contiguous copies: about 14% of an update in a profile), bias gradient a sum. Anything else (bf16, CUDA, DTensor shards) takes `F.linear`
 as before. Results equal MKL's to fp32 rounding (tests/models/test_matmul.py compares outputs and gradients).
 
 A class swap rather than a global switch: only the modules of the run's model change, both the trainer and the

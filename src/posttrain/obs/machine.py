@@ -1,7 +1,8 @@
 """What machine a measurement ran on, for benchmark results.
 
 Speed ratios on a CPU depend on its instruction set more than on anything posttrain does: the same bf16 sampler
-decoded 1.42x faster than fp32 on an AVX2-only EPYC and 2.38x faster on one with AVX-512 BF16. Every benchmark
+decoded 1.42x faster than fp32 on an AVX2-only EPYC and 2.0x faster on one with AVX-512 BF16
+(bench/sampler_precision.py, both with MKL's fp32 matmuls). Every benchmark
 that reports a speed records this line beside it, so two results are only compared on like machines.
 """
 
@@ -39,7 +40,7 @@ def cpu_summary() -> dict[str, object]:
 
 
 def cpu_line() -> str:
-    """One line for a results table: 'AMD EPYC 9B14, 2 cores, avx2 avx512f avx512_bf16 (torch AVX512)'."""
+    """One line for a results table: 'AMD EPYC, 2 cores, avx2 avx512f avx512_bf16 avx512_vnni (torch AVX512)'."""
     c = cpu_summary()
     isa = " ".join(c["isa"]) or "no AVX2"
     return f"{c['model'] or 'unknown CPU'}, {c['cores']} cores, {isa} (torch {c['torch_capability']})"

@@ -1,12 +1,11 @@
 """oneDNN-prepacked Linear layers for the sampler's own copy of the policy (CPU decode).
 
-A decode step multiplies a handful of rows (the batch) by every weight matrix. `F.linear` hands that to MKL's
-sgemm, which re-packs the weight into its blocked layout on every call: on the 2-core reference machines the pack
-copies were about a quarter of a decode's CPU samples (perf), and the 16 x 576 by 576 x 49,152 output projection
-took 14.9 ms in fp32 where oneDNN's inner product took 5.4 ms. oneDNN can pack a weight once
-(`torch.ops.mkldnn._reorder_linear_weight`, what inductor's CPU freezing uses) and reuse it for any number of
-rows, so a sampler that owns its weights (a low-precision copy, or an fp32 copy of its own) packs them at each
-weight sync and decodes with `torch.ops.mkldnn._linear_pointwise`.
+A decode step multiplies a handful of rows (the batch) by every weight matrix, and both MKL and oneDNN re-pack
+the weight into their blocked layout on every call; at decode batch sizes that repacking is a large share of the
+work (an earlier perf profile of the fp32 sampler put MKL's pack copies at about a quarter of its samples).
+oneDNN can pack a weight once (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's CPU freezing uses) and
+reuse it for any number of rows, so a sampler that owns its weights (a low-precision copy, or an fp32 copy of
+its own) packs them at each weight sync and decodes with `torch.ops.mkldnn._linear_pointwise`.
 
 Measured with `python bench/sampler_precision.py` (the table in the README, with the CPU it ran on). Whether a
 dtype can be packed depends on the CPU: bf16 needs AVX-512 (bw, vl, dq) or AVX-NE-CONVERT, fp32 packs on any

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from posttrain.sampling.packed_linear import PackedLinear, pack_linears_
+from posttrain.sampling.packed_linear import PackedLinear, can_pack, pack_linears_
 
 PRECISIONS = ("fp32", "bf16", "int8")
 _DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # fp32: the policy's own dtype, whatever it is
@@ -94,8 +94,7 @@ def low_precision_copy(model: Any, precision: str, packed: bool = False) -> Any:
         raise ValueError(f"unknown sampling.precision {precision!r} (known: {', '.join(PRECISIONS)})")
     m = _plain(model).eval().requires_grad_(False)
     if precision in _DTYPES:
-        # "fp32" means the policy's own precision: a copy of its weights as they are.
-        dtype = _DTYPES[precision] or next(m.parameters()).dtype
+        dtype = copy_dtype(m, precision)
         m = m.to(dtype)
         if packed:
             pack_linears_(m, dtype)
@@ -106,6 +105,31 @@ def low_precision_copy(model: Any, precision: str, packed: bool = False) -> Any:
         for parent, name, lin in _linears(m):
             setattr(parent, name, Int8Linear(lin))  # the fp32 weight goes with the Linear (tied embeddings stay)
     return m
+
+
+def copy_dtype(model: Any, precision: str) -> torch.dtype:
+    """The dtype of a copy in `precision`: bf16, or for "fp32" the policy's own dtype (a copy of its weights as
+    they are)."""
+    return _DTYPES[precision] or next(model.parameters()).dtype
+
+
+def should_pack(model: Any, precision: str, setting: str, holds_copy: bool) -> bool:
+    """Whether the sampler's weights for `model` in `precision` are a oneDNN-packed copy, per
+    `sampling.packed_weights` (`setting`); `holds_copy`: the sampler has a copy of its own anyway (a low-precision
+    one, or the async loop's). Raises when "on" asks for what this CPU cannot pack.
+
+    auto packs only a copy the sampler holds anyway, and not an fp32 copy of a LoRA policy: unpacked it stays a
+    peft model whose sync copies only the adapters; packed, every sync would merge a whole copy of the policy. on
+    packs whatever it can. int8 has its own kernel and GPU copies are never packed."""
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    if setting == "off" or (setting == "auto" and not holds_copy) or precision not in _DTYPES or not on_cpu:
+        return False
+    if not can_pack(copy_dtype(model, precision)):
+        if setting == "on":
+            raise ValueError(f"sampling.packed_weights=on: oneDNN cannot pack {precision} weights on this CPU; "
+                             "use auto or off")
+        return False
+    return setting == "on" or not (precision == "fp32" and hasattr(model, "merge_and_unload"))
 
 
 @torch.no_grad()
