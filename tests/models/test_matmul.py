@@ -8,7 +8,7 @@ import torch
 
 from posttrain.config import load_config
 from posttrain.models import matmul
-from posttrain.models.matmul import CPULinear, OneDNNLinear, onednn_works, route_linears_
+from posttrain.models.matmul import CPULinear, DecodeOneDNNLinear, OneDNNLinear, onednn_works, route_linears_
 
 needs_onednn = pytest.mark.skipif(not onednn_works(), reason="oneDNN's inner product does not run here")
 X = torch.randint(3, 100, (2, 12), generator=torch.Generator().manual_seed(0))
@@ -103,6 +103,15 @@ def test_the_setting_is_honoured_or_refused(tiny, monkeypatch):
     assert matmul.use_onednn("auto") is False  # MKL is at home on Intel's CPUs
     monkeypatch.setattr(matmul, "_cpu_vendor", lambda: "AuthenticAMD")
     assert matmul.use_onednn("auto") is onednn_works()
+    if onednn_works():
+        # AMD: oneDNN trains too only with AVX-512 kernels (on AVX2 its weight gradient is slower than MKL's)
+        monkeypatch.setattr(matmul, "_avx512", lambda: True)
+        assert matmul.linear_class("auto") is CPULinear
+        monkeypatch.setattr(matmul, "_avx512", lambda: False)
+        assert matmul.linear_class("auto") is DecodeOneDNNLinear
+        assert route_linears_(m, "auto") == n_linear and all(
+            type(x) is DecodeOneDNNLinear for x in m.modules() if isinstance(x, torch.nn.Linear))
+        assert matmul.linear_class("onednn") is CPULinear  # an explicit onednn means every product
     monkeypatch.setattr(matmul, "onednn_works", lambda: False)
     with pytest.raises(RuntimeError, match="does not run"):
         matmul.use_onednn("onednn")
@@ -125,3 +134,26 @@ def test_a_run_builds_its_model_with_the_setting(tmp_path):
     assert any("lora_A" in n for n, _ in c.model.named_parameters())
     c.model(X, labels=X).loss.backward()
     assert all(p.grad is not None for p in c.model.parameters() if p.requires_grad)
+
+
+@needs_onednn
+def test_decode_only_routing_trains_through_f_linear_and_decodes_through_onednn(tiny, monkeypatch):
+    """DecodeOneDNNLinear: no-grad passes take oneDNN, passes that build a graph take F.linear, and both give
+    the plain model's results."""
+    ref = copy.deepcopy(tiny[0])
+    routed = copy.deepcopy(ref)
+    for x in routed.modules():
+        if type(x) is torch.nn.Linear:
+            x.__class__ = DecodeOneDNNLinear
+    calls = []
+    real = matmul._lp
+    monkeypatch.setattr(matmul, "_lp", lambda *a: calls.append(1) or real(*a))
+    with torch.inference_mode():
+        torch.testing.assert_close(routed(X).logits, ref(X).logits, rtol=1e-5, atol=1e-5)
+    assert calls, "decode did not take oneDNN"
+    calls.clear()
+    for m in (ref, routed):
+        m(X, labels=X).loss.backward()
+    assert not calls, "training took oneDNN"
+    for (n, a), (_, b) in zip(ref.named_parameters(), routed.named_parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7, msg=n)

@@ -2,13 +2,20 @@
 
 torch sends an fp32 `F.linear` on the CPU to MKL's sgemm. MKL is tuned for Intel's CPUs, and on the
 AMD EPYC reference machines oneDNN's inner product (which torch already ships for bf16 and convolutions) was
-much faster on the default model's shapes (`python bench/matmul.py`, 2 threads, an AVX-512 EPYC, 2026-12-02;
-bench/results/matmul.md):
+faster on the default model's shapes, by how much depending on the vector unit (`python bench/matmul.py`, 2
+threads; bench/results/matmul.md and matmul_avx2.md):
 
-- decode, 16 rows by every Linear of a token step: 59.2 ms through MKL, 32.0 ms through oneDNN
-- a forward and backward of the default model on 16 x 214 tokens: 19.9 s vs 12.7 s
+| work | AVX-512 EPYC: MKL / oneDNN | AVX2 EPYC: MKL / oneDNN |
+|---|---|---|
+| decode, 16 rows by every Linear of a token step | 59.2 / 32.0 ms | 119.2 / 93.3 ms |
+| forward and backward, 16 x 214 tokens | 19.9 / 12.7 s | 28.7 / 38.6 s |
 
-`route_linears_(model, setting)` turns every plain `nn.Linear` of a model into a `CPULinear` (the same module,
+On AVX2 oneDNN's weight gradient (a product of two transposed operands, which it copies first) is up to 1.65x
+slower than MKL's, so training there stays on MKL. Hence two routed classes: `CPULinear` sends every fp32 product
+to oneDNN, `DecodeOneDNNLinear` only passes without autograd (decode, scoring, the reference model) and trains
+through `F.linear`.
+
+`route_linears_(model, setting)` turns every plain `nn.Linear` of a model into one of them (the same module,
 class swapped: same parameters, state dict, LoRA wrapping and FSDP sharding). Its forward runs `OneDNNLinear` on
 plain fp32 CPU tensors: forward and input gradient by oneDNN's inner product, weight gradient by oneDNN on the
 transposed views (which it takes as contiguous copies: about 14% of an update in a profile), bias gradient a sum. Anything else (bf16, CUDA, DTensor shards) takes `F.linear`
@@ -60,13 +67,26 @@ def _plain_cpu_fp32(t: Any) -> bool:
 class CPULinear(torch.nn.Linear):
     """nn.Linear whose fp32 CPU products go through oneDNN (see the module docstring)."""
 
+    train_onednn = True  # False: passes that build an autograd graph take F.linear (MKL)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.weight, self.bias
         if not (_plain_cpu_fp32(x) and _plain_cpu_fp32(w) and (b is None or _plain_cpu_fp32(b)) and x.numel()):
             return torch.nn.functional.linear(x, w, b)
         if not torch.is_grad_enabled() or not (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
             return _lp(x, w, b, "none", [], "")  # decode and no-grad passes: no autograd node to build
+        if not self.train_onednn:
+            return torch.nn.functional.linear(x, w, b)
         return OneDNNLinear.apply(x, w, b)
+
+
+class DecodeOneDNNLinear(CPULinear):
+    """oneDNN for passes without autograd only; training products through MKL (AVX2 machines, see above)."""
+
+    train_onednn = False
+
+
+ROUTABLE = (torch.nn.Linear, CPULinear, DecodeOneDNNLinear)  # exact classes route_linears_ may swap between
 
 
 @functools.cache
@@ -89,24 +109,39 @@ def _cpu_vendor() -> str | None:
     return None
 
 
-def use_onednn(setting: str) -> bool:
-    """`model.cpu_matmul`: "onednn", "mkl", or "auto" (oneDNN unless the CPU is Intel's, where MKL is at home)."""
+def _avx512() -> bool:
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
+def linear_class(setting: str) -> type[torch.nn.Linear]:
+    """`model.cpu_matmul` as the class a Linear gets: "onednn" (CPULinear), "mkl" (nn.Linear), or "auto": MKL on
+    Intel's CPUs, where it is at home; elsewhere oneDNN for decode, and for training too where torch runs AVX-512
+    kernels (on AVX2 oneDNN trains slower, see the module docstring)."""
     if setting not in SETTINGS:
         raise ValueError(f"model.cpu_matmul must be one of {', '.join(SETTINGS)}, not {setting!r}")
     if setting == "mkl":
-        return False
-    if setting == "onednn" and not onednn_works():
-        raise RuntimeError("model.cpu_matmul=onednn: oneDNN's inner product does not run on this machine")
-    return onednn_works() and (setting == "onednn" or _cpu_vendor() != "GenuineIntel")
+        return torch.nn.Linear
+    if setting == "onednn":
+        if not onednn_works():
+            raise RuntimeError("model.cpu_matmul=onednn: oneDNN's inner product does not run on this machine")
+        return CPULinear
+    if not onednn_works() or _cpu_vendor() == "GenuineIntel":
+        return torch.nn.Linear
+    return CPULinear if _avx512() else DecodeOneDNNLinear
+
+
+def use_onednn(setting: str) -> bool:
+    """Whether `setting` sends any product to oneDNN here."""
+    return linear_class(setting) is not torch.nn.Linear
 
 
 def route_linears_(model: torch.nn.Module, setting: str = "auto") -> int:
-    """Make every plain nn.Linear of `model` a CPULinear when `setting` picks oneDNN (or back to nn.Linear when
-    it picks MKL); in place, returns how many modules use oneDNN afterwards."""
-    target = CPULinear if use_onednn(setting) else torch.nn.Linear
+    """Give every plain nn.Linear of `model` the class `setting` picks (`linear_class`), or back to nn.Linear
+    for MKL; in place, returns how many modules use oneDNN (for some pass) afterwards."""
+    target = linear_class(setting)
     n = 0
     for m in model.modules():
-        if type(m) in (torch.nn.Linear, CPULinear):  # exact: LoRA and quantized layers keep their own class
+        if type(m) in ROUTABLE:  # exact: LoRA and quantized layers keep their own class
             m.__class__ = target
-            n += target is CPULinear
+            n += target is not torch.nn.Linear
     return n

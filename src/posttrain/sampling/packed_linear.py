@@ -77,10 +77,10 @@ def pack_linears_(model: torch.nn.Module, dtype: torch.dtype) -> int:
         raise ValueError("pack_linears_ needs a plain model: merge the LoRA adapters first (merge_and_unload)")
     if not can_pack(dtype) or any(p.device.type != "cpu" for p in model.parameters()):
         return 0
-    from posttrain.models.matmul import CPULinear
+    from posttrain.models.matmul import ROUTABLE
 
     found = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-             if type(child) in (torch.nn.Linear, CPULinear)]  # exact: a LoRA or quantized layer keeps its forward
+             if type(child) in ROUTABLE]  # exact: a LoRA or quantized layer keeps its forward
     for parent, name, lin in found:
         setattr(parent, name, PackedLinear(lin, dtype))
     return len(found)
