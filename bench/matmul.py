@@ -37,6 +37,14 @@ def decode_shapes(model) -> list[tuple[int, int]]:
     return [tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
+def auto_choice() -> str:
+    from posttrain.models.matmul import CPULinear, linear_class
+
+    cls = linear_class("auto")
+    return {CPULinear: "oneDNN for decode and training", torch.nn.Linear: "MKL for everything"}.get(
+        cls, "oneDNN for decode, MKL for training")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=2)
@@ -85,7 +93,8 @@ def main(argv=None) -> None:
              f"{decode['onednn'] * 1e3:.1f} ms | {decode['mkl'] / decode['onednn']:.2f}x |",
              f"| forward + backward, {args.batch} x {args.tokens} tokens | {train['mkl']:.2f} s | "
              f"{train['onednn']:.2f} s | {train['mkl'] / train['onednn']:.2f}x |", "",
-             f"largest relative gradient difference (layer 0 and embeddings): {rel:.1e}"]
+             f"largest relative gradient difference (layer 0 and embeddings): {rel:.1e}", "",
+             f"model.cpu_matmul=auto here: {auto_choice()}"]
     md = "\n".join(lines)
     print("\n" + md)
     out = Path(args.results)

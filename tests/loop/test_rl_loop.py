@@ -96,3 +96,13 @@ def test_prompts_for_step_is_deterministic_and_covers_epochs():
     assert a == [prompts_for_step(10, s, 4, seed=1) for s in range(5)]
     flat = [i for s in a for i in s]
     assert sorted(flat[:10]) == list(range(10))  # first epoch visits every row once
+
+
+def test_a_time_budget_stops_the_run_after_the_step_that_spends_it_and_still_evaluates(tmp_path):
+    """loop.time_budget_s (the README's cap for `make demo` on a slow machine): the run ends early, then saves
+    and evaluates as a finished one does."""
+    cfg = _cfg(tmp_path, "loop.steps=50", "loop.prompts_per_step=2", "loop.time_budget_s=0.001")
+    res = train(cfg)
+    recs = [r for r in read_metrics(str(res.run_dir)) if r["kind"] == "train"]
+    assert len(recs) == 1
+    assert "eval/reward/mean" in res.after and (res.run_dir / "final" / "config.json").exists()

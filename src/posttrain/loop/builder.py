@@ -18,6 +18,7 @@ from posttrain.envs.task import Task
 from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
 from posttrain.models.lora import apply_lora, count_parameters
 from posttrain.models.matmul import route_linears_
+from posttrain.sampling.precision import precision_advice
 from posttrain.rewards.judges.setup import configure_task_judges
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.types import SampleParams
@@ -108,6 +109,9 @@ def build(cfg: Config, log=print) -> Components:
     if "cache" in cfg.judge.model_fields_set:  # set in the config: it wins over the caches the task's judges chose
         configure_task_judges(task, cfg.judge.cache)
     model, tok = load_base_model(cfg, log)
+    advice = precision_advice(cfg.sampling.precision, next(model.parameters()).device.type)
+    if advice and cfg.cluster.backend == "local":
+        log(f"note: {advice}")
     ref_model = None
     if cfg.algorithm.beta > 0 and cfg.algorithm.stepper == "policy_gradient":
         # The reference is only loaded when a KL term needs it (beta > 0). With LoRA it is the base model with

@@ -10,19 +10,22 @@ PPO ratio's old policy defaults to the sampler's log-probs and truncated IS is o
 - int8: weight-only int8 for every Linear (symmetric, per output channel), activations in bf16, through
   torch's `_weight_int8pack_mm` kernel: a quarter of fp32's weight bytes.
 
-Measured (`python bench/sampler_precision.py`: the default model, batch 16, 64 new tokens, 2 threads on the
-2-core AVX2 reference machine; closeness teacher-forced on json-extract prompts and answers):
+Measured (`python bench/sampler_precision.py`: the default model, batch 16, 64 new tokens, 2 threads; closeness
+teacher-forced on json-extract prompts and answers; decode speed relative to the fp32 sampler through MKL, on
+three 2-core AMD EPYCs; bench/results/sampler_precision*.md):
 
-| precision | decode vs fp32 | KL(fp32 || copy) per token | same argmax |
-|---|---:|---:|---:|
-| bf16 | 1.42x | 0.0004 | 99.7% |
-| int8 (weight-only) | 1.07x | 0.0028 | 97.7% |
-| torch dynamic int8 (weights and activations), not used | 1.86x | 0.94 | 69.9% |
+| sampler | AVX-512 + BF16 | AVX2 (Zen 3) | AVX2, earlier | KL(fp32 || copy) per token | same argmax |
+|---|---:|---:|---:|---:|---:|
+| fp32 oneDNN-packed copy | 2.07x | 1.31x | | 0 | 100% |
+| bf16 (packed where oneDNN can) | 2.75x | 0.53x | 1.42x | 0.0005 | 99.7% |
+| int8 (weight-only) | 1.93x | 1.16x | 1.07x | 0.003 | 97.5% |
+| torch dynamic int8 (weights and activations), not used | 2.72x | 2.17x | 1.86x | 0.92-0.94 | 68-70% |
 
-So bf16 is the fast choice on that CPU; int8 only saves memory there. Torch's dynamic quantization (int8
-activations per tensor, fbgemm) was the first int8 here: it is the fastest but wrecks the default model (a
-json-extract run with it never wrote valid JSON); `tests/sampling/test_precision.py` bounds the KL of every copy
-on the real default model so no such path ships again.
+So the fast choice depends on the CPU: bf16 where it has bf16 arithmetic, a packed fp32 copy where it does not
+(`precision_advice` says so at build). Torch's dynamic quantization (int8 activations per tensor, fbgemm) was the
+first int8 here: it is the fastest but wrecks the default model (a json-extract run with it never wrote valid
+JSON; `down_proj` alone costs KL 0.67); `tests/sampling/test_precision.py` bounds the KL of every copy on the
+real default model so no such path ships again.
 
 `refresh_` rewrites the copy from the trainer's weights at each weight sync (loop/weight_sync.py
 LowPrecisionCopy), in place, so no second fp32 model is ever kept. A LoRA policy is merged first (base + scaled
@@ -111,6 +114,19 @@ def copy_dtype(model: Any, precision: str) -> torch.dtype:
     """The dtype of a copy in `precision`: bf16, or for "fp32" the policy's own dtype (a copy of its weights as
     they are)."""
     return _DTYPES[precision] or next(model.parameters()).dtype
+
+
+def precision_advice(precision: str, device_type: str) -> str | None:
+    """A note for the user when `sampling.precision` will be slow on this machine, else None.
+
+    bf16 on a CPU without native bf16 arithmetic (oneDNN cannot pack bf16 there: no AVX-512 bw/vl/dq or
+    AVX-NE-CONVERT) decoded at 0.53x the fp32 MKL sampler's speed on an AVX2 EPYC (bench/results/
+    sampler_precision_avx2.md), where a packed fp32 copy was the fastest usable sampler (1.31x)."""
+    if precision == "bf16" and device_type == "cpu" and not can_pack(torch.bfloat16):
+        return ("sampling.precision=bf16: this CPU has no native bf16 arithmetic, so a bf16 sampler decodes "
+                "slower than fp32 (0.53x on an AVX2 EPYC, bench/results/sampler_precision_avx2.md); "
+                "sampling.precision=fp32 sampling.packed_weights=on is the fast choice here")
+    return None
 
 
 def should_pack(model: Any, precision: str, setting: str, holds_copy: bool) -> bool:
