@@ -175,3 +175,17 @@ def test_measurements_from_a_runs_logged_metrics():
     healthy = measurements_from_metrics({"eval/pass_rate": 0.2}, dict(step, **{"groups/zero_variance_frac": 0.25,
                                                                                 "pass_rate": 0.3}), 10, 4)
     assert worst(diagnose(healthy)) == "ok"
+
+
+def test_a_long_run_is_told_how_to_bound_it_and_a_budget_shortens_the_estimate():
+    # The demo's probe on a slow 2-core machine: 29.5 s a step, 28 s an eval, 60 steps: about 30 minutes.
+    before = {"eval/pass_rate": 0.17, "eval/seconds": 28.0}
+    step = {"groups/zero_variance_frac": 0.25, "pass_rate": 0.1, "time/step": 29.5}
+    long = kinds(measurements_from_metrics(before, step, steps=60, num_generations=4))["time"]
+    assert "60 steps and 2 held-out evals take about 30.4 min" in long.message
+    assert long.advice and "loop.time_budget_s=840" in long.advice[0] and "about 29 steps" in long.advice[0]
+    capped = kinds(measurements_from_metrics(before, step, steps=60, num_generations=4, time_budget_s=480))["time"]
+    assert "17 steps" in capped.message and "after about 17 of 60" in capped.message and not capped.advice
+    assert f"{(29.5 * 17 + 56) / 60:.1f} min" in capped.message
+    short = kinds(measurements_from_metrics(before, dict(step, **{"time/step": 9.0}), steps=60, num_generations=4))
+    assert not short["time"].advice  # 9.9 minutes: nothing to say

@@ -13,6 +13,8 @@ out, no model and no torch, so the loop can call it with the numbers it already 
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -45,6 +47,7 @@ class PreflightMeasurements:
     chat_prompts_without_template: bool = False  # chat-message prompts, but the tokenizer has no chat template
     step_seconds: float | None = None  # one probe step (sample + score + forward/backward + optimizer) here
     steps: int | None = None  # the planned run's loop.steps
+    time_budget_s: float | None = None  # the planned run's loop.time_budget_s
     eval_seconds: float | None = None  # one held-out evaluation here
     num_generations: int | None = None  # G
     peak_rss_mb: float | None = None  # this process's peak memory after the probe step
@@ -59,6 +62,9 @@ class Verdict:
     advice: list[str] = field(default_factory=list)  # what to change, as concrete settings where there are some
 
 
+LONG_RUN_S = 15 * 60  # a run estimated longer than this gets advice on bounding it
+
+
 def estimate_run_seconds(step_s: float, steps: int, eval_s: float = 0.0, evals: int = 2) -> float:
     """Training time of a run: steps x one probe step, plus the held-out evaluations (before and after)."""
     return step_s * steps + eval_s * evals
@@ -66,7 +72,8 @@ def estimate_run_seconds(step_s: float, steps: int, eval_s: float = 0.0, evals: 
 
 def measurements_from_metrics(before: dict[str, float], step: dict[str, float], steps: int,
                               num_generations: int, max_tokens: int | None = None, multi_turn: bool = False,
-                              chat_template_ok: bool | None = None) -> PreflightMeasurements:
+                              chat_template_ok: bool | None = None,
+                              time_budget_s: float | None = None) -> PreflightMeasurements:
     """Measurements from what a training run already logs: `before` is the eval before training (keys
     `eval/pass_rate`, `eval/seconds`), `step` the first train step's metrics (`groups/zero_variance_frac`,
     `pass_rate`, `reward/mean`, `completion/truncated_frac`, `rollouts/failed`, `rollouts/count`, `time/step`,
@@ -79,7 +86,7 @@ def measurements_from_metrics(before: dict[str, float], step: dict[str, float], 
         truncated_frac=step.get("completion/truncated_frac"), max_tokens=max_tokens,
         reward_errors=int(step.get("rollouts/failed", 0)), samples=int(step.get("rollouts/count", 0)),
         multi_turn=multi_turn, chat_template_ok=chat_template_ok, step_seconds=step.get("time/step"), steps=steps,
-        eval_seconds=before.get("eval/seconds"), num_generations=num_generations,
+        eval_seconds=before.get("eval/seconds"), num_generations=num_generations, time_budget_s=time_budget_s,
         peak_rss_mb=step.get("perf/peak_rss_mb"), mem_available_mb=step.get("perf/mem_available_mb"))
 
 
@@ -170,11 +177,24 @@ def _timing(m: PreflightMeasurements) -> list[Verdict]:
     if m.step_seconds is None:
         return []
     msg = f"about {m.step_seconds:.1f} s per training step on this machine (one probe step)"
+    advice = []
     if m.steps:
-        total = estimate_run_seconds(m.step_seconds, m.steps, m.eval_seconds or 0.0)
+        steps = m.steps
+        if m.time_budget_s:  # the run stops after the step that spends the budget
+            steps = min(steps, math.ceil(m.time_budget_s / m.step_seconds))
+        total = estimate_run_seconds(m.step_seconds, steps, m.eval_seconds or 0.0)
         evals = " and 2 held-out evals" if m.eval_seconds else ""
-        msg += f": {m.steps} steps{evals} take about {total / 60:.1f} min"
-    return [Verdict("time", "info", msg, [])]
+        capped = f" (loop.time_budget_s={m.time_budget_s:g} stops it after about {steps} of {m.steps})" \
+            if steps < m.steps else ""
+        msg += f": {steps} steps{evals} take about {total / 60:.1f} min{capped}"
+        if total > LONG_RUN_S and not capped:
+            # Machines sold as the same 2-core VM differed 3x in step time (README, "posttrain vs TRL"): say how to
+            # bound a run that will take much longer than its author planned, before it has taken the time.
+            budget = max(60, int(LONG_RUN_S - 2 * (m.eval_seconds or 0.0)) // 60 * 60)
+            advice = [f"to bound it: loop.time_budget_s={budget} (training stops after the step that spends it, "
+                      f"about {math.ceil(budget / m.step_seconds)} steps here; then it saves and evaluates)",
+                      "or fewer steps: loop.steps=N"]
+    return [Verdict("time", "info", msg, advice)]
 
 
 def _memory(m: PreflightMeasurements) -> list[Verdict]:

@@ -199,7 +199,8 @@ class Run:
         c = self.c
         meas = measurements_from_metrics(before=before, step=m, steps=self.cfg.loop.steps,
                                          num_generations=self.cfg.algorithm.num_generations,
-                                         max_tokens=c.train_params.max_tokens, multi_turn=bool(c.task.tools))
+                                         max_tokens=c.train_params.max_tokens, multi_turn=bool(c.task.tools),
+                                         time_budget_s=self.cfg.loop.time_budget_s)
         self.say(format_verdicts(diagnose(meas), f"preflight verdicts: {c.task.name}"))
 
     # ---- pieces ------------------------------------------------------------------------------------------
