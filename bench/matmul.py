@@ -8,7 +8,10 @@ Two measurements, each best of --repeats:
 - a forward and backward of the whole default model (full fine-tune, full-vocabulary log-softmax loss) on
   --batch x --tokens tokens, seconds, with the model's Linears routed to MKL and to oneDNN, and the largest
   relative difference of the gradients between the two.
-Prints a table with the CPU it ran on; writes bench/results/matmul.{json,md}.
+`--ops` instead times each product of one Linear's training pass (forward, input gradient, weight gradient) for
+each distinct Linear shape of the default model at --batch x --tokens rows, MKL vs oneDNN: where `auto`'s
+training choice comes from (on an AVX2 EPYC oneDNN's weight gradient ran at 0.57-0.97x MKL's speed).
+Prints a table with the CPU it ran on; writes bench/results/matmul.{json,md} (or matmul_ops.{json,md}).
 """
 
 from __future__ import annotations
@@ -37,6 +40,22 @@ def decode_shapes(model) -> list[tuple[int, int]]:
     return [tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
+def per_op(shapes, rows: int, repeats: int) -> list[dict]:
+    """ms per product of a Linear's training pass, for each [out, in] weight shape, MKL (plain matmuls, what
+    F.linear and its autograd run) vs oneDNN (what models/matmul.OneDNNLinear runs)."""
+    lp = torch.ops.mkldnn._linear_pointwise
+    out = []
+    for n, k in sorted(set(shapes)):
+        x, w, g = torch.randn(rows, k), torch.randn(n, k), torch.randn(rows, n)
+        ops = {"forward": (lambda: torch.nn.functional.linear(x, w), lambda: lp(x, w, None, "none", [], "")),
+               "input gradient": (lambda: g @ w, lambda: lp(g, w.t(), None, "none", [], "")),
+               "weight gradient": (lambda: g.t() @ x, lambda: lp(g.t(), x.t(), None, "none", [], ""))}
+        for op, (mkl, dnn) in ops.items():
+            out.append({"shape": [n, k], "op": op, "mkl_ms": best_of(mkl, repeats) * 1e3,
+                        "onednn_ms": best_of(dnn, repeats) * 1e3})
+    return out
+
+
 def auto_choice() -> str:
     from posttrain.models.matmul import CPULinear, linear_class
 
@@ -52,6 +71,7 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--tokens", type=int, default=214)
     p.add_argument("--results", default=str(RESULTS))
+    p.add_argument("--ops", action="store_true", help="per-product training timings per Linear shape instead")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -60,6 +80,22 @@ def main(argv=None) -> None:
     from posttrain.obs.machine import cpu_line, cpu_summary
 
     model, _ = load_model("default", log=lambda s: None)
+    if args.ops:
+        rows = per_op(decode_shapes(model), args.batch * args.tokens, args.repeats)
+        lines = [f"one Linear's training products at {args.batch * args.tokens} rows, default model's shapes, "
+                 f"{args.threads} threads, best of {args.repeats}; CPU: {cpu_line()}", "",
+                 "| weight [out, in] | product | MKL ms | oneDNN ms | oneDNN speed-up |", "|---|---|---:|---:|---:|"]
+        lines += [f"| {r['shape']} | {r['op']} | {r['mkl_ms']:.1f} | {r['onednn_ms']:.1f} | "
+                  f"{r['mkl_ms'] / r['onednn_ms']:.2f}x |" for r in rows]
+        lines += ["", f"model.cpu_matmul=auto here: {auto_choice()}"]
+        md = "\n".join(lines)
+        print(md)
+        out = Path(args.results)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "matmul_ops.json").write_text(json.dumps({"args": vars(args), "cpu": cpu_summary(), "ops": rows},
+                                                        indent=1))
+        (out / "matmul_ops.md").write_text("# bench/matmul.py --ops\n\n" + md + "\n")
+        return
     weights = [torch.randn(*shape) * 0.02 for shape in decode_shapes(model)]
     xs = {k: torch.randn(args.batch, k) for k in {w.shape[1] for w in weights}}
     lp = torch.ops.mkldnn._linear_pointwise

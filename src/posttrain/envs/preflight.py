@@ -14,7 +14,6 @@ out, no model and no torch, so the loop can call it with the numbers it already 
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 from typing import Literal
 

@@ -18,9 +18,9 @@ from posttrain.envs.task import Task
 from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
 from posttrain.models.lora import apply_lora, count_parameters
 from posttrain.models.matmul import route_linears_
-from posttrain.sampling.precision import precision_advice
 from posttrain.rewards.judges.setup import configure_task_judges
 from posttrain.sampling.hf_sampler import HFSampler
+from posttrain.sampling.precision import precision_advice
 from posttrain.types import SampleParams
 
 
