@@ -4,6 +4,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 ARGS   ?=
+# Test workers (pytest-xdist): the tests run one torch thread each (tests/conftest.py), so a 2-core machine runs two
+# at once. Capped at 4: each worker holds its own torch and models. JOBS=0 runs them in this process.
+JOBS   ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
 .PHONY: setup setup-dev demo test test-all bench clean
 
@@ -35,10 +38,10 @@ demo: setup
 	$(VENV)/bin/posttrain train $(ARGS)
 
 test: setup-dev
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n $(JOBS) --dist loadgroup $(ARGS)
 
 test-all: setup-dev
-	$(PY) -m pytest -q -m "" $(ARGS)
+	$(PY) -m pytest -q -n $(JOBS) --dist loadgroup -m "" $(ARGS)
 
 bench: setup
 	$(PY) -m pip install -q -e ".[bench]" "$(TORCH)"

@@ -21,3 +21,11 @@ def tiny():
 
     model, tok = load_model("tiny-random", seed=0)
     return model, tok
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), the cluster tests share one worker: they
+    share one two-node Ray cluster (tests/cluster/conftest.py), which each worker would otherwise start again."""
+    for item in items:
+        if "/tests/cluster/" in str(item.path).replace("\\", "/"):
+            item.add_marker(pytest.mark.xdist_group("ray"))

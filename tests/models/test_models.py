@@ -79,6 +79,36 @@ def test_default_model_converts_and_caches(tmp_path, monkeypatch):
     assert m.config.num_hidden_layers == 30 and tok.eos_token == "<|im_end|>"
 
 
+def test_concurrent_first_runs_convert_the_default_model_once(tmp_path, monkeypatch):
+    # Several processes may meet a fresh cache at once (two ranks, pytest-xdist workers); one converts, the others
+    # wait on the lock and load its folder. flock excludes separate open()s even within one process, so threads
+    # stand in for the processes here.
+    import threading
+    import time
+
+    import posttrain.models.default as D
+
+    monkeypatch.setenv("POSTTRAIN_CACHE", str(tmp_path))
+    calls = []
+
+    def slow_convert(target, log):
+        calls.append(target)
+        time.sleep(0.3)  # long enough that every thread reaches the lock while the first converts
+        target.mkdir(parents=True)
+        (target / "config.json").write_text("{}")
+        (target / "model.safetensors").write_text("")
+        return target
+
+    monkeypatch.setattr(D, "_convert", slow_convert)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(D.default_model_dir())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(calls) == 1 and len(got) == 4 and set(got) == {tmp_path / "models" / D.DEFAULT_MODEL}
+
+
 def test_lora_adapter_folder_loads_onto_its_base(tmp_path):
     base, tok = load_model("tiny-random")
     base.save_pretrained(tmp_path / "base")

@@ -7,9 +7,12 @@ every later run loads in about a second.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -36,11 +39,37 @@ def find_gguf() -> Path:
     return path
 
 
+def _converted(target: Path) -> bool:
+    return (target / "config.json").exists() and (target / "model.safetensors").exists()
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """An advisory lock across processes: the first run on a fresh machine may be several at once (two ranks,
+    pytest-xdist workers, two runs started together), and only one of them must convert while the others wait,
+    or a late writer replaces the folder under a reader that already found it."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def default_model_dir(log=print) -> Path:
-    """Return the cached HF folder of the default model, converting the GGUF on first use."""
+    """Return the cached HF folder of the default model, converting the GGUF on first use (one process at a
+    time; the others wait for it and then load its result)."""
     target = cache_dir() / "models" / DEFAULT_MODEL
-    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+    if _converted(target):
         return target
+    with _exclusive(target.parent / f".{DEFAULT_MODEL}.lock"):
+        if _converted(target):  # another process converted it while this one waited
+            return target
+        return _convert(target, log)
+
+
+def _convert(target: Path, log) -> Path:
     gguf = find_gguf()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -2,6 +2,8 @@
 
 import ast
 
+import pytest
+
 from posttrain.envs.tasks import feature_deletion as F
 
 SRC = '''"""mod."""
@@ -58,9 +60,12 @@ def test_repos_prompts_hide_tests():
     assert not set(keys(task.train_rows)) & set(keys(task.eval_rows)) and task.eval_rows
 
 
-def test_restored_scores_one_and_deleted_scores_below_one():
+@pytest.mark.parametrize("every", [pytest.param(True, marks=pytest.mark.slow), False], ids=["all", "one-per-file"])
+def test_restored_scores_one_and_deleted_scores_below_one(every):
     task = F.make_task()
     rows = task.train_rows + task.eval_rows
+    if not every:  # the fast suite: one function of each source file; `-m slow` checks every function
+        rows = list({(r["repo"], r["path"]): r for r in reversed(rows)}.values())
     refs = [task.references[(r["repo"], r["path"], r["qualname"])] for r in rows]
     restored = _score(task, rows, [f"```python\n{ref}```" for ref in refs])
     assert [r["qualname"] for r, s in zip(rows, restored) if s.components["tests_passed"] != 1.0] == []
