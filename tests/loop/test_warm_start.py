@@ -58,6 +58,24 @@ def test_warm_start_then_rl_in_one_run(tmp_path):
     assert kinds.index("warm_start") < kinds.index("train")
 
 
+def test_warm_start_trains_with_the_runs_memory_settings(tmp_path, monkeypatch):
+    # trainer.logits_chunk_tokens and trainer.gradient_checkpointing bound the memory of every training pass,
+    # the warm start's included (its demonstrations are as long as the episodes).
+    import posttrain.loop.warm_start as W
+
+    seen = []
+
+    class Spy(W.Trainer):
+        def __init__(self, *a, **k):
+            seen.append(k)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(W, "Trainer", Spy)
+    train(_cfg(tmp_path, "warm_start.steps=1", "loop.steps=0", "loop.eval_before=false",
+               "trainer.logits_chunk_tokens=16", "trainer.gradient_checkpointing=true"))
+    assert seen and seen[0]["logits_chunk_tokens"] == 16 and seen[0]["gradient_checkpointing"] is True
+
+
 def test_async_loop_sampler_gets_the_warm_started_weights(tmp_path, monkeypatch):
     import posttrain.loop.run as run_mod
     from posttrain.loop import Run

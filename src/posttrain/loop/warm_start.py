@@ -124,9 +124,12 @@ async def run_warm_start(cfg: Config, model: Any, tok: Any, env: Any, task: Task
         raise WarmStartError(f"none of the {len(rows)} demonstrations of task {task.name!r} passes its rubric; "
                              "check Task.demonstrate")
     say(f"warm start: {len(ok)} demonstrations, {ws.steps} steps x {min(ws.batch_size, len(ok))} at lr {ws.lr:g}")
-    trainer = Trainer(model, pad_id=pad_id, lr=ws.lr, betas=cfg.trainer.betas, max_grad_norm=cfg.trainer.max_grad_norm,
-                      micro_batch_tokens=cfg.trainer.micro_batch_tokens, prefix_sharing=cfg.trainer.prefix_sharing,
-                      temperature=1.0)
+    # The run's memory settings hold here too: multi-turn demonstrations are as long as the episodes RL trains on
+    # (about 1,700 tokens each on coding-agent), so a warm start without them peaked at 7 GB where RL fits in 3.
+    t = cfg.trainer
+    trainer = Trainer(model, pad_id=pad_id, lr=ws.lr, betas=t.betas, max_grad_norm=t.max_grad_norm,
+                      micro_batch_tokens=t.micro_batch_tokens, prefix_sharing=t.prefix_sharing, temperature=1.0,
+                      logits_chunk_tokens=t.logits_chunk_tokens, gradient_checkpointing=t.gradient_checkpointing)
     loss_params = LossParams(aggregation="token-mean")
     losses: list[float] = []
     for k, idx in enumerate(batches(len(ok), ws.batch_size, ws.steps, cfg.run.seed)):
