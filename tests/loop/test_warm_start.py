@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import re
 import textwrap
 
 import pytest
@@ -74,6 +75,15 @@ def test_warm_start_trains_with_the_runs_memory_settings(tmp_path, monkeypatch):
     train(_cfg(tmp_path, "warm_start.steps=1", "loop.steps=0", "loop.eval_before=false",
                "trainer.logits_chunk_tokens=16", "trainer.gradient_checkpointing=true"))
     assert seen and seen[0]["logits_chunk_tokens"] == 16 and seen[0]["gradient_checkpointing"] is True
+
+
+def test_the_first_warm_start_step_says_how_long_the_rest_will_take(tmp_path, capsys):
+    train(_cfg(tmp_path, "warm_start.steps=30", "warm_start.lr=1e-3", "loop.steps=0", "loop.eval_before=false",
+               "logging.console=true"))
+    out = capsys.readouterr().out
+    first = next(line for line in out.splitlines() if "warm start 1/30" in line)
+    assert re.search(r"about \d+ (s|min) more at this pace", first), first
+    assert "warm start 2/30" not in out  # then every steps // 10 steps, as before
 
 
 def test_async_loop_sampler_gets_the_warm_started_weights(tmp_path, monkeypatch):

@@ -93,6 +93,10 @@ async def demonstration_trajectories(env: Any, task: Task, tok: Any, rows: list[
     return ok, bad
 
 
+def eta_text(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
 def batches(n: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
     """`steps` batches of indices into n demonstrations: shuffled epochs, a fresh order each epoch."""
     rng = random.Random(f"warm-start:{seed}")
@@ -140,9 +144,13 @@ async def run_warm_start(cfg: Config, model: Any, tok: Any, env: Any, task: Task
         losses.append(m["train/loss"])  # token-mean of -logp over the demonstrated tokens = NLL per token
         log({"kind": "warm_start", "step": 0, "warm_start/step": k + 1, "warm_start/nll": m["train/loss"],
              "warm_start/grad_norm": m["train/grad_norm"], "warm_start/tokens": m["train/loss_tokens"]})
-        if (k + 1) % max(1, ws.steps // 10) == 0 or k + 1 == ws.steps:
+        took = time.perf_counter() - ts
+        if k == 0 or (k + 1) % max(1, ws.steps // 10) == 0 or k + 1 == ws.steps:
+            # The first step's time says what the whole warm start costs: long multi-turn demonstrations can make
+            # it minutes per step on a CPU, which a user should know before waiting for it.
+            eta = f"; about {eta_text(took * (ws.steps - 1))} more at this pace" if k == 0 and ws.steps > 1 else ""
             say(f"warm start {k + 1}/{ws.steps}: nll/token={m['train/loss']:.3f} "
-                f"grad_norm={m['train/grad_norm']:.2f} [{time.perf_counter() - ts:.1f}s]")
+                f"grad_norm={m['train/grad_norm']:.2f} [{took:.1f}s{eta}]")
     del trainer  # its optimizer state; RL starts fresh
     res = WarmStartResult(ws.steps, len(ok), len(bad), losses[0] if losses else float("nan"),
                           statistics.fmean(losses[-3:]) if losses else float("nan"), time.perf_counter() - t0)
