@@ -13,7 +13,7 @@ from coding_agent_helpers import ScriptedSampler, needs_sandbox, play, run_tool,
 from posttrain.envs.check import check_task
 from posttrain.envs.coding_agent import data
 from posttrain.envs.coding_agent.episode import TOOL_NAMES, first_failure
-from posttrain.envs.coding_agent.task import call, demonstrate, make_task
+from posttrain.envs.coding_agent.task import call, demonstrate, line_edit, make_task
 from posttrain.envs.tasks import builtin_task_factory
 
 
@@ -183,3 +183,40 @@ def test_env_check_passes(task):
     results = check_task(task)
     assert [r.check for r in results if not r.ok] == [] and len(results) == 4
 
+
+
+# ---- line-range demonstrations (task.options.demo_edits=lines) --------------------------------------------------
+
+
+def test_line_edit_replaces_only_the_changed_lines():
+    text = "a = 1\ndef f():\n    '''doc'''\n    raise NotImplementedError\n\nb = 2\n"
+    le = line_edit(text, "def f():\n    '''doc'''\n    raise NotImplementedError\n",
+                   "def f():\n    '''doc'''\n    x = 1\n    return x\n")
+    assert le == {"start_line": 4, "end_line": 4, "new": "    x = 1\n    return x\n"}
+    # a span inside one line becomes that whole line
+    assert line_edit("x = sorted(s, reverse=True)[1:]\ny = 2\n", "sorted(s, reverse=True)", "sorted(s)") == \
+        {"start_line": 1, "end_line": 1, "new": "x = sorted(s)[1:]\n"}
+    with pytest.raises(ValueError, match="exactly once"):
+        line_edit("a\na\n", "a", "b")
+
+
+def test_every_line_demonstration_edits_the_file_as_the_text_one_does(task):
+    # pure (no grading), so every issue: the line-range edits leave each file exactly as the text edits do
+    for row in task.train_rows + task.eval_rows:
+        by_text, by_lines = task.episode(row), task.episode(row)
+        for e in row["fix"]:
+            by_text.repo.edit(e["path"], e["new"], e["old"])
+        for reply in demonstrate(row, edits="lines"):
+            c = json.loads(reply[len("<tool_call>"):-len("</tool_call>")])
+            if c["name"] == "edit_file":
+                assert "old" not in c["arguments"], c
+                by_lines.repo.edit(**c["arguments"])
+        assert by_lines.repo.sources == by_text.repo.sources, row["issue_id"]
+
+
+@needs_sandbox
+def test_env_check_passes_with_line_demonstrations():
+    t = make_task(demo_edits="lines")
+    assert [r.check for r in check_task(t) if not r.ok] == []
+    with pytest.raises(ValueError, match="demo_edits must be one of"):
+        make_task(demo_edits="diff")

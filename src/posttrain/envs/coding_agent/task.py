@@ -116,22 +116,61 @@ def call(name: str, **arguments: Any) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
-def demonstrate(row: dict[str, Any], max_turns: int = 20) -> list[str]:
+DEMO_EDITS = ("text", "lines")
+
+
+def line_edit(text: str, old: str, new: str) -> dict[str, Any]:
+    """The edit `old -> new` on `text` as a line-range edit: {start_line, end_line, new} replacing only the lines
+    that change. The text form makes a policy copy `old` exactly, docstring quotes JSON-escaped; the line form
+    needs the line numbers read_file shows and the new lines only."""
+    at = text.find(old)
+    if at < 0 or text.find(old, at + 1) >= 0:
+        raise ValueError(f"old text must occur exactly once in the file: {old[:80]!r}")
+    lo = text.rfind("\n", 0, at) + 1  # whole lines around the span
+    hi = text.find("\n", at + len(old))
+    hi = len(text) if hi < 0 else hi
+    old_lines = text[lo:hi].split("\n")
+    new_lines = (text[lo:at] + new + text[at + len(old):hi]).split("\n")
+    head = 0  # lines both sides share, trimmed from each end; at least one old line is replaced
+    while head < min(len(old_lines), len(new_lines)) - 1 and old_lines[head] == new_lines[head]:
+        head += 1
+    tail = 0
+    while (tail < min(len(old_lines), len(new_lines)) - head - 1
+           and old_lines[-1 - tail] == new_lines[-1 - tail]):
+        tail += 1
+    start = text.count("\n", 0, lo) + 1 + head
+    kept_new = new_lines[head:len(new_lines) - tail]
+    return {"start_line": start, "end_line": start + len(old_lines) - head - tail - 1,
+            "new": "\n".join(kept_new) + "\n"}
+
+
+def demonstrate(row: dict[str, Any], max_turns: int = 20, edits: str = "text") -> list[str]:
     """A correct episode for the warm start: read the file to fix, edit it, run the tests, submit. Fixed per
     row (replies cannot read tool results), so it is written from the row's own `fix` column. One call per
     reply; when `max_turns` is too short for all of it, the read and then the test run are left out (an episode
-    that runs out of turns before submitting scores 0)."""
+    that runs out of turns before submitting scores 0). `edits`: "text" replaces the exact old text, "lines"
+    replaces the changed lines by number (line_edit); the fixes are applied in order, so each line edit is
+    computed on the file as the edits before it left it."""
     fix = row["fix"]
-    edits = [call("edit_file", path=e["path"], old=e["old"], new=e["new"]) for e in fix]
+    if edits not in DEMO_EDITS:
+        raise ValueError(f"demo_edits must be one of {DEMO_EDITS}, got {edits!r}")
+    if edits == "text":
+        edit_calls = [call("edit_file", path=e["path"], old=e["old"], new=e["new"]) for e in fix]
+    else:
+        files, edit_calls = dict(row["files"]), []
+        for e in fix:
+            le = line_edit(files[e["path"]], e["old"], e["new"])
+            files[e["path"]] = files[e["path"]].replace(e["old"], e["new"], 1)
+            edit_calls.append(call("edit_file", path=e["path"], **le))
     read, test = [call("read_file", path=fix[0]["path"])], [call("run_tests")]
     submit = [call("submit", summary=f"fixed {row['issue_id']}")]
-    for replies in (read + edits + test + submit, edits + test + submit, edits + submit):
+    for replies in (read + edit_calls + test + submit, edit_calls + test + submit, edit_calls + submit):
         if len(replies) <= max_turns:
             return replies
-    return edits + submit  # longer than the episode: it cannot resolve, and the warm start says so
+    return edit_calls + submit  # longer than the episode: it cannot resolve, and the warm start says so
 
 
-def smoke_checks(rows: list[dict[str, Any]], max_turns: int) -> list[SmokeCheck]:
+def smoke_checks(rows: list[dict[str, Any]], max_turns: int, demo_edits: str = "text") -> list[SmokeCheck]:
     """Known-good: the demonstration of the first issue of each kind resolves. Known-bad: submitting untouched
     code, and 'fixing' the issue by editing the tests (refused), do not."""
     firsts: list[dict[str, Any]] = []
@@ -140,7 +179,8 @@ def smoke_checks(rows: list[dict[str, Any]], max_turns: int) -> list[SmokeCheck]
     row = firsts[0]
     test_path = next(iter(data.pristine_tests(row["kind"], row["repo"])))
     edit_tests = call("edit_file", path=test_path, start_line=1, end_line=1, new="def test_nothing(): pass")
-    checks = [SmokeCheck(f"demonstration resolves {r['issue_id']}", row=r, replies=demonstrate(r, max_turns))
+    checks = [SmokeCheck(f"demonstration resolves {r['issue_id']}", row=r,
+                         replies=demonstrate(r, max_turns, demo_edits))
               for r in firsts]
     return checks + [SmokeCheck("submitting untouched code fails", row=row, replies=[call("submit")], expect="fail"),
                      SmokeCheck("editing the tests is refused and fails", row=row, expect="fail",
@@ -154,12 +194,14 @@ def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
               eval_repos: tuple[str, ...] | list[str] = DEFAULT_EVAL_REPOS, max_turns: int = 20,
               max_tokens: int = 512, require_submit: bool = True, detect_hacks: bool = True,
               sandbox: dict[str, Any] | None = None, grading_mode: str | None = None,
-              tool_timeout_s: float = 60.0) -> Task:
+              tool_timeout_s: float = 60.0, demo_edits: str = "text") -> Task:
     """The `coding-agent` task. Rows of the repos in `eval_repos` are held out, all others train; deterministic
     (rows in repo, then file, order). `kinds` picks deletion and/or bug issues."""
     del seed
     if max_turns < 2:
         raise ValueError(f"max_turns must be >= 2 (an episode needs at least an edit and a submit), got {max_turns}")
+    if demo_edits not in DEMO_EDITS:
+        raise ValueError(f"demo_edits must be one of {DEMO_EDITS}, got {demo_edits!r}")
     bad = [k for k in kinds if k not in data.KINDS]
     if bad or not kinds:
         raise ValueError(f"kinds must be a non-empty subset of {data.KINDS}, got {list(kinds)}")
@@ -182,6 +224,6 @@ def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
         tools=RepoEpisode({}, {}, None).tools,  # schemas for the prompt; each episode gets its own (episode=)
         episode=episode_factory(grader, require_submit, detect_hacks),
         max_turns=max_turns, final_tool="submit", tool_timeout_s=tool_timeout_s,
-        demonstrate=functools.partial(demonstrate, max_turns=max_turns))
-    task.smoke_checks = smoke_checks(train, max_turns)
+        demonstrate=functools.partial(demonstrate, max_turns=max_turns, edits=demo_edits))
+    task.smoke_checks = smoke_checks(train, max_turns, demo_edits)
     return task
