@@ -189,3 +189,14 @@ def test_a_long_run_is_told_how_to_bound_it_and_a_budget_shortens_the_estimate()
     assert f"{(29.5 * 17 + 56) / 60:.1f} min" in capped.message
     short = kinds(measurements_from_metrics(before, dict(step, **{"time/step": 9.0}), steps=60, num_generations=4))
     assert not short["time"].advice  # 9.9 minutes: nothing to say
+
+
+def test_a_budget_the_user_set_gets_no_advice_and_evals_that_fill_the_time_are_named():
+    # A coding-agent run on the slow machine: 286 s a step, 537 s an eval, 8 steps, loop.time_budget_s=2700 set
+    # (above the estimate, so it caps nothing): the user bounded it already, and was told to set a budget of 60.
+    before = {"eval/pass_rate": 0.0, "eval/seconds": 537.0}
+    step = {"groups/zero_variance_frac": 0.5, "pass_rate": 0.0, "time/step": 286.0}
+    budgeted = kinds(measurements_from_metrics(before, step, steps=8, num_generations=4, time_budget_s=2700))["time"]
+    assert "8 steps and 2 held-out evals take about 56.0 min" in budgeted.message and not budgeted.advice
+    unbounded = kinds(measurements_from_metrics(before, step, steps=8, num_generations=4))["time"]
+    assert "evals alone take about 18 min" in unbounded.advice[0] and "loop.eval_prompts" in unbounded.advice[0]

@@ -186,13 +186,19 @@ def _timing(m: PreflightMeasurements) -> list[Verdict]:
         capped = f" (loop.time_budget_s={m.time_budget_s:g} stops it after about {steps} of {m.steps})" \
             if steps < m.steps else ""
         msg += f": {steps} steps{evals} take about {total / 60:.1f} min{capped}"
-        if total > LONG_RUN_S and not capped:
+        if total > LONG_RUN_S and not m.time_budget_s:  # a budget the user set is their choice: no advice
             # Machines sold as the same 2-core VM differed 3x in step time (README, "posttrain vs TRL"): say how to
             # bound a run that will take much longer than its author planned, before it has taken the time.
-            budget = max(60, int(LONG_RUN_S - 2 * (m.eval_seconds or 0.0)) // 60 * 60)
-            advice = [f"to bound it: loop.time_budget_s={budget} (training stops after the step that spends it, "
-                      f"about {math.ceil(budget / m.step_seconds)} steps here; then it saves and evaluates)",
-                      "or fewer steps: loop.steps=N"]
+            left = LONG_RUN_S - 2 * (m.eval_seconds or 0.0)
+            if left >= 2 * m.step_seconds:
+                budget = int(left) // 60 * 60
+                advice = [f"to bound it: loop.time_budget_s={budget} (training stops after the step that spends "
+                          f"it, about {math.ceil(budget / m.step_seconds)} steps here; then it saves and evaluates)"]
+            else:  # the evals alone use up the time: a budget would leave a step or none (a coding-agent run)
+                advice = [f"the 2 held-out evals alone take about {2 * m.eval_seconds / 60:.0f} min: fewer held-out "
+                          "prompts (loop.eval_prompts=N) or shorter episodes bound it, or a loop.time_budget_s "
+                          "for the training part"]
+            advice.append("or fewer steps: loop.steps=N")
     return [Verdict("time", "info", msg, advice)]
 
 
