@@ -35,7 +35,7 @@ def fn_score(cfg, body, cases=ADD_CASES):
 def test_infinite_loop(cfg):
     r = py(cfg, "while True: pass", timeout_s=1.0)
     assert r.timed_out and r.killed and r.duration_s < 4
-    g = fn_score(cfg, "def add(a, b):\n    while True: pass\n")
+    g = fn_score(cfg.model_copy(update={"timeout_s": 2.0, "case_timeout_s": 1.0}), "def add(a, b):\n    while True: pass\n")
     assert g.score == 0 and g.total == 4
 
 
