@@ -11,15 +11,16 @@ threads; bench/results/matmul.md and matmul_avx2.md):
 | forward and backward, 16 x 214 tokens | 19.9 / 12.7 s | 28.7 / 38.6 s |
 
 On AVX2 oneDNN's weight gradient (a product of two transposed operands, which it copies first) ran at 0.57-0.97x
-MKL's speed (`python bench/matmul.py --ops`), so training there stays on MKL. Hence two routed classes: `CPULinear` sends every fp32 product
-to oneDNN, `DecodeOneDNNLinear` only passes without autograd (decode, scoring, the reference model) and trains
-through `F.linear`.
+MKL's speed (`python bench/matmul.py --ops`), so training there stays on MKL. Hence two routed classes:
+`CPULinear` sends every fp32 product to oneDNN, `DecodeOneDNNLinear` only passes without autograd (decode,
+scoring, the reference model) and trains through `F.linear`.
 
 `route_linears_(model, setting)` turns every plain `nn.Linear` of a model into one of them (the same module,
 class swapped: same parameters, state dict, LoRA wrapping and FSDP sharding). Its forward runs `OneDNNLinear` on
 plain fp32 CPU tensors: forward and input gradient by oneDNN's inner product, weight gradient by oneDNN on the
 transposed views (which it takes as contiguous copies: about 14% of an update in a profile), bias gradient a
-sum. Anything else (bf16, CUDA, DTensor shards) takes `F.linear` as before. Results equal MKL's to fp32 rounding (tests/models/test_matmul.py compares outputs and gradients).
+sum. Anything else (bf16, CUDA, DTensor shards) takes `F.linear` as before. Results equal MKL's to fp32
+rounding (tests/models/test_matmul.py compares outputs and gradients).
 
 A class swap rather than a global switch: only the modules of the run's model change, both the trainer and the
 sampler that shares them see it, and a checkpointed layer's replay takes the same path as its first run.
