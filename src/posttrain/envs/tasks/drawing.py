@@ -14,7 +14,9 @@ Rubric, in order (a failed rubric gate zeroes the sample and spares it the rest)
                     program a run could find (measured: every held-out program after 20 RL steps).
     drawing_image   max(0, 1 - d / d_flat): d the mean colour distance to the reference render at 16 x 16, d_flat
                     that of the best one-colour page (`image_baseline="flat"`, default), so a blank page or a right
-                    background alone scores 0; `image_baseline="none"`: max(0, 1 - d / image_scale). The pass
+                    background alone scores 0; `image_baseline="region"`: that progress per 16 x 16 cell (figure
+                    cells gained x ground cells kept, drawing_render.region_score), which pays a shape half over its
+                    place; `image_baseline="none"`: max(0, 1 - d / image_scale). The pass
                     component, at `pass_threshold`.
     judge           only with `judge=`: "llm" (a yes/no LLM judge on the program text and description) or
                     "module:function" (a learned scorer: fn(images, descriptions) -> scores in [0, 1], e.g. CLIP)
@@ -35,7 +37,7 @@ from posttrain.envs.check import SmokeCheck
 from posttrain.envs.task import Task
 from posttrain.envs.tasks import drawing_data as D
 from posttrain.envs.tasks.drawing_gate import MAX_CHARS, check_program
-from posttrain.envs.tasks.drawing_render import RenderError, flat_distance, image_distance, render
+from posttrain.envs.tasks.drawing_render import RenderError, flat_distance, image_distance, region_score, render
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.rewards.text import completion_text
 
@@ -49,6 +51,7 @@ USER = ("Draw: {description}\nCalls: " + API + "\nCoordinates 0-100, y down; col
 JUDGE_QUESTION = ("A drawing program:\n{completion}\nDoes this program draw {description}? Answer Yes or No.")
 SIZE = 64
 MIN_FLAT = 0.05  # a nearly flat reference still leaves room between a blank page and a copy
+IMAGE_BASELINES = ("flat", "region", "none")
 CACHE = 512  # renders kept per task (a step's gate, image score and judge share one render per program)
 
 
@@ -153,6 +156,9 @@ def _image_score(renders: Renders, baseline: str, image_scale: float):
             if not isinstance(img, Image.Image):
                 out.append(0.0)
                 continue
+            if baseline == "region":
+                out.append(region_score(img, want))
+                continue
             if baseline == "flat":
                 if ref not in flat:
                     flat[ref] = max(MIN_FLAT, flat_distance(want))
@@ -207,10 +213,11 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
               weights: dict[str, float] | None = None, max_tokens: int = 160) -> Task:
     """The `drawing` task. `judge`: None (default, off), "llm" (a yes/no judge on the program text, `judge_model` /
     `judge_base_url` as in json-extract-judged) or "package.module:function" (a scorer of the rendered images).
-    `image_baseline`: "flat" (score the progress past the best one-colour page) or "none" (with `image_scale`, the
-    colour distance that scores 0). `weights` overrides drawing_gate, drawing_length, drawing_image by name."""
-    if image_baseline not in ("flat", "none"):
-        raise ValueError(f"image_baseline must be 'flat' or 'none', got {image_baseline!r}")
+    `image_baseline`: "flat" (score the progress past the best one-colour page), "region" (the same progress per
+    cell: figure drawn x ground kept, drawing_render.region_score) or "none" (with `image_scale`, the colour
+    distance that scores 0). `weights` overrides drawing_gate, drawing_length, drawing_image by name."""
+    if image_baseline not in IMAGE_BASELINES:
+        raise ValueError(f"image_baseline must be one of {IMAGE_BASELINES}, got {image_baseline!r}")
     if image_scale <= 0 or not 0 < pass_threshold <= 1:
         raise ValueError(f"need image_scale > 0 and 0 < pass_threshold <= 1, got {image_scale}, {pass_threshold}")
     w = {"drawing_gate": 0.1, "drawing_length": 0.1, "drawing_image": 1.0}

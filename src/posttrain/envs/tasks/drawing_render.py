@@ -10,6 +10,7 @@ program gives the same pixels.
     render(source_or_tree, size=64) -> PIL.Image (RGB)        raises RenderError on any failure
     image_distance(a, b, grid=16) -> float in [0, 1]            mean colour distance at low resolution
     flat_distance(ref, grid=16) -> float                        the distance of the best one-colour page to `ref`
+    region_score(img, ref, grid=16) -> float in [0, 1]          per-cell progress past that page (figure gain x ground kept)
 """
 
 from __future__ import annotations
@@ -275,14 +276,63 @@ def image_distance(a: Image.Image, b: Image.Image, grid: int = 16) -> float:
     return total / (grid * grid * 255.0 * math.sqrt(3.0))
 
 
-def flat_distance(ref: Image.Image, grid: int = 16) -> float:
-    """How close a blank page of one colour gets to `ref`: the smallest distance of a page in the reference's most
-    common colour, in its mean colour, or white (the untouched canvas), at `grid` x `grid`. The image score measures
-    progress past it, so painting only the background earns nothing."""
-    small = ref.convert("RGB").resize((grid, grid), Image.BOX)
-    px = small.tobytes()
-    cells = [px[i:i + 3] for i in range(0, len(px), 3)]
+def _cells(im: Image.Image, grid: int) -> list[bytes]:
+    px = im.convert("RGB").resize((grid, grid), Image.BOX).tobytes()
+    return [px[i:i + 3] for i in range(0, len(px), 3)]
+
+
+def flat_page(ref: Image.Image, grid: int = 16) -> tuple[tuple[int, int, int], float]:
+    """The best blank page for `ref`: of a page in the reference's most common colour, in its mean colour, or white
+    (the untouched canvas), the one closest to `ref` at `grid` x `grid`; its colour and its distance."""
+    cells = _cells(ref, grid)
+    small = Image.new("RGB", (grid, grid))
+    small.frombytes(b"".join(cells))
     common = max(set(cells), key=cells.count)
     mean = bytes(round(sum(c[k] for c in cells) / len(cells)) for k in range(3))
-    pages = (common, mean, b"\xff\xff\xff")
-    return min(image_distance(Image.new("RGB", small.size, tuple(c)), small, grid) for c in pages)
+    pages = [tuple(c) for c in (common, mean, b"\xff\xff\xff")]
+    dists = [image_distance(Image.new("RGB", (grid, grid), c), small, grid) for c in pages]
+    best = min(range(len(pages)), key=dists.__getitem__)
+    return pages[best], dists[best]
+
+
+def flat_distance(ref: Image.Image, grid: int = 16) -> float:
+    """How close a blank page of one colour gets to `ref` (`flat_page`'s distance). The image score measures
+    progress past it, so painting only the background earns nothing."""
+    return flat_page(ref, grid)[1]
+
+
+_FAR = 255.0 * math.sqrt(3.0)  # the colour cube's diagonal: distances below are shares of it
+FIGURE_CONTRAST = 0.1  # a reference cell this far from the background is figure, to be drawn
+GROUND_MATCH = 0.005  # a reference cell this close to the background is ground, to be left alone
+SPOILED = 0.04  # a ground cell the picture moved this far is fully spoiled
+
+
+def region_score(img: Image.Image, ref: Image.Image, grid: int = 16) -> float:
+    """Per-cell progress from the background to the reference, in [0, 1]: the reference scores 1, every one-colour
+    page 0.
+
+    At `grid` x `grid`, the background is the reference's most common cell colour. Ground cells are the reference
+    cells of that colour; figure cells differ from it by more than FIGURE_CONTRAST (cells in between, gradients
+    and blurred edges, count for neither). A figure cell earns max(0, 1 - d(img, ref) / d(background, ref)) when
+    the picture there is nearer the reference than the background, else 0. A ground cell is spoiled by
+    min(1, d(img, ref) / SPOILED). score = mean figure gain x (1 - mean ground spoiled).
+
+    Why per cell: the global score (1 - d / d_flat) pays nothing until the whole picture beats a blank page, so a
+    sun drawn half over its place (half its figure gained, as much ground spoiled) scores 0 there, like no sun at
+    all; here it scores about a half. Why no page can score: to gain a figure cell, a one-colour page must be
+    nearer the figure colour than the background, so at least FIGURE_CONTRAST / 2 from the background, which
+    spoils every ground cell (GROUND_MATCH + SPOILED < FIGURE_CONTRAST / 2)."""
+    want, have = _cells(ref, grid), _cells(img, grid)
+    background = max(set(want), key=want.count)
+    base = [math.dist(background, w) / _FAR for w in want]
+    figure = [i for i, b in enumerate(base) if b > FIGURE_CONTRAST]
+    if not figure:  # a (nearly) one-colour reference: matching it is all there is
+        return max(0.0, 1.0 - image_distance(img, ref, grid) / FIGURE_CONTRAST)
+    gain = 0.0
+    for i in figure:
+        d = math.dist(have[i], want[i]) / _FAR
+        if d < math.dist(have[i], background) / _FAR:
+            gain += max(0.0, 1.0 - d / base[i])
+    ground = [i for i, b in enumerate(base) if b <= GROUND_MATCH]  # never empty: the background's own cells
+    spoiled = sum(min(1.0, math.dist(have[i], want[i]) / _FAR / SPOILED) for i in ground)
+    return (gain / len(figure)) * (1.0 - spoiled / len(ground))
