@@ -198,3 +198,45 @@ def test_scored_demonstrations_stay_out_of_the_next_evals_metrics(tiny):
     m, _ = evaluate(env, ScriptedSampler(tok, [wrong] * 5, end_token_id=reply_end_token(tok)), rows, params)
     assert m["eval/decision/n"] == 5  # the eval's own five samples, not the twelve demonstrations too
     assert m["eval/decision/accuracy"] == pytest.approx(sum(r["gold"].get("other", 0.0) for r in rows) / 5)
+
+
+def test_a_crash_in_rl_keeps_the_warm_start(tmp_path, monkeypatch):
+    """The warm start is checkpointed as step 0: a run that dies in RL resumes from the warm-started model
+    without redoing it, and trains exactly as the uninterrupted run (a coding-agent run OOM-killed at RL step 4
+    lost its 53-minute warm start before this)."""
+    from posttrain.loop import run as run_mod
+    from posttrain.loop.pg_stepper import PolicyGradientStepper
+    from posttrain.loop.run import Run
+
+    common = ["warm_start.steps=3", "warm_start.lr=1e-3", "loop.steps=3", "loop.eval_before=false", "run.seed=5"]
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    straight = train(_cfg(tmp_path / "a", *common))
+    cfg = _cfg(tmp_path / "b", *common, "run.name=crashy")
+    run = Run(cfg)
+    orig = PolicyGradientStepper.step
+
+    async def crash_at_2(self, step):
+        if step == 1:
+            raise RuntimeError("simulated OOM")
+        return await orig(self, step)
+
+    monkeypatch.setattr(PolicyGradientStepper, "step", crash_at_2)
+    with pytest.raises(RuntimeError, match="simulated OOM"):
+        run.run()
+    assert (run.run_dir / "checkpoints" / "step_000000").is_dir()
+    monkeypatch.setattr(PolicyGradientStepper, "step", orig)
+
+    async def no_second_warm_start(*a, **k):
+        raise AssertionError("the warm start ran again on resume")
+
+    monkeypatch.setattr(run_mod, "run_warm_start", no_second_warm_start)
+    resumed = Run(cfg, run_dir=run.run_dir, resume=True).run()
+
+    def trained(run_dir):
+        return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))}
+                for r in read_metrics(str(run_dir)) if r["kind"] == "train"]
+
+    assert [r["step"] for r in trained(resumed.run_dir)] == [1, 2, 3]
+    assert trained(resumed.run_dir) == trained(straight.run_dir)
+    kinds = [r["kind"] for r in read_metrics(str(resumed.run_dir))]
+    assert kinds.count("warm_start") == 3  # the first run's records, kept and not redone

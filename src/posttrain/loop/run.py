@@ -116,6 +116,11 @@ class Run:
         if cfg.warm_start.steps and ckpt is None:
             warm, base_eval = await self._warm_start()
         stepper: Stepper = make_stepper(cfg, c, self.run_dir, self.say)
+        if warm is not None and cfg.loop.keep_checkpoints:
+            # A warm start can take an hour (coding-agent on CPU); a crash in RL (one OOM-killed at step 4 after
+            # 53 min of warm start) must not lose it. `--resume` loads this and starts RL without redoing it.
+            self._checkpoint(stepper, 0, {})
+            self.say(f"warm-started model checkpointed: `posttrain train --resume {self.run_dir}` starts RL from it")
         try:
             try:
                 if ckpt is not None:
