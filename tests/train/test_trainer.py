@@ -5,7 +5,7 @@ import torch
 
 from posttrain.algos import LOSSES, LossParams
 from posttrain.training import Trainer
-from posttrain.training.batching import plan_micro_batches
+from posttrain.training.batching import group_sequences, micro_batch_cost, plan_micro_batches
 from posttrain.training.logprobs import completion_logprobs
 from posttrain.types import Batch
 
@@ -68,6 +68,7 @@ def test_chunked_trainer_gradient_equals_the_full_one(tiny):
 
 def test_micro_batches_respect_budget_and_keep_groups_whole():
     batch = _batch(50, n_groups=5, g=4)
+    assert max(micro_batch_cost([g]) for g in group_sequences(batch)) <= 60  # every group fits: none is split
     plans = plan_micro_batches(batch, max_tokens=60)
     assert len(plans) > 1
     seen = [s for mb in plans for g in mb for s in g.sequences]
@@ -75,6 +76,31 @@ def test_micro_batches_respect_budget_and_keep_groups_whole():
     for mb in plans:
         for g in mb:
             assert len({s.group_id for s in g.sequences}) == 1
+
+
+def test_a_group_over_the_budget_is_split_and_the_gradient_does_not_change(tiny):
+    """Multi-turn groups (4 episodes of thousands of tokens) used to form one micro-batch whatever the budget:
+    memory grew with the episodes until a run was OOM-killed. They are split now, with the same gradient."""
+    model, tok = tiny
+    batch = _batch(len(tok), n_groups=2, g=4)
+    one_group = max(micro_batch_cost([g]) for g in group_sequences(batch))
+    budget = one_group // 2
+    plans = plan_micro_batches(batch, max_tokens=budget)
+    assert all(micro_batch_cost(mb) <= budget or sum(len(g.sequences) for g in mb) == 1 for mb in plans)
+    seen = sorted(i for mb in plans for g in mb for i in g.indices)
+    assert seen == list(range(len(batch.sequences)))  # every sequence once
+    for mb in plans:
+        for g in mb:
+            assert all(batch.sequences[i] is s for i, s in zip(g.indices, g.sequences))
+    grads = []
+    for b in (10**9, budget, 1):  # whole groups; halves; one sequence per micro-batch
+        tr = Trainer(model, pad_id=tok.pad_token_id, micro_batch_tokens=b)
+        model.zero_grad()
+        m = tr.forward_backward(batch, LOSSES["ppo_clip"], LossParams())
+        grads.append((_grads(model).clone(), m["train/loss"]))
+    for g, loss in grads[1:]:
+        assert torch.allclose(grads[0][0], g, atol=1e-6, rtol=1e-4)
+        assert loss == pytest.approx(grads[0][1], abs=1e-6)
 
 
 def test_gradient_accumulation_matches_one_big_batch(tiny):
