@@ -10,7 +10,7 @@ program gives the same pixels.
     render(source_or_tree, size=64) -> PIL.Image (RGB)        raises RenderError on any failure
     image_distance(a, b, grid=16) -> float in [0, 1]            mean colour distance at low resolution
     flat_distance(ref, grid=16) -> float                        the distance of the best one-colour page to `ref`
-    region_score(img, ref, grid=16) -> float in [0, 1]          per-cell progress past that page (figure gain x ground kept)
+    region_score(img, ref, grid=16) -> float in [0, 1]          per-cell progress from the background (figure x ground)
 """
 
 from __future__ import annotations
@@ -281,24 +281,16 @@ def _cells(im: Image.Image, grid: int) -> list[bytes]:
     return [px[i:i + 3] for i in range(0, len(px), 3)]
 
 
-def flat_page(ref: Image.Image, grid: int = 16) -> tuple[tuple[int, int, int], float]:
-    """The best blank page for `ref`: of a page in the reference's most common colour, in its mean colour, or white
-    (the untouched canvas), the one closest to `ref` at `grid` x `grid`; its colour and its distance."""
-    cells = _cells(ref, grid)
-    small = Image.new("RGB", (grid, grid))
-    small.frombytes(b"".join(cells))
+def flat_distance(ref: Image.Image, grid: int = 16) -> float:
+    """How close a blank page of one colour gets to `ref`: the smallest distance of a page in the reference's most
+    common colour, in its mean colour, or white (the untouched canvas), at `grid` x `grid`. The image score measures
+    progress past it, so painting only the background earns nothing."""
+    small = ref.convert("RGB").resize((grid, grid), Image.BOX)
+    cells = _cells(small, grid)
     common = max(set(cells), key=cells.count)
     mean = bytes(round(sum(c[k] for c in cells) / len(cells)) for k in range(3))
-    pages = [tuple(c) for c in (common, mean, b"\xff\xff\xff")]
-    dists = [image_distance(Image.new("RGB", (grid, grid), c), small, grid) for c in pages]
-    best = min(range(len(pages)), key=dists.__getitem__)
-    return pages[best], dists[best]
-
-
-def flat_distance(ref: Image.Image, grid: int = 16) -> float:
-    """How close a blank page of one colour gets to `ref` (`flat_page`'s distance). The image score measures
-    progress past it, so painting only the background earns nothing."""
-    return flat_page(ref, grid)[1]
+    pages = (common, mean, b"\xff\xff\xff")
+    return min(image_distance(Image.new("RGB", small.size, tuple(c)), small, grid) for c in pages)
 
 
 _FAR = 255.0 * math.sqrt(3.0)  # the colour cube's diagonal: distances below are shares of it
