@@ -16,12 +16,13 @@ and TRL's logged `reward`. Each framework runs in its own child process (this sc
 the peak RSS of one does not include the other.
 
     python bench/vs_trl.py [--lora] [--steps K] [--model default|tiny-random|PATH] [--only posttrain|trl]
-                           [--precision fp32|bf16|int8] [--chunk N] [--checkpointing]
+                           [--precision fp32|bf16|int8] [--train-precision fp32|bf16] [--chunk N] [--checkpointing]
                            [--matmul auto|onednn|mkl] [--packed auto|on|off]
 
 `--precision int8` samples posttrain's rollouts with an int8 copy of the policy (sampling.precision; the ratio
 then uses the sampler's log-probs with TIS) and also runs posttrain in fp32, printed as its own column.
-`--chunk N` sets trainer.logits_chunk_tokens. `--checkpointing` turns activation checkpointing on in both
+`--train-precision bf16` trains posttrain under bf16 autocast (trainer.precision: mixed precision, fp32 weights
+and optimizer) and likewise adds the all-fp32 posttrain column. `--chunk N` sets trainer.logits_chunk_tokens. `--checkpointing` turns activation checkpointing on in both
 frameworks (posttrain's trainer.gradient_checkpointing; TRL's own switch, which GRPOConfig has on by default).
 `--matmul` and `--packed` set posttrain's model.cpu_matmul and sampling.packed_weights (TRL runs torch's defaults:
 MKL for fp32 matmuls). The title records the CPU: the ratios depend on its instruction set and vendor.
@@ -63,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompts-per-step", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32", help="posttrain's sampler")
+    p.add_argument("--train-precision", choices=("fp32", "bf16"), default="fp32",
+                   help="posttrain's trainer.precision (bf16: mixed precision under autocast)")
     p.add_argument("--chunk", type=int, default=0, help="posttrain's trainer.logits_chunk_tokens")
     p.add_argument("--matmul", choices=("auto", "onednn", "mkl"), default="auto", help="posttrain's model.cpu_matmul")
     p.add_argument("--packed", choices=("auto", "on", "off"), default="auto",
@@ -103,8 +106,10 @@ def posttrain_overrides(args: argparse.Namespace, out: str) -> list[str]:
     ]
     if args.lora:
         overrides += ["lora.enabled=true", "lora.r=16", "lora.alpha=32", "lora.dropout=0.0"]
-    # The posttrain_fp32 child is the same run with the fp32 sampler, the column beside a low-precision one.
-    overrides.append(f"sampling.precision={'fp32' if args.only == 'posttrain_fp32' else args.precision}")
+    # The posttrain_fp32 child is the same run in fp32 throughout, the column beside a low-precision one.
+    fp32 = args.only == "posttrain_fp32"
+    overrides.append(f"sampling.precision={'fp32' if fp32 else args.precision}")
+    overrides.append(f"trainer.precision={'fp32' if fp32 else args.train_precision}")
     overrides += [f"model.cpu_matmul={args.matmul}", f"sampling.packed_weights={args.packed}"]
     if args.chunk:
         overrides.append(f"trainer.logits_chunk_tokens={args.chunk}")
@@ -271,7 +276,7 @@ def step_table(name: str, steps: list[dict]) -> str:
 def markdown(summary: dict, title: str) -> str:
     fp32 = "posttrain_fp32" in summary
     lines = [f"### {title}", "", "| metric | posttrain | TRL | ratio (>1: posttrain better) |"
-             + (" posttrain fp32 sampler | ratio fp32 |" if fp32 else ""),
+             + (" posttrain all fp32 | ratio fp32 |" if fp32 else ""),
              "|---|---:|---:|---:|" + ("---:|---:|" if fp32 else "")]
     for label, key in ROWS:
         r = ratio(summary, key) if key in RATIOS else None
@@ -292,7 +297,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.only:  # a child, or one framework run by hand (prints its JSON without --out)
             return child(argparse.Namespace(**{**vars(args), "model": model_path}))
         results = {}
-        for fw in FRAMEWORKS if args.precision != "fp32" else FRAMEWORKS[:2]:
+        low = args.precision != "fp32" or args.train_precision != "fp32"
+        for fw in FRAMEWORKS if low else FRAMEWORKS[:2]:
             out = Path(tmp) / f"{fw}.json"
             cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--only", fw, "--model", model_path,
                    "--out", str(out)]
@@ -303,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     title = (f"posttrain vs TRL {results['trl'].get('version', '?')}: {args.model}, "
              f"{'LoRA r=16' if args.lora else 'full fine-tune'}, lr {args.lr:g}, {args.steps} steps x "
              f"{args.prompts_per_step} prompts x G={args.generations}, {args.max_tokens} new tokens, "
-             f"{args.threads} threads, posttrain sampler {args.precision}"
+             f"{args.threads} threads, posttrain sampler {args.precision}, trainer {args.train_precision}"
              + (f", logits chunk {args.chunk}" if args.chunk else "")
              + (", activation checkpointing in both" if args.checkpointing else "")
              + f", posttrain cpu_matmul {args.matmul}, packed_weights {args.packed}; CPU: {cpu_line()}")
@@ -315,6 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     dest = Path(args.results)
     dest.mkdir(parents=True, exist_ok=True)
     stem = (("vs_trl_lora" if args.lora else "vs_trl") + ("" if args.precision == "fp32" else f"_{args.precision}")
+            + ("" if args.train_precision == "fp32" else f"_train_{args.train_precision}")
             + ("_ckpt" if args.checkpointing else "") + ("" if args.matmul == "auto" else f"_{args.matmul}")
             + ("" if args.packed == "auto" else f"_packed_{args.packed}"))
     (dest / f"{stem}.json").write_text(json.dumps(report, indent=2))

@@ -33,3 +33,11 @@ def test_matmul_and_packing_reach_the_posttrain_config():
     assert cfg.model.cpu_matmul == "mkl" and cfg.sampling.packed_weights == "on"
     plain = _cfg(["--model", "tiny-random"], "posttrain")
     assert plain.model.cpu_matmul == "auto" and plain.sampling.packed_weights == "auto"
+
+
+def test_train_precision_reaches_the_posttrain_config_and_not_the_fp32_column():
+    cfg = _cfg(["--train-precision", "bf16", "--precision", "bf16", "--model", "tiny-random"], "posttrain")
+    assert cfg.trainer.precision == "bf16" and cfg.sampling.precision == "bf16"
+    fp32 = _cfg(["--train-precision", "bf16", "--precision", "bf16", "--model", "tiny-random"], "posttrain_fp32")
+    assert fp32.trainer.precision == "fp32" and fp32.sampling.precision == "fp32"
+    assert _cfg(["--model", "tiny-random"], "posttrain").trainer.precision == "fp32"

@@ -73,8 +73,9 @@ def test_warm_start_trains_with_the_runs_memory_settings(tmp_path, monkeypatch):
 
     monkeypatch.setattr(W, "Trainer", Spy)
     train(_cfg(tmp_path, "warm_start.steps=1", "loop.steps=0", "loop.eval_before=false",
-               "trainer.logits_chunk_tokens=16", "trainer.gradient_checkpointing=true"))
+               "trainer.logits_chunk_tokens=16", "trainer.gradient_checkpointing=true", "trainer.precision=bf16"))
     assert seen and seen[0]["logits_chunk_tokens"] == 16 and seen[0]["gradient_checkpointing"] is True
+    assert seen[0]["precision"] == "bf16"  # and its arithmetic
 
 
 def test_the_first_warm_start_step_says_how_long_the_rest_will_take(tmp_path, capsys):

@@ -131,7 +131,7 @@ def make_trainer(cfg: Config, model: Any, pad_id: int, cls: type = Trainer) -> T
                max_grad_norm=t.max_grad_norm, warmup_steps=t.warmup_steps, micro_batch_tokens=t.micro_batch_tokens,
                prefix_sharing=t.prefix_sharing, temperature=cfg.sampling.temperature, optimizer=t.optimizer,
                muon_momentum=t.muon_momentum, logits_chunk_tokens=t.logits_chunk_tokens,
-               gradient_checkpointing=t.gradient_checkpointing)
+               gradient_checkpointing=t.gradient_checkpointing, precision=t.precision)
 
 
 def with_feedback_envs(cfg: Config, c: Components, run_dir: Path,

@@ -133,7 +133,8 @@ async def run_warm_start(cfg: Config, model: Any, tok: Any, env: Any, task: Task
     t = cfg.trainer
     trainer = Trainer(model, pad_id=pad_id, lr=ws.lr, betas=t.betas, max_grad_norm=t.max_grad_norm,
                       micro_batch_tokens=t.micro_batch_tokens, prefix_sharing=t.prefix_sharing, temperature=1.0,
-                      logits_chunk_tokens=t.logits_chunk_tokens, gradient_checkpointing=t.gradient_checkpointing)
+                      logits_chunk_tokens=t.logits_chunk_tokens, gradient_checkpointing=t.gradient_checkpointing,
+                      precision=t.precision)
     loss_params = LossParams(aggregation="token-mean")
     losses: list[float] = []
     for k, idx in enumerate(batches(len(ok), ws.batch_size, ws.steps, cfg.run.seed)):

@@ -72,6 +72,8 @@ class CPULinear(torch.nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.weight, self.bias
+        if torch.is_autocast_enabled("cpu"):  # mixed precision (trainer.precision=bf16): autocast's bf16 matmul
+            return torch.nn.functional.linear(x, w, b)
         if not (_plain_cpu_fp32(x) and _plain_cpu_fp32(w) and (b is None or _plain_cpu_fp32(b)) and x.numel()):
             return torch.nn.functional.linear(x, w, b)
         if not torch.is_grad_enabled() or not (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):

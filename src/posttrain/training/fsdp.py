@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from posttrain.training.batching import group_sequences, plan_micro_batches
 from posttrain.training.logprobs import completion_logprobs
-from posttrain.training.trainer import Trainer
+from posttrain.training.trainer import Trainer, compute_context
 from posttrain.types import Batch, Sequence
 
 KINDS = (1, 2)  # model calls per micro-batch (see the module docstring)
@@ -139,7 +139,7 @@ class ShardedTrainer(Trainer):
         """The model calls of a real pass of this kind, on padding with no loss: its collectives, a zero gradient."""
         seq = Sequence(prompt_ids=[self.pad_id], completion_ids=[self.pad_id] * kind, loss_mask=[0] * kind,
                        sampler_logprobs=[0.0] * kind)
-        with torch.set_grad_enabled(backward):
+        with torch.set_grad_enabled(backward), compute_context(self.model, self.precision):
             t = completion_logprobs(self.model, group_sequences(Batch([seq])), self.pad_id, self.temperature,
                                     self.prefix_sharing, chunk_tokens=self.chunk)
             if backward:
