@@ -59,6 +59,19 @@ def test_warm_start_then_rl_in_one_run(tmp_path):
     assert kinds.index("warm_start") < kinds.index("train")
 
 
+@pytest.mark.parametrize("ws_eval, base, after_warm_start", [(None, False, False), (True, False, True),
+                                                            (False, True, False)])
+def test_warm_start_eval_is_separate_from_the_base_eval(tmp_path, ws_eval, base, after_warm_start):
+    # loop.eval_before=false warm_start.eval=true: the base model's eval (minutes on a long task) is skipped, the
+    # warm-started model's (the base of the RL gain) kept. Unset, warm_start.eval follows loop.eval_before.
+    extra = [] if ws_eval is None else [f"warm_start.eval={str(ws_eval).lower()}"]
+    res = train(_cfg(tmp_path, "warm_start.steps=1", "loop.steps=1", f"loop.eval_before={str(base).lower()}", *extra))
+    recs = read_metrics(str(res.run_dir))
+    assert any(r["kind"] == "warm_start_eval" for r in recs) is base
+    assert any(r["kind"] == "eval" and r["step"] == 0 for r in recs) is after_warm_start
+    assert bool(res.before) is after_warm_start
+
+
 def test_warm_start_trains_with_the_runs_memory_settings(tmp_path, monkeypatch):
     # trainer.logits_chunk_tokens and trainer.gradient_checkpointing bound the memory of every training pass,
     # the warm start's included (its demonstrations are as long as the episodes).

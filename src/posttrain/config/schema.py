@@ -142,6 +142,10 @@ class WarmStartConfig(_Strict):
     lr: float = Field(5e-5, gt=0.0, description="learning rate of the warm start (its own AdamW, dropped after)")
     batch_size: int = Field(8, ge=1, description="demonstrations per warm-start step")
     demos: int = Field(0, ge=0, description="training rows turned into demonstrations (0: all)")
+    eval: bool | None = Field(None, description=(
+        "evaluate the warm-started model before RL (the run's 'before' eval, the base of its RL gain); null: as "
+        "loop.eval_before, which otherwise governs only the base model's eval. loop.eval_before=false "
+        "warm_start.eval=true skips the base model's eval alone"))
 
 
 class LoopConfig(_Strict):

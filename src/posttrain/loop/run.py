@@ -118,7 +118,7 @@ class Run:
         stepper: Stepper = make_stepper(cfg, c, self.run_dir, self.say)
         if warm is not None and cfg.loop.keep_checkpoints:
             # A warm start can take an hour (coding-agent on CPU); a crash in RL (one OOM-killed at step 4 after
-            # 53 min of warm start) must not lose it. `--resume` loads this and starts RL without redoing it.
+            # 54 min of warm start) must not lose it. `--resume` loads this and starts RL without redoing it.
             self._checkpoint(stepper, 0, {})
             self.say(f"warm-started model checkpointed: `posttrain train --resume {self.run_dir}` starts RL from it")
         try:
@@ -131,7 +131,8 @@ class Run:
                     _truncate_jsonl(self.run_dir / "metrics.jsonl", start)
                     _truncate_jsonl(self.run_dir / "samples.jsonl", start)
                     self.say(f"resumed from {ckpt} at step {start}")
-                if not before and cfg.loop.eval_before:
+                eval_before = cfg.loop.eval_before if warm is None or cfg.warm_start.eval is None else cfg.warm_start.eval
+                if not before and eval_before:
                     before = await self._eval(0, "before training" if warm is None else "after the warm start")
                     self.watch.observe({"kind": "eval", "step": 0, **before}, stepper)
                 done = await self._train(stepper, start, before)
