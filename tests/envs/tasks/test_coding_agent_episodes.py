@@ -214,9 +214,32 @@ def test_every_line_demonstration_edits_the_file_as_the_text_one_does(task):
         assert by_lines.repo.sources == by_text.repo.sources, row["issue_id"]
 
 
+def test_every_block_demonstration_edits_the_file_as_the_text_one_does(task):
+    # demo_edits=blocks: the line edits' new code sits in a fenced block before the call, read back by the parser
+    from posttrain.envs.tools import parse_calls
+
+    for row in task.train_rows + task.eval_rows:
+        by_text, by_blocks = task.episode(row), task.episode(row)
+        for e in row["fix"]:
+            by_text.repo.edit(e["path"], e["new"], e["old"])
+        for reply in demonstrate(row, edits="blocks"):
+            (c,), errors = parse_calls(reply)
+            assert not errors
+            if c["name"] == "edit_file":
+                assert reply.startswith("```python\n") and '"new": "```"' in reply and "old" not in c["arguments"]
+                by_blocks.repo.edit(**c["arguments"])
+        assert by_blocks.repo.sources == by_text.repo.sources, row["issue_id"]
+
+
+def test_only_the_block_task_tells_the_policy_about_blocks():
+    assert "fenced block" in make_task(demo_edits="blocks").train_rows[0]["prompt"][0]["content"]
+    assert "fenced block" not in make_task().train_rows[0]["prompt"][0]["content"]
+
+
 @needs_sandbox
-def test_env_check_passes_with_line_demonstrations():
-    t = make_task(demo_edits="lines")
+@pytest.mark.parametrize("edits", ["lines", "blocks"])
+def test_env_check_passes_with_line_demonstrations(edits):
+    t = make_task(demo_edits=edits)
     assert [r.check for r in check_task(t) if not r.ok] == []
     with pytest.raises(ValueError, match="demo_edits must be one of"):
         make_task(demo_edits="diff")

@@ -25,6 +25,7 @@ from posttrain.envs.coding_agent.repo import hack_flags
 from posttrain.envs.task import Task
 from posttrain.rewards.hack_detector import GuardedRubric
 from posttrain.rewards.rubric import RewardComponent
+from posttrain.sampling.tool_calls import BLOCK, fenced_block
 
 DEFAULT_EVAL_REPOS = ("textkit", "gradebook")  # one of each kind, never trained on
 INSTRUCTIONS = (
@@ -35,15 +36,23 @@ INSTRUCTIONS = (
     "read-only); submit (ends the episode: the tests grade your code).")
 
 
-def prompt_text(issue: data.Issue, tests: list[str]) -> str:
+# With demo_edits=blocks the prompt says how code goes outside the JSON (sampling/tool_calls.py, block arguments).
+BLOCK_INSTRUCTIONS = ('\nTo write code, put it in a fenced block first and give the argument as "```":\n'
+                      '```python\n    return x + 1\n```\n'
+                      '<tool_call>{{"name": "edit_file", "arguments": {{"path": "{example}", "start_line": 7, '
+                      '"end_line": 7, "new": "```"}}}}</tool_call>')
+
+
+def prompt_text(issue: data.Issue, tests: list[str], edits: str = "text") -> str:
     files = "\n".join(sorted(issue.sources)) + "".join(f"\n{t} (read-only)" for t in sorted(tests))
     example = next(p for p in sorted(issue.sources) if not p.endswith("__init__.py"))
-    return f"{INSTRUCTIONS.format(example=example)}\n\nIssue: {issue.text}\n\nFiles:\n{files}"
+    how = INSTRUCTIONS + (BLOCK_INSTRUCTIONS if edits == "blocks" else "")
+    return f"{how.format(example=example)}\n\nIssue: {issue.text}\n\nFiles:\n{files}"
 
 
-def make_row(issue: data.Issue) -> dict[str, Any]:
+def make_row(issue: data.Issue, edits: str = "text") -> dict[str, Any]:
     tests = sorted(data.pristine_tests(issue.kind, issue.repo))
-    return {"prompt": [{"role": "user", "content": prompt_text(issue, tests)}], "kind": issue.kind,
+    return {"prompt": [{"role": "user", "content": prompt_text(issue, tests, edits)}], "kind": issue.kind,
             "repo": issue.repo, "issue_id": f"{issue.repo}:{issue.id}", "files": dict(issue.sources),
             "fix": [dict(e) for e in issue.fix]}
 
@@ -116,7 +125,7 @@ def call(name: str, **arguments: Any) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
-DEMO_EDITS = ("text", "lines")
+DEMO_EDITS = ("text", "lines", "blocks")
 
 
 def line_edit(text: str, old: str, new: str) -> dict[str, Any]:
@@ -149,8 +158,9 @@ def demonstrate(row: dict[str, Any], max_turns: int = 20, edits: str = "text") -
     row (replies cannot read tool results), so it is written from the row's own `fix` column. One call per
     reply; when `max_turns` is too short for all of it, the read and then the test run are left out (an episode
     that runs out of turns before submitting scores 0). `edits`: "text" replaces the exact old text, "lines"
-    replaces the changed lines by number (line_edit); the fixes are applied in order, so each line edit is
-    computed on the file as the edits before it left it."""
+    replaces the changed lines by number (line_edit), "blocks" does the same with the new lines in a fenced block
+    before the call (no JSON escaping of code); the fixes are applied in order, so each line edit is computed on
+    the file as the edits before it left it."""
     fix = row["fix"]
     if edits not in DEMO_EDITS:
         raise ValueError(f"demo_edits must be one of {DEMO_EDITS}, got {edits!r}")
@@ -161,7 +171,12 @@ def demonstrate(row: dict[str, Any], max_turns: int = 20, edits: str = "text") -
         for e in fix:
             le = line_edit(files[e["path"]], e["old"], e["new"])
             files[e["path"]] = files[e["path"]].replace(e["old"], e["new"], 1)
-            edit_calls.append(call("edit_file", path=e["path"], **le))
+            if edits == "blocks":
+                edit_calls.append(fenced_block(le["new"], "python")
+                                  + call("edit_file", path=e["path"], start_line=le["start_line"],
+                                         end_line=le["end_line"], new=BLOCK))
+            else:
+                edit_calls.append(call("edit_file", path=e["path"], **le))
     read, test = [call("read_file", path=fix[0]["path"])], [call("run_tests")]
     submit = [call("submit", summary=f"fixed {row['issue_id']}")]
     for replies in (read + edit_calls + test + submit, edit_calls + test + submit, edit_calls + submit):
@@ -203,7 +218,9 @@ def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
     bad = [k for k in kinds if k not in data.KINDS]
     if bad or not kinds:
         raise ValueError(f"kinds must be a non-empty subset of {data.KINDS}, got {list(kinds)}")
-    rows = [make_row(i) for k in kinds for repo in data.repo_names(k) for i in data.issues(k, repo)]
+    if demo_edits not in DEMO_EDITS:
+        raise ValueError(f"demo_edits must be one of {DEMO_EDITS}, got {demo_edits!r}")
+    rows = [make_row(i, demo_edits) for k in kinds for repo in data.repo_names(k) for i in data.issues(k, repo)]
     known = {repo for k in data.KINDS for repo in data.repo_names(k)}
     if set(eval_repos) - known:  # a repo of a kind left out of `kinds` is fine: it has no rows to hold out
         raise ValueError(f"eval_repos {sorted(set(eval_repos) - known)} are not shipped repos: {sorted(known)}")
