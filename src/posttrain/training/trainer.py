@@ -42,9 +42,10 @@ def compute_context(model: Any, precision: str):
     """Where the log-prob passes run: bf16 autocast (mixed precision) or as the model is. Under autocast the
     matmuls take bf16 copies of fp32 weights and gradients flow back into the fp32 parameters, so the optimizer
     and its state are untouched; token_logprobs upcasts the logits before the log-softmax. Why bf16: on a CPU with
-    AVX-512 BF16 its matmuls ran about 1.7x faster than fp32 oneDNN in a forward and backward of the default
-    model (README, "Speed"); the price is about 0.04 nats of per-token log-prob error, which the behaviour-policy
-    default (the sampler's log-probs, truncated IS) keeps out of the ratio."""
+    AVX-512 BF16 a forward and backward of the default model ran 1.7x faster than fp32 oneDNN (the RL update about
+    1.2x); the price is about 0.04 nats of per-token log-prob error, which the behaviour-policy default (the
+    sampler's log-probs, truncated IS) keeps out of the ratio, and on json-extract it learned less (README,
+    "Speed"), so fp32 stays the default."""
     if precision == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16)
