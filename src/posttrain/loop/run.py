@@ -131,7 +131,8 @@ class Run:
                     _truncate_jsonl(self.run_dir / "metrics.jsonl", start)
                     _truncate_jsonl(self.run_dir / "samples.jsonl", start)
                     self.say(f"resumed from {ckpt} at step {start}")
-                eval_before = cfg.loop.eval_before if warm is None or cfg.warm_start.eval is None else cfg.warm_start.eval
+                ws_eval = cfg.warm_start.eval  # the warm-started model's eval; None: as loop.eval_before
+                eval_before = cfg.loop.eval_before if warm is None or ws_eval is None else ws_eval
                 if not before and eval_before:
                     before = await self._eval(0, "before training" if warm is None else "after the warm start")
                     self.watch.observe({"kind": "eval", "step": 0, **before}, stepper)

@@ -200,35 +200,24 @@ def test_line_edit_replaces_only_the_changed_lines():
         line_edit("a\na\n", "a", "b")
 
 
-def test_every_line_demonstration_edits_the_file_as_the_text_one_does(task):
-    # pure (no grading), so every issue: the line-range edits leave each file exactly as the text edits do
+@pytest.mark.parametrize("edits", ["lines", "blocks"])
+def test_every_line_demonstration_edits_the_file_as_the_text_one_does(task, edits):
+    # pure (no grading), so every issue: the line-range edits leave each file exactly as the text edits do. With
+    # blocks the new lines sit in a fenced block before the call, read back by the env's own parser.
+    from posttrain.envs.tools import parse_calls
+
     for row in task.train_rows + task.eval_rows:
         by_text, by_lines = task.episode(row), task.episode(row)
         for e in row["fix"]:
             by_text.repo.edit(e["path"], e["new"], e["old"])
-        for reply in demonstrate(row, edits="lines"):
-            c = json.loads(reply[len("<tool_call>"):-len("</tool_call>")])
+        for reply in demonstrate(row, edits=edits):
+            (c,), errors = parse_calls(reply)
+            assert not errors, errors
             if c["name"] == "edit_file":
                 assert "old" not in c["arguments"], c
+                assert (reply.startswith("```python\n") and '"new": "```"' in reply) is (edits == "blocks")
                 by_lines.repo.edit(**c["arguments"])
         assert by_lines.repo.sources == by_text.repo.sources, row["issue_id"]
-
-
-def test_every_block_demonstration_edits_the_file_as_the_text_one_does(task):
-    # demo_edits=blocks: the line edits' new code sits in a fenced block before the call, read back by the parser
-    from posttrain.envs.tools import parse_calls
-
-    for row in task.train_rows + task.eval_rows:
-        by_text, by_blocks = task.episode(row), task.episode(row)
-        for e in row["fix"]:
-            by_text.repo.edit(e["path"], e["new"], e["old"])
-        for reply in demonstrate(row, edits="blocks"):
-            (c,), errors = parse_calls(reply)
-            assert not errors
-            if c["name"] == "edit_file":
-                assert reply.startswith("```python\n") and '"new": "```"' in reply and "old" not in c["arguments"]
-                by_blocks.repo.edit(**c["arguments"])
-        assert by_blocks.repo.sources == by_text.repo.sources, row["issue_id"]
 
 
 def test_only_the_block_task_tells_the_policy_about_blocks():

@@ -240,5 +240,5 @@ def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
         episode=episode_factory(grader, require_submit, detect_hacks),
         max_turns=max_turns, final_tool="submit", tool_timeout_s=tool_timeout_s,
         demonstrate=functools.partial(demonstrate, max_turns=max_turns, edits=demo_edits))
-    task.smoke_checks = smoke_checks(train, max_turns, demo_edits)  # refuses a bad demo_edits (demonstrate)
+    task.smoke_checks = smoke_checks(train, max_turns, demo_edits)
     return task
