@@ -2,7 +2,8 @@
 
 It takes the same arguments (key=value overrides, run.output_dir, run.name, run.seed), writes a run directory
 with metrics.jsonl and summary.json, and misbehaves on request: task.options.mode=crash exits 1 with a
-traceback, task.options.mode=hang sleeps past any test timeout.
+traceback, task.options.mode=hang sleeps past any test timeout, task.options.mode=crash0 crashes on seed 0 and
+hangs on any other seed.
 """
 
 import json
@@ -16,6 +17,8 @@ run = Path(args["run.output_dir"]) / args["run.name"]
 run.mkdir(parents=True)
 (run / "config.yaml").write_text("fake: true\n")
 mode = json.loads(args.get("task.options.mode", '"ok"'))
+if mode == "crash0":
+    mode = "crash" if args["run.seed"] == "0" else "hang"
 if mode == "crash":
     print("Traceback (most recent call last):\nRuntimeError: boom (fake trial crashed)", file=sys.stderr)
     sys.exit(1)

@@ -18,6 +18,7 @@ A program is markdown for people with one fenced ```yaml block for the machine:
     set: {loop.eval_every: 5}        # fixed overrides for every trial, baseline included
     proposer: optuna                 # or {kind: llm, base_url: ..., model: ..., api_key_env: OPENAI_API_KEY}
     pruning: true                    # stop a trial whose intermediate held-out evals fall below the median
+    parallel: 1                      # 2: a trial's two seeds run at once (one process each; set model.threads)
 
 `load_program` parses and validates it against the config schema: an unknown key names the nearest valid one, a
 searched key that is frozen is refused, and every bound (and choice) must be a value the schema accepts.
@@ -42,7 +43,7 @@ from posttrain.config.schema import Config
 
 FENCE = re.compile(r"^```ya?ml[^\n]*\n(.*?)^```", re.S | re.M)
 TOP_KEYS = ["goal", "metric", "direction", "budget", "seeds", "noise", "search", "frozen", "set", "proposer",
-            "pruning"]
+            "pruning", "parallel"]
 # Set by `posttrain auto` for every trial: never searched.
 MANAGED = {"run.name": "the trial's name", "run.output_dir": "the search directory", "run.seed": "seeds:"}
 
@@ -103,6 +104,7 @@ class Program:
     noise: float = 0.0
     proposer: dict[str, Any] = field(default_factory=lambda: {"kind": "optuna"})
     pruning: bool = True
+    parallel: int = 1  # seed runs of one trial at the same time (1: one after another; 2: both seeds at once)
 
     def trial_overrides(self) -> list[str]:
         """The overrides every trial gets besides its params: `set:` and the per-trial budget."""
@@ -206,6 +208,10 @@ def _parse(path: Path, text: str, d: dict[str, Any]) -> Program:
     steps = trial.get("steps")
     if steps is not None and (not isinstance(steps, int) or steps < 1):
         raise ProgramError(f"program: budget.trial.steps must be a positive integer, got {steps!r}")
+    parallel = d.get("parallel", 1)
+    if isinstance(parallel, bool) or parallel not in (1, 2):
+        raise ProgramError(f"program: parallel must be 1 (a trial's seeds one after another) or 2 (both at once), "
+                           f"got {parallel!r}")
     trials = total.get("trials")
     if trials is not None and (not isinstance(trials, int) or trials < 0):
         raise ProgramError(f"program: budget.total.trials must be a non-negative integer, got {trials!r}")
@@ -214,7 +220,7 @@ def _parse(path: Path, text: str, d: dict[str, Any]) -> Program:
                    set=dict(sets), steps=steps, seconds=seconds, timeout_s=timeout, total_trials=trials,
                    total_minutes=_num(total.get("minutes"), "budget.total.minutes"), seeds=list(seeds),
                    noise=_num(d.get("noise", 0.0), "noise") or 0.0, proposer=proposer,
-                   pruning=bool(d.get("pruning", True)))
+                   pruning=bool(d.get("pruning", True)), parallel=parallel)
 
 
 def _num(v: Any, name: str) -> float | None:

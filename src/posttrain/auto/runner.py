@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,8 @@ class TrialSpec:
     timeout_s: float
     trials_dir: Path
     log_path: Path
+    # Set by the search when this run's sibling seed was pruned or failed: the run stops as pruned (parallel seeds).
+    cancel: threading.Event | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -135,6 +138,11 @@ class SubprocessRunner:
                         pass
                     if on_eval is not None and self._new_evals(spec.run_dir, seen, evals, on_eval):
                         status, error = "pruned", f"pruned at step {evals[-1][0]} ({self.metric}={evals[-1][1]:.4g})"
+                        _kill(p)
+                        rc = None
+                        break
+                    if spec.cancel is not None and spec.cancel.is_set():
+                        status, error = "pruned", "stopped: the trial's other seed was pruned or failed"
                         _kill(p)
                         rc = None
                         break

@@ -10,8 +10,9 @@
 
 Trial 0 is the base config on both seeds: the first incumbent, and the seed spread every candidate must beat.
 A candidate runs on the first seed (pruned by the proposer on its intermediate evals); if it beats the incumbent
-by more than the noise it is re-run on the second seed and judged on both (rules.judge). A crash, a timeout or a
-prune is a failed trial row, and the loop goes on.
+by more than the noise it is re-run on the second seed and judged on both (rules.judge). With `parallel: 2` every
+trial runs both seeds at once instead (two processes: the second core is not left idle) and is judged on both. A
+crash, a timeout or a prune is a failed trial row, and the loop goes on.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
@@ -96,6 +99,7 @@ class Search:
                                             "elapsed_s": 0.0, "stopped": None})
         self.state["next_trial"] = max(self.state["next_trial"], self._last_row_trial() + 1)
         self._t = time.monotonic()
+        self._clock = threading.Lock()  # parallel seeds tick the elapsed time from their threads
 
     # ---- the loop ----------------------------------------------------------------------------------------
     def run(self) -> SearchResult:
@@ -133,7 +137,7 @@ class Search:
     def _baseline(self) -> None:
         t0, params = time.monotonic(), self.base_params
         self.log(f"trial 0: the base config on seeds {self.prog.seeds} (the incumbent and its seed spread)")
-        outs = [self._run(0, s, params, None) for s in self.prog.seeds]
+        outs = self._run_seeds(0, params, None)
         ok = [o for o in outs if o.status == "ok"]
         errors = "; ".join(f"seed {s}: {o.status}: {o.error}" for s, o in zip(self.prog.seeds, outs) if o.status != "ok")
         if not ok:
@@ -155,8 +159,9 @@ class Search:
         t0, inc, prog = time.monotonic(), self.state["incumbent"], self.prog
         prop = self.proposer.propose(dict(inc["params"]), self._history())
         self.log(f"trial {n} ({prop.source}): {json.dumps(self._diff(prop.params))} - {prop.reason}")
-        o1 = self._run(n, prog.seeds[0], prop.params, prop)
-        outs, vals, seeds = [o1], [], []
+        outs = (self._run_seeds(n, prop.params, prop) if prog.parallel > 1
+                else [self._run(n, prog.seeds[0], prop.params, prop)])
+        o1 = outs[0]
         if o1.status != "ok":
             self.proposer.finish(prop, None, "pruned" if o1.status == "pruned" else "failed")
             self._row(n, o1.status, "pruned" if o1.status == "pruned" else "failed", [], [], prop.params,
@@ -164,17 +169,20 @@ class Search:
             return self._next(n)
         vals, seeds = [o1.value], [prog.seeds[0]]
         v = judge(vals, inc["values"], prog.direction, prog.noise)
-        if v.action == "confirm":
-            self.log(f"  {v.reason}")
-            o2 = self._run(n, prog.seeds[1], prop.params, None)
-            outs.append(o2)
+        if len(outs) > 1 or v.action == "confirm":
+            if len(outs) > 1:  # parallel: the second seed already ran, whatever the first one scored
+                o2 = outs[1]
+            else:
+                self.log(f"  {v.reason}")
+                o2 = self._run(n, prog.seeds[1], prop.params, None)
+                outs.append(o2)
             if o2.status == "ok":
                 vals.append(o2.value)
                 seeds.append(prog.seeds[1])
                 v = judge(vals, inc["values"], prog.direction, prog.noise)
             else:
-                v = Verdict("reject", v.margin, v.noise, f"the confirmation on seed {prog.seeds[1]} {o2.status}: "
-                                                         f"{o2.error}")
+                v = Verdict("reject", v.margin, v.noise, f"the {'second' if prog.parallel > 1 else 'confirmation'}"
+                                                         f" seed {prog.seeds[1]} {o2.status}: {o2.error}")
         self.proposer.finish(prop, fmean(vals), "complete")
         kept = v.action == "accept"
         if kept:
@@ -190,7 +198,33 @@ class Search:
         self.state["next_trial"] = n + 1
         self._save()
 
-    def _run(self, n: int, seed: int, params: dict[str, Any], prop: Any) -> Outcome:
+    def _run_seeds(self, n: int, params: dict[str, Any], prop: Any) -> list[Outcome]:
+        """One trial on every seed: one after another, or all at once with `parallel: 2`.
+
+        Only the first seed's intermediate evals go to the proposer (one pruning report per step). With a proposal
+        (a candidate, not the baseline), a first seed that is pruned or fails stops the others: the trial is lost
+        either way. Ctrl-C or an error here takes every seed's process group down with the search.
+        """
+        if self.prog.parallel == 1:
+            return [self._run(n, s, params, prop if i == 0 else None) for i, s in enumerate(self.prog.seeds)]
+        cancel = threading.Event()
+
+        def one(i: int, seed: int) -> Outcome:
+            o = self._run(n, seed, params, prop if i == 0 else None, cancel)
+            if i == 0 and prop is not None and o.status != "ok":
+                cancel.set()
+            return o
+
+        with ThreadPoolExecutor(len(self.prog.seeds), thread_name_prefix=f"trial-{n:03d}") as pool:
+            futures = [pool.submit(one, i, s) for i, s in enumerate(self.prog.seeds)]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                cancel.set()
+                raise
+
+    def _run(self, n: int, seed: int, params: dict[str, Any], prop: Any,
+             cancel: threading.Event | None = None) -> Outcome:
         name = f"trial-{n:03d}-s{seed}"
         trials = self.dir / "trials"
         i = 2
@@ -198,7 +232,7 @@ class Search:
             name = f"trial-{n:03d}-s{seed}-r{i}"
             i += 1
         overrides = self.prog.trial_overrides() + [f"{k}={fmt_value(v)}" for k, v in params.items()]
-        spec = TrialSpec(name, overrides, seed, self.prog.timeout_s, trials, self.dir / "logs" / f"{name}.log")
+        spec = TrialSpec(name, overrides, seed, self.prog.timeout_s, trials, self.dir / "logs" / f"{name}.log", cancel)
         on_eval = None
         if prop is not None and self.prog.pruning:
             def on_eval(step: int, value: float) -> bool:
@@ -242,9 +276,10 @@ class Search:
         return max((int(r["trial"]) for r in rows), default=-1) if self.state.get("incumbent") else -1
 
     def _tick(self) -> None:
-        now = time.monotonic()
-        self.state["elapsed_s"] += now - self._t
-        self._t = now
+        with self._clock:
+            now = time.monotonic()
+            self.state["elapsed_s"] += now - self._t
+            self._t = now
 
     def _elapsed(self) -> float:
         return self.state["elapsed_s"] + time.monotonic() - self._t
