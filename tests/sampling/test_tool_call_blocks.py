@@ -62,3 +62,29 @@ def test_any_code_round_trips_through_a_fenced_block(lines, info):
     reply = "prose\n" + fenced_block(code, info) + _call("edit_file", path="a.py", new=BLOCK)
     _, calls, errors = parse_tool_calls(reply)
     assert errors == [] and calls[0]["arguments"]["new"] == code
+
+
+def test_a_tool_call_quoted_in_a_fenced_block_is_text_not_a_call():
+    # Code that itself parses tool calls: its literal tags (one never closed) stay in the block argument.
+    code = 'START = "<tool_call>"\nEXAMPLE = "<tool_call>{\\"name\\": \\"rm\\"}</tool_call>"\n'
+    reply = "fix:\n" + fenced_block(code, "python") + _call("edit_file", path="p.py", new=BLOCK)
+    content, calls, errors = parse_tool_calls(reply)
+    assert errors == [] and calls == [{"name": "edit_file", "arguments": {"path": "p.py", "new": code}}]
+    # A quoted example in prose: not run, kept in the content, and the real call after it is still parsed.
+    reply = "Calls look like\n" + fenced_block(_call("rm", path="/") + "\n") + "so:\n" + _call("ls", path=".")
+    content, calls, errors = parse_tool_calls(reply)
+    assert errors == [] and calls == [{"name": "ls", "arguments": {"path": "."}}]
+    assert '"name": "rm"' in content
+
+
+FRAGMENTS = ["<tool_call>", "</tool_call>", "```", "\n", "x", '"', "{", "}", " "]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=30))
+def test_any_code_with_tool_call_tags_round_trips_through_a_fenced_block(parts):
+    code = "".join(parts) + "\n"
+    reply = fenced_block(code, "python") + _call("edit_file", new=BLOCK) + "\n" + _call("ls", path=".")
+    _, calls, errors = parse_tool_calls(reply)
+    assert errors == [] and calls == [{"name": "edit_file", "arguments": {"new": code}},
+                                      {"name": "ls", "arguments": {"path": "."}}]

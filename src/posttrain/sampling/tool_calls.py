@@ -10,6 +10,8 @@ ask for one. Code inside a JSON string must escape every quote, backslash and ne
 that wrong (a coding-agent run: 32 of 38 malformed calls were code escaped wrongly); in a fenced block code is
 written as it is. The block's text is everything between its fence lines, the final newline included; a fence
 is three or more backticks (a longer one can hold a line of three), with an optional info string (```python).
+A `<tool_call>` written inside a closed fenced block is quoted text (code that parses tool calls, an example in
+prose), never a call: it stays in the block, and an unclosed one there does not swallow the calls after the block.
 """
 
 from __future__ import annotations
@@ -62,8 +64,14 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]], list[str]]:
     calls: list[dict[str, Any]] = []
     errors: list[str] = []
     kept: list[str] = []
-    pos = 0
-    for m in TOOL_CALL_RE.finditer(text):
+    pos = at = 0
+    quoted = [(f.start(), f.end()) for f in FENCED_RE.finditer(text)]
+    while m := TOOL_CALL_RE.search(text, at):
+        fence_end = next((e for s, e in quoted if s <= m.start() < e), None)
+        if fence_end is not None:  # inside a fenced block: quoted, look again after the block
+            at = fence_end
+            continue
+        at = m.end()
         kept.append(text[pos : m.start()])
         pos = m.end()
         body = m.group(1).strip()
