@@ -186,3 +186,28 @@ def test_cli_runs_a_search_end_to_end_with_fake_trials(write_program, tmp_path, 
 def _init_fake(self, metric, base_config=None, **kw):
     self.metric, self.base_config, self.poll_s = metric, base_config, 0.1
     self.command = [sys.executable, str(FAKE)]
+
+
+class PruneEverything(Scripted):
+    """Prunes at every intermediate eval it is shown; records the steps."""
+
+    def __init__(self, params_list):
+        super().__init__(params_list)
+        self.shown = []
+
+    def intermediate(self, p, step, value):
+        self.shown.append(step)
+        return True
+
+
+def test_the_last_eval_is_never_pruned(write_program, tmp_path):
+    """A trial that reaches its final eval has its result: the proposer sees evals before the last step only."""
+    p, b = write_program(budget={"trial": {"steps": 3}, "total": {"trials": 2}}, pruning=True)
+    prop = PruneEverything([{"trainer.lr": 1e-4}, {"trainer.lr": 3e-5}])
+    runner = EvalRunner()
+    start_search(p, b, tmp_path / "s", runner=runner, proposer=prop, log=lambda s: None)
+    assert prop.shown == [1, 1] and runner.stopped_early == [("trial-001-s0", 1), ("trial-002-s0", 1)]
+    p2, b2 = write_program(budget={"trial": {"steps": 1}, "total": {"trials": 1}}, pruning=True)
+    prop = PruneEverything([{"trainer.lr": 3e-5}])
+    start_search(p2, b2, tmp_path / "s2", runner=EvalRunner(), proposer=prop, log=lambda s: None)
+    assert prop.shown == [] and read_results(tmp_path / "s2")[1]["status"] == "ok"

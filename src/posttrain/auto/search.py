@@ -236,6 +236,8 @@ class Search:
         on_eval = None
         if prop is not None and self.prog.pruning:
             def on_eval(step: int, value: float) -> bool:
+                if self.prog.steps is not None and step >= self.prog.steps:
+                    return False  # the last eval is the trial's result: pruning it only throws a finished run away
                 try:
                     return self.proposer.intermediate(prop, step, value)
                 except Exception as e:  # noqa: BLE001 - pruning is an optimisation: never lose the trial to it
