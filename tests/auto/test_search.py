@@ -211,3 +211,25 @@ def test_the_last_eval_is_never_pruned(write_program, tmp_path):
     prop = PruneEverything([{"trainer.lr": 3e-5}])
     start_search(p2, b2, tmp_path / "s2", runner=EvalRunner(), proposer=prop, log=lambda s: None)
     assert prop.shown == [] and read_results(tmp_path / "s2")[1]["status"] == "ok"
+
+
+class SlowRunner(TableRunner):
+    def __init__(self, table, seconds):
+        super().__init__(table)
+        self.seconds = seconds
+
+    def __call__(self, spec, on_eval=None):
+        __import__("time").sleep(self.seconds)
+        return super().__call__(spec, on_eval)
+
+
+def test_no_trial_starts_that_would_run_past_the_total_minutes(write_program, tmp_path):
+    """3.6 s in all, 1 s per seed run: baseline 2 s, one candidate to 3 s; a second would end near 4 s, past the
+    budget, so it is not started (the old rule, `used < budget`, started it)."""
+    p, b = write_program(budget={"trial": {"steps": 2}, "total": {"trials": 10, "minutes": 0.06}})
+    runner = SlowRunner({(2e-5, 0): 0.5, (2e-5, 1): 0.5, (1e-4, 0): 0.4, (3e-4, 0): 0.4}, 1.0)
+    res = start_search(p, b, tmp_path / "s", runner=runner, proposer=Scripted([{"trainer.lr": 1e-4},
+                                                                             {"trainer.lr": 3e-4}]),
+                       log=lambda s: None)
+    assert len(read_results(tmp_path / "s")) == 2 and len(runner.calls) == 3
+    assert "the next one would run past budget.total.minutes" in res.stopped

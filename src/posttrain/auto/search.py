@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -130,9 +131,27 @@ class Search:
         p = self.prog
         if p.total_trials is not None and self.state["candidates"] >= p.total_trials:
             return f"{p.total_trials} trial(s) done (budget.total.trials)"
-        if p.total_minutes is not None and self._elapsed() >= p.total_minutes * 60:
-            return f"{p.total_minutes:g} min used (budget.total.minutes)"
+        if p.total_minutes is not None:
+            used, budget = self._elapsed(), p.total_minutes * 60
+            if used >= budget:
+                return f"{p.total_minutes:g} min used (budget.total.minutes)"
+            if used + (need := self._trial_estimate()) > budget:
+                return (f"{used / 60:.1f} of {p.total_minutes:g} min used, and a trial takes about {need / 60:.1f} min "
+                        "(the median so far): the next one would run past budget.total.minutes")
         return None
+
+    def _trial_estimate(self) -> float:
+        """Seconds a candidate is expected to take: the median wall time of the candidates so far (pruned ones
+        included), else the baseline's per candidate (it ran every seed; a candidate runs one unless confirmed)."""
+        rows = [r for r in read_results(self.dir) if r.get("wall_s")]
+        walls = [float(r["wall_s"]) for r in rows if r["decision"] != "baseline"]
+        if walls:
+            return statistics.median(walls)
+        for r in rows:
+            if r["decision"] == "baseline":  # its seeds ran one after another, or all at once (parallel)
+                runs = 1 if self.prog.parallel > 1 else max(len(json.loads(r["run_dirs"])), 1)
+                return float(r["wall_s"]) / runs
+        return 0.0
 
     def _baseline(self) -> None:
         t0, params = time.monotonic(), self.base_params
