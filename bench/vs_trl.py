@@ -28,7 +28,8 @@ frameworks (posttrain's trainer.gradient_checkpointing; TRL's own switch, which 
 MKL for fp32 matmuls). The title records the CPU: the ratios depend on its instruction set and vendor.
 
 Prints a per-step table per framework and a summary (medians over all steps and over steps 2..K, the first
-step carrying warm-up), and writes bench/results/vs_trl[_lora].json and .md. Needs the `bench` extra (trl).
+step carrying warm-up), then posttrain's own stage times (time/forward_backward, time/sync, ...: where its update
+goes), and writes bench/results/vs_trl[_lora].json and .md. Needs the `bench` extra (trl).
 """
 
 from __future__ import annotations
@@ -125,7 +126,9 @@ def run_posttrain(args: argparse.Namespace, out: str) -> list[dict]:
     res = train(load_config(None, posttrain_overrides(args, out)))
     records = [json.loads(line) for line in (Path(res.run_dir) / "metrics.jsonl").read_text().splitlines() if line]
     return [{"step": m["step"], "seconds": m["time/step"], "gen_seconds": m["time/sample"],
-             "tokens": m["tokens/completion"], "reward": m["reward/mean"]}
+             "tokens": m["tokens/completion"], "reward": m["reward/mean"],
+             "stages": {k[5:]: v for k, v in m.items() if k.startswith("time/") and k not in ("time/step",
+                                                                                               "time/sample")}}
             for m in records if m.get("kind") == "train"]
 
 
@@ -273,6 +276,25 @@ def step_table(name: str, steps: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def stage_medians(steps: list[dict]) -> dict[str, float]:
+    """posttrain's own per-stage seconds (metrics.jsonl's time/*, besides step and sample), median over steps 2..K:
+    where the update's time goes, beside the step and generation times both frameworks report."""
+    warm = steps[1:] or steps
+    keys = sorted({k for s in warm for k in s.get("stages", {})})
+    return {k: statistics.median(s["stages"][k] for s in warm if k in s.get("stages", {})) for k in keys}
+
+
+def stage_markdown(results: dict) -> str:
+    arms = {fw: stage_medians(r["steps"]) for fw, r in results.items() if fw.startswith("posttrain")}
+    keys = sorted({k for m in arms.values() for k in m})
+    if not keys:
+        return ""
+    lines = ["", "posttrain's stages, median s over steps 2..K:", "",
+             "| stage | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
+    lines += [f"| {k} | " + " | ".join(f"{m[k]:.3f}" if k in m else "" for m in arms.values()) + " |" for k in keys]
+    return "\n".join(lines) + "\n"
+
+
 def markdown(summary: dict, title: str) -> str:
     fp32 = "posttrain_fp32" in summary
     lines = [f"### {title}", "", "| metric | posttrain | TRL | ratio (>1: posttrain better) |"
@@ -314,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
              + (", activation checkpointing in both" if args.checkpointing else "")
              + f", posttrain cpu_matmul {args.matmul}, packed_weights {args.packed}; CPU: {cpu_line()}")
     print("\n" + "\n\n".join(step_table(fw, r["steps"]) for fw, r in results.items()) + "\n")
-    md = markdown(summary, title)
+    md = markdown(summary, title) + stage_markdown(results)
     print(md)
     report = {"title": title, "args": {k: v for k, v in vars(args).items() if k not in ("out", "only")},
               "summary": summary, "ratios": {k: ratio(summary, k) for k in RATIOS}, "runs": results}

@@ -41,3 +41,16 @@ def test_train_precision_reaches_the_posttrain_config_and_not_the_fp32_column():
     fp32 = _cfg(["--train-precision", "bf16", "--precision", "bf16", "--model", "tiny-random"], "posttrain_fp32")
     assert fp32.trainer.precision == "fp32" and fp32.sampling.precision == "fp32"
     assert _cfg(["--model", "tiny-random"], "posttrain").trainer.precision == "fp32"
+
+
+def test_posttrain_stage_medians_skip_the_warm_up_step_and_go_into_the_markdown():
+    steps = [{"stages": {"forward_backward": 30.0, "sync": 9.0}},  # step 1: warm-up, left out
+             {"stages": {"forward_backward": 7.0, "sync": 0.3}},
+             {"stages": {"forward_backward": 9.0, "sync": 0.1, "reward": 0.01}},
+             {"stages": {"forward_backward": 8.0, "sync": 0.2}}]
+    assert vs_trl.stage_medians(steps) == {"forward_backward": 8.0, "reward": 0.01, "sync": 0.2}
+    md = vs_trl.stage_markdown({"posttrain": {"steps": steps}, "trl": {"steps": [{}, {}]},
+                            "posttrain_fp32": {"steps": steps[:2]}})
+    assert "| stage | posttrain | posttrain_fp32 |" in md and "| forward_backward | 8.000 | 7.000 |" in md
+    assert "| reward | 0.010 |  |" in md
+    assert vs_trl.stage_markdown({"trl": {"steps": [{}]}}) == ""
