@@ -5,7 +5,8 @@ search never saw, with the same per-trial budget, and compare the held-out metri
                                      [--results bench/results]
 
 Each run is `posttrain train CONFIG <the program's set: and trial budget> run.seed=S` with CONFIG the search's
-base.yaml (arm "default") or best.yaml (arm "best"), `--jobs` at a time (give the program's set: a
+base.yaml (arm "default") or best.yaml (arm "best"), run by the search's own trial runner (budget.trial.timeout_s,
+a log beside the run directory), `--jobs` at a time (give the program's set: a
 `model.threads` that fits: on 2 cores, 1 thread and 2 jobs). A run directory that already holds a summary.json
 is reused, but only if its resolved config is the one this script would run (else it stops and says so). The
 winner holds when its mean beats the default's by more than the seed spread (max - min) of either arm on the
@@ -18,16 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
 
 from posttrain.auto.program import Program, load_program
-from posttrain.auto.runner import read_metric
+from posttrain.auto.runner import SubprocessRunner, TrialSpec, read_metric
 from posttrain.config.load import load_config
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -49,12 +48,14 @@ def arm_configs(search_dir: Path) -> dict[str, Path]:
     return {"default": base, "best": best}
 
 
-def overrides(prog: Program, out: Path, arm: str, seed: int) -> list[str]:
-    return prog.trial_overrides() + [f"run.output_dir={out}", f"run.name={arm}-s{seed}", f"run.seed={seed}"]
+# The trial command, as `posttrain auto` runs it (None: python -m posttrain.cli train); the tests swap in a fake.
+TRAIN_COMMAND: list[str] | None = None
 
 
-def command(config: Path, ovs: list[str]) -> list[str]:
-    return [sys.executable, "-m", "posttrain.cli", "train", str(config), *ovs]
+def spec(prog: Program, out: Path, arm: str, seed: int) -> TrialSpec:
+    """One fresh-seed run as a search trial: the program's set: and budget, its timeout, a log beside the run."""
+    name = f"{arm}-s{seed}"
+    return TrialSpec(name, prog.trial_overrides(), seed, prog.timeout_s, out, out / f"{name}.log")
 
 
 def same_config(run_dir: Path, config: Path, ovs: list[str]) -> bool:
@@ -66,20 +67,17 @@ def same_config(run_dir: Path, config: Path, ovs: list[str]) -> bool:
     return saved == want
 
 
-def run_one(config: Path, ovs: list[str], run_dir: Path, metric: str) -> dict:
-    if (run_dir / "summary.json").exists():
-        if not same_config(run_dir, config, ovs):
-            raise SystemExit(f"{run_dir} holds a finished run with a different config: remove it or pick --out")
-        return {"value": read_metric(run_dir, metric), "reused": True, "wall_s": None}
-    log = run_dir.parent / f"{run_dir.name}.log"
-    t0 = time.monotonic()
-    with open(log, "w") as f:
-        rc = subprocess.call(command(config, ovs), stdout=f, stderr=subprocess.STDOUT)
-    wall = time.monotonic() - t0
-    if rc != 0:
-        print(f"  {run_dir.name}: exit code {rc} (log {log})", flush=True)
-        return {"value": None, "reused": False, "wall_s": wall, "error": f"exit code {rc}"}
-    return {"value": read_metric(run_dir, metric), "reused": False, "wall_s": wall}
+def run_one(config: Path, sp: TrialSpec, metric: str) -> dict:
+    """Reuse a finished run with the same config, else run it through the search's own trial runner (its
+    timeout, process-group kill and metric reading)."""
+    if (sp.run_dir / "summary.json").exists():
+        if not same_config(sp.run_dir, config, sp.overrides):
+            raise SystemExit(f"{sp.run_dir} holds a finished run with a different config: remove it or pick --out")
+        return {"value": read_metric(sp.run_dir, metric), "reused": True, "wall_s": None}
+    o = SubprocessRunner(metric, config, command=TRAIN_COMMAND)(sp)
+    if o.status != "ok":
+        print(f"  {sp.name}: {o.status}: {o.error} (log {sp.log_path})", flush=True)
+    return {"value": o.value, "reused": False, "wall_s": o.wall_s, "error": o.error}
 
 
 def verdict(arms: dict[str, list[float]], direction: str, floor: float) -> dict:
@@ -123,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(a, s) for a in configs for s in args.seeds]
     print(f"{len(jobs)} runs, {args.jobs} at a time, into {out}", flush=True)
     with ThreadPoolExecutor(args.jobs) as pool:
-        res = dict(zip(jobs, pool.map(lambda j: run_one(configs[j[0]], overrides(prog, out, *j),
-                                                        out / f"{j[0]}-s{j[1]}", prog.metric), jobs)))
+        res = dict(zip(jobs, pool.map(lambda j: run_one(configs[j[0]], spec(prog, out, *j), prog.metric), jobs)))
     for (a, s), r in res.items():
         how = "reused" if r["reused"] else f"{r['wall_s']:.0f}s"
         print(f"  {a}-s{s}: {prog.metric}={r['value']} [{how}]", flush=True)

@@ -48,7 +48,7 @@ def search_dir(tmp_path, incumbent_trial=3, best_lr=5e-5):
 def test_a_winner_that_holds_and_the_files_it_writes(tmp_path, monkeypatch):
     fake = tmp_path / "fake_train.py"
     fake.write_text(FAKE)
-    monkeypatch.setattr(afs, "command", lambda config, ovs: [sys.executable, str(fake), str(config), *ovs])
+    monkeypatch.setattr(afs, "TRAIN_COMMAND", [sys.executable, str(fake)])
     d = search_dir(tmp_path)
     assert afs.main([str(d), "--seeds", "2", "3", "--results", str(tmp_path / "res")]) == 0
     out = json.loads((tmp_path / "res/auto_fresh_seeds.json").read_text())
@@ -80,12 +80,12 @@ def test_refusals(tmp_path):
 def test_a_finished_run_is_reused_only_with_the_same_config(tmp_path):
     d = search_dir(tmp_path)
     prog = afs.load_program(d / "program.md", d / "base.yaml")
-    ovs = afs.overrides(prog, tmp_path / "fresh", "default", 2)
-    run = tmp_path / "fresh/default-s2"
+    sp = afs.spec(prog, tmp_path / "fresh", "default", 2)
+    ovs, run = sp.overrides, sp.run_dir
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(to_yaml(load_config(d / "base.yaml", ovs + ["run.seed=7"])))
     assert afs.same_config(run, d / "base.yaml", ovs)  # run.* aside
     assert not afs.same_config(run, d / "best.yaml", ovs)  # another learning rate
     (run / "summary.json").write_text("{}")
     with pytest.raises(SystemExit, match="different config"):
-        afs.run_one(d / "best.yaml", ovs, run, "eval/pass_rate")
+        afs.run_one(d / "best.yaml", sp, "eval/pass_rate")
