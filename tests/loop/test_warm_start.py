@@ -254,3 +254,76 @@ def test_a_crash_in_rl_keeps_the_warm_start(tmp_path, monkeypatch):
     assert trained(resumed.run_dir) == trained(straight.run_dir)
     kinds = [r["kind"] for r in read_metrics(str(resumed.run_dir))]
     assert kinds.count("warm_start") == 3  # the first run's records, kept and not redone
+
+
+def _params(module):
+    return {n: p.detach().clone() for n, p in module.named_parameters()}
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_kl_reference_is_the_warm_started_policy(tmp_path, monkeypatch, lora):
+    """With a warm start, `algorithm.beta` pulls toward the warm-started policy, not the base model the warm start
+    moved away from (the field's SFT-model reference); it is saved for resume."""
+    import posttrain.loop.run as run_mod
+    from posttrain.loop import Run
+    from posttrain.loop.reference import REFERENCE_FILE
+
+    seen = {}
+
+    def capture(cfg, c, *args, **kw):
+        seen["policy"] = _params(c.model)  # the warm-started policy, before any RL step
+        seen["stepper"] = orig(cfg, c, *args, **kw)
+        return seen["stepper"]
+
+    orig = run_mod.make_stepper
+    monkeypatch.setattr(run_mod, "make_stepper", capture)
+    extra = ["lora.enabled=true", "lora.r=4"] if lora else []
+    cfg = _cfg(tmp_path, "warm_start.steps=3", "warm_start.lr=1e-2", "loop.steps=1", "loop.eval_before=false",
+               "algorithm.beta=0.1", *extra)
+    run = Run(cfg)
+    base = _params(run.c.model)
+    run.run()
+    ref = seen["stepper"].ref_model
+    assert ref is not None and seen["stepper"].ref_disable_adapter is None
+    assert not any(p.requires_grad for p in ref.parameters())
+    ref_params = _params(ref)
+    moved = [n for n in seen["policy"] if not torch.equal(seen["policy"][n], base[n])]
+    assert moved, "the warm start changed nothing: the test proves nothing"
+    for n in moved:  # the reference holds the warm-started weights ...
+        assert torch.equal(ref_params[n], seen["policy"][n]), n
+    # ... and stays there while RL moves the policy
+    assert any(not torch.equal(p.detach(), ref_params[n]) for n, p in run.c.model.named_parameters())
+    saved = torch.load(run.run_dir / REFERENCE_FILE, weights_only=True)
+    assert all(torch.equal(saved[k], v) for k, v in ref.state_dict().items())
+
+
+def test_a_resumed_run_gets_the_saved_warm_started_reference(tmp_path, monkeypatch):
+    import posttrain.loop.run as run_mod
+    from posttrain.loop.pg_stepper import PolicyGradientStepper
+    from posttrain.loop.reference import REFERENCE_FILE
+    from posttrain.loop.run import Run
+
+    cfg = _cfg(tmp_path, "warm_start.steps=3", "warm_start.lr=1e-2", "loop.steps=3", "loop.eval_before=false",
+               "algorithm.beta=0.1", "loop.save_every=1", "run.name=kl")
+    run = Run(cfg)
+    orig = PolicyGradientStepper.step
+
+    async def crash_at_3(self, step):
+        if step == 2:
+            raise RuntimeError("simulated OOM")
+        return await orig(self, step)
+
+    monkeypatch.setattr(PolicyGradientStepper, "step", crash_at_3)
+    with pytest.raises(RuntimeError, match="simulated OOM"):
+        run.run()
+    monkeypatch.setattr(PolicyGradientStepper, "step", orig)
+    saved = torch.load(run.run_dir / REFERENCE_FILE, weights_only=True)
+    made = []
+    orig_make = run_mod.make_stepper
+    monkeypatch.setattr(run_mod, "make_stepper", lambda *a, **k: made.append(orig_make(*a, **k)) or made[-1])
+    Run(cfg, run_dir=run.run_dir, resume=True).run()
+    ref = made[0].ref_model.state_dict()
+    assert all(torch.equal(ref[k], v) for k, v in saved.items())
+    (run.run_dir / REFERENCE_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match="KL reference"):
+        Run(cfg, run_dir=run.run_dir, resume=True).run()

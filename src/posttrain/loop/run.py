@@ -30,6 +30,7 @@ from posttrain.loop.evaluate import evaluate_async
 from posttrain.loop.insights import evaluate_with_insights
 from posttrain.types import SampleParams
 from posttrain.loop.schedule import make_stepper
+from posttrain.loop.reference import reference_after_warm_start, restore_reference
 from posttrain.loop.warm_start import WarmStartResult, run_warm_start
 from posttrain.loop.watch import Watch
 from posttrain.obs import console as con, trace
@@ -115,6 +116,10 @@ class Run:
             raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir}/checkpoints")
         if cfg.warm_start.steps and ckpt is None:
             warm, base_eval = await self._warm_start()
+            if reference_after_warm_start(cfg, c, self.run_dir):
+                self.say("KL reference: the warm-started policy")
+        elif ckpt is not None:
+            restore_reference(cfg, c, self.run_dir)  # the warm-started reference, saved when it was made
         stepper: Stepper = make_stepper(cfg, c, self.run_dir, self.say)
         if warm is not None and cfg.loop.keep_checkpoints:
             # A warm start can take an hour (coding-agent on CPU); a crash in RL (one OOM-killed at step 4 after
