@@ -185,6 +185,10 @@ class Sequence:
     # Sampled from another prompt than the one it is trained on (a remedy's guided format hint): its sampler
     # log-probs are the behaviour policy's but not comparable to the trainer's, so drift metrics skip it.
     guided: bool = False
+    # The trainer's log-probs of these tokens from the update's first forward pass (before any optimizer step of
+    # this batch), kept for the report's token colouring so that no extra forward pass is needed
+    # (Trainer.captures_logprobs); None where no in-process trainer saw the sequence.
+    trainer_logprobs: list[float] | None = None
 
 
 @dataclass
@@ -199,6 +203,8 @@ class Batch:
     total_seqs: float | None = None
     # Every scored sequence's advantage, in input order (the trained part above may be a subset): for the report.
     advantages_all: list[float] | None = None
+    # For each of `sequences`, its position in that input order (None: not recorded).
+    input_index: list[int] | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -116,11 +116,12 @@ def build_batch(seqs: list[Sequence], opts: BatchOptions,
                                         torch.tensor([s.group_id for s in seqs]), scale_std=opts.scale_std)
              if seqs else torch.zeros(0))
     seqs = [replace(s, advantage=a, reward=r) for s, a, r in zip(seqs, adv_N.tolist(), rewards)]
-    trained = seqs if opts.keep_zero_advantage else [
-        s for s in seqs if (s.advantage != 0.0 or s.teacher_logprobs is not None) and any(s.loss_mask)]
-    batch = Batch(sequences=trained, policy_version=policy_version,
+    keep = [i for i, s in enumerate(seqs) if opts.keep_zero_advantage or (
+        (s.advantage != 0.0 or s.teacher_logprobs is not None) and any(s.loss_mask))]
+    batch = Batch(sequences=[seqs[i] for i in keep], policy_version=policy_version,
                   total_loss_tokens=float(max(sum(sum(s.loss_mask) for s in seqs), 1)),
-                  total_seqs=float(max(len(seqs), 1)), advantages_all=[s.advantage for s in seqs])
+                  total_seqs=float(max(len(seqs), 1)), advantages_all=[s.advantage for s in seqs], input_index=keep)
+    trained = batch.sequences
     m.update({
         "adv/mean": float(adv_N.mean()) if len(adv_N) else 0.0,
         "adv/std": float(adv_N.std()) if len(adv_N) > 1 else 0.0,

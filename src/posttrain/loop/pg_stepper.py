@@ -29,7 +29,7 @@ from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.obs.timers import StageTimer
 from posttrain.rewards.telemetry import drain_task_metrics
 from posttrain.training.trainer import TokenWeightFn, Trainer
-from posttrain.types import Batch, sequence_of
+from posttrain.types import Batch, Sequence, sequence_of
 
 
 def self_teacher(a: AlgorithmConfig, remedies: RemediesConfig | None = None) -> tuple[str, float] | None:
@@ -134,9 +134,12 @@ class PolicyGradientStepper:
         m.update(m_hint)
         if cfg.loop.samples_per_step:  # per-token data of the rows samples.jsonl keeps (the report colours them)
             with timer("token_stats", step=step + 1):
-                await self._call(self._token_stats, collected, batch)
+                shown = await self._call(self._token_stats, collected, batch)
         with timer("train", step=step + 1):
             m.update(await self._call(self._optimize, batch))
+        if cfg.loop.samples_per_step:
+            for t, s in shown:  # the update's own first forward pass measured these (before the update)
+                t.extra["trainer_logprobs"] = [round(x, 4) for x in s.trainer_logprobs or []]
         with timer("sync", step=step + 1):
             self.version += 1
             m.update(await self._call(self.sync.push, self.version))
@@ -171,18 +174,30 @@ class PolicyGradientStepper:
         """Model work off the event loop in async mode, so rollout workers keep generating meanwhile."""
         return await asyncio.to_thread(fn, *args) if self.cfg.loop.mode == "async" else fn(*args)
 
-    def _token_stats(self, collected: Any, batch: Batch) -> None:
+    def _token_stats(self, collected: Any, batch: Batch) -> list[tuple[Any, Sequence]]:
         """For the first loop.samples_per_step trajectories (the ones samples.jsonl keeps): the advantage each was
         trained with and the trainer's log-prob of every completion token before this step's update, beside the
-        sampler's (obs/rollout_stats.sample_records writes them). One forward pass over those few rows."""
+        sampler's (obs/rollout_stats.sample_records writes them).
+
+        A shown row the update trains on gets its log-probs from the update's own first forward pass
+        (Trainer.captures_logprobs: returned here, read after the update), so no extra pass runs for it: that
+        pass cost 5% of a json-extract step. Only rows outside the update (zero advantage, filtered groups) or a
+        trainer in other processes need one forward pass here, before the update."""
         trained = [t for g in collected.groups for t in g.trajectories_G if not t.failed]
         for t, adv in zip(trained, batch.advantages_all or []):
             t.extra["advantage"] = adv
         shown = [t for g in collected.all_groups for t in g.trajectories_G][: self.cfg.loop.samples_per_step]
         shown = [t for t in shown if not t.failed]
-        if shown:
-            for t, lp in zip(shown, self.trainer.compute_logprobs(Batch([sequence_of(t) for t in shown]))):
+        in_update: dict[int, Sequence] = {}  # id(trajectory) -> its sequence in the update
+        if getattr(self.trainer, "captures_logprobs", False) and batch.input_index is not None:
+            # batch.input_index: positions in build_batch's input, which is `trained` (sequences_from_groups' order)
+            in_update = {id(trained[i]): s for i, s in zip(batch.input_index, batch.sequences)}
+        captured = [(t, in_update[id(t)]) for t in shown if id(t) in in_update]
+        rest = [t for t in shown if id(t) not in in_update]
+        if rest:
+            for t, lp in zip(rest, self.trainer.compute_logprobs(Batch([sequence_of(t) for t in rest]))):
                 t.extra["trainer_logprobs"] = [round(x, 4) for x in lp]
+        return captured
 
     def _optimize(self, batch: Batch) -> dict[str, float]:
         """num_iterations optimizer passes over the batch; the ratio's old policy per algorithm.behavior_logprobs."""

@@ -92,6 +92,7 @@ class ShardedTrainer(Trainer):
     """A rank's Trainer over its FSDP2-sharded model; every method that runs the model is a collective."""
 
     sharded = True
+    captures_logprobs = False  # the stepper talks to it through DataParallelTrainer: the sequences are copies
 
     def __init__(self, model: Any, pad_id: int, **kw: Any):
         """`model`: already sharded (`shard_model`), so the optimizer holds the DTensor shards."""
