@@ -2,12 +2,13 @@
 
     python bench/drawing_rl.py RUN_DIR [RUN_DIR ...] [--out bench/results/drawing_rl]
 
-Each RUN_DIR is a `posttrain train task.name=drawing warm_start.steps=N ...` run (the commands are in
-docs/drawing.md). Its evals are read from metrics.jsonl: step 0 is the warm-started model (the RL run's "before"),
-later steps are RL. Printed per run and eval: the gated reward (the mean reward: gate, length and image score,
-0 for a refused program), the mean image score, the share of programs through the gate and the share passing
-(image score >= 0.5); then per arm (the run's overrides without its seed) the change from the warm start to
-the last eval, per seed, with the mean and range. Writes OUT.json and OUT.md.
+Each RUN_DIR is a drawing run that starts from a warm-started model: `warm_start.steps=N` in the run, or
+`model.name=` a warm-started folder (the commands are in docs/drawing.md). Its evals are read from metrics.jsonl:
+step 0 is the model RL starts from, later steps are RL. Printed per run and eval: the gated reward (the mean
+reward: gate, length and image score, 0 for a refused program), the mean image score, the share of programs
+through the gate and the share passing (image score >= 0.5); then per arm (the run name without its `-sN` seed
+suffix, or `--arm RUN=ARM`) the change from step 0 to the last eval, per seed, with the mean and range. Writes
+OUT.json and OUT.md.
 """
 
 from __future__ import annotations

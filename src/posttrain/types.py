@@ -185,9 +185,10 @@ class Sequence:
     # Sampled from another prompt than the one it is trained on (a remedy's guided format hint): its sampler
     # log-probs are the behaviour policy's but not comparable to the trainer's, so drift metrics skip it.
     guided: bool = False
-    # The trainer's log-probs of these tokens from the update's first forward pass (before any optimizer step of
-    # this batch), kept for the report's token colouring so that no extra forward pass is needed
-    # (Trainer.captures_logprobs); None where no in-process trainer saw the sequence.
+    # The report's token colouring needs the trainer's log-probs of the few rows samples.jsonl keeps. The stepper
+    # sets `capture_logprobs` on those, and the update's first forward pass (before any optimizer step of this
+    # batch) keeps them in `trainer_logprobs`: no extra forward pass (Trainer.captures_logprobs). None: not kept.
+    capture_logprobs: bool = False
     trainer_logprobs: list[float] | None = None
 
 

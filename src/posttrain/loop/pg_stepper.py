@@ -132,14 +132,14 @@ class PolicyGradientStepper:
         batch, m = build_batch(seqs, self.batch_options, policy_version=self.version)
         m.update(collected.metrics)
         m.update(m_hint)
+        captured: list[tuple[Any, Sequence]] = []
         if cfg.loop.samples_per_step:  # per-token data of the rows samples.jsonl keeps (the report colours them)
             with timer("token_stats", step=step + 1):
-                shown = await self._call(self._token_stats, collected, batch)
+                captured = await self._call(self._token_stats, collected, batch)
         with timer("train", step=step + 1):
             m.update(await self._call(self._optimize, batch))
-        if cfg.loop.samples_per_step:
-            for t, s in shown:  # the update's own first forward pass measured these (before the update)
-                t.extra["trainer_logprobs"] = [round(x, 4) for x in s.trainer_logprobs or []]
+        for t, s in captured:  # the update's own first forward pass measured these (before the update)
+            t.extra["trainer_logprobs"] = [round(x, 4) for x in s.trainer_logprobs or []]
         with timer("sync", step=step + 1):
             self.version += 1
             m.update(await self._call(self.sync.push, self.version))
@@ -193,6 +193,8 @@ class PolicyGradientStepper:
             # batch.input_index: positions in build_batch's input, which is `trained` (sequences_from_groups' order)
             in_update = {id(trained[i]): s for i, s in zip(batch.input_index, batch.sequences)}
         captured = [(t, in_update[id(t)]) for t in shown if id(t) in in_update]
+        for _, s in captured:
+            s.capture_logprobs = True
         rest = [t for t in shown if id(t) not in in_update]
         if rest:
             for t, lp in zip(rest, self.trainer.compute_logprobs(Batch([sequence_of(t) for t in rest]))):

@@ -29,8 +29,8 @@ from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_c
 from posttrain.loop.evaluate import evaluate_async
 from posttrain.loop.insights import evaluate_with_insights
 from posttrain.types import SampleParams
-from posttrain.loop.schedule import make_stepper
 from posttrain.loop.reference import reference_after_warm_start, restore_reference
+from posttrain.loop.schedule import make_stepper
 from posttrain.loop.warm_start import WarmStartResult, run_warm_start
 from posttrain.loop.watch import Watch
 from posttrain.obs import console as con, trace

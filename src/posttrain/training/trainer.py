@@ -52,8 +52,8 @@ def compute_context(model: Any, precision: str):
 
 
 class Trainer:
-    # forward_backward fills each sequence's `trainer_logprobs` (in this process: a trainer whose sequences are
-    # pickled to other ranks cannot), so the stepper needs no extra forward pass for the report's token stats.
+    # forward_backward fills `trainer_logprobs` of the sequences marked `capture_logprobs` (in this process: a
+    # trainer whose sequences are pickled to other ranks cannot), so the report's token stats need no extra pass.
     captures_logprobs = True
 
     def __init__(self, model: Any, pad_id: int, lr: float = 1e-5, weight_decay: float = 0.0,
@@ -133,11 +133,10 @@ class Trainer:
                                         with_entropy=True, chunk_tokens=self.chunk)
             B, T = t.logp_BT.shape
             dev = t.logp_BT.device
-            if any(s.trainer_logprobs is None for s in seqs):  # the first pass over the batch: before any update
-                rows = t.logp_BT.detach().float().cpu()
-                for row, s in enumerate(seqs):
-                    if s.trainer_logprobs is None:
-                        s.trainer_logprobs = rows[row, : len(s.completion_ids)].tolist()
+            want = [row for row, s in enumerate(seqs) if s.capture_logprobs and s.trainer_logprobs is None]
+            if want:  # the first pass over the batch (before any update); only the rows asked for leave the device
+                for row, lp in zip(want, t.logp_BT.detach()[want].float().cpu()):
+                    seqs[row].trainer_logprobs = lp[: len(seqs[row].completion_ids)].tolist()
             sampler_BT = _pad_float([s.sampler_logprobs for s in seqs], T).to(dev)
             old_BT = _behaviour_BT(seqs, t.logp_BT)
             has_ref = all(s.ref_logprobs is not None for s in seqs)
