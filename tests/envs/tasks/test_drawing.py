@@ -156,3 +156,43 @@ def test_smoke_checks_do_not_reach_the_metrics() -> None:
     t = make_task()
     check_task(t)
     assert drain_task_metrics(t) == {}
+
+
+def test_generated_pictures_are_distinct_fixed_and_never_held_out() -> None:
+    from posttrain.envs.tasks import drawing_data as D
+    from posttrain.envs.tasks.drawing_scenes import FAMILIES, generate
+
+    scenes = generate(300)
+    assert scenes == generate(300)  # the generator's own seed: every run trains on the same pictures
+    descriptions = [d for d, _ in scenes]
+    assert len(set(descriptions)) == 300
+    assert not set(descriptions) & ({d for d, _ in D.HELD_OUT} | {d for d, _ in D.TRAIN})
+    assert len({d.split()[-1] for d in descriptions}) >= len(FAMILIES) - 2  # every family takes its turn
+    assert generate(300, seed=1) != scenes
+
+
+def test_generated_references_pass_and_a_blank_page_does_not() -> None:
+    task = make_task(train_pictures=120, image_baseline="region")
+    assert len(task.train_rows) == 40 + 120
+    assert [r["description"] for r in task.eval_rows] == [r["description"] for r in make_task().eval_rows]
+    for row in task.train_rows[40:]:
+        assert row["description"] in row["prompt"][1]["content"]
+        ref = score_completion(task, row, row["reference"])
+        assert ref.passed and ref.components["drawing_image"] == pytest.approx(1.0), row["description"]
+        assert not score_completion(task, row, 'fill("white")').passed
+        (demo,) = task.demonstrate(row)
+        assert demo == row["reference"]
+    drain_task_metrics(task)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "400"])
+def test_bad_train_pictures_are_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="train_pictures"):
+        make_task(train_pictures=bad)  # type: ignore[arg-type]
+
+
+def test_asking_for_more_pictures_than_the_families_hold_is_an_error() -> None:
+    from posttrain.envs.tasks.drawing_scenes import generate
+
+    with pytest.raises(ValueError, match="ran out"):
+        generate(100_000)

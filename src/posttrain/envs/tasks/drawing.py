@@ -36,6 +36,7 @@ from PIL import Image
 from posttrain.envs.check import SmokeCheck
 from posttrain.envs.task import Task
 from posttrain.envs.tasks import drawing_data as D
+from posttrain.envs.tasks import drawing_scenes as scenes
 from posttrain.envs.tasks.drawing_gate import MAX_CHARS, check_program
 from posttrain.envs.tasks.drawing_render import RenderError, flat_distance, image_distance, region_score, render
 from posttrain.rewards.rubric import RewardComponent, Rubric
@@ -210,16 +211,20 @@ def _row(description: str, reference: str) -> dict[str, Any]:
 def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: str = "default",
               judge_base_url: str | None = None, image_baseline: str = "flat", image_scale: float = 0.5,
               pass_threshold: float = 0.5,
-              weights: dict[str, float] | None = None, max_tokens: int = 160) -> Task:
+              weights: dict[str, float] | None = None, max_tokens: int = 160, train_pictures: int = 0) -> Task:
     """The `drawing` task. `judge`: None (default, off), "llm" (a yes/no judge on the program text, `judge_model` /
     `judge_base_url` as in json-extract-judged) or "package.module:function" (a scorer of the rendered images).
     `image_baseline`: "flat" (score the progress past the best one-colour page), "region" (the same progress per
     cell: figure drawn x ground kept, drawing_render.region_score) or "none" (with `image_scale`, the colour
-    distance that scores 0). `weights` overrides drawing_gate, drawing_length, drawing_image by name."""
+    distance that scores 0). `weights` overrides drawing_gate, drawing_length, drawing_image by name.
+    `train_pictures`: generated training pictures added to the 40 hand-written ones (drawing_scenes.py); the
+    held-out set never changes."""
     if image_baseline not in IMAGE_BASELINES:
         raise ValueError(f"image_baseline must be one of {IMAGE_BASELINES}, got {image_baseline!r}")
     if image_scale <= 0 or not 0 < pass_threshold <= 1:
         raise ValueError(f"need image_scale > 0 and 0 < pass_threshold <= 1, got {image_scale}, {pass_threshold}")
+    if isinstance(train_pictures, bool) or not isinstance(train_pictures, int) or train_pictures < 0:
+        raise ValueError(f"train_pictures must be a whole number >= 0, got {train_pictures!r}")
     w = {"drawing_gate": 0.1, "drawing_length": 0.1, "drawing_image": 1.0}
     for k, v in (weights or {}).items():
         if k not in w:
@@ -240,7 +245,7 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
             raise ValueError(f"judge must be None, 'llm' or 'package.module:function', got {judge!r}")
         comps.append(RewardComponent("judge", _scorer_component(judge, renders), weight=judge_weight,
                                      pass_threshold=0.5))
-    train_rows = [_row(d, p) for d, p in D.TRAIN]
+    train_rows = [_row(d, p) for d, p in D.TRAIN + scenes.generate(train_pictures)]
     first = {**train_rows[0], "smoke": True}
     checks = [
         SmokeCheck("the reference program passes", row=first, completion=first["reference"]),
