@@ -196,3 +196,13 @@ def test_asking_for_more_pictures_than_the_families_hold_is_an_error() -> None:
 
     with pytest.raises(ValueError, match="ran out"):
         generate(100_000)
+
+
+def test_eval_pictures_swap_in_generated_pictures_never_trained_on() -> None:
+    task = make_task(train_pictures=50, eval_pictures=30)
+    train = {r["description"] for r in task.train_rows}
+    held = [r["description"] for r in task.eval_rows]
+    assert len(held) == 30 and not train & set(held)
+    assert held == [r["description"] for r in make_task(train_pictures=50, eval_pictures=30).eval_rows]
+    with pytest.raises(ValueError, match="eval_pictures"):
+        make_task(eval_pictures=-3)

@@ -211,20 +211,24 @@ def _row(description: str, reference: str) -> dict[str, Any]:
 def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: str = "default",
               judge_base_url: str | None = None, image_baseline: str = "flat", image_scale: float = 0.5,
               pass_threshold: float = 0.5,
-              weights: dict[str, float] | None = None, max_tokens: int = 160, train_pictures: int = 0) -> Task:
+              weights: dict[str, float] | None = None, max_tokens: int = 160, train_pictures: int = 0,
+              eval_pictures: int = 0) -> Task:
     """The `drawing` task. `judge`: None (default, off), "llm" (a yes/no judge on the program text, `judge_model` /
     `judge_base_url` as in json-extract-judged) or "package.module:function" (a scorer of the rendered images).
     `image_baseline`: "flat" (score the progress past the best one-colour page), "region" (the same progress per
     cell: figure drawn x ground kept, drawing_render.region_score) or "none" (with `image_scale`, the colour
     distance that scores 0). `weights` overrides drawing_gate, drawing_length, drawing_image by name.
-    `train_pictures`: generated training pictures added to the 40 hand-written ones (drawing_scenes.py); the
-    held-out set never changes."""
+    `train_pictures`: generated training pictures added to the 40 hand-written ones (drawing_scenes.py).
+    `eval_pictures`: 0 (default) evaluates on the 15 hand-written held-out descriptions; N > 0 evaluates on N more
+    generated pictures instead, none of them trained on: an in-distribution check that tells a policy that did not
+    learn from one that learned but does not carry over to the hand-written set."""
     if image_baseline not in IMAGE_BASELINES:
         raise ValueError(f"image_baseline must be one of {IMAGE_BASELINES}, got {image_baseline!r}")
     if image_scale <= 0 or not 0 < pass_threshold <= 1:
         raise ValueError(f"need image_scale > 0 and 0 < pass_threshold <= 1, got {image_scale}, {pass_threshold}")
-    if isinstance(train_pictures, bool) or not isinstance(train_pictures, int) or train_pictures < 0:
-        raise ValueError(f"train_pictures must be a whole number >= 0, got {train_pictures!r}")
+    for key, n in (("train_pictures", train_pictures), ("eval_pictures", eval_pictures)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"{key} must be a whole number >= 0, got {n!r}")
     w = {"drawing_gate": 0.1, "drawing_length": 0.1, "drawing_image": 1.0}
     for k, v in (weights or {}).items():
         if k not in w:
@@ -245,7 +249,11 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
             raise ValueError(f"judge must be None, 'llm' or 'package.module:function', got {judge!r}")
         comps.append(RewardComponent("judge", _scorer_component(judge, renders), weight=judge_weight,
                                      pass_threshold=0.5))
-    train_rows = [_row(d, p) for d, p in D.TRAIN + scenes.generate(train_pictures)]
+    # One generated sequence: the first train_pictures train and the next eval_pictures evaluate, so no eval
+    # picture is ever trained on. The eval pictures depend on train_pictures: compare runs with the same value.
+    generated = scenes.generate(train_pictures + eval_pictures)
+    train_rows = [_row(d, p) for d, p in D.TRAIN + generated[:train_pictures]]
+    held_out = generated[train_pictures:] if eval_pictures else D.HELD_OUT
     first = {**train_rows[0], "smoke": True}
     checks = [
         SmokeCheck("the reference program passes", row=first, completion=first["reference"]),
@@ -259,7 +267,7 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
         SmokeCheck("prose fails", row=first, completion="Here is a red sun over the sea.", expect="fail"),
     ]
     return Task(
-        name="drawing", train_rows=train_rows, eval_rows=[_row(d, p) for d, p in D.HELD_OUT],
+        name="drawing", train_rows=train_rows, eval_rows=[_row(d, p) for d, p in held_out],
         rubric=Rubric(comps, pass_component="drawing_image", gates=["drawing_gate"]), smoke_checks=checks,
         # Stop at a closing fence ("\n```" then a newline), not at an opening one ("\n```python"): the default
         # model writes a sentence, then the fenced program.
