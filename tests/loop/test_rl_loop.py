@@ -7,7 +7,6 @@ import pytest
 from posttrain.config import load_config
 from posttrain.loop import Run, train
 from posttrain.loop.collect import prompts_for_step
-from posttrain.loop.pg_stepper import PolicyGradientStepper
 from posttrain.obs import read_metrics
 
 FAST = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false", "logging.console=false",
@@ -42,23 +41,12 @@ def _train_records(run_dir):
             for r in read_metrics(str(run_dir)) if r["kind"] == "train"]
 
 
-def test_resume_after_crash_gives_identical_metrics(tmp_path, monkeypatch):
+def test_resume_after_crash_gives_identical_metrics(tmp_path, crash_in_rl):
     common = ["loop.steps=6", "loop.save_every=3", "trainer.lr=1e-3", "run.seed=3"]
     straight = train(_cfg(tmp_path / "a", *common))
 
     cfg = _cfg(tmp_path / "b", *common, "run.name=crashy")
-    run = Run(cfg)
-    orig = PolicyGradientStepper.step
-
-    async def crash_at_4(self, step):
-        if step == 3:
-            raise RuntimeError("simulated crash")
-        return await orig(self, step)
-
-    monkeypatch.setattr(PolicyGradientStepper, "step", crash_at_4)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        run.run()
-    monkeypatch.setattr(PolicyGradientStepper, "step", orig)
+    run = crash_in_rl(cfg, at_step=3)
     resumed = Run(cfg, run_dir=run.run_dir, resume=True).run()
 
     a, b = _train_records(straight.run_dir), _train_records(resumed.run_dir)

@@ -214,27 +214,7 @@ def test_scored_demonstrations_stay_out_of_the_next_evals_metrics(tiny):
     assert m["eval/decision/accuracy"] == pytest.approx(sum(r["gold"].get("other", 0.0) for r in rows) / 5)
 
 
-def _crash_in_rl(cfg, monkeypatch, at_step: int):
-    """Run cfg until RL step `at_step` (0-based) raises a simulated OOM; the run (its dir) is returned, with the
-    stepper restored for a resume."""
-    from posttrain.loop.pg_stepper import PolicyGradientStepper
-    from posttrain.loop.run import Run
-
-    run, orig = Run(cfg), PolicyGradientStepper.step
-
-    async def crash(self, step):
-        if step == at_step:
-            raise RuntimeError("simulated OOM")
-        return await orig(self, step)
-
-    monkeypatch.setattr(PolicyGradientStepper, "step", crash)
-    with pytest.raises(RuntimeError, match="simulated OOM"):
-        run.run()
-    monkeypatch.setattr(PolicyGradientStepper, "step", orig)
-    return run
-
-
-def test_a_crash_in_rl_keeps_the_warm_start(tmp_path, monkeypatch):
+def test_a_crash_in_rl_keeps_the_warm_start(tmp_path, monkeypatch, crash_in_rl):
     """The warm start is checkpointed as step 0: a run that dies in RL resumes from the warm-started model
     without redoing it, and trains exactly as the uninterrupted run (a coding-agent run OOM-killed at RL step 4
     lost its 53-minute warm start before this)."""
@@ -245,7 +225,7 @@ def test_a_crash_in_rl_keeps_the_warm_start(tmp_path, monkeypatch):
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     straight = train(_cfg(tmp_path / "a", *common))
     cfg = _cfg(tmp_path / "b", *common, "run.name=crashy")
-    run = _crash_in_rl(cfg, monkeypatch, at_step=1)
+    run = crash_in_rl(cfg, at_step=1)
     assert (run.run_dir / "checkpoints" / "step_000000").is_dir()
 
     async def no_second_warm_start(*a, **k):
@@ -305,14 +285,14 @@ def test_the_kl_reference_is_the_warm_started_policy(tmp_path, monkeypatch, lora
     assert all(torch.equal(saved[k], v) for k, v in ref.state_dict().items())
 
 
-def test_a_resumed_run_gets_the_saved_warm_started_reference(tmp_path, monkeypatch):
+def test_a_resumed_run_gets_the_saved_warm_started_reference(tmp_path, monkeypatch, crash_in_rl):
     import posttrain.loop.run as run_mod
     from posttrain.loop.reference import REFERENCE_FILE
     from posttrain.loop.run import Run
 
     cfg = _cfg(tmp_path, "warm_start.steps=3", "warm_start.lr=1e-2", "loop.steps=3", "loop.eval_before=false",
                "algorithm.beta=0.1", "loop.save_every=1", "run.name=kl")
-    run = _crash_in_rl(cfg, monkeypatch, at_step=2)
+    run = crash_in_rl(cfg, at_step=2)
     saved = torch.load(run.run_dir / REFERENCE_FILE, weights_only=True)
     made = []
     orig_make = run_mod.make_stepper
