@@ -81,4 +81,4 @@ def test_the_shipped_example_program_is_valid():
     prog = load_program(root / "examples/auto/program.md", root / "configs/json_extract.yaml")
     assert prog.metric == "eval/pass_rate" and prog.total_minutes == 60 and "model.name" in prog.frozen
     assert base_params(prog, base_data(root / "configs/json_extract.yaml")) == {
-        "trainer.lr": 2e-5, "sampling.temperature": 0.7, "algorithm.name": "grpo"}
+        "trainer.lr": 2e-5, "sampling.temperature": 0.7, "algorithm.name": "grpo", "warm_start.steps": 0}

@@ -73,6 +73,19 @@ def test_expected_validates_and_scores_full(task: Task) -> None:
     assert all(s.passed and s.reward == pytest.approx(2.0) for s in scores)
 
 
+def test_demonstrations_pass_and_hold_no_eval_entity(task: Task) -> None:
+    # the warm start trains on these: each must earn the full reward, as one single-line reply, and none may
+    # leak a held-out entity
+    assert task.demonstrate is not None
+    replies = [task.demonstrate(r) for r in task.train_rows]
+    assert all(len(r) == 1 and "\n" not in r[0] for r in replies)
+    completions = [[{"role": "assistant", "content": r[0]}] for r in replies]
+    scores = task.rubric.score(completions, task.train_rows)
+    assert all(s.passed and s.reward == pytest.approx(2.0) for s in scores)
+    held_out = {r["entity"] for r in task.eval_rows}
+    assert not any(e in r[0] for r in replies for e in held_out)
+
+
 def test_values_are_in_the_prompt(task: Task) -> None:
     """Every expected string and number is copyable from the user message (booleans are worded)."""
     for row in task.eval_rows:

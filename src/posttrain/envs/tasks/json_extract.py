@@ -187,6 +187,9 @@ def make_task(seed: int = 0, n_train: int = 400, n_eval: int = 48,
                       SmokeCheck("an empty object fails", row=first, completion="{}", expect="fail")],
         rubric=rubric,
         feedback=json_feedback,
+        # A supervised warm start (`warm_start.steps`) on the expected JSON itself, written compactly as the
+        # skeleton in the prompt is: the answer the exact reward wants, nothing around it.
+        demonstrate=lambda row: [json.dumps(row["expected"], separators=(",", ":"))],
         description="Extract facts from a short text into JSON matching a given schema "
                     f"({len(SHAPES)} shapes: {', '.join(SHAPES)}); held-out rows use unseen entities.",
         max_tokens=96,
