@@ -1,4 +1,4 @@
-# The two commands:  make demo  (set up + a real RL run)   and   make test  (set up + the tests).
+# The two commands:  make demo  (set up + a short warm start and a real RL run)   and   make test  (set up + the tests).
 # TORCH pins the local CPU build on machines without a GPU; override it on a GPU box (make TORCH=torch demo).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -34,8 +34,9 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[dev]" "$(TORCH)"
 	touch $@
 
+# demo: configs/demo.yaml is the default run plus a 10-step supervised warm start (why: the file's comments)
 demo: setup
-	$(VENV)/bin/posttrain train $(ARGS)
+	$(VENV)/bin/posttrain train configs/demo.yaml $(ARGS)
 
 test: setup-dev
 	$(PY) -m pytest -q -n $(JOBS) --dist loadgroup $(ARGS)
