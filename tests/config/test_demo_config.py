@@ -41,3 +41,17 @@ def test_the_demo_warm_start_leaves_training_prompts_unseen_for_rl():
 def test_make_demo_runs_the_demo_config():
     recipe = (ROOT / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     assert "posttrain train configs/demo.yaml" in recipe
+
+
+def test_the_demo_config_runs_end_to_end_in_smoke_mode(tmp_path):
+    """`make demo`'s config as written (warm start, its eval, RL) on the tiny random model: one step of each."""
+    import subprocess
+    import sys
+
+    smoke = ["model.name=tiny-random", "warm_start.steps=1", "loop.steps=1", "loop.eval_prompts=2",
+             "logging.tensorboard=false", "loop.save_every=0", "model.threads=1", f"run.output_dir={tmp_path}"]
+    r = subprocess.run([sys.executable, "-m", "posttrain.cli", "train", "configs/demo.yaml", *smoke], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "base vs warm start vs after RL" in r.stdout
+    assert list(tmp_path.glob("*/summary.json"))
