@@ -21,7 +21,8 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 def test_the_demo_config_is_the_default_run_plus_a_warm_start_and_a_lower_rl_lr():
     demo, default = load_config(ROOT / "configs" / "demo.yaml"), Config()
-    changed = {k for k, v in _flat(demo.model_dump()).items() if _flat(default.model_dump())[k] != v}
+    base = _flat(default.model_dump())
+    changed = {k for k, v in _flat(demo.model_dump()).items() if base[k] != v}
     assert changed == {"warm_start.steps", "warm_start.demos", "warm_start.eval", "trainer.lr", "loop.steps"}
     assert demo.task.name == default.task.name == "json-extract"
     assert demo.trainer.lr < default.trainer.lr

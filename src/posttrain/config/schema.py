@@ -142,7 +142,9 @@ class WarmStartConfig(_Strict):
     steps: int = Field(0, ge=0, description="supervised steps on the task's demonstrations before RL (0: off; needs a task with `demonstrate`)")
     lr: float = Field(5e-5, gt=0.0, description="learning rate of the warm start (its own AdamW, dropped after)")
     batch_size: int = Field(8, ge=1, description="demonstrations per warm-start step")
-    demos: int = Field(0, ge=0, description="training rows turned into demonstrations (0: all)")
+    demos: int = Field(0, ge=0, description=(
+        "training rows turned into demonstrations, the first N (0: all); leave RL rows it has not seen: after a warm "
+        "start on every row most groups can pass whole, and RL has little left to learn (README, Quick start)"))
     eval: bool | None = Field(None, description=(
         "evaluate the warm-started model before RL (the run's 'before' eval, the base of its RL gain); null: as "
         "loop.eval_before, which otherwise governs only the base model's eval. loop.eval_before=false "
