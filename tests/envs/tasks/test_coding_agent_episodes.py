@@ -13,7 +13,7 @@ from coding_agent_helpers import ScriptedSampler, needs_sandbox, play, run_tool,
 from posttrain.envs.check import check_task
 from posttrain.envs.coding_agent import data
 from posttrain.envs.coding_agent.episode import TOOL_NAMES, first_failure
-from posttrain.envs.coding_agent.task import call, demonstrate, line_edit, make_task
+from posttrain.envs.coding_agent.task import anchor_edit, call, demonstrate, line_edit, make_task
 from posttrain.envs.tasks import builtin_task_factory
 
 
@@ -220,13 +220,53 @@ def test_every_line_demonstration_edits_the_file_as_the_text_one_does(task, edit
         assert by_lines.repo.sources == by_text.repo.sources, row["issue_id"]
 
 
+def test_anchor_edit_is_the_changed_lines_widened_until_unique():
+    text = "def f():\n    raise NotImplementedError\n\ndef g():\n    return 1\n"
+    assert anchor_edit(text, "def f():\n    raise NotImplementedError\n", "def f():\n    return 2\n") == \
+        {"old": "    raise NotImplementedError\n", "new": "    return 2\n"}
+    # the changed line occurs twice: the line above joins the anchor, and the replacement keeps it
+    dup = "def f():\n    return 1\n\ndef g():\n    return 1\n"
+    assert anchor_edit(dup, "def g():\n    return 1\n", "def g():\n    return 3\n") == \
+        {"old": "def g():\n    return 1\n", "new": "def g():\n    return 3\n"}
+    # the first line repeated later: widening goes down past the top of the file
+    top = "x = 1\ny = 2\nx = 1\n"
+    assert anchor_edit(top, "x = 1\ny", "x = 5\ny") == {"old": "x = 1\ny = 2\n", "new": "x = 5\ny = 2\n"}
+    # a last line without a newline gets a replacement without one
+    assert anchor_edit("a = 1\nb = 2", "b = 2", "b = 3") == {"old": "b = 2", "new": "b = 3"}
+
+
+def test_every_anchor_demonstration_edits_the_file_as_the_text_one_does(task):
+    # Every issue: the short anchored text edits, code in a block, leave each file exactly as the full text edits
+    # do, and the anchor is shorter than the text form's `old` (a deletion's anchor is its raise line).
+    from posttrain.envs.tools import parse_calls
+
+    for row in task.train_rows + task.eval_rows:
+        by_text, by_anchor = task.episode(row), task.episode(row)
+        for e in row["fix"]:
+            by_text.repo.edit(e["path"], e["new"], e["old"])
+        anchors = []
+        for reply in demonstrate(row, edits="anchors"):
+            (c,), errors = parse_calls(reply)
+            assert not errors, errors
+            if c["name"] == "edit_file":
+                assert reply.startswith("```python\n") and '"new": "```"' in reply
+                anchors.append(c["arguments"]["old"])
+                by_anchor.repo.edit(**c["arguments"])
+        assert by_anchor.repo.sources == by_text.repo.sources, row["issue_id"]
+        assert len(anchors) == len(row["fix"]) and all(len(a) <= len(e["old"]) + 80 for a, e in zip(anchors, row["fix"]))
+        if row["kind"] == "deletion":
+            assert [a.strip() for a in anchors] == ["raise NotImplementedError"], row["issue_id"]
+
+
 def test_only_the_block_task_tells_the_policy_about_blocks():
     assert "fenced block" in make_task(demo_edits="blocks").train_rows[0]["prompt"][0]["content"]
+    anchors = make_task(demo_edits="anchors").train_rows[0]["prompt"][0]["content"]
+    assert "fenced block" in anchors and '"old": "    return x\\n", "new": "```"' in anchors
     assert "fenced block" not in make_task().train_rows[0]["prompt"][0]["content"]
 
 
 @needs_sandbox
-@pytest.mark.parametrize("edits", ["lines", "blocks"])
+@pytest.mark.parametrize("edits", ["lines", "blocks", "anchors"])
 def test_env_check_passes_with_line_demonstrations(edits):
     t = make_task(demo_edits=edits)
     assert [r.check for r in check_task(t) if not r.ok] == []

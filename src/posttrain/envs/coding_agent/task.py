@@ -36,17 +36,24 @@ INSTRUCTIONS = (
     "read-only); submit (ends the episode: the tests grade your code).")
 
 
-# With demo_edits=blocks the prompt says how code goes outside the JSON (sampling/tool_calls.py, block arguments).
-BLOCK_INSTRUCTIONS = ('\nTo write code, put it in a fenced block first and give the argument as "```":\n'
-                      '```python\n    return x + 1\n```\n'
-                      '<tool_call>{{"name": "edit_file", "arguments": {{"path": "{example}", "start_line": 7, '
-                      '"end_line": 7, "new": "```"}}}}</tool_call>')
+# With demo_edits=blocks (or anchors) the prompt says how code goes outside the JSON (sampling/tool_calls.py, block
+# arguments): blocks edits by line number, anchors by the exact text of the lines that change.
+BLOCK_INSTRUCTIONS = {
+    "blocks": ('\nTo write code, put it in a fenced block first and give the argument as "```":\n'
+               '```python\n    return x + 1\n```\n'
+               '<tool_call>{{"name": "edit_file", "arguments": {{"path": "{example}", "start_line": 7, '
+               '"end_line": 7, "new": "```"}}}}</tool_call>'),
+    "anchors": ('\nTo write code, put it in a fenced block first and give the argument as "```"; old is the exact '
+                'text of the lines to replace:\n'
+                '```python\n    return x + 1\n```\n'
+                '<tool_call>{{"name": "edit_file", "arguments": {{"path": "{example}", "old": "    return x\\n", '
+                '"new": "```"}}}}</tool_call>')}
 
 
 def prompt_text(issue: data.Issue, tests: list[str], edits: str = "text") -> str:
     files = "\n".join(sorted(issue.sources)) + "".join(f"\n{t} (read-only)" for t in sorted(tests))
     example = next(p for p in sorted(issue.sources) if not p.endswith("__init__.py"))
-    how = INSTRUCTIONS + (BLOCK_INSTRUCTIONS if edits == "blocks" else "")
+    how = INSTRUCTIONS + BLOCK_INSTRUCTIONS.get(edits, "")
     return f"{how.format(example=example)}\n\nIssue: {issue.text}\n\nFiles:\n{files}"
 
 
@@ -125,7 +132,7 @@ def call(name: str, **arguments: Any) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
-DEMO_EDITS = ("text", "lines", "blocks")
+DEMO_EDITS = ("text", "lines", "blocks", "anchors")
 
 
 def line_edit(text: str, old: str, new: str) -> dict[str, Any]:
@@ -153,19 +160,53 @@ def line_edit(text: str, old: str, new: str) -> dict[str, Any]:
             "new": "\n".join(kept_new) + "\n"}
 
 
+def anchor_edit(text: str, old: str, new: str) -> dict[str, str]:
+    """The edit `old -> new` on `text` as a short text edit: {old, new} where `old` is only the whole lines that
+    change (line_edit's range), widened by a line above or below until it occurs once. A deletion issue's anchor
+    is then its `    raise NotImplementedError` line, which the issue itself names, rather than the whole
+    function with its docstring: the policy copies one short line and writes the new code in a block."""
+    le = line_edit(text, old, new)
+    lines = text.splitlines(keepends=True)
+    lo, hi = le["start_line"] - 1, le["end_line"]  # lines[lo:hi] are replaced
+    head, tail = "", ""
+    while True:
+        anchor = "".join(lines[lo:hi])
+        if anchor.strip() and text.count(anchor) == 1:
+            repl = head + le["new"] + tail
+            if not anchor.endswith("\n"):  # the file's last line has no newline: neither does its replacement
+                repl = repl.removesuffix("\n")
+            return {"old": anchor, "new": repl}
+        if lo > 0:  # widen upwards first (the line above a body is its def or docstring), then downwards
+            lo -= 1
+            head = lines[lo] + head
+        elif hi < len(lines):
+            tail += lines[hi]
+            hi += 1
+        else:
+            raise ValueError(f"no unique anchor for the edit: {old[:80]!r}")
+
+
 def demonstrate(row: dict[str, Any], max_turns: int = 20, edits: str = "text") -> list[str]:
     """A correct episode for the warm start: read the file to fix, edit it, run the tests, submit. Fixed per
     row (replies cannot read tool results), so it is written from the row's own `fix` column. One call per
     reply; when `max_turns` is too short for all of it, the read and then the test run are left out (an episode
     that runs out of turns before submitting scores 0). `edits`: "text" replaces the exact old text, "lines"
     replaces the changed lines by number (line_edit), "blocks" does the same with the new lines in a fenced block
-    before the call (no JSON escaping of code); the fixes are applied in order, so each line edit is computed on
+    before the call (no JSON escaping of code), "anchors" replaces the exact text of the changed lines (anchor_edit)
+    with the new code in a block; the fixes are applied in order, so each line edit is computed on
     the file as the edits before it left it."""
     fix = row["fix"]
     if edits not in DEMO_EDITS:
         raise ValueError(f"demo_edits must be one of {DEMO_EDITS}, got {edits!r}")
     if edits == "text":
         edit_calls = [call("edit_file", path=e["path"], old=e["old"], new=e["new"]) for e in fix]
+    elif edits == "anchors":
+        files, edit_calls = dict(row["files"]), []
+        for e in fix:
+            ae = anchor_edit(files[e["path"]], e["old"], e["new"])
+            files[e["path"]] = files[e["path"]].replace(e["old"], e["new"], 1)
+            edit_calls.append(fenced_block(ae["new"], "python") + call("edit_file", path=e["path"], old=ae["old"],
+                                                                       new=BLOCK))
     else:
         files, edit_calls = dict(row["files"]), []
         for e in fix:
