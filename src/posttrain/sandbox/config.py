@@ -91,3 +91,6 @@ class GradeResult:
     duration_s: float = 0.0
     run: RunResult | None = field(default=None, repr=False)  # the underlying run, for logs and hack detectors
     trust: str = "out-of-process"
+    # grade_pytest: each statically found test id -> passed (every case of it passed). Lets a task reward the tests
+    # an issue breaks without paying for the ones the untouched code already passes (coding-agent's issue_tests).
+    per_test: dict[str, bool] | None = None

@@ -32,12 +32,13 @@ OUT_OF_PROCESS, IN_PROCESS = "out-of-process", "in-process"
 __all__ = ["grade_function", "grade_pytest", "static_test_ids", "values_equal", "OUT_OF_PROCESS", "IN_PROCESS"]
 
 
-def _result(per_case: list[bool], run: RunResult, error: str | None, trust: str = OUT_OF_PROCESS) -> GradeResult:
+def _result(per_case: list[bool], run: RunResult, error: str | None, trust: str = OUT_OF_PROCESS,
+            per_test: dict[str, bool] | None = None) -> GradeResult:
     passed = sum(per_case)
     total = len(per_case)
     return GradeResult(score=passed / total if total else 0.0, passed=passed, total=total, per_case=per_case,
                        isolation=run.isolation, error=error, timed_out=run.timed_out, duration_s=run.duration_s,
-                       run=run, trust=trust)
+                       run=run, trust=trust, per_test=per_test)
 
 
 def _why_no_report(run: RunResult) -> str:
@@ -131,16 +132,17 @@ def _judge_pytest(raw: bytes, hashes: dict[str, str], test_files: dict[str, str]
     ids = {rel: static_test_ids(rel, src) for rel, src in test_files.items()}
     static = {tid for v in ids.values() for tid in v}
     fail = [False] * len(static)
+    failed = {tid: False for tid in sorted(static)}
     want_hash = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in test_files.items()}
     if any(hashes.get(os.path.normpath(k)) != h for k, h in want_hash.items()):
-        return _result(fail, run, "test files changed during the run", mode)
+        return _result(fail, run, "test files changed during the run", mode, failed)
     try:
         lines = read_pytest_channel(raw, static, max_items=100 * len(static) + 1000)
     except ChannelError as e:
-        return _result(fail, run, f"result channel rejected ({_why_no_report(run)}): {e}", mode)
+        return _result(fail, run, f"result channel rejected ({_why_no_report(run)}): {e}", mode, failed)
     if lines.tampered:
         return _result(fail, run, "pytest machinery was patched during the run: " + ", ".join(lines.tampered)[:500],
-                       mode)
+                       mode, failed)
     reported: dict[str, list[bool]] = {tid: [] for tid in sorted(static)}
     for nodeid, ok in lines.passed.items():
         reported[base_id(nodeid)].append(ok)
@@ -150,7 +152,7 @@ def _judge_pytest(raw: bytes, hashes: dict[str, str], test_files: dict[str, str]
         error = "collection errors: " + ", ".join(lines.collect_errors + lines.errors)[:500]
     elif any(not v for v in reported.values()):
         error = "some tests did not report: " + ", ".join(t for t, v in reported.items() if not v)[:500]
-    return _result(per_case, run, error, mode)
+    return _result(per_case, run, error, mode, {tid: bool(v) and all(v) for tid, v in reported.items()})
 
 
 def grade_pytest(files: dict[str, str], test_files: dict[str, str], cfg: SandboxConfig | None = None,

@@ -13,7 +13,7 @@ from coding_agent_helpers import ScriptedSampler, needs_sandbox, play, run_tool,
 from posttrain.envs.check import check_task
 from posttrain.envs.coding_agent import data
 from posttrain.envs.coding_agent.episode import TOOL_NAMES, first_failure
-from posttrain.envs.coding_agent.task import anchor_edit, call, demonstrate, line_edit, make_task
+from posttrain.envs.coding_agent.task import anchor_edit, call, demonstrate, issue_score, line_edit, make_task
 from posttrain.envs.tasks import builtin_task_factory
 
 
@@ -81,6 +81,36 @@ def test_no_submit_no_reward_and_submit_ends_the_episode(tiny, task):
     assert unsubmitted.reward_components["grading_trust"] == -1.0  # not graded at all
     early = play(task, tok, row, [call("submit"), *demo])  # nothing after submit runs
     assert len(early.turns) == 1 and early.metrics["edits"] == 0 and not early.passed
+
+
+def test_issue_score_pays_for_the_broken_tests_only():
+    start = {"a": True, "b": True, "c": False, "d": False}
+    assert issue_score(start, dict(start)) == 0.0  # untouched: half the tests pass, none of the issue's
+    assert issue_score(start, {"a": True, "b": True, "c": True, "d": True}) == 1.0
+    assert issue_score(start, {"a": True, "b": True, "c": True, "d": False}) == 0.5
+    assert issue_score(start, {"a": False, "b": True, "c": True, "d": True}) == 0.5  # a fix that breaks other code
+    assert issue_score(start, {t: False for t in start}) == 0.0  # a module that no longer imports
+    assert issue_score(start, {}) == 0.0  # nothing reported
+    assert issue_score({"a": False}, {"a": True}) == 1.0  # no pass-to-pass tests
+    assert issue_score({"a": True}, {"a": True}) is None  # the start fails nothing: no issue to measure
+    assert issue_score(None, {"a": True}) is None and issue_score(start, None) is None
+
+
+@needs_sandbox
+def test_untouched_code_earns_tests_passed_but_not_issue_tests(tiny, task):
+    # The held-out repos' untouched code passes a third or more of the tests; the default reward must not pay for submitting it.
+    _, tok = tiny
+    for row in [next(r for r in task.eval_rows if r["kind"] == k) for k in ("bug", "deletion")]:
+        idle = play(task, tok, row, [call("run_tests"), call("submit")])
+        assert idle.reward_components["tests_passed"] > 0.3, row["issue_id"]
+        assert idle.reward_components["issue_tests"] == 0.0 and idle.reward == 0.0, row["issue_id"]
+        fixed = play(task, tok, row, demonstrate(row, edits="anchors"))
+        assert fixed.reward_components["issue_tests"] == 1.0 and fixed.reward == 1.0 and fixed.passed
+    old = make_task(reward="tests_passed")
+    row = next(r for r in old.eval_rows if r["kind"] == "bug")
+    assert play(old, tok, row, [call("submit")]).reward > 0.3  # the earlier reward, kept as an option
+    with pytest.raises(ValueError, match="reward must be one of"):
+        make_task(reward="resolved")
 
 
 @needs_sandbox

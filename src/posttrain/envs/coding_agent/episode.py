@@ -26,10 +26,12 @@ class RepoEpisode:
     tools' schemas to the prompt (every tool sees an empty repository, and run_tests refuses)."""
 
     def __init__(self, sources: dict[str, str], tests: dict[str, str], grade: Grade | None,
-                 require_submit: bool = True, detect_hacks: bool = True):
+                 require_submit: bool = True, detect_hacks: bool = True,
+                 grade_start: Callable[[], Awaitable[Any]] | None = None):
         self.repo = RepoCopy(sources, tests)
         self.start = dict(self.repo.sources)
         self._grade = grade
+        self._grade_start = grade_start  # the untouched code's grade (cached per issue): which tests the issue breaks
         self.require_submit, self.detect_hacks = require_submit, detect_hacks
         self.tests_run = self.edits = 0
         self.tested_after_edit = False
@@ -108,7 +110,9 @@ class RepoEpisode:
         if self._grade is not None and (self.submitted or not self.require_submit):
             g = await self._grade(dict(self.repo.sources))
             grade = {"score": float(g.score), "passed": int(g.passed), "total": int(g.total), "trust": g.trust,
-                     "error": g.error}
+                     "error": g.error, "per_test": getattr(g, "per_test", None), "start_per_test": None}
+            if self._grade_start is not None:
+                grade["start_per_test"] = getattr(await self._grade_start(), "per_test", None)
         flags = hack_flags(self.start, self.repo.sources) if self.detect_hacks else []
         all_pass = grade is not None and grade["total"] > 0 and grade["passed"] == grade["total"]
         metrics = {"resolved": float(all_pass and not flags), "submitted": float(self.submitted),

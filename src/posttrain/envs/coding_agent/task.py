@@ -77,8 +77,18 @@ class Grader:
         self.pool = SandboxPool(SandboxConfig(**{"timeout_s": 20.0, **(sandbox or {})}))
         self.mode = mode  # None: out-of-process where the machine allows it
 
+        self._start: dict[str, Any] = {}  # issue id -> the untouched code's grade
+
     async def __call__(self, kind: str, repo: str, sources: dict[str, str]) -> Any:
         return await self.pool.grade_pytest(sources, data.pristine_tests(kind, repo), mode=self.mode)
+
+    async def start(self, row: dict[str, Any]) -> Any:
+        """The row's starting code graded once (episodes of the same issue running at once may both grade it;
+        the result is the same)."""
+        key = row["issue_id"]
+        if key not in self._start:
+            self._start[key] = await self(row["kind"], row["repo"], dict(row["files"]))
+        return self._start[key]
 
 
 def episode_factory(grader: Grader, require_submit: bool = True, detect_hacks: bool = True):
@@ -87,7 +97,8 @@ def episode_factory(grader: Grader, require_submit: bool = True, detect_hacks: b
     def episode(row: dict[str, Any]) -> RepoEpisode:
         tests = data.pristine_tests(row["kind"], row["repo"])  # a fresh copy for the agent to read
         grade = functools.partial(grader, row["kind"], row["repo"])
-        return RepoEpisode(row["files"], tests, grade, require_submit, detect_hacks)
+        return RepoEpisode(row["files"], tests, grade, require_submit, detect_hacks,
+                           grade_start=functools.partial(grader.start, row))
 
     return episode
 
@@ -100,6 +111,33 @@ def tests_passed(completions: list[Any], final_grade: list[Any] | None = None, *
     not submitted or not graded (e.g. scored outside an episode)."""
     grades = final_grade if final_grade is not None else [None] * len(completions)
     return [float(g["score"]) if g else 0.0 for g in grades]
+
+
+def issue_score(start: dict[str, bool] | None, now: dict[str, bool] | None) -> float | None:
+    """SWE-bench's two test sets as one number in [0, 1]: the share of the tests the untouched code fails that now
+    pass (fail-to-pass), times the share of those it passed that still pass (pass-to-pass). Untouched code scores
+    0 however many unrelated tests pass, and a fix that breaks other code loses its share. None when either grade
+    lacks per-test results or the start fails nothing (then there is no issue to measure)."""
+    if not start or now is None:
+        return None
+    f2p = [t for t, ok in start.items() if not ok]
+    p2p = [t for t, ok in start.items() if ok]
+    if not f2p:
+        return None
+    fixed = sum(bool(now.get(t)) for t in f2p) / len(f2p)
+    kept = sum(bool(now.get(t)) for t in p2p) / len(p2p) if p2p else 1.0
+    return fixed * kept
+
+
+def issue_tests(completions: list[Any], final_grade: list[Any] | None = None, **kwargs: Any) -> list[float]:
+    """The default reward: issue_score of the submitted state (0 when not submitted or not graded). It falls back
+    to tests_passed only where no per-test result exists."""
+    grades = final_grade if final_grade is not None else [None] * len(completions)
+    out = []
+    for g in grades:
+        s = issue_score(g.get("start_per_test"), g.get("per_test")) if g else None
+        out.append(0.0 if not g else float(g["score"]) if s is None else s)
+    return out
 
 
 def grading_trust(completions: list[Any], final_grade: list[Any] | None = None, **kwargs: Any) -> list[float]:
@@ -117,8 +155,19 @@ def hack_flagged(completions: list[Any], files: list[dict[str, str]] | None = No
     return [float(bool(f is not None and hack_flags(s, f))) for s, f in zip(files, final_files)]
 
 
-def make_rubric(detect_hacks: bool = True) -> GuardedRubric:
-    components = [RewardComponent("tests_passed", tests_passed, weight=1.0, pass_threshold=1.0),
+REWARDS = ("issue_tests", "tests_passed")
+
+
+def make_rubric(detect_hacks: bool = True, reward: str = "issue_tests") -> GuardedRubric:
+    """`reward`: issue_tests (default) pays for the tests the issue breaks and keeps the others passing;
+    tests_passed, the share of all tests, paid untouched code 0.66-0.71 on the held-out repos, and RL learned
+    from it to stop editing (README, "Coding agent"). Both are logged; `reward` says which one is paid."""
+    if reward not in REWARDS:
+        raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+    components = [RewardComponent("tests_passed", tests_passed, weight=float(reward == "tests_passed"),
+                                  pass_threshold=1.0),
+                  RewardComponent("issue_tests", issue_tests, weight=float(reward == "issue_tests"),
+                                  pass_threshold=1.0),
                   RewardComponent("grading_trust", grading_trust, weight=0.0, pass_threshold=0.0)]
     if detect_hacks:  # pass_threshold 1.0: pass/hack_flagged is the flag rate
         components.append(RewardComponent("hack_flagged", hack_flagged, weight=0.0, pass_threshold=1.0))
@@ -250,9 +299,10 @@ def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
               eval_repos: tuple[str, ...] | list[str] = DEFAULT_EVAL_REPOS, max_turns: int = 20,
               max_tokens: int = 512, require_submit: bool = True, detect_hacks: bool = True,
               sandbox: dict[str, Any] | None = None, grading_mode: str | None = None,
-              tool_timeout_s: float = 60.0, demo_edits: str = "text") -> Task:
+              tool_timeout_s: float = 60.0, demo_edits: str = "text", reward: str = "issue_tests") -> Task:
     """The `coding-agent` task. Rows of the repos in `eval_repos` are held out, all others train; deterministic
-    (rows in repo, then file, order). `kinds` picks deletion and/or bug issues."""
+    (rows in repo, then file, order). `kinds` picks deletion and/or bug issues; `reward` what is paid
+    (make_rubric)."""
     del seed
     if max_turns < 2:
         raise ValueError(f"max_turns must be >= 2 (an episode needs at least an edit and a submit), got {max_turns}")
@@ -271,10 +321,12 @@ def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
         raise ValueError("every repo is held out; nothing is left to train on")
     grader = Grader(sandbox, grading_mode)
     task = Task(
-        name="coding-agent", train_rows=train, eval_rows=held, rubric=make_rubric(detect_hacks),
+        name="coding-agent", train_rows=train, eval_rows=held, rubric=make_rubric(detect_hacks, reward),
         description=f"Fix an issue in a small Python repo with tools, over up to {max_turns} turns "
                     f"({len(train)} train issues in {len({r['repo'] for r in train})} repos / {len(held)} held-out "
-                    f"in {len({r['repo'] for r in held})}); reward = fraction of the pristine tests passed at submit.",
+                    f"in {len({r['repo'] for r in held})}); reward = "
+                    + ("the issue's failing tests fixed, other tests kept passing" if reward == "issue_tests"
+                       else "fraction of the pristine tests passed at submit") + ".",
         max_tokens=max_tokens,
         stop=["</tool_call>"],  # one call per reply; the parser accepts the call without its closing tag
         tools=RepoEpisode({}, {}, None).tools,  # schemas for the prompt; each episode gets its own (episode=)
