@@ -75,6 +75,21 @@ def test_restored_scores_one_and_deleted_scores_below_one(every):
         stubs.append(f"```python\n{F.original_function(r['files'][r['path']], site)}```")
     deleted = _score(task, rows, stubs)
     assert [r["qualname"] for r, s in zip(rows, deleted) if s.components["tests_passed"] >= 1.0] == []
+    # The default reward pays only for the tests the deletion breaks: restoring earns 1, handing the stub back
+    # earns 0 however many of the repo's other tests pass (the old tests_passed reward paid it for those).
+    assert [r["qualname"] for r, s in zip(rows, restored) if s.components["issue_tests"] != 1.0 or s.reward != 1.0] == []
+    assert [r["qualname"] for r, s in zip(rows, deleted) if s.components["issue_tests"] != 0.0 or s.reward != 0.0] == []
+    assert any(s.components["tests_passed"] > 0 for s in deleted)
+
+
+def test_the_old_reward_stays_an_option_and_bad_names_are_refused():
+    old = F.make_task(reward="tests_passed")
+    row = old.train_rows[0]
+    site = next(s for s in F.function_sites(row["files"][row["path"]]) if s.qualname == row["qualname"])
+    (stub,) = _score(old, [row], [f"```python\n{F.original_function(row['files'][row['path']], site)}```"])
+    assert stub.reward == stub.components["tests_passed"] and stub.components["issue_tests"] == 0.0
+    with pytest.raises(ValueError, match="reward must be one of"):
+        F.make_task(reward="all")
 
 
 def test_hack_in_restored_function_is_zeroed():

@@ -181,6 +181,8 @@ class PytestGrader:
         self.pool = SandboxPool(self.cfg)
         self.mode = mode  # None: out-of-process where the machine allows it (grading.default_mode)
         self.trust: dict[tuple[str, str], str] = {}  # (text, row key) -> GradeResult.trust of the latest grade
+        self.last: dict[tuple[str, str], Any] = {}  # (text, row key) -> GradeResult of the latest grade
+        self._start: dict[str, Any] = {}  # row key -> the deleted (stub) repo's grade: which tests the gap breaks
 
     def files_for(self, text: str, row: dict[str, Any]) -> dict[str, str] | None:
         code = extract_code(text, row["qualname"].rsplit(".", 1)[-1])
@@ -201,18 +203,57 @@ class PytestGrader:
         results = run_sync(all_of)
         if len(self.trust) > 4096:  # a bounded memo: only the latest batch is read back
             self.trust.clear()
+            self.last.clear()
         for t, r, g in zip(texts, rows, results):
             if g is not None:
                 self.trust[(t, _key(r))] = g.trust
+                self.last[(t, _key(r))] = g
         return results
 
+    def start(self, rows: list[dict[str, Any]]) -> list[Any]:
+        """Each row's repo as given (the function's body deleted), graded once per row."""
+        todo = {_key(r): r for r in rows if _key(r) not in self._start}
 
-def deletion_rubric(grader: PytestGrader, detect_hacks: bool = True) -> Rubric:
+        async def all_of() -> list[Any]:
+            return list(await asyncio.gather(*(self.pool.grade_pytest(r["files"], load_repo(r["repo"])[1],
+                                                                      mode=self.mode) for r in todo.values())))
+
+        if todo:
+            self._start.update(zip(todo, run_sync(all_of)))
+        return [self._start[_key(r)] for r in rows]
+
+
+REWARDS = ("issue_tests", "tests_passed")
+
+
+def deletion_rubric(grader: PytestGrader, detect_hacks: bool = True, reward: str = "issue_tests") -> Rubric:
+    """`reward`: issue_tests (default) pays for the tests the deleted body breaks, kept the rest passing
+    (coding_agent.task.issue_score); tests_passed, the share of all the repo's tests, paid the stub itself for
+    every test that does not touch the function. Both are logged."""
+    from posttrain.envs.coding_agent.task import issue_score
+
+    if reward not in REWARDS:
+        raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+
     def tests_passed(completions: list[Any], repo: list[str], path: list[str], qualname: list[str],
                      files: list[dict[str, str]], **kwargs: Any) -> list[float]:
         rows = [{"repo": r, "path": p, "qualname": q, "files": f} for r, p, q, f in zip(repo, path, qualname, files)]
         results = grader.grade([completion_text(c) for c in completions], rows)
         return [r.score if r is not None else 0.0 for r in results]
+
+    def issue_tests(completions: list[Any], repo: list[str], path: list[str], qualname: list[str],
+                    files: list[dict[str, str]], **kwargs: Any) -> list[float]:
+        # reads the grades tests_passed just made (components run in order), so nothing is graded twice
+        rows = [{"repo": r, "path": p, "qualname": q, "files": f} for r, p, q, f in zip(repo, path, qualname, files)]
+        out = []
+        for c, row, start in zip(completions, rows, grader.start(rows)):
+            g = grader.last.get((completion_text(c), _key(row)))
+            if g is None:
+                out.append(0.0)
+                continue
+            score = issue_score(start.per_test, g.per_test)
+            out.append(float(g.score) if score is None else score)
+        return out
 
     def grading_trust(completions: list[Any], repo: list[str], path: list[str], qualname: list[str],
                       **kwargs: Any) -> list[float]:
@@ -222,7 +263,10 @@ def deletion_rubric(grader: PytestGrader, detect_hacks: bool = True) -> Rubric:
             out.append({"out-of-process": 1.0, "in-process": 0.0}.get(trust or "", -1.0))
         return out
 
-    rubric = Rubric([RewardComponent("tests_passed", tests_passed, weight=1.0, pass_threshold=1.0),
+    rubric = Rubric([RewardComponent("tests_passed", tests_passed, weight=float(reward == "tests_passed"),
+                                     pass_threshold=1.0),
+                     RewardComponent("issue_tests", issue_tests, weight=float(reward == "issue_tests"),
+                                     pass_threshold=1.0),
                      RewardComponent("grading_trust", grading_trust, weight=0.0, pass_threshold=0.0)],
                     pass_component="tests_passed")
     return guard(rubric, code_of=all_code) if detect_hacks else rubric
@@ -241,7 +285,7 @@ def _key(row: dict[str, Any]) -> str:
 
 def make_task(seed: int = 0, repos: list[str] | None = None, eval_fraction: float = 0.2, split_seed: int = 0,
               detect_hacks: bool = True, sandbox: dict[str, Any] | None = None, max_tokens: int = 384,
-              grading_mode: str | None = None) -> Task:
+              grading_mode: str | None = None, reward: str = "issue_tests") -> Task:
     """The `feature-deletion` task over the shipped repos (or `repos`). Rows are split by function, ordered by
     a hash of (split_seed, repo, path, qualname): deterministic and independent of file order. `grading_mode`
     "out-of-process" or "in-process" forces one (None: out-of-process where the machine allows it)."""
@@ -251,9 +295,11 @@ def make_task(seed: int = 0, repos: list[str] | None = None, eval_fraction: floa
     train = [(row, ref) for row, ref in pairs if _key(row) not in held_keys]
     held = [(row, ref) for row, ref in pairs if _key(row) in held_keys]
     task = Task(name="feature-deletion", train_rows=[r for r, _ in train], eval_rows=[r for r, _ in held],
-                rubric=deletion_rubric(PytestGrader(mode=grading_mode, **(sandbox or {})), detect_hacks),
+                rubric=deletion_rubric(PytestGrader(mode=grading_mode, **(sandbox or {})), detect_hacks, reward),
                 description=f"Restore a deleted function body in a small repo ({len(train)} train / {len(held)} "
-                            "held-out functions); reward = fraction of the repo's tests passed.",
+                            "held-out functions); reward = " + ("the tests the deletion breaks, fixed, the rest kept passing"
+                                                 if reward == "issue_tests" else "fraction of the repo's tests passed")
+                            + ".",
                 max_tokens=max_tokens, stop=["\n```\n"])
     from posttrain.envs.check import SmokeCheck
 
