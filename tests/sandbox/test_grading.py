@@ -61,6 +61,10 @@ def test_partial_pytest_scores_fraction(cfg, mode):
     g = grade_pytest({"sol.py": "def sq(x):\n    return x * x if x < 2 else 0\n", "helper/x.txt": "data"}, TESTS, cfg,
                      mode=mode)
     assert g.total == 5 and g.passed == 3 and g.score == pytest.approx(0.6)
+    # per test id: a parametrized test passes only when every case does
+    assert g.per_test == {"test_sq.py::TestMore::test_neg": True, "test_sq.py::test_sq": False}
+    broken = grade_pytest({"sol.py": "def sq(x) return\n"}, TESTS, cfg, mode=mode)  # does not import
+    assert broken.per_test == {"test_sq.py::TestMore::test_neg": False, "test_sq.py::test_sq": False}
 
 
 # What the proxies must carry for ordinary tests: classes, instances, methods, attributes, the solution's own
