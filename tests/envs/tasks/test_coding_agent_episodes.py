@@ -13,7 +13,7 @@ from coding_agent_helpers import ScriptedSampler, needs_sandbox, play, run_tool,
 from posttrain.envs.check import check_task
 from posttrain.envs.coding_agent import data
 from posttrain.envs.coding_agent.episode import TOOL_NAMES, first_failure
-from posttrain.envs.coding_agent.task import anchor_edit, call, demonstrate, issue_score, line_edit, make_task
+from posttrain.envs.coding_agent.task import anchor_edit, call, demonstrate, line_edit, make_task
 from posttrain.envs.tasks import builtin_task_factory
 
 
@@ -83,19 +83,6 @@ def test_no_submit_no_reward_and_submit_ends_the_episode(tiny, task):
     assert len(early.turns) == 1 and early.metrics["edits"] == 0 and not early.passed
 
 
-def test_issue_score_pays_for_the_broken_tests_only():
-    start = {"a": True, "b": True, "c": False, "d": False}
-    assert issue_score(start, dict(start)) == 0.0  # untouched: half the tests pass, none of the issue's
-    assert issue_score(start, {"a": True, "b": True, "c": True, "d": True}) == 1.0
-    assert issue_score(start, {"a": True, "b": True, "c": True, "d": False}) == 0.5
-    assert issue_score(start, {"a": False, "b": True, "c": True, "d": True}) == 0.5  # a fix that breaks other code
-    assert issue_score(start, {t: False for t in start}) == 0.0  # a module that no longer imports
-    assert issue_score(start, {}) == 0.0  # nothing reported
-    assert issue_score({"a": False}, {"a": True}) == 1.0  # no pass-to-pass tests
-    assert issue_score({"a": True}, {"a": True}) is None  # the start fails nothing: no issue to measure
-    assert issue_score(None, {"a": True}) is None and issue_score(start, None) is None
-
-
 @needs_sandbox
 def test_untouched_code_earns_tests_passed_but_not_issue_tests(tiny, task):
     # The held-out repos' untouched code passes a third or more of the tests; the default reward must not pay for submitting it.
@@ -137,7 +124,8 @@ def test_hack_in_an_edit_zeroes_the_reward(task):
     path = row["fix"][0]["path"]
     hacked = {**row["files"], path: "import os\nos._exit(0)\n" + row["files"][path]}
     cols = {k: v for k, v in row.items() if k != "prompt"}
-    grade = {"score": 1.0, "passed": 8, "total": 8, "trust": "out-of-process", "error": None}
+    grade = {"score": 1.0, "passed": 8, "total": 8, "trust": "out-of-process", "error": None,
+             "per_test": {"t::a": True, "t::b": True}, "start_per_test": {"t::a": False, "t::b": True}}
     honest, hack = task.rubric.score([[{"role": "assistant", "content": ""}]] * 2, [
         {**cols, "final_grade": grade, "final_files": row["files"], "submitted": True},
         {**cols, "final_grade": grade, "final_files": hacked, "submitted": True}])

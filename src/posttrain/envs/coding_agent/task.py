@@ -25,6 +25,7 @@ from posttrain.envs.coding_agent.repo import hack_flags
 from posttrain.envs.task import Task
 from posttrain.rewards.hack_detector import GuardedRubric
 from posttrain.rewards.rubric import RewardComponent
+from posttrain.rewards.test_sets import check_repair_reward, issue_score
 from posttrain.sampling.tool_calls import BLOCK, fenced_block
 
 DEFAULT_EVAL_REPOS = ("textkit", "gradebook")  # one of each kind, never trained on
@@ -113,31 +114,11 @@ def tests_passed(completions: list[Any], final_grade: list[Any] | None = None, *
     return [float(g["score"]) if g else 0.0 for g in grades]
 
 
-def issue_score(start: dict[str, bool] | None, now: dict[str, bool] | None) -> float | None:
-    """SWE-bench's two test sets as one number in [0, 1]: the share of the tests the untouched code fails that now
-    pass (fail-to-pass), times the share of those it passed that still pass (pass-to-pass). Untouched code scores
-    0 however many unrelated tests pass, and a fix that breaks other code loses its share. None when either grade
-    lacks per-test results or the start fails nothing (then there is no issue to measure)."""
-    if not start or now is None:
-        return None
-    f2p = [t for t, ok in start.items() if not ok]
-    p2p = [t for t, ok in start.items() if ok]
-    if not f2p:
-        return None
-    fixed = sum(bool(now.get(t)) for t in f2p) / len(f2p)
-    kept = sum(bool(now.get(t)) for t in p2p) / len(p2p) if p2p else 1.0
-    return fixed * kept
-
-
 def issue_tests(completions: list[Any], final_grade: list[Any] | None = None, **kwargs: Any) -> list[float]:
-    """The default reward: issue_score of the submitted state (0 when not submitted or not graded). It falls back
-    to tests_passed only where no per-test result exists."""
+    """The default reward: issue_score (rewards/test_sets.py) of the submitted state against the untouched code;
+    0 when not submitted or not graded."""
     grades = final_grade if final_grade is not None else [None] * len(completions)
-    out = []
-    for g in grades:
-        s = issue_score(g.get("start_per_test"), g.get("per_test")) if g else None
-        out.append(0.0 if not g else float(g["score"]) if s is None else s)
-    return out
+    return [issue_score(g.get("start_per_test"), g.get("per_test")) if g else 0.0 for g in grades]
 
 
 def grading_trust(completions: list[Any], final_grade: list[Any] | None = None, **kwargs: Any) -> list[float]:
@@ -155,15 +136,11 @@ def hack_flagged(completions: list[Any], files: list[dict[str, str]] | None = No
     return [float(bool(f is not None and hack_flags(s, f))) for s, f in zip(files, final_files)]
 
 
-REWARDS = ("issue_tests", "tests_passed")
-
-
 def make_rubric(detect_hacks: bool = True, reward: str = "issue_tests") -> GuardedRubric:
     """`reward`: issue_tests (default) pays for the tests the issue breaks and keeps the others passing;
-    tests_passed, the share of all tests, paid untouched code 0.66-0.71 on the held-out repos, and RL learned
+    tests_passed, the share of all tests, paid untouched code 0.33-0.71 on the held-out repos, and RL learned
     from it to stop editing (README, "Coding agent"). Both are logged; `reward` says which one is paid."""
-    if reward not in REWARDS:
-        raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+    check_repair_reward(reward)
     components = [RewardComponent("tests_passed", tests_passed, weight=float(reward == "tests_passed"),
                                   pass_threshold=1.0),
                   RewardComponent("issue_tests", issue_tests, weight=float(reward == "issue_tests"),
@@ -179,9 +156,6 @@ def make_rubric(detect_hacks: bool = True, reward: str = "issue_tests") -> Guard
 
 def call(name: str, **arguments: Any) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
-
-
-DEMO_EDITS = ("text", "lines", "blocks", "anchors")
 
 
 def line_edit(text: str, old: str, new: str) -> dict[str, Any]:
@@ -235,6 +209,32 @@ def anchor_edit(text: str, old: str, new: str) -> dict[str, str]:
             raise ValueError(f"no unique anchor for the edit: {old[:80]!r}")
 
 
+# ---- how a demonstration writes one fix {path, old, new} on the file's current text: task.options.demo_edits ----
+
+
+def _text_call(text: str, e: dict[str, str]) -> str:
+    return call("edit_file", path=e["path"], old=e["old"], new=e["new"])
+
+
+def _lines_call(text: str, e: dict[str, str]) -> str:
+    return call("edit_file", path=e["path"], **line_edit(text, e["old"], e["new"]))
+
+
+def _blocks_call(text: str, e: dict[str, str]) -> str:
+    le = line_edit(text, e["old"], e["new"])
+    return fenced_block(le["new"], "python") + call("edit_file", path=e["path"], start_line=le["start_line"],
+                                                    end_line=le["end_line"], new=BLOCK)
+
+
+def _anchors_call(text: str, e: dict[str, str]) -> str:
+    ae = anchor_edit(text, e["old"], e["new"])
+    return fenced_block(ae["new"], "python") + call("edit_file", path=e["path"], old=ae["old"], new=BLOCK)
+
+
+EDIT_CALLS = {"text": _text_call, "lines": _lines_call, "blocks": _blocks_call, "anchors": _anchors_call}
+DEMO_EDITS = tuple(EDIT_CALLS)
+
+
 def demonstrate(row: dict[str, Any], max_turns: int = 20, edits: str = "text") -> list[str]:
     """A correct episode for the warm start: read the file to fix, edit it, run the tests, submit. Fixed per
     row (replies cannot read tool results), so it is written from the row's own `fix` column. One call per
@@ -247,26 +247,10 @@ def demonstrate(row: dict[str, Any], max_turns: int = 20, edits: str = "text") -
     fix = row["fix"]
     if edits not in DEMO_EDITS:
         raise ValueError(f"demo_edits must be one of {DEMO_EDITS}, got {edits!r}")
-    if edits == "text":
-        edit_calls = [call("edit_file", path=e["path"], old=e["old"], new=e["new"]) for e in fix]
-    elif edits == "anchors":
-        files, edit_calls = dict(row["files"]), []
-        for e in fix:
-            ae = anchor_edit(files[e["path"]], e["old"], e["new"])
-            files[e["path"]] = files[e["path"]].replace(e["old"], e["new"], 1)
-            edit_calls.append(fenced_block(ae["new"], "python") + call("edit_file", path=e["path"], old=ae["old"],
-                                                                       new=BLOCK))
-    else:
-        files, edit_calls = dict(row["files"]), []
-        for e in fix:
-            le = line_edit(files[e["path"]], e["old"], e["new"])
-            files[e["path"]] = files[e["path"]].replace(e["old"], e["new"], 1)
-            if edits == "blocks":
-                edit_calls.append(fenced_block(le["new"], "python")
-                                  + call("edit_file", path=e["path"], start_line=le["start_line"],
-                                         end_line=le["end_line"], new=BLOCK))
-            else:
-                edit_calls.append(call("edit_file", path=e["path"], **le))
+    files, edit_calls = dict(row["files"]), []
+    for e in fix:  # each edit is written against the file as the edits before it left it
+        edit_calls.append(EDIT_CALLS[edits](files[e["path"]], e))
+        files[e["path"]] = files[e["path"]].replace(e["old"], e["new"], 1)
     read, test = [call("read_file", path=fix[0]["path"])], [call("run_tests")]
     submit = [call("submit", summary=f"fixed {row['issue_id']}")]
     for replies in (read + edit_calls + test + submit, edit_calls + test + submit, edit_calls + submit):

@@ -31,6 +31,7 @@ from posttrain.envs.task import Task
 from posttrain.envs.tasks.code_tests import all_code, extract_code, run_sync
 from posttrain.rewards.hack_detector import guard
 from posttrain.rewards.rubric import RewardComponent, Rubric
+from posttrain.rewards.test_sets import check_repair_reward, issue_score
 from posttrain.rewards.text import completion_text
 
 REPOS = Path(__file__).parent / "data" / "repos"
@@ -223,17 +224,11 @@ class PytestGrader:
         return [self._start[_key(r)] for r in rows]
 
 
-REWARDS = ("issue_tests", "tests_passed")
-
-
 def deletion_rubric(grader: PytestGrader, detect_hacks: bool = True, reward: str = "issue_tests") -> Rubric:
     """`reward`: issue_tests (default) pays for the tests the deleted body breaks, kept the rest passing
-    (coding_agent.task.issue_score); tests_passed, the share of all the repo's tests, paid the stub itself for
-    every test that does not touch the function. Both are logged."""
-    from posttrain.envs.coding_agent.task import issue_score
-
-    if reward not in REWARDS:
-        raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+    (rewards/test_sets.py); tests_passed, the share of all the repo's tests, paid the stub itself for every test
+    that does not touch the function. Both are logged."""
+    check_repair_reward(reward)
 
     def tests_passed(completions: list[Any], repo: list[str], path: list[str], qualname: list[str],
                      files: list[dict[str, str]], **kwargs: Any) -> list[float]:
@@ -243,17 +238,12 @@ def deletion_rubric(grader: PytestGrader, detect_hacks: bool = True, reward: str
 
     def issue_tests(completions: list[Any], repo: list[str], path: list[str], qualname: list[str],
                     files: list[dict[str, str]], **kwargs: Any) -> list[float]:
-        # reads the grades tests_passed just made (components run in order), so nothing is graded twice
         rows = [{"repo": r, "path": p, "qualname": q, "files": f} for r, p, q, f in zip(repo, path, qualname, files)]
-        out = []
-        for c, row, start in zip(completions, rows, grader.start(rows)):
-            g = grader.last.get((completion_text(c), _key(row)))
-            if g is None:
-                out.append(0.0)
-                continue
-            score = issue_score(start.per_test, g.per_test)
-            out.append(float(g.score) if score is None else score)
-        return out
+        texts = [completion_text(c) for c in completions]
+        if any((t, _key(r)) not in grader.last for t, r in zip(texts, rows)):  # tests_passed usually graded them
+            grader.grade(texts, rows)
+        return [issue_score(start.per_test, g.per_test) if (g := grader.last.get((t, _key(r)))) else 0.0
+                for t, r, start in zip(texts, rows, grader.start(rows))]
 
     def grading_trust(completions: list[Any], repo: list[str], path: list[str], qualname: list[str],
                       **kwargs: Any) -> list[float]:
