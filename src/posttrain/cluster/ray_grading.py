@@ -64,11 +64,16 @@ class RayGrading:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def call(self, fn: Callable[..., T], *args: Any, cancel: threading.Event | None = None) -> T:
+        """`cancel` cannot cross to the node; a cancelled caller cancels the Ray task instead (force: the worker
+        process dies, and its sandbox with it: bwrap --die-with-parent, unshare's parent-death signal)."""
         t0 = time.perf_counter()
         ref = self._remote.remote(fn, args)
         try:
             result, node = await asyncio.wait_for(asyncio.wrap_future(ref.future()), self.cc.grade_timeout_s)
+        except asyncio.CancelledError:
+            self.ray.cancel(ref, force=True)
+            raise
         except (TimeoutError, asyncio.TimeoutError):
             self.ray.cancel(ref, force=True)
             self._count(timeouts=1, seconds=time.perf_counter() - t0)

@@ -62,7 +62,10 @@ def inner_script(cfg: SandboxConfig, box: str, work: str, tmp: str, inputs: str,
               f"if [ -d {q(inputs)}/files ]; then cp -R {q(inputs)}/files/. {q(work)}/; fi"]
     owner = companion.uid if companion is not None else main.uid
     if owner is not None:
-        lines.append(f"chown -R {owner}:{owner} {q(box)}")
+        # The box itself stays root's, world-writable and sticky (like /tmp): the run may create files there, but
+        # cannot rename or replace what root made in it (the test process's home and the FIFO dir below).
+        lines.append(f"chown -R {owner}:{owner} {q(work)} {q(tmp)}")
+        lines.append(f"chown 0:0 {q(box)} && chmod 1777 {q(box)}")
     if companion is None:
         return "\n".join(lines + ["exec " + shlex.join(chain(cfg, main))]) + "\n"
     a, b = rpc

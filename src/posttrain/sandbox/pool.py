@@ -14,30 +14,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from posttrain.sandbox.config import GradeResult, RunResult, SandboxConfig
 from posttrain.sandbox.grading import grade_function, grade_pytest
-from posttrain.sandbox.run import run_command
+from posttrain.sandbox.run import cancel_on, run_command
 from posttrain.sandbox.tools import SandboxUnavailable
 
 T = TypeVar("T")
 
 
 class Executor(Protocol):
-    """Runs one blocking sandbox call somewhere and returns its result (or raises what the call raised)."""
+    """Runs one blocking sandbox call somewhere and returns its result (or raises what the call raised).
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T: ...
+    `cancel` is set when the caller stops waiting: the executor must then end the run (kill its sandbox) and
+    return or raise soon after; the pool keeps the run's slot until `call` has returned."""
+
+    async def call(self, fn: Callable[..., T], *args: Any, cancel: threading.Event | None = None) -> T: ...
+
+
+def _in_thread(cancel: threading.Event | None, fn: Callable[..., T], *args: Any) -> T:
+    if cancel is None:
+        return fn(*args)
+    with cancel_on(cancel):
+        return fn(*args)
 
 
 class ThreadExecutor:
     """On a worker thread of this process (the default)."""
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        # Not wrapped in wait_for: cancelling would free the slot while the thread still runs the sandbox.
-        # The call is bounded by its own deadline instead.
-        return await asyncio.to_thread(functools.partial(fn, *args))
+    async def call(self, fn: Callable[..., T], *args: Any, cancel: threading.Event | None = None) -> T:
+        # The thread's runs watch `cancel` (sandbox/run.py cancel_on) and kill their sandbox when it is set.
+        return await asyncio.to_thread(functools.partial(_in_thread, cancel, fn, *args))
 
 
 _THREADS = ThreadExecutor()
@@ -61,6 +71,20 @@ def use_executor(executor: Executor) -> Iterator[Executor]:
         _current = previous
 
 
+async def _until_done(work: asyncio.Future) -> None:
+    """Wait for `work` to finish whatever happens to the waiter (further cancellations included); its result
+    or exception is dropped (the waiter was cancelled)."""
+    while not work.done():
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            continue
+        except Exception:  # noqa: BLE001 - the run's own failure; nobody waits for it any more
+            return
+    if not work.cancelled():
+        work.exception()  # retrieved, so asyncio does not log it as never retrieved
+
+
 class SandboxPool:
     """Run sandboxed commands and graders from asyncio code, at most `cfg.concurrency` at a time."""
 
@@ -82,7 +106,17 @@ class SandboxPool:
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         async with self._semaphore():
-            return await (self.executor or current_executor()).call(fn, *args)
+            cancel = threading.Event()
+            work = asyncio.ensure_future((self.executor or current_executor()).call(fn, *args, cancel=cancel))
+            try:
+                return await asyncio.shield(work)
+            except asyncio.CancelledError:
+                # The caller gave up (a tool timeout's wait_for, a cancelled step): end the sandbox, and keep its
+                # slot until it is gone, so cancelled callers can never put more than `concurrency` sandboxes
+                # on the machine at once.
+                cancel.set()
+                await _until_done(work)
+                raise
 
     async def run_command(self, argv: list[str], files: dict[str, str | bytes] | None = None,
                           cfg: SandboxConfig | None = None) -> RunResult:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import selectors
@@ -9,7 +10,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +88,20 @@ def hash_tree(root: str) -> dict[str, str]:
     return out
 
 
+def hide_tree(root: str, uid: int) -> None:
+    """What a grader knows, readable by the grading process's uid alone: owner `uid`, dirs 0500, files 0400.
+
+    The hidden-data rule: in a two-process run the graded code runs under a second uid, and the pristine tests
+    hold the asserted values. World-readable, a solution that opens them could return what they assert (the
+    bind mount keeps these host owners and modes, so they hold inside the sandbox)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in filenames:
+            os.chown(os.path.join(dirpath, n), uid, uid, follow_symlinks=False)
+            os.chmod(os.path.join(dirpath, n), 0o400)
+        os.chown(dirpath, uid, uid)
+        os.chmod(dirpath, 0o500)
+
+
 def _chown_tree(root: str, uid: int) -> None:
     for dirpath, dirnames, filenames in os.walk(root):
         os.chown(dirpath, uid, uid)
@@ -106,8 +123,28 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _pump(proc: subprocess.Popen, sinks: dict[int, _Sink], timeout_s: float) -> bool:
-    """Read every pipe until EOF, the deadline, or shortly after the launcher exits. Returns timed_out."""
+# The cancel event of the runs this thread starts (SandboxPool sets it around each call it hands a thread): a
+# caller that stops waiting sets it, and the run kills its sandbox at the next pump tick instead of running on
+# unseen past the caller's timeout. Thread-local, so the graders between the pool and run_sandboxed need no
+# extra argument.
+_cancel = threading.local()
+
+
+@contextlib.contextmanager
+def cancel_on(event: threading.Event) -> Iterator[threading.Event]:
+    """Sandboxed runs started by this thread inside the block end (killed) soon after `event` is set."""
+    previous = getattr(_cancel, "event", None)
+    _cancel.event = event
+    try:
+        yield event
+    finally:
+        _cancel.event = previous
+
+
+def _pump(proc: subprocess.Popen, sinks: dict[int, _Sink], timeout_s: float,
+          cancel: threading.Event | None = None) -> bool:
+    """Read every pipe until EOF, the deadline, a cancel, or shortly after the launcher exits. Returns timed_out
+    (a cancelled run counts as timed out: its caller's deadline passed)."""
     sel = selectors.DefaultSelector()
     for fd in sinks:
         os.set_blocking(fd, False)
@@ -121,7 +158,7 @@ def _pump(proc: subprocess.Popen, sinks: dict[int, _Sink], timeout_s: float) -> 
             now = time.monotonic()
             if proc.poll() is not None and stop_at is None:
                 stop_at = now + EXIT_DRAIN_S
-            if not timed_out and stop_at is None and now >= deadline:
+            if not timed_out and stop_at is None and (now >= deadline or (cancel is not None and cancel.is_set())):
                 timed_out = True
                 _kill_group(proc)
                 stop_at = now + KILL_GRACE_S
@@ -261,6 +298,8 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
         if stage_tests is not None:
             os.makedirs(stage_tests, mode=0o755)
             write_tree(stage_tests, tests or {})
+            if companion_fn is not None and uid is not None:
+                hide_tree(stage_tests, uid)
         if backend == "unsafe":
             layout = Layout(work=f"{stage}/work", tmp=f"{stage}/tmp", inputs=stage_in, tests=stage_tests or "")
             shutil.copytree(os.path.join(stage_in, "files"), layout.work, dirs_exist_ok=True) \
@@ -326,7 +365,7 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
         sinks = {proc.stdout.fileno(): _Sink(cfg.max_output_bytes), proc.stderr.fileno(): _Sink(cfg.max_output_bytes)}
         if read_fd >= 0:
             sinks[read_fd] = _Sink(cfg.max_result_bytes)
-        timed_out = _pump(proc, sinks, cfg.timeout_s)
+        timed_out = _pump(proc, sinks, cfg.timeout_s, getattr(_cancel, "event", None))
         _kill_group(proc)  # whatever is left of the launcher's group; the namespace died with its pid 1
         try:
             rc = proc.wait(timeout=KILL_GRACE_S)
