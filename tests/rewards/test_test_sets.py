@@ -23,3 +23,16 @@ def test_repair_reward_names_are_checked():
     assert check_repair_reward("issue_tests") == "issue_tests"
     with pytest.raises(ValueError, match="reward must be one of"):
         check_repair_reward("all_tests")
+
+
+def test_an_unknown_baseline_fails_the_sample_while_paid_and_is_left_out_while_logged():
+    from posttrain.rewards.rubric import PartialRewardFailure
+    from posttrain.rewards.test_sets import Baseline, issue_rewards
+
+    start = {"a": True, "b": False}
+    pairs = [(Baseline(start), {"a": True, "b": True}), (Baseline(None, "timed out"), dict(start)), None]
+    with pytest.raises(PartialRewardFailure) as e:
+        issue_rewards(pairs, paid=True)
+    assert e.value.values == [1.0, None, 0.0] and list(e.value.errors) == [1] and "timed out" in e.value.errors[1]
+    assert issue_rewards(pairs, paid=False) == [1.0, None, 0.0]  # logged only: "does not apply", no failure
+    assert issue_rewards(pairs[:1] + pairs[2:], paid=True) == [1.0, 0.0]

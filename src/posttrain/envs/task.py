@@ -55,6 +55,11 @@ class Task:
     # What went wrong, in words, for samples that did not pass (envs/feedback.py): fn(completions, **columns) ->
     # one short text or None per completion. Stored on Trajectory.feedback; algorithm.hint_distill's teacher reads it.
     feedback: Callable[..., Any] | None = None
+    # Work done once before anything scores: prepare(rows, log) with every train and held-out row. The repair tasks
+    # grade each row's starting code here (envs/baselines.py), before any episode competes for the CPU. Called
+    # through prepare_task by loop/builder.build (a run, before its env check, warm start and step 0; `posttrain
+    # eval`; the preflight). Must be idempotent: a second call finds the work done.
+    prepare: Callable[[list[dict[str, Any]], Callable[[str], None]], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.train_rows:
@@ -71,3 +76,9 @@ class Task:
     @property
     def conversational(self) -> bool:
         return isinstance(self.train_rows[0]["prompt"], list)
+
+
+def prepare_task(task: Task, log: Callable[[str], None] = print) -> None:
+    """Run the task's one-off preparation (Task.prepare) over all its rows, if it has one."""
+    if task.prepare is not None:
+        task.prepare(task.train_rows + task.eval_rows, log)

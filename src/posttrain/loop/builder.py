@@ -14,7 +14,7 @@ import torch
 from posttrain.config.schema import Config
 from posttrain.envs.custom import apply_subset, load_task
 from posttrain.envs.base import make_env
-from posttrain.envs.task import Task
+from posttrain.envs.task import Task, prepare_task
 from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
 from posttrain.models.lora import apply_lora, count_parameters
 from posttrain.models.matmul import route_linears_
@@ -108,6 +108,7 @@ def build(cfg: Config, log=print) -> Components:
     task.rubric.timeout_s = cfg.task.reward_timeout_s
     if "cache" in cfg.judge.model_fields_set:  # set in the config: it wins over the caches the task's judges chose
         configure_task_judges(task, cfg.judge.cache)
+    prepare_task(task, log)  # one-off work before anything scores, e.g. repair tasks' baselines (envs/baselines.py)
     model, tok = load_base_model(cfg, log)
     advice = precision_advice(cfg.sampling.precision, next(model.parameters()).device.type)
     if advice and cfg.cluster.backend == "local":

@@ -93,4 +93,6 @@ class GradeResult:
     trust: str = "out-of-process"
     # grade_pytest: each statically found test id -> passed (every case of it passed). Lets a task reward the tests
     # an issue breaks without paying for the ones the untouched code already passes (coding-agent's issue_tests).
+    # None: no verdict per test (the run timed out, was killed, or its report was broken or tampered with; and
+    # for grade_function). "Unknown", never "all failed": a repair task's baseline must not be read from it.
     per_test: dict[str, bool] | None = None

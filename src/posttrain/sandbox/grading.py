@@ -132,17 +132,16 @@ def _judge_pytest(raw: bytes, hashes: dict[str, str], test_files: dict[str, str]
     ids = {rel: static_test_ids(rel, src) for rel, src in test_files.items()}
     static = {tid for v in ids.values() for tid in v}
     fail = [False] * len(static)
-    failed = {tid: False for tid in sorted(static)}
     want_hash = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in test_files.items()}
     if any(hashes.get(os.path.normpath(k)) != h for k, h in want_hash.items()):
-        return _result(fail, run, "test files changed during the run", mode, failed)
+        return _result(fail, run, "test files changed during the run", mode)
     try:
         lines = read_pytest_channel(raw, static, max_items=100 * len(static) + 1000)
     except ChannelError as e:
-        return _result(fail, run, f"result channel rejected ({_why_no_report(run)}): {e}", mode, failed)
+        return _result(fail, run, f"result channel rejected ({_why_no_report(run)}): {e}", mode)
     if lines.tampered:
         return _result(fail, run, "pytest machinery was patched during the run: " + ", ".join(lines.tampered)[:500],
-                       mode, failed)
+                       mode)
     reported: dict[str, list[bool]] = {tid: [] for tid in sorted(static)}
     for nodeid, ok in lines.passed.items():
         reported[base_id(nodeid)].append(ok)
@@ -164,6 +163,12 @@ def grade_pytest(files: dict[str, str], test_files: dict[str, str], cfg: Sandbox
     read-only, separate from the solution; conftest.py, ini files and plugins from the work dir are ignored;
     each test function found statically here counts at least once, so tests that fail to collect, get skipped
     away, or never report count as failed. The test files' hashes are checked after the run.
+
+    `per_test` (test id -> passed) holds only verdicts: None when the run ended before a complete, untampered
+    report (timed out, killed, OOM-killed, a broken channel, a changed test file, patched pytest machinery, a
+    grader error). `score` is 0 then either way (a solution that hangs fails), but a per-test map of all-failed
+    would claim tests failed that never ran to a verdict, and a repair task's baseline (the untouched code's
+    grade, rewards/test_sets.py) taken from it would pay untouched code for "fixing" them.
     """
     cfg = cfg or SandboxConfig()
     if not test_files:

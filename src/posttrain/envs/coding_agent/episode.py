@@ -31,7 +31,7 @@ class RepoEpisode:
         self.repo = RepoCopy(sources, tests)
         self.start = dict(self.repo.sources)
         self._grade = grade
-        self._grade_start = grade_start  # the untouched code's grade (cached per issue): which tests the issue breaks
+        self._grade_start = grade_start  # the untouched code's Baseline (per issue): which tests the issue breaks
         self.require_submit, self.detect_hacks = require_submit, detect_hacks
         self.tests_run = self.edits = 0
         self.tested_after_edit = False
@@ -110,9 +110,11 @@ class RepoEpisode:
         if self._grade is not None and (self.submitted or not self.require_submit):
             g = await self._grade(dict(self.repo.sources))
             grade = {"score": float(g.score), "passed": int(g.passed), "total": int(g.total), "trust": g.trust,
-                     "error": g.error, "per_test": getattr(g, "per_test", None), "start_per_test": None}
-            if self._grade_start is not None:
-                grade["start_per_test"] = getattr(await self._grade_start(), "per_test", None)
+                     "error": g.error, "per_test": getattr(g, "per_test", None), "start_per_test": None,
+                     "start_error": "no baseline grader"}
+            if self._grade_start is not None:  # a Baseline: per_test None (unknown) with the reason in error
+                start = await self._grade_start()
+                grade["start_per_test"], grade["start_error"] = start.per_test, start.error
         flags = hack_flags(self.start, self.repo.sources) if self.detect_hacks else []
         all_pass = grade is not None and grade["total"] > 0 and grade["passed"] == grade["total"]
         metrics = {"resolved": float(all_pass and not flags), "submitted": float(self.submitted),
@@ -135,7 +137,9 @@ def first_failure(stdout: str) -> str:
     err = next((x[1:].strip() for x in lines if x.startswith("E ") and x[1:].strip()), "")
     for line in lines:
         if line.startswith(("FAILED ", "ERROR ")):
-            where = _TEST_DIR.sub("", line.split(" ", 1)[1]).split(" - ")[0]
+            # the solution's own prints reach stdout too: cut the line before the regex, whose `(?:\.\./)*` re-scans
+            # a long run of '../' from each of its positions (only 400 characters are shown anyway)
+            where = _TEST_DIR.sub("", line.split(" ", 1)[1][:1000]).split(" - ")[0]
             if line.startswith("ERROR "):
                 where += " could not be collected"
             return f"{where} - {err}"[:400] if err else where[:400]

@@ -6,10 +6,12 @@ range), run_tests (the pristine tests, graded in the sandbox) and submit, which 
 feature-deletion repos' deleted functions and the bugs seeded in the repos written for this task (data.py);
 train and held-out rows are split BY REPOSITORY, so a held-out repo's code is never seen in training.
 
-Reward: the final state, graded at submit against the pristine tests (fraction of tests passed; the pass is all
-of them), 0 without a submit; `grading_trust` (weight 0) says how the grade was obtained and `hack_flagged`
-(weight 0) zeroes samples whose edits add a reward hack (hack_detector). Episode metrics (`episode/<name>`):
-resolved, turns, tool_errors, tests_run_before_submit, edits, verified, submitted. See docs/coding_agent.md.
+Reward: the final state, graded at submit against the pristine tests: `issue_tests`, the tests the untouched code
+fails that now pass, times those it passed still passing (its baseline graded up front by Task.prepare and kept
+only when it came to a verdict: envs/baselines.py), or `tests_passed` (the pass is all of them); 0 without a
+submit; `grading_trust` (weight 0) says how the grade was obtained and `hack_flagged` (weight 0) zeroes samples
+whose edits add a reward hack (hack_detector). Episode metrics (`episode/<name>`): resolved, turns, tool_errors,
+tests_run_before_submit, edits, verified, submitted. See docs/coding_agent.md.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import functools
 import json
 from typing import Any
 
+from posttrain.envs.baselines import BaselineStore
 from posttrain.envs.check import SmokeCheck
 from posttrain.envs.coding_agent import data
 from posttrain.envs.coding_agent.episode import RepoEpisode
@@ -25,7 +28,7 @@ from posttrain.envs.coding_agent.repo import hack_flags
 from posttrain.envs.task import Task
 from posttrain.rewards.hack_detector import GuardedRubric
 from posttrain.rewards.rubric import RewardComponent
-from posttrain.rewards.test_sets import check_repair_reward, issue_score
+from posttrain.rewards.test_sets import Baseline, check_repair_reward, issue_rewards
 from posttrain.sampling.tool_calls import BLOCK, fenced_block
 
 DEFAULT_EVAL_REPOS = ("textkit", "gradebook")  # one of each kind, never trained on
@@ -75,21 +78,28 @@ class Grader:
     def __init__(self, sandbox: dict[str, Any] | None = None, mode: str | None = None):
         from posttrain.sandbox import SandboxConfig, SandboxPool
 
-        self.pool = SandboxPool(SandboxConfig(**{"timeout_s": 20.0, **(sandbox or {})}))
+        cfg = SandboxConfig(**{"timeout_s": 20.0, **(sandbox or {})})
+        self.pool = SandboxPool(cfg)
         self.mode = mode  # None: out-of-process where the machine allows it
-
-        self._start: dict[str, Any] = {}  # issue id -> the untouched code's grade
+        # issue id -> the untouched code's per-test grade, kept once it came to a verdict (envs/baselines.py)
+        self.baselines = BaselineStore("coding-agent", cfg, _untouched, _issue_key, mode)
 
     async def __call__(self, kind: str, repo: str, sources: dict[str, str]) -> Any:
         return await self.pool.grade_pytest(sources, data.pristine_tests(kind, repo), mode=self.mode)
 
-    async def start(self, row: dict[str, Any]) -> Any:
-        """The row's starting code graded once (episodes of the same issue running at once may both grade it;
-        the result is the same)."""
-        key = row["issue_id"]
-        if key not in self._start:
-            self._start[key] = await self(row["kind"], row["repo"], dict(row["files"]))
-        return self._start[key]
+    async def start(self, row: dict[str, Any]) -> Baseline:
+        """The row's baseline: its starting code graded to a verdict once per issue (normally up front by
+        Task.prepare); an issue not settled yet gets one try here, through the episodes' pool."""
+        return await self.baselines.get(row, self.pool)
+
+
+def _untouched(row: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """What an issue's baseline grades: its starting sources against the pristine tests."""
+    return dict(row["files"]), data.pristine_tests(row["kind"], row["repo"])
+
+
+def _issue_key(row: dict[str, Any]) -> str:
+    return row["issue_id"]
 
 
 def episode_factory(grader: Grader, require_submit: bool = True, detect_hacks: bool = True):
@@ -114,11 +124,15 @@ def tests_passed(completions: list[Any], final_grade: list[Any] | None = None, *
     return [float(g["score"]) if g else 0.0 for g in grades]
 
 
-def issue_tests(completions: list[Any], final_grade: list[Any] | None = None, **kwargs: Any) -> list[float]:
+def issue_tests(completions: list[Any], final_grade: list[Any] | None = None, paid: bool = True,
+                **kwargs: Any) -> list[float | None]:
     """The default reward: issue_score (rewards/test_sets.py) of the submitted state against the untouched code;
-    0 when not submitted or not graded."""
+    0 when not submitted or not graded. A submitted state whose baseline is unknown (its grade kept failing:
+    envs/baselines.py) is no measurement: while this is the paid reward (`paid`), the sample fails with the
+    reason and is kept out of training (issue_rewards)."""
     grades = final_grade if final_grade is not None else [None] * len(completions)
-    return [issue_score(g.get("start_per_test"), g.get("per_test")) if g else 0.0 for g in grades]
+    return issue_rewards([(Baseline(g.get("start_per_test"), g.get("start_error")), g.get("per_test")) if g else None
+                          for g in grades], paid)
 
 
 def grading_trust(completions: list[Any], final_grade: list[Any] | None = None, **kwargs: Any) -> list[float]:
@@ -143,8 +157,8 @@ def make_rubric(detect_hacks: bool = True, reward: str = "issue_tests") -> Guard
     check_repair_reward(reward)
     components = [RewardComponent("tests_passed", tests_passed, weight=float(reward == "tests_passed"),
                                   pass_threshold=1.0),
-                  RewardComponent("issue_tests", issue_tests, weight=float(reward == "issue_tests"),
-                                  pass_threshold=1.0),
+                  RewardComponent("issue_tests", functools.partial(issue_tests, paid=reward == "issue_tests"),
+                                  weight=float(reward == "issue_tests"), pass_threshold=1.0),
                   RewardComponent("grading_trust", grading_trust, weight=0.0, pass_threshold=0.0)]
     if detect_hacks:  # pass_threshold 1.0: pass/hack_flagged is the flag rate
         components.append(RewardComponent("hack_flagged", hack_flagged, weight=0.0, pass_threshold=1.0))
@@ -316,6 +330,7 @@ def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
         tools=RepoEpisode({}, {}, None).tools,  # schemas for the prompt; each episode gets its own (episode=)
         episode=episode_factory(grader, require_submit, detect_hacks),
         max_turns=max_turns, final_tool="submit", tool_timeout_s=tool_timeout_s,
-        demonstrate=functools.partial(demonstrate, max_turns=max_turns, edits=demo_edits))
+        demonstrate=functools.partial(demonstrate, max_turns=max_turns, edits=demo_edits),
+        prepare=grader.baselines.prepare)
     task.smoke_checks = smoke_checks(train, max_turns, demo_edits)
     return task

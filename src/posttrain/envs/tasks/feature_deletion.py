@@ -3,16 +3,19 @@
 Composer-style synthetic tasks from working code: take a repo whose tests pass, delete one function body
 (`raise NotImplementedError`, the docstring kept, found with `ast`), show the policy the repo's source
 files (never the tests) and ask for the function back. One row per deletable function (top-level functions
-and methods; dunders stay). The reward is the fraction of the repo's tests that pass with the policy's
-function spliced in, graded by `grade_pytest` against the pristine test files, so a solution cannot edit
-the tests it is graded by. The repos (`data/repos/<name>/`, written for this project) are a few modules plus
-a `tests/` folder and a `pytest.ini` that puts the repo root on the import path.
+and methods; dunders stay). The policy's function is spliced in and graded by `grade_pytest` against the
+pristine test files, so a solution cannot edit the tests it is graded by. The reward, `issue_tests`, pays the
+tests the deletion breaks fixed, times the others kept passing, against each row's baseline (the deleted repo's
+own grade, graded up front by Task.prepare and kept only when it came to a verdict: envs/baselines.py). The
+repos (`data/repos/<name>/`, written for this project) are a few modules plus a `tests/` folder and a
+`pytest.ini` that puts the repo root on the import path.
 
 Grading is out-of-process wherever the machine allows it (root and a namespaced backend): pytest and the
 pristine tests run in one sandboxed process, the spliced repo in another under another uid, reached through
 proxies, so the solution cannot reach the process that reports verdicts (docs/sandbox.md).
 
-Rubric: `tests_passed` (weight 1, the pass is 1.0), `grading_trust` (weight 0: 1 out-of-process, 0 in-process,
+Rubric: `issue_tests` (weight 1; `reward=tests_passed` pays that instead), `tests_passed` (the fraction of the
+repo's tests passed; the pass is 1.0), `grading_trust` (weight 0: 1 out-of-process, 0 in-process,
 -1 not graded, so logs show it), `hack_flagged` (weight 0; flagged samples get 0).
 """
 
@@ -27,11 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from posttrain.envs.baselines import BaselineStore
 from posttrain.envs.task import Task
 from posttrain.envs.tasks.code_tests import all_code, extract_code, run_sync
 from posttrain.rewards.hack_detector import guard
 from posttrain.rewards.rubric import RewardComponent, Rubric
-from posttrain.rewards.test_sets import check_repair_reward, issue_score
+from posttrain.rewards.test_sets import Baseline, check_repair_reward, issue_rewards
 from posttrain.rewards.text import completion_text
 
 REPOS = Path(__file__).parent / "data" / "repos"
@@ -183,7 +187,8 @@ class PytestGrader:
         self.mode = mode  # None: out-of-process where the machine allows it (grading.default_mode)
         self.trust: dict[tuple[str, str], str] = {}  # (text, row key) -> GradeResult.trust of the latest grade
         self.last: dict[tuple[str, str], Any] = {}  # (text, row key) -> GradeResult of the latest grade
-        self._start: dict[str, Any] = {}  # row key -> the deleted (stub) repo's grade: which tests the gap breaks
+        # row key -> the deleted (stub) repo's per-test grade: which tests the gap breaks (envs/baselines.py)
+        self.baselines = BaselineStore("feature-deletion", self.cfg, _stub_repo, _key, mode)
 
     def files_for(self, text: str, row: dict[str, Any]) -> dict[str, str] | None:
         code = extract_code(text, row["qualname"].rsplit(".", 1)[-1])
@@ -211,17 +216,21 @@ class PytestGrader:
                 self.last[(t, _key(r))] = g
         return results
 
-    def start(self, rows: list[dict[str, Any]]) -> list[Any]:
-        """Each row's repo as given (the function's body deleted), graded once per row."""
-        todo = {_key(r): r for r in rows if _key(r) not in self._start}
+    def start(self, rows: list[dict[str, Any]]) -> list[Baseline]:
+        """Each row's baseline: its repo as given (the function's body deleted), graded to a verdict once per row
+        (normally up front by Task.prepare); a row not settled yet gets one try here (BaselineStore.get)."""
+        todo = {_key(r): r for r in rows if self.baselines.cached(r) is None}
 
-        async def all_of() -> list[Any]:
-            return list(await asyncio.gather(*(self.pool.grade_pytest(r["files"], load_repo(r["repo"])[1],
-                                                                      mode=self.mode) for r in todo.values())))
+        async def all_of() -> list[Baseline]:
+            return list(await asyncio.gather(*(self.baselines.get(r, self.pool) for r in todo.values())))
 
-        if todo:
-            self._start.update(zip(todo, run_sync(all_of)))
-        return [self._start[_key(r)] for r in rows]
+        tried = dict(zip(todo, run_sync(all_of))) if todo else {}
+        return [tried.get(_key(r)) or self.baselines.cached(r) for r in rows]
+
+
+def _stub_repo(row: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """What a row's baseline grades: its repo with the body deleted, against the repo's pristine tests."""
+    return row["files"], load_repo(row["repo"])[1]
 
 
 def deletion_rubric(grader: PytestGrader, detect_hacks: bool = True, reward: str = "issue_tests") -> Rubric:
@@ -237,13 +246,17 @@ def deletion_rubric(grader: PytestGrader, detect_hacks: bool = True, reward: str
         return [r.score if r is not None else 0.0 for r in results]
 
     def issue_tests(completions: list[Any], repo: list[str], path: list[str], qualname: list[str],
-                    files: list[dict[str, str]], **kwargs: Any) -> list[float]:
+                    files: list[dict[str, str]], **kwargs: Any) -> list[float | None]:
         rows = [{"repo": r, "path": p, "qualname": q, "files": f} for r, p, q, f in zip(repo, path, qualname, files)]
         texts = [completion_text(c) for c in completions]
         if any((t, _key(r)) not in grader.last for t, r in zip(texts, rows)):  # tests_passed usually graded them
             grader.grade(texts, rows)
-        return [issue_score(start.per_test, g.per_test) if (g := grader.last.get((t, _key(r)))) else 0.0
-                for t, r, start in zip(texts, rows, grader.start(rows))]
+        grades = [grader.last.get((t, _key(r))) for t, r in zip(texts, rows)]
+        graded = [r for r, g in zip(rows, grades) if g is not None]  # nothing spliced in: 0, no baseline needed
+        starts = iter(grader.start(graded))
+        # An unknown baseline fails the sample with the reason while issue_tests is paid (issue_rewards)
+        return issue_rewards([(next(starts), g.per_test) if g is not None else None for g in grades],
+                             paid=reward == "issue_tests")
 
     def grading_trust(completions: list[Any], repo: list[str], path: list[str], qualname: list[str],
                       **kwargs: Any) -> list[float]:
@@ -284,13 +297,14 @@ def make_task(seed: int = 0, repos: list[str] | None = None, eval_fraction: floa
     held_keys = _held_out_keys([r for r, _ in pairs], split_seed, eval_fraction)
     train = [(row, ref) for row, ref in pairs if _key(row) not in held_keys]
     held = [(row, ref) for row, ref in pairs if _key(row) in held_keys]
+    grader = PytestGrader(mode=grading_mode, **(sandbox or {}))
     task = Task(name="feature-deletion", train_rows=[r for r, _ in train], eval_rows=[r for r, _ in held],
-                rubric=deletion_rubric(PytestGrader(mode=grading_mode, **(sandbox or {})), detect_hacks, reward),
+                rubric=deletion_rubric(grader, detect_hacks, reward),
                 description=f"Restore a deleted function body in a small repo ({len(train)} train / {len(held)} "
                             "held-out functions); reward = " + ("the tests the deletion breaks, fixed, the rest kept passing"
                                                  if reward == "issue_tests" else "fraction of the repo's tests passed")
                             + ".",
-                max_tokens=max_tokens, stop=["\n```\n"])
+                max_tokens=max_tokens, stop=["\n```\n"], prepare=grader.baselines.prepare)
     from posttrain.envs.check import SmokeCheck
 
     row, ref = train[0]
