@@ -140,6 +140,10 @@ class ItemLines:
     collect_errors: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     tampered: list[str] = field(default_factory=list)
+    # Out of process: why the link to the solution process ran out of time, if it did. Every test after that
+    # fails for lack of an answer, so those verdicts say the machine (or the solution) was slow, not which tests
+    # the code fails: a repair task's baseline must not be read from them.
+    link_timeout: str | None = None
 
 
 def read_pytest_channel(raw: bytes, static_ids: set[str], max_items: int) -> ItemLines:
@@ -165,6 +169,8 @@ def read_pytest_channel(raw: bytes, static_ids: set[str], max_items: int) -> Ite
             out.collect_errors.append(short(obj.get("nodeid")))
         elif kind == "error":
             out.errors.append(short(obj.get("msg")))
+        elif kind == "link":
+            out.link_timeout = short(obj.get("why"))
         elif kind == "tamper":
             what = obj.get("what")
             out.tampered += [short(w) for w in what[:20]] if type(what) is list else [short(what)]

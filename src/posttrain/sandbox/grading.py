@@ -146,6 +146,9 @@ def _judge_pytest(raw: bytes, hashes: dict[str, str], test_files: dict[str, str]
     for nodeid, ok in lines.passed.items():
         reported[base_id(nodeid)].append(ok)
     per_case = [ok for tid in reported for ok in (reported[tid] or [False])]
+    if lines.link_timeout is not None:  # the items count (a solution that hangs fails), the per-test map does not
+        return _result(per_case, run, "the solution process stopped answering in time "
+                       f"({lines.link_timeout}); per-test verdicts unknown", mode)
     error = None
     if lines.collect_errors or lines.errors:
         error = "collection errors: " + ", ".join(lines.collect_errors + lines.errors)[:500]

@@ -101,6 +101,7 @@ def main():
     except ImportError as e:
         emit({"kind": "error", "msg": f"pytest is not importable inside the sandbox: {e}"})
         return
+    conn = None
     if work_dir is None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's dir out
         import harness_remote
@@ -169,6 +170,8 @@ def main():
             changed = self.check(final=True)
             if changed and not self.tamper_sent:
                 emit({"kind": "tamper", "what": changed[:20]})
+            if conn is not None and conn.timed_out:
+                emit({"kind": "link", "why": str(conn.dead)[:200]})
             emit({"kind": "done", "count": self.items})
 
     args = ["-q", "-c", ini, "--rootdir", tests_dir, "-p", "no:cacheprovider", "--noconftest",

@@ -41,6 +41,7 @@ class Connection:
         os.set_blocking(rfd, False)
         self.seq = 0
         self.dead = None
+        self.timed_out = False  # the link died of a deadline (not a broken reply or an exit)
         self.buf = b""
         self.proxies = {}
 
@@ -52,6 +53,7 @@ class Connection:
         while data:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([], [self.wfd], [], left)[1]:
+                self.timed_out = True
                 raise self._die("timed out sending a request")
             try:
                 data = data[os.write(self.wfd, data):]
@@ -64,6 +66,7 @@ class Connection:
         while b"\n" not in self.buf:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.rfd], [], [], left)[0]:
+                self.timed_out = True
                 raise self._die(f"no answer within {self.timeout_s}s")
             try:
                 chunk = os.read(self.rfd, 1 << 16)
