@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from posttrain.auto.program import Param, Program
+from posttrain.bounded import BoundedError, loads_json
 
 STUDY = "posttrain-auto"
 
@@ -190,14 +190,15 @@ class LLMProposer:
 
 def parse_llm_diff(text: str, prog: Program, incumbent: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The LLM's answer -> (every searched key's value: the incumbent's with the diff applied, reason)."""
-    body = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip(), flags=re.S)
-    start, end = body.find("{"), body.rfind("}")
+    # From the first '{' to the last '}' (a ``` fence around it holds neither), parsed with posttrain.bounded's
+    # caps: the answer is model text.
+    start, end = text.find("{"), text.rfind("}")
     if start < 0 or end < start:
         raise ProposalRejected(f"no JSON object in the answer: {text[:120]!r}")
     try:
-        obj = json.loads(body[start:end + 1])
-    except json.JSONDecodeError as e:
-        raise ProposalRejected(f"bad JSON ({e.msg}): {text[:120]!r}") from None
+        obj = loads_json(text[start:end + 1])
+    except BoundedError as e:
+        raise ProposalRejected(f"bad JSON ({e.reason}): {text[:120]!r}") from None
     diff, reason = obj.get("diff") if isinstance(obj, dict) else None, obj.get("reason", "") if isinstance(obj, dict) else ""
     if not isinstance(diff, dict) or not diff:
         raise ProposalRejected('the answer needs a non-empty "diff" object')

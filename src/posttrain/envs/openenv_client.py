@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 from typing_extensions import Self
 
+from posttrain.bounded import BoundedError, loads_json
 from posttrain.sampling.base import Sampler
 from posttrain.sampling.chat_prompt import ChatRenderer
 from posttrain.sampling.recorder import RecordedCall, chain_to_trajectory, split_chains
@@ -85,9 +86,13 @@ class OpenEnvClient:
         await self.connect()
         try:
             await asyncio.wait_for(self._ws.send(json.dumps(message)), self.timeout_s)
-            reply = json.loads(await asyncio.wait_for(self._ws.recv(), self.timeout_s))
+            reply = loads_json(await asyncio.wait_for(self._ws.recv(), self.timeout_s))
         except asyncio.TimeoutError:
             raise OpenEnvError(f"{message.get('type')} on {self.ws_url}: no answer within {self.timeout_s}s") from None
+        except BoundedError as e:  # a server's reply: size and depth capped, one error type
+            raise OpenEnvError(f"{message.get('type')} on {self.ws_url}: unreadable reply: {e}") from None
+        if not isinstance(reply, dict):
+            raise OpenEnvError(f"{message.get('type')} on {self.ws_url}: reply is not a JSON object")
         if reply.get("type") == "error":
             d = reply.get("data") or {}
             raise OpenEnvError(f"{message.get('type')} on {self.ws_url}: {d.get('message')} (code {d.get('code')})")

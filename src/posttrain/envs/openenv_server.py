@@ -33,6 +33,7 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
+from posttrain.bounded import BoundedError, loads_json
 from posttrain.types import Completion, SampleParams, Trajectory
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ def create_env_app(env: Any, tokenizer: Any, train_rows: list[dict[str, Any]], e
             while True:
                 raw = await websocket.receive_text()
                 try:
-                    msg = json.loads(raw)
+                    msg = loads_json(raw)  # a client's message: size and depth capped (deep nesting recursed)
                     kind = msg.get("type")
                     if kind == "reset":
                         if session is not None:
@@ -196,7 +197,7 @@ def create_env_app(env: Any, tokenizer: Any, train_rows: list[dict[str, Any]], e
                         break
                     else:
                         reply = _ws_error(f"Unknown message type: {kind}", "UNKNOWN_TYPE")
-                except json.JSONDecodeError as e:
+                except BoundedError as e:
                     reply = _ws_error(f"Invalid JSON: {e}", "INVALID_JSON")
                 except (ValueError, AttributeError) as e:
                     reply = _ws_error(str(e), "VALIDATION_ERROR")

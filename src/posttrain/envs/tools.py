@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from posttrain.bounded import BoundedError, loads_json
 from posttrain.sampling.tool_calls import parse_tool_calls
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
@@ -76,7 +77,11 @@ class Tool:
                                                  "parameters": self.parameters}}
 
 
-_BARE_JSON = re.compile(r"\{.*\}", re.DOTALL)
+def _bare_json(text: str) -> str | None:
+    """From the first `{` to the last `}` (the regex `\\{.*\\}` with DOTALL, found with str.find and str.rfind:
+    that regex re-scans to the end from every `{` when no `}` follows, quadratic in a reply of braces)."""
+    start, end = text.find("{"), text.rfind("}")
+    return text[start:end + 1] if 0 <= start < end else None
 
 
 def parse_calls(text: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -84,11 +89,11 @@ def parse_calls(text: str) -> tuple[list[dict[str, Any]], list[str]]:
     _, calls, errors = parse_tool_calls(text)
     if calls or errors or "<tool_call>" in text:
         return calls, errors
-    m = _BARE_JSON.search(text)
-    if m:
+    candidate = _bare_json(text)
+    if candidate is not None:
         try:
-            obj = json.loads(m.group(0))
-        except json.JSONDecodeError:
+            obj = loads_json(candidate)
+        except BoundedError:  # invalid, too deep or too large: not a call
             return [], []
         if isinstance(obj, dict) and isinstance(obj.get("name"), str) and isinstance(obj.get("arguments"), dict):
             return [{"name": obj["name"], "arguments": obj["arguments"]}], []

@@ -15,12 +15,12 @@ dominate a group's advantages (the reason there is no log score: calibration.py)
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from posttrain.bounded import BoundedError, loads_json
 from posttrain.rewards.calibration import bin_index, brier, confidence_brier, ece
 from posttrain.rewards.text import completion_text
 
@@ -49,8 +49,8 @@ def parse_decision(text: str, labels: list[str], tol: float = 0.05) -> Decision 
     do not sum to 1 within `tol`, a confidence outside [0, 1]. `probs` may leave out labels (they count as 0), so a
     small model can write only the labels it considers."""
     try:
-        obj = json.loads(_strip_fence(text), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
-    except (ValueError, RecursionError):
+        obj = loads_json(_strip_fence(text))  # bounded: size, depth; no NaN, Infinity or 1e999
+    except BoundedError:
         return "not one JSON object"
     if not isinstance(obj, dict):
         return "not a JSON object"

@@ -69,7 +69,8 @@ def retrieval_accuracy(margins: Sequence[float]) -> float:
     return sum(m > 0 for m in margins) / len(margins)
 
 
-_LINE = re.compile(r"^\s*[*#>\-\s]*(?:listing|summary)?\s*([AB])\s*\**\s*[:.)\-]\s*(.*)$", re.IGNORECASE)
+# No two adjacent quantifiers share a character (`\s*[*#>\-\s]*\s*` did, and a line of spaces took cubic time).
+_LINE = re.compile(r"^[\s*#>\-]*(?:(?:listing|summary)\s*)?([AB])[\s*]*[:.)\-]\s*(.*)$", re.IGNORECASE)
 
 
 def split_summaries(text: str) -> tuple[str, str] | None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from posttrain.bounded import BoundedError, decode_json_prefix, loads_json
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.rewards.text import completion_text
 
@@ -47,24 +48,30 @@ class _Missing:
 
 MISSING: Any = _Missing()  # "no JSON found" (distinct from a parsed `null`)
 
-# ``` or ```json (any info string) ... optional closing ```, the whole text being the block.
-_FENCE = re.compile(r"\A```[A-Za-z0-9_-]*[ \t]*\n?(.*?)\n?[ \t]*(?:```)?\Z", re.DOTALL)
+# The opening of a fenced block, ``` or ```json (any info string): anchored, and its parts share no characters.
+_FENCE_OPEN = re.compile(r"\A```[A-Za-z0-9_-]*[ \t]*\n?")
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+def _fenced_body(text: str) -> str | None:
+    """The content of `text` when the whole text is one fenced block (the closing fence may be missing, e.g. when
+    generation stopped), else None. What the regex \\A```[A-Za-z0-9_-]*[ \\t]*\\n?(.*?)\\n?[ \\t]*(?:```)?\\Z
+    (DOTALL) captures, without its lazy scan, which re-reads every run of spaces to its end (quadratic)."""
+    m = _FENCE_OPEN.match(text)
+    if m is None:
+        return None
+    body = text[m.end():]
+    body = body[:-3] if body.endswith("```") else body
+    body = body.rstrip(" \t")
+    return body[:-1] if body.endswith("\n") else body
 
 
 def _loads_whole(text: str) -> Any:
-    """The JSON value that is exactly `text` (surrounding whitespace allowed), or MISSING."""
+    """The JSON value that is exactly `text` (surrounding whitespace allowed), or MISSING. Bounded (size, depth:
+    posttrain.bounded): JSON too deep or too large is MISSING, like invalid JSON."""
     try:
-        value, end = _DECODER.raw_decode(text.strip())
-    except ValueError:
+        return loads_json(text.strip())
+    except BoundedError:
         return MISSING
-    return value if end == len(text.strip()) else MISSING
 
 
 def parse_json_completion(completion: Any) -> tuple[Any, float]:
@@ -77,22 +84,23 @@ def parse_json_completion(completion: Any) -> tuple[Any, float]:
     3. Otherwise the first complete JSON value in the text, decoded with `json.JSONDecoder().raw_decode`
        from the first `{` or the first `[` (whichever decodes and comes first) -> 0.5, since there is
        other text around it (prose, a fence plus prose, a second value...) and we want only JSON.
-    NaN and Infinity are not JSON and never parse.
+    NaN, Infinity and numbers too large for a float (1e999) are not JSON and never parse; nor does JSON nested
+    deeper than posttrain.bounded's cap or a text over its size cap.
     """
     text = completion_text(completion).strip()
     value = _loads_whole(text)
     if value is not MISSING:
         return value, 1.0
-    m = _FENCE.match(text)
-    if m is not None:
-        value = _loads_whole(m.group(1))
+    body = _fenced_body(text)
+    if body is not None:
+        value = _loads_whole(body)
         if value is not MISSING:
             return value, 1.0
     starts = sorted(i for i in (text.find("{"), text.find("[")) if i >= 0)
     for start in starts:
         try:
-            value, _ = _DECODER.raw_decode(text, start)
-        except ValueError:
+            value, _ = decode_json_prefix(text, start)
+        except BoundedError:
             continue
         return value, 0.5
     return MISSING, 0.0

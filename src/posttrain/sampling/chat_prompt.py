@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from posttrain.bounded import BoundedError, loads_json
 from posttrain.sampling.recorder import RecordedCall
 
 _SENTINEL = "\u2063posttrain-sentinel\u2063"
@@ -39,10 +40,12 @@ def content_text(content: Any) -> str:
 
 
 def _args_dict(args: Any) -> Any:
+    """Tool-call arguments a client sent as a JSON string (the model's own call, echoed back), decoded with
+    posttrain.bounded's caps; text that is not JSON, or too deep or large, stays the string it was."""
     if isinstance(args, str):
         try:
-            return json.loads(args)
-        except json.JSONDecodeError:
+            return loads_json(args)
+        except BoundedError:
             return args
     return args
 

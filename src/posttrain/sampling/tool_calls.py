@@ -16,23 +16,64 @@ prose), never a call: it stays in the block, and an unclosed one there does not 
 
 from __future__ import annotations
 
-import json
+import bisect
 import re
 from typing import Any
 
-TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+from posttrain.bounded import BoundedError, loads_json
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
 BLOCK = "```"
-# A fence line (3+ backticks and an info string without backticks), the block, the same fence closing it.
-FENCED_RE = re.compile(r"^(`{3,})[^`\n]*\n(.*?)^\1[ \t]*$\n?", re.DOTALL | re.MULTILINE)
 
 
 def fenced_block(text: str, info: str = "") -> str:
-    """`text` as a fenced block that FENCED_RE reads back exactly: a fence longer than any backtick run at the start
-    of one of its lines. `text` should end with a newline (else the block adds one)."""
+    """`text` as a fenced block that `fenced_blocks` reads back exactly: a fence longer than any backtick run at
+    the start of one of its lines. `text` should end with a newline (else the block adds one)."""
     runs = [len(m.group(0)) for m in re.finditer(r"^`+", text, re.MULTILINE)]
     fence = "`" * max(3, max(runs, default=0) + 1)
     body = text if text.endswith("\n") else text + "\n"
     return f"{fence}{info}\n{body}{fence}\n"
+
+
+def _line_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each line, end at its newline or the end of the text."""
+    spans, at = [], 0
+    while at < len(text):
+        nl = text.find("\n", at)
+        end = len(text) if nl < 0 else nl
+        spans.append((at, end))
+        at = end + 1
+    return spans
+
+
+def fenced_blocks(text: str) -> list[tuple[int, int, str]]:
+    """The fenced blocks of `text`, in order, as (start, end, body): a line of 3+ backticks and an info string
+    without backticks, then the body, then a line of the same fence (spaces or tabs after it allowed), its newline
+    part of the block. An opening fence never closed is not a block; the search goes on from its next line.
+
+    This is the regex `^(`{3,})[^`\n]*\n(.*?)^\1[ \t]*$\n?` (MULTILINE, DOTALL) with `finditer`, done in
+    O(n log n): that regex re-scans to the end of the text from every unclosed fence, which a reply of many
+    fences of different lengths makes quadratic."""
+    spans = _line_spans(text)
+    runs = [len(text[s:e]) - len(text[s:e].lstrip("`")) for s, e in spans]
+    closers: dict[int, list[int]] = {}
+    for i, ((s, e), r) in enumerate(zip(spans, runs)):
+        if r >= 3 and not text[s + r:e].strip(" \t"):
+            closers.setdefault(r, []).append(i)
+    blocks, i = [], 0
+    while i < len(spans):
+        (s, e), r = spans[i], runs[i]
+        opener = r >= 3 and e < len(text) and "`" not in text[s + r:e]
+        later = closers.get(r, []) if opener else []
+        k = bisect.bisect_right(later, i)
+        if k == len(later):
+            i += 1
+            continue
+        j = later[k]
+        end = min(spans[j][1] + 1, len(text))
+        blocks.append((s, end, text[e + 1:spans[j][0]]))
+        i = j + 1
+    return blocks
 
 
 def _fill_blocks(args: dict[str, Any], before: str) -> tuple[dict[str, Any], str, str | None]:
@@ -41,67 +82,90 @@ def _fill_blocks(args: dict[str, Any], before: str) -> tuple[dict[str, Any], str
     wanted = [k for k, v in args.items() if v == BLOCK]
     if not wanted:
         return args, before, None
-    blocks = list(FENCED_RE.finditer(before))
+    blocks = fenced_blocks(before)
     if len(blocks) < len(wanted):
         return args, before, (f"{len(wanted)} argument(s) ({', '.join(wanted)}) are {BLOCK!r} but {len(blocks)} "
                               "fenced block(s) come before the call")
     used = blocks[-len(wanted):]  # the blocks nearest the call: earlier ones may be quoted prose
-    filled = {**args, **{k: m.group(2) for k, m in zip(wanted, used)}}
+    filled = {**args, **{k: body for k, (_, _, body) in zip(wanted, used)}}
     kept, at = [], 0
-    for m in used:
-        kept.append(before[at:m.start()])
-        at = m.end()
+    for start, end, _ in used:
+        kept.append(before[at:start])
+        at = end
     kept.append(before[at:])
     return filled, "".join(kept), None
+
+
+def _next_call(text: str, at: int) -> tuple[int, int, str] | None:
+    """(start, end, body) of the first `<tool_call>` block at or after `at`: up to its closing tag, or to the end
+    of the text when it has none. With str.find, so linear (a lazy regex to the tag re-scans whitespace runs)."""
+    start = text.find(OPEN, at)
+    if start < 0:
+        return None
+    close = text.find(CLOSE, start + len(OPEN))
+    if close < 0:
+        return start, len(text), text[start + len(OPEN):]
+    return start, close + len(CLOSE), text[start + len(OPEN):close]
+
+
+def _quoted_end(quoted: list[tuple[int, int, str]], starts: list[int], pos: int) -> int | None:
+    """End of the fenced block that contains `pos`, or None."""
+    k = bisect.bisect_right(starts, pos) - 1
+    return quoted[k][1] if k >= 0 and pos < quoted[k][1] else None
+
+
+def _arguments(obj: Any, body: str) -> tuple[str, dict[str, Any]] | str:
+    """(name, arguments) of a decoded call, or the error to report."""
+    name = obj.get("name") if isinstance(obj, dict) else None
+    if not isinstance(name, str) or not name:
+        return f"tool call has no 'name': {body[:200]}"
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):  # some models emit arguments as a JSON string already
+        try:
+            args = loads_json(args)
+        except BoundedError:
+            return f"tool call {name!r} arguments are not valid JSON: {args[:200]}"
+    if not isinstance(args, dict):
+        return f"tool call {name!r} arguments must be an object, got {type(args).__name__}"
+    return name, args
 
 
 def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]], list[str]]:
     """Split `text` into (content without the parsed call blocks, calls, errors).
 
     Each call is `{"name": str, "arguments": dict}`. An unterminated final block (the model ran out of tokens)
-    is parsed if its JSON is complete.
+    is parsed if its JSON is complete. Never raises on any text: JSON too deep or too large for
+    posttrain.bounded is an error like any invalid JSON.
     """
     calls: list[dict[str, Any]] = []
     errors: list[str] = []
     kept: list[str] = []
     pos = at = 0
-    quoted = [(f.start(), f.end()) for f in FENCED_RE.finditer(text)]
-    while m := TOOL_CALL_RE.search(text, at):
-        fence_end = next((e for s, e in quoted if s <= m.start() < e), None)
+    quoted = fenced_blocks(text)
+    starts = [q[0] for q in quoted]
+    while (found := _next_call(text, at)) is not None:
+        start, end, raw = found
+        fence_end = _quoted_end(quoted, starts, start)
         if fence_end is not None:  # inside a fenced block: quoted, look again after the block
             at = fence_end
             continue
-        at = m.end()
-        kept.append(text[pos : m.start()])
-        pos = m.end()
-        body = m.group(1).strip()
+        at = end
+        kept.append(text[pos:start])
+        pos = end
+        body = raw.strip()
         try:
-            obj = json.loads(body)
-        except json.JSONDecodeError as e:
-            errors.append(f"tool call is not valid JSON ({e.msg}): {body[:200]}")
-            kept.append(m.group(0))
+            parsed = _arguments(loads_json(body), body)
+        except BoundedError as e:
+            parsed = f"tool call is not valid JSON ({e.reason}): {body[:200]}"
+        if isinstance(parsed, str):
+            errors.append(parsed)
+            kept.append(text[start:end])
             continue
-        name = obj.get("name") if isinstance(obj, dict) else None
-        if not isinstance(name, str) or not name:
-            errors.append(f"tool call has no 'name': {body[:200]}")
-            kept.append(m.group(0))
-            continue
-        args = obj.get("arguments", obj.get("parameters", {}))
-        if isinstance(args, str):  # some models emit arguments as a JSON string already
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError:
-                errors.append(f"tool call {name!r} arguments are not valid JSON: {args[:200]}")
-                kept.append(m.group(0))
-                continue
-        if not isinstance(args, dict):
-            errors.append(f"tool call {name!r} arguments must be an object, got {type(args).__name__}")
-            kept.append(m.group(0))
-            continue
+        name, args = parsed
         args, kept[-1], err = _fill_blocks(args, kept[-1])
         if err:
             errors.append(f"tool call {name!r}: {err}")
-            kept.append(m.group(0))
+            kept.append(text[start:end])
             continue
         calls.append({"name": name, "arguments": args})
     kept.append(text[pos:])

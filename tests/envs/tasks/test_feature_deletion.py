@@ -125,3 +125,12 @@ def test_grading_is_out_of_process_and_a_forging_restore_scores_zero():
              "    os._exit(0)\n```")
     (s,) = _score(task, [row], [forge])
     assert s.components["tests_passed"] < 1.0 and s.components["grading_trust"] == 1.0
+
+
+@pytest.mark.parametrize("expr", ["+".join(["x"] * 100_000), "x" + ".a" * 100_000, "-" * 100_000 + "x",
+                                  "(" * 1000 + "x" + ")" * 1000], ids=["sum", "attributes", "unary", "parens"])
+def test_splice_of_deeply_nested_model_code_is_none_not_a_crash(expr):
+    """A completion whose function holds a deeply nested expression raised RecursionError (or MemoryError) out of
+    ast.parse in splice, and with it out of the reward (issue #42); now it is code that does not splice in."""
+    stub = F.delete_body(SRC, next(s for s in F.function_sites(SRC) if s.qualname == "g"))
+    assert F.splice(stub, "g", "def g(x):\n    return " + expr + "\n") is None

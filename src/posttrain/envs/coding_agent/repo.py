@@ -5,18 +5,17 @@ open anything on the host: an absolute path, a `..`, or a name the dict lacks is
 read of the machine. Tests are a separate dict the agent can read but never edit; what grades the agent is the
 task's pristine copy of them, not this one (episode.py).
 
-Every operation bounds its output (MAX_OUTPUT characters), and a regex search its time (regex module timeout),
-so no argument a policy writes can stall a worker or flood the context.
+Every operation bounds its output (MAX_OUTPUT characters). A regex search is compiled and matched in a worker
+process with a memory cap, killed past its time budget (posttrain.bounded), and the syntax check after an edit
+parses with size and depth caps, so no argument a policy writes can stall a worker, grow the trainer's memory or
+flood the context.
 """
 
 from __future__ import annotations
 
-import ast
 import posixpath
-import time
 
-import regex as _regex
-
+from posttrain.bounded import BoundedError, BoundedTimeout, parse_python, search_lines
 from posttrain.envs.tools import ToolError
 from posttrain.rewards.hack_detector import HackFlag, detect_code, detect_files
 
@@ -134,37 +133,34 @@ class RepoCopy:
             raise ToolError(f"pattern is {len(pattern)} characters long; at most {MAX_PATTERN}")
         if not isinstance(use_regex, bool):
             raise ToolError(f"regex must be true or false, got {type(use_regex).__name__}")
-        compiled = None
+        where = [(path, n, line[:MAX_LINE])  # the cut bounds the work of one match as well as the output
+                 for path, text in sorted({**self.sources, **self.tests}.items())
+                 for n, line in enumerate(text.splitlines(), 1)]
         if use_regex:
-            try:
-                compiled = _regex.compile(pattern)
-            except Exception as e:  # noqa: BLE001 - any pattern the regex module rejects is the model's mistake
-                raise ToolError(f"bad regular expression: {str(e)[:120]}") from None
-        deadline = time.monotonic() + REGEX_BUDGET_S
-        hits: list[str] = []
-        total = 0
-        for path, text in sorted({**self.sources, **self.tests}.items()):
-            for n, line in enumerate(text.splitlines(), 1):
-                line = line[:MAX_LINE]  # bounds the work of one match as well as the output
-                if compiled is None:
-                    found = pattern in line
-                else:
-                    try:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            raise TimeoutError
-                        found = compiled.search(line, timeout=left) is not None
-                    except TimeoutError:
-                        raise ToolError(f"the regex search took longer than {REGEX_BUDGET_S}s; use a simpler "
-                                        "pattern or a plain-text search") from None
-                if found:
-                    total += 1
-                    if len(hits) < MAX_MATCHES:
-                        hits.append(f"{path}:{n}: {line.strip()[:160]}")
+            found, total = self._regex_hits(pattern, [line for _, _, line in where])
+        else:
+            found = [i for i, (_, _, line) in enumerate(where) if pattern in line]
+            total = len(found)
+        hits = [f"{where[i][0]}:{where[i][1]}: {where[i][2].strip()[:160]}" for i in found[:MAX_MATCHES]]
         if not hits:
             return f"no matches for {pattern!r}"
         more = f"\n[... {total - len(hits)} more matches]" if total > len(hits) else ""
         return cap("\n".join(hits) + more)
+
+    @staticmethod
+    def _regex_hits(pattern: str, lines: list[str]) -> tuple[list[int], int]:
+        """(indices of the first matching lines, how many match). The model's pattern is compiled and matched in
+        posttrain.bounded's worker process, never here: a counted-repeat pattern of 40 characters compiled to
+        gigabytes in the trainer (and the regex module cached it)."""
+        try:
+            hits = search_lines(pattern, lines, REGEX_BUDGET_S, max_hits=MAX_MATCHES)
+        except BoundedTimeout:
+            raise ToolError(f"the regex search took longer than {REGEX_BUDGET_S}s; use a simpler "
+                            "pattern or a plain-text search") from None
+        except BoundedError as e:
+            reason = e.reason if e.reason.startswith("bad regular expression") else f"bad regular expression: {e}"
+            raise ToolError(reason[:160]) from None
+        return hits.lines, hits.total
 
     def edit(self, path: object, new: object, old: object = "", start_line: object = 0, end_line: object = 0) -> str:
         p = clean_path(path)
@@ -210,13 +206,14 @@ class RepoCopy:
         last = first + max(new.count("\n") - (1 if new.endswith("\n") else 0), 0)
         lines = result.splitlines()
         lo, hi = max(first - 2, 1), min(last + 2, len(lines))
-        out = f"edited {p}; lines {lo}-{hi} now read:\n" + numbered(lines[lo - 1: hi], lo)
+        out = f"edited {p}; lines {lo}-{hi} now read:\n" + numbered([x[:400] for x in lines[lo - 1: hi]], lo)
+        warning = ""
         if p.endswith(".py"):
             try:
-                ast.parse(result)
-            except (SyntaxError, ValueError) as e:
-                out += f"\nwarning: {p} no longer parses (line {getattr(e, 'lineno', '?')}: {getattr(e, 'msg', e)})"
-        return cap(out)
+                parse_python(result, max_chars=2 * MAX_FILE)
+            except BoundedError as e:  # syntax, or nested too deeply to parse safely here
+                warning = f"\nwarning: {p} no longer parses ({e.reason[:200]})"
+        return cap(out, MAX_OUTPUT - len(warning)) + warning  # a long echo must not cut the warning off
 
 
 def hack_flags(start: dict[str, str], final: dict[str, str]) -> list[HackFlag]:

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from posttrain.bounded import BoundedError, clip, parse_python
 from posttrain.envs.task import Task
 from posttrain.rewards.hack_detector import guard
 from posttrain.rewards.rubric import RewardComponent, Rubric
@@ -42,7 +43,9 @@ USER = ("Write a Python function `{signature}` that {description}\n"
 # Numeric codes so the level fits a float reward-component column (higher is stronger isolation).
 ISOLATION_CODES = {"unsafe": 0.0, "unshare": 1.0, "bwrap": 2.0}
 T = TypeVar("T")
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.DOTALL)
+_LANG = re.compile(r"[ \t]*([A-Za-z0-9_+-]*)")
+_CLOSE = re.compile(r"[ \t]*```")
+MAX_COMPLETION_CHARS = 200_000  # what the code is looked for in; a completion is max_tokens long, far less
 
 
 @functools.lru_cache(maxsize=1)
@@ -82,17 +85,49 @@ def make_row(problem: dict[str, Any]) -> dict[str, Any]:
             "tests": problem["tests"]}
 
 
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(info language, body) of each ``` block, a block left open running to the end of the text. What
+    `re.findall(r"```[ \\t]*([A-Za-z0-9_+-]*)[^\\n]*\\n(.*?)(?:\\n[ \\t]*```|\\Z)", text, re.DOTALL)` returns,
+    in linear time: that regex backtracks quadratically over a long last line that has no newline."""
+    out: list[tuple[str, str]] = []
+    at = 0
+    while (start := text.find("```", at)) >= 0:
+        nl = text.find("\n", start + 3)
+        if nl < 0:  # an opening fence needs the end of its line; no later fence has one either
+            break
+        lang = _LANG.match(text, start + 3).group(1)  # type: ignore[union-attr]
+        body_start = p = nl + 1
+        while (p := text.find("\n", p)) >= 0 and not _CLOSE.match(text, p + 1):
+            p += 1
+        if p < 0:  # never closed: the block runs to the end
+            out.append((lang, text[body_start:]))
+            break
+        out.append((lang, text[body_start:p]))
+        at = _CLOSE.match(text, p + 1).end()  # type: ignore[union-attr]
+    return out
+
+
+def _parses(code: str) -> bool:
+    try:
+        parse_python(code)
+    except BoundedError:
+        return False
+    return True
+
+
 def extract_code(text: str, entry_point: str | None = None) -> str | None:
     """The Python code in a completion, or None.
 
     Prefers a fenced block that defines `entry_point`, then any python-tagged block, then any block. A block
     left open at the end still counts: stop strings and max_tokens cut completions before the closing fence.
     With no fence, text starting at the first `def`/`import`/`from` line is taken when it parses."""
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
+    text = clip(text, MAX_COMPLETION_CHARS)
+    blocks = [(lang.lower(), body) for lang, body in fenced_blocks(text)]
     if blocks:
         if entry_point:
             for _, body in blocks:
-                if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", body, re.MULTILINE):
+                # [ \t], not \s: `^\s*` re-scans a run of blank lines from each of its lines (quadratic)
+                if re.search(rf"^[ \t]*def[ \t]+{re.escape(entry_point)}[ \t]*\(", body, re.MULTILINE):
                     return body.strip("\n")
         for lang, body in blocks:
             if lang in ("python", "py", "python3"):
@@ -102,18 +137,14 @@ def extract_code(text: str, entry_point: str | None = None) -> str | None:
     if m is None:
         return None
     code = text[m.start():].strip("\n")
-    try:
-        ast.parse(code)
-    except SyntaxError:
-        return None
-    return code
+    return code if _parses(code) else None
 
 
 def all_code(text: str) -> str | None:
     """Every fenced block of a completion joined, else what `extract_code` finds. The hack detector reads
     this: grading picks one block, and a hack hidden in any block must not slip past because another one
     was checked instead."""
-    blocks = [body for _, body in _FENCE.findall(text)]
+    blocks = [body for _, body in fenced_blocks(clip(text, MAX_COMPLETION_CHARS))]
     return "\n\n".join(blocks) if blocks else extract_code(text)
 
 
@@ -122,8 +153,8 @@ def defines(code: str | None, name: str) -> bool:
     if not code:
         return False
     try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+        tree = parse_python(code)
+    except BoundedError:
         return False
     return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in tree.body)
 

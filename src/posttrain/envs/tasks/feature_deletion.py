@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from posttrain.bounded import BoundedError, parse_python
 from posttrain.envs.baselines import BaselineStore
 from posttrain.envs.task import Task
 from posttrain.envs.tasks.code_tests import all_code, extract_code, run_sync
@@ -132,8 +133,8 @@ def splice(stub_source: str, qualname: str, code: str) -> str | None:
     module docstring. None when `code` does not parse or does not define the function."""
     name = qualname.rsplit(".", 1)[-1]
     try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+        tree = parse_python(code)  # model text: size, depth and node caps (a deep expression raised RecursionError)
+    except BoundedError:
         return None
     fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                and n.name == name), None)
