@@ -21,6 +21,8 @@ Either way its slot gets a new actor (at most `cluster.max_restarts` times, then
 ones take the new episodes) and each affected episode raises EnvWorkerLost: `ReissueOnLoss` runs that rollout
 again from its start (a fresh episode, freshly sampled), so no group loses a member. A tool call that hangs on a
 live worker is the tool's own timeout, reported to the model, as locally. No call waits without a timeout.
+A rollout that raises in the driver before its episode finished (one failed sample, envs/isolate.py: the run goes
+on) discards the episode on its worker (ToolEnv calls `discard`), so failed samples leave nothing open there.
 """
 
 from __future__ import annotations
@@ -103,6 +105,13 @@ class EpisodeHost:
     def finish(self, eid: str, final_call: dict[str, Any] | None) -> Any:
         episode, _ = self.episodes.pop(eid)
         return asyncio.run(finish_episode(episode, final_call))
+
+    def discard(self, eid: str) -> None:
+        """Drop an episode that will never finish (its rollout raised in the driver), without grading it."""
+        self.episodes.pop(eid, None)
+
+    def open_episodes(self) -> int:
+        return len(self.episodes)
 
 
 @dataclasses.dataclass
@@ -304,6 +313,17 @@ class RemoteEpisode:
                                         timeout=self.w.cc.actor_timeout_s)
         finally:
             self.w.done(self.slot, self.handle)
+
+    async def discard(self) -> None:
+        """The rollout raised before `finish` (one sample failed, envs/isolate.py, and the run goes on): drop the
+        episode on its worker and give its slot back, or each failed sample would leave one open there for good."""
+        if self.slot is None:
+            return
+        slot, handle, self.slot = self.slot, self.handle, None
+        try:
+            await self.w.request(slot, handle, "discard", self.eid, timeout=self.w.cc.actor_timeout_s)
+        finally:
+            self.w.done(slot, handle)
 
 
 class ReissueOnLoss:

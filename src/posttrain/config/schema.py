@@ -307,6 +307,12 @@ class DiagnosticsConfig(_Strict):
     remedies: RemediesConfig = RemediesConfig()
 
 
+class DebugConfig(_Strict):
+    rollout_fault_rate: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "test only: share of training rollouts made to raise InjectedFault (seeded by run.seed and the sample "
+        "index), to check that a failing sample fails only itself (envs/faults.py)"))
+
+
 class Config(_Strict):
     run: RunConfig = RunConfig()
     model: ModelConfig = ModelConfig()
@@ -321,6 +327,7 @@ class Config(_Strict):
     judge: JudgeConfig = JudgeConfig()
     diagnostics: DiagnosticsConfig = DiagnosticsConfig()
     cluster: ClusterConfig = ClusterConfig()
+    debug: DebugConfig = DebugConfig()
 
     @model_validator(mode="after")
     def _check(self) -> "Config":

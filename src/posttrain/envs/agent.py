@@ -134,19 +134,28 @@ class AgentEnv:
     async def score(self, trajectories: list[Trajectory]) -> None:
         """Score the trajectories whose agent returned a final answer (or None) with the task's rubric; the
         others already carry the agent's reward."""
-        todo = [t for t in trajectories if self._to_score.pop(id(t), None) is t and not t.failed]
-        if not todo:
-            return
-        conv = self.task.conversational
-        completions = [[{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text
-                       for t in todo]
-        rows = [{k: v for k, v in t.row.items() if k != "prompt"} for t in todo]
-        scores = await asyncio.to_thread(self.task.rubric.score, completions, rows,
-                                         prompts=[t.row.get("prompt") for t in todo],
-                                         completion_ids=[t.completion_ids for t in todo])
-        for t, s in zip(todo, scores):
-            t.reward, t.reward_components, t.passed, t.failed, t.error = (s.reward, s.components, s.passed,
-                                                                          s.failed, s.error)
+        mine = [t for t in trajectories if self._to_score.get(id(t)) is t]
+        todo = [t for t in mine if not t.failed]
+        scored = False
+        try:
+            if todo:
+                conv = self.task.conversational
+                completions = [[{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text
+                               for t in todo]
+                rows = [{k: v for k, v in t.row.items() if k != "prompt"} for t in todo]
+                scores = await asyncio.to_thread(self.task.rubric.score, completions, rows,
+                                                 prompts=[t.row.get("prompt") for t in todo],
+                                                 completion_ids=[t.completion_ids for t in todo])
+                for t, s in zip(todo, scores):
+                    t.reward, t.reward_components, t.passed, t.failed, t.error = (s.reward, s.components, s.passed,
+                                                                                  s.failed, s.error)
+            scored = True
+        finally:
+            # A batch that raised is scored again one sample at a time (envs/isolate.py): keep its entries for
+            # that; a sample whose own scoring raised is done with (it fails).
+            if scored or len(mine) <= 1:
+                for t in mine:
+                    self._to_score.pop(id(t), None)
 
     def _apply_result(self, traj: Trajectory, result: Any) -> str | None:
         """Set the reward from what the agent returned; an error message when it cannot be used."""

@@ -12,6 +12,9 @@ ranks all G at once, a pairwise tournament, a relative-length bonus). A task dec
 functions called once per group with the G completions (see `score_groups`); the loop and the held-out eval
 call `score_groups` after `score`. Then the task's `feedback` (envs/feedback.py) describes, in words, what went
 wrong with each sample that did not pass.
+
+Callers that roll out many rows use `safe_rollout` (envs/isolate.py), and `score_groups` scores through
+`score_isolated`: an env that raises on one sample's output fails that sample only.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import inspect
 from typing import Any, Protocol, runtime_checkable
 
 from posttrain.envs.feedback import attach_feedback
+from posttrain.envs.isolate import safe_rollout, score_isolated  # noqa: F401 - safe_rollout: for the collectors
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory
 
@@ -50,8 +54,9 @@ async def score_groups(env: Env, groups_G: list[list[Trajectory]]) -> None:
     A group reward is `fn(completions_G, **columns) -> list[float]` with TRL's column convention (the group's
     row columns, each a list of G values): its score goes into `reward_components[fn.__name__]` and, times its
     weight (`Task.group_reward_weights`, default 1), into the reward. A group reward that raises or returns the
-    wrong number of scores fails that group's samples only (counted like any failed reward)."""
-    await env.score([t for g in groups_G for t in g])
+    wrong number of scores fails that group's samples only (counted like any failed reward). An `env.score` that
+    raises fails only the samples whose own scoring raises (envs/isolate.py)."""
+    await score_isolated(env, [t for g in groups_G for t in g])
     task = getattr(env, "task", None)
     fns = list(getattr(task, "group_rewards", None) or [])
     if not fns:

@@ -246,6 +246,7 @@ def preflight(cfg: Any, n_prompts: int = 16, n_groups: int | None = None, log: A
     check; a peak memory estimate; and the verdicts (envs/preflight.py) drawn from all of it."""
     import asyncio
 
+    from posttrain.envs.isolate import safe_rollout, score_isolated
     from posttrain.envs.preflight import diagnose
     from posttrain.loop.builder import build
     from posttrain.loop.evaluate import evaluate
@@ -260,8 +261,10 @@ def preflight(cfg: Any, n_prompts: int = 16, n_groups: int | None = None, log: A
         # All groups at once, as a training step samples them (the sampler batches concurrent requests), so the
         # timing is a step's, not n_groups sequential ones.
         rows_ = c.task.train_rows[:n_groups]
-        trajs = list(await asyncio.gather(*(c.env.rollout(r, c.sampler, c.train_params) for r in rows_ for _ in range(g))))
-        await c.env.score(trajs)
+        # Isolated as in training (envs/isolate.py): a raising sample is a reward error the verdicts report.
+        trajs = list(await asyncio.gather(*(safe_rollout(c.env, r, c.sampler, c.train_params)
+                                            for r in rows_ for _ in range(g))))
+        await score_isolated(c.env, trajs)
         return [trajs[i * g:(i + 1) * g] for i in range(len(rows_))]
 
     t0 = time.perf_counter()

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from posttrain.envs.single_turn import _prompt_text, score_with_rubric
 from posttrain.envs.task import Task
-from posttrain.envs.tools import Tool, ToolResult, call_tool, parse_calls, tools_system_prompt
+from posttrain.envs.tools import EnvWorkerLost, Tool, ToolResult, call_tool, parse_calls, tools_system_prompt
 from posttrain.models.template_check import ChatTemplateError, check_prefix_property, render_ids
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory, Turn
@@ -117,50 +118,60 @@ class ToolEnv:
         turn_bonus, answer = 0.0, ""
         feedback: tuple[str, int] | None = None
         final_call: dict[str, Any] | None = None
-        for k in range(self.max_turns):
-            (c,), = await sampler.sample([ids], keep, n=1)
-            turns.append(Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
-                              policy_version=c.policy_version, finish_reason=c.finish_reason,
-                              token_versions=c.token_versions))
-            msgs.append({"role": "assistant", "content": c.text})
-            calls, errors = parse_calls(c.text)
-            answer = c.text
-            if not calls and not errors:
-                break
-            results: list[ToolResult] = [ToolResult(f"error: malformed tool call: {e}", ok=False) for e in errors]
-            stats["malformed_calls"] += len(errors)
-            if errors and feedback is None:
-                feedback = (f"turn {k + 1}: malformed tool call: {str(errors[0])[:300]}", k)
-            final = None
-            for call in calls:
-                calls_log.append(call)
-                stats["tool_calls"] += 1
-                if call["name"] == self.final_tool:
-                    final = call
+        finishing = False
+        try:
+            for k in range(self.max_turns):
+                (c,), = await sampler.sample([ids], keep, n=1)
+                turns.append(Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
+                                  policy_version=c.policy_version, finish_reason=c.finish_reason,
+                                  token_versions=c.token_versions))
+                msgs.append({"role": "assistant", "content": c.text})
+                calls, errors = parse_calls(c.text)
+                answer = c.text
+                if not calls and not errors:
                     break
-                r = await call_tool(tools, call, self.tool_timeout_s)
-                stats["tool_errors"] += not r.ok
-                if not r.ok and feedback is None:  # the first thing that went wrong, and the turn that did it
-                    feedback = (f"turn {k + 1}: the call {call['name']}({_short(call.get('arguments'))}) "
-                                f"failed: {r.content[:300]}", k)
-                stats["tool_timeouts"] += r.timed_out
-                results.append(r)
-            if self.turn_reward is not None:
-                turn_bonus += float(self.turn_reward(k, c.text, results))
-            if final is not None:
-                final_call = final
-                answer = str(next(iter(final["arguments"].values()), "")) if final["arguments"] else ""
-                break
-            if k == self.max_turns - 1:
-                break
-            msgs += [{"role": self.tool_role, "content": r.content} for r in results]
-            ids = ids + list(c.token_ids) + self._env_tokens(msgs, len(results), c.token_ids)
-        stats["turns"] = float(len(turns))
-        extra: dict[str, Any] = {"tool_calls": calls_log, "messages": msgs[1:]}
-        if episode is not None:
-            end = await finish_episode(episode, final_call)
-            stats.update(end.metrics)
-            extra["episode_columns"] = end.columns
+                results: list[ToolResult] = [ToolResult(f"error: malformed tool call: {e}", ok=False) for e in errors]
+                stats["malformed_calls"] += len(errors)
+                if errors and feedback is None:
+                    feedback = (f"turn {k + 1}: malformed tool call: {str(errors[0])[:300]}", k)
+                final = None
+                for call in calls:
+                    calls_log.append(call)
+                    stats["tool_calls"] += 1
+                    if call["name"] == self.final_tool:
+                        final = call
+                        break
+                    r = await call_tool(tools, call, self.tool_timeout_s)
+                    stats["tool_errors"] += not r.ok
+                    if not r.ok and feedback is None:  # the first thing that went wrong, and the turn that did it
+                        feedback = (f"turn {k + 1}: the call {call['name']}({_short(call.get('arguments'))}) "
+                                    f"failed: {r.content[:300]}", k)
+                    stats["tool_timeouts"] += r.timed_out
+                    results.append(r)
+                if self.turn_reward is not None:
+                    turn_bonus += float(self.turn_reward(k, c.text, results))
+                if final is not None:
+                    final_call = final
+                    answer = str(next(iter(final["arguments"].values()), "")) if final["arguments"] else ""
+                    break
+                if k == self.max_turns - 1:
+                    break
+                msgs += [{"role": self.tool_role, "content": tokenizable(r.content)} for r in results]
+                ids = ids + list(c.token_ids) + self._env_tokens(msgs, len(results), c.token_ids)
+            stats["turns"] = float(len(turns))
+            extra: dict[str, Any] = {"tool_calls": calls_log, "messages": msgs[1:]}
+            if episode is not None:
+                finishing = True  # from here the episode is finish's to release, whatever happens
+                end = await finish_episode(episode, final_call)
+                stats.update(end.metrics)
+                extra["episode_columns"] = end.columns
+        except Exception as e:
+            # The rollout raised before its episode finished (a sample failed: envs/isolate.py), and the run goes
+            # on: the episode must release what it holds (on an env worker: its state and its slot's count). A
+            # lost worker took the episode with it.
+            if episode is not None and not finishing and not isinstance(e, EnvWorkerLost):
+                await discard_episode(episode)
+            raise
         return Trajectory(turns=turns, prompt_text=_prompt_text(row["prompt"]), completion_text=answer, row=row,
                           metrics={**stats, "turn_reward": turn_bonus}, extra=extra,
                           feedback=feedback[0] if feedback else None, feedback_turn=feedback[1] if feedback else None)
@@ -195,6 +206,29 @@ async def finish_episode(episode: Any, final_call: dict[str, Any] | None) -> Epi
     if not isinstance(end, EpisodeEnd):
         raise TypeError(f"episode.finish must return an EpisodeEnd or None, got {type(end).__name__}")
     return end
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def tokenizable(text: str) -> str:
+    """`text` with lone surrogates replaced by U+FFFD. A tool may echo what the model wrote, and a `\\ud800` escape
+    in a tool call's JSON decodes to a lone surrogate, which no tokenizer encodes (it raised TypeError)."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+async def discard_episode(episode: Any) -> None:
+    """The episode's optional `discard()` (sync or async), for an episode that will never finish. What it raises is
+    dropped: the rollout's own error is what the caller needs to see."""
+    discard = getattr(episode, "discard", None)
+    if discard is None:
+        return
+    try:
+        out = discard()
+        if inspect.isawaitable(out):
+            await out
+    except Exception:  # noqa: BLE001 - best effort; the rollout is already failing with its own error
+        pass
 
 
 def _short(args: Any, n: int = 120) -> str:

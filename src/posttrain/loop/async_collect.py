@@ -19,6 +19,11 @@ in both schedules.
 
 Resuming restarts the workers at the checkpoint's weights: in-flight rollouts are not saved, so a resumed async
 run is not bit-identical to an uninterrupted one.
+
+A worker never dies of one sample: `Rollouts.groups` rolls out and scores each sample in isolation
+(envs/isolate.py), so an env that raises on one output gives that sample back failed and the group goes on. What
+still stops a worker (and, through `_failure`, the run) is what is not a sample's doing: a lost env worker or
+sampler pool, or a bug in the loop itself.
 """
 
 from __future__ import annotations

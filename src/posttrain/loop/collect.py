@@ -8,7 +8,9 @@
 
 `SyncCollector` samples the step's prompts when asked (with DAPO dynamic sampling when configured);
 `AsyncCollector` (loop/async_collect.py) keeps rollout workers running ahead under the staleness bound. Both
-roll out and score groups with `rollout_groups`, so a group means the same thing in either schedule.
+roll out and score groups with `Rollouts.groups`, so a group means the same thing in either schedule. Each
+sample is rolled out and scored in isolation (envs/isolate.py): an env that raises on one output fails that
+sample, counted in the step's `rollout/failed_*` metrics, and the step goes on.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from typing import Any, Protocol
 
 from posttrain.algos.dapo import has_signal
 from posttrain.config.schema import Config
-from posttrain.envs.base import Env, score_groups
+from posttrain.envs.base import Env, safe_rollout, score_groups
+from posttrain.envs.faults import FaultyEnv
+from posttrain.envs.isolate import FAILED_IN
 from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
 from posttrain.loop.guide import first_prompt_ids, strip_prompt
 from posttrain.loop.shaping import apply_overlong_penalty
@@ -90,12 +94,13 @@ class Rollouts:
         n_t = G if not self.untransform else min(G, max(1, math.ceil(G * self.transform_share)))
         rows = [self._row(i) if j < n_t else self.rows[i] for i in row_indices for j in range(G)]
         with timer("sample"):
-            trajs = list(await asyncio.gather(*(self.env.rollout(r, self.sampler, self.params) for r in rows)))
+            trajs = list(await asyncio.gather(*(safe_rollout(self.env, r, self.sampler, self.params) for r in rows)))
             if self.untransform and self.row_transform is not None:
                 for k, idx in enumerate(row_indices):
                     plain = await self._plain_prompt_ids(idx)
                     for t in trajs[k * G:k * G + n_t]:
-                        strip_prompt(t, self.rows[idx], plain)
+                        if t.extra.get(FAILED_IN) != "rollout":  # it has no sampled turn to re-prompt
+                            strip_prompt(t, self.rows[idx], plain)
         groups = [Group(task_index=idx, trajectories_G=trajs[i * G:(i + 1) * G]) for i, idx in enumerate(row_indices)]
         with timer("reward"):
             await score_groups(self.env, [g.trajectories_G for g in groups])
@@ -141,6 +146,8 @@ class Rollouts:
     def from_config(cls, cfg: Config, env: Env, sampler: Sampler, rows: list[dict[str, Any]],
                     params: SampleParams) -> "Rollouts":
         a = cfg.algorithm
+        if cfg.debug.rollout_fault_rate > 0:  # test only: training rollouts fail on purpose (envs/faults.py)
+            env = FaultyEnv(env, cfg.debug.rollout_fault_rate, cfg.run.seed)
         return cls(env, sampler, rows, a.num_generations, params, a.overlong_buffer_frac, a.overlong_penalty)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from posttrain.algos.es import ESHistory, ESIteration, apply_update_, iteration_seeds, perturb_, replay_, shaped_weights
 from posttrain.config.schema import Config
+from posttrain.envs.isolate import safe_rollout, score_isolated
 from posttrain.loop.collect import prompts_for_step
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.obs.timers import StageTimer
@@ -47,10 +48,10 @@ class ESStepper:
     async def _fitness(self, rows: list[dict[str, Any]], timer: StageTimer) -> tuple[float, list[Trajectory]]:
         k = self.cfg.algorithm.es.samples_per_prompt
         with timer("sample"):
-            trajs = list(await asyncio.gather(*(self.env.rollout(r, self.sampler, self.fitness_params)
+            trajs = list(await asyncio.gather(*(safe_rollout(self.env, r, self.sampler, self.fitness_params)
                                                 for r in rows for _ in range(k))))
         with timer("reward"):
-            await self.env.score(trajs)
+            await score_isolated(self.env, trajs)  # a sample whose rollout or scoring raised counts as failed
         ok = [t.reward for t in trajs if not t.failed]
         return (statistics.fmean(ok) if ok else 0.0), trajs
 

@@ -2,7 +2,8 @@
 
 With samples > 1 (at a temperature > 0) `eval/pass_rate` is the sampled pass@1 averaged over samples and prompts,
 which is a far less noisy measure on a small held-out set than one greedy completion per prompt;
-`eval/pass_at_n` is the share of prompts with at least one passing sample.
+`eval/pass_at_n` is the share of prompts with at least one passing sample. A sample whose rollout or scoring
+raises is a failed sample (envs/isolate.py), counted in `eval/rollout/failed_*`; it never stops the eval.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from posttrain.envs.base import score_groups
+from posttrain.envs.base import safe_rollout, score_groups
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.rewards.telemetry import drain_task_metrics
@@ -28,7 +29,7 @@ async def evaluate_async(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[s
     if samples < 1:
         raise ValueError(f"samples per held-out prompt must be >= 1, got {samples}")
     t0 = time.perf_counter()
-    todo = [env.rollout(r, sampler, params) for r in rows for _ in range(samples)]
+    todo = [safe_rollout(env, r, sampler, params) for r in rows for _ in range(samples)]
     trajs = list(await _with_progress(todo, progress, every_s, t0))
     await score_groups(env, [trajs[i:i + samples] for i in range(0, len(trajs), samples)])
     rubric = env.task.rubric

@@ -201,14 +201,14 @@ async def evaluate_with_insights(env: Any, sampler: Any, tokenizer: Any, first: 
                                  params: SampleParams, write_params: SampleParams) -> dict[str, float]:
     """Pass@1 with insights in context on the held-out rows: every failed first attempt (`first`, already scored)
     writes an insight and is tried again with it; passes of the first attempt count as passes."""
-    from posttrain.envs.base import score_groups
+    from posttrain.envs.base import safe_rollout, score_groups
 
     failed = [t for t in first if not t.passed and not t.failed]
     for t in failed:
         t.extra.setdefault("base_row", t.row)
     texts = await write_insights(sampler, tokenizer, failed, write_params)
     retry_rows = [condition_row(t.row, [x]) for t, x in zip(failed, texts) if x]
-    retries = list(await asyncio.gather(*(env.rollout(r, sampler, params) for r in retry_rows)))
+    retries = list(await asyncio.gather(*(safe_rollout(env, r, sampler, params) for r in retry_rows)))
     if retries:
         await score_groups(env, [[r] for r in retries])
     passed = sum(t.passed for t in first) + sum(r.passed for r in retries)

@@ -17,6 +17,8 @@ def step_line(step: int, total: int, m: dict[str, Any]) -> str:
     line = (f"step {step:>4}/{total} reward={m.get('reward/mean', 0):.3f}±{m.get('reward/std', 0):.3f} "
             f"{passes} tok/s={m.get('perf/sample_tokens_per_s', 0):.0f} len={m.get('completion/len_mean', 0):.0f} "
             f"loss={m.get('train/loss', 0):+.4f} gnorm={m.get('train/grad_norm', 0):.2f} {stages}")
+    if m.get("rollouts/failed"):  # failed samples (kept out of training): the run says why once per step
+        line += f" failed={m['rollouts/failed']:.0f}/{m.get('rollouts/count', 0):.0f}"
     if "es/fitness_mean" in m:  # evolution strategies: no loss or gradient, the population's fitness instead
         line += f" fitness={m['es/fitness_mean']:.3f}[{m['es/fitness_min']:.3f},{m['es/fitness_max']:.3f}]"
     return line

@@ -1,10 +1,18 @@
-"""Summary statistics of a set of scored trajectories (rewards, pass rates, lengths, failures)."""
+"""Summary statistics of a set of scored trajectories (rewards, pass rates, lengths, failures).
+
+Failures: `rollouts/failed` counts every failed sample (a reward function that raised, an env's own failure, an
+isolated exception); `rollout/failed_rollout` and `rollout/failed_score` count the samples whose `env.rollout` or
+`env.score` raised and were isolated (envs/isolate.py), and `rollout/failed_frac` is the failed share of all.
+Those three are in a record only when one of its samples failed (absent: 0), so runs without failures keep the
+records they had (tests/loop/test_reference_runs.py compares them key for key).
+"""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any
 
+from posttrain.envs.isolate import FAILED_IN
 from posttrain.types import Trajectory
 
 
@@ -23,6 +31,7 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, floa
         f"{prefix}completion/truncated_frac": sum(t.turns[-1].finish_reason == "length" for t in trajs) / len(trajs),
         f"{prefix}rollouts/failed": float(len(trajs) - len(ok)),
         f"{prefix}rollouts/count": float(len(trajs)),
+        **failure_metrics(trajs, prefix),
     }
     guided = [t for t in trajs if t.extra.get("guided")]
     if guided:  # a remedy's hinted samples: the pass rate of the plain ones says whether the policy learned it
@@ -37,6 +46,17 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, floa
         vals = [t.reward_components.get(name, 0.0) for t in ok]
         m[f"{prefix}reward/{name}"] = statistics.fmean(vals)
     return m
+
+
+def failure_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, float]:
+    """Isolated failures by where they happened, and the failed share of all samples (every cause); {} when
+    none failed."""
+    where = [t.extra.get(FAILED_IN) for t in trajs if t.failed]
+    if not where:
+        return {}
+    return {f"{prefix}rollout/failed_rollout": float(where.count("rollout")),
+            f"{prefix}rollout/failed_score": float(where.count("score")),
+            f"{prefix}rollout/failed_frac": len(where) / len(trajs) if trajs else 0.0}
 
 
 def pass_rates(trajs: list[Trajectory], thresholds: dict[str, float], prefix: str = "") -> dict[str, float]:

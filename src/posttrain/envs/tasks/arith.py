@@ -19,8 +19,13 @@ _INT = re.compile(r"-?\d+")
 
 
 def last_integer(text: str) -> str | None:
+    """The last integer written in `text`, normalised as str(int(x)) would ("007" -> "7", "-0" -> "0") but on the
+    digits themselves: int() refuses more than 4300 digits, and a policy can write 5000 (issue #42)."""
     found = _INT.findall(text)
-    return str(int(found[-1])) if found else None
+    if not found:
+        return None
+    digits = found[-1].lstrip("-").lstrip("0") or "0"
+    return "-" + digits if found[-1].startswith("-") and digits != "0" else digits
 
 
 def correct(completions, answer, **kwargs) -> list[float]:

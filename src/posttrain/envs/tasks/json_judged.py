@@ -28,12 +28,46 @@ from typing import Any
 from posttrain.envs.check import SmokeCheck
 from posttrain.envs.task import Task
 from posttrain.envs.tasks import json_extract
+from posttrain.envs.tool_env import tokenizable
 from posttrain.rewards.json_rewards import json_exact, json_parse
 from posttrain.rewards.judges import JudgeRunner, LocalHFBackend, OpenAIBackend, PairwiseJudge, PointwiseJudge
 from posttrain.rewards.rubric import RewardComponent, Rubric
+from posttrain.rewards.text import completion_text
 
 QUESTION = "Is the following text written as plain English sentences? Answer Yes or No.\n\n{completion}"
 PAIR_QUESTION = ("Text A:\n{a}\n\nText B:\n{b}\n\nIs text A more like JSON data than text B? Answer Yes or No.")
+
+
+# What the judge reads of a completion. The policy writes at most max_tokens (96) tokens, far less than this; but a
+# judge's forward pass grows with the square of its prompt, and a local one that runs past its timeout keeps the
+# model locked for every later call, so a reply of a megabyte stalled every step after it (issue #42).
+MAX_JUDGED_CHARS = 4000
+
+
+def clip_completion(c: Any) -> Any:
+    """A completion cut to MAX_JUDGED_CHARS, in the form it came in (text, or chat messages), with lone surrogates
+    replaced (the judge's tokenizer raised UnicodeEncodeError on them)."""
+    text = completion_text(c)
+    cut = tokenizable(text[:MAX_JUDGED_CHARS] + (" [...]" if len(text) > MAX_JUDGED_CHARS else ""))
+    if cut == text:
+        return c
+    return cut if isinstance(c, str) else [{"role": "assistant", "content": cut}]
+
+
+class ClippedPointwiseJudge(PointwiseJudge):
+    """The pointwise judge on clipped completions (every path: rubric calls and the audit go through score_all)."""
+
+    def score_all(self, completions: list[Any], prompts: list[Any] | None = None,
+                  **columns: list[Any]) -> list[float | Exception]:
+        return super().score_all([clip_completion(c) for c in completions], prompts, **columns)
+
+
+class ClippedPairwiseJudge(PairwiseJudge):
+    """The pairwise judge on clipped completions."""
+
+    def compare_many(self, pairs: list[tuple[Any, Any]], prompts: list[Any] | None = None,
+                     columns: list[dict[str, Any]] | None = None) -> list[Any]:
+        return super().compare_many([(clip_completion(a), clip_completion(b)) for a, b in pairs], prompts, columns)
 
 
 def make_backend(judge_model: str = "default", judge_base_url: str | None = None, judge_api_key: str | None = None,
@@ -58,8 +92,8 @@ def make_task(seed: int = 0, n_train: int = 400, n_eval: int = 48, judge_model: 
         # In process nothing is transient, and a timed-out forward keeps the model's lock until it ends, so a
         # retry would only queue behind it: one attempt, with a timeout sized for a slow shared CPU.
         runner = lambda: JudgeRunner(backend, batch_size=8, timeout_s=judge_local_timeout_s, max_retries=0)  # noqa: E731
-    judge = PointwiseJudge(runner(), QUESTION, name="judge", yes_means_pass=False)
-    pairwise = PairwiseJudge(runner(), PAIR_QUESTION, name="pairwise_judge")
+    judge = ClippedPointwiseJudge(runner(), QUESTION, name="judge", yes_means_pass=False)
+    pairwise = ClippedPairwiseJudge(runner(), PAIR_QUESTION, name="pairwise_judge")
     rubric = Rubric([
         RewardComponent("judge", judge, weight=1.0, pass_threshold=judge_threshold),
         # Weight 0: measured, never rewarded. The pass component is the verifier of what the judge is asked.

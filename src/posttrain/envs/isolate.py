@@ -1,0 +1,182 @@
+"""Per-sample failure isolation: one sample's bad output fails that sample, never its step or the run.
+
+    safe_rollout(env, row, sampler, params) -> Trajectory   env.rollout, or a failed trajectory if it raised
+    score_isolated(env, trajectories)                        env.score; if the batch raises, one by one
+
+A model output can make an env raise anything (a RecursionError out of a parser fed deeply nested JSON, a
+UnicodeEncodeError from a lone surrogate written to a file, an exception nobody foresaw). Collectors gather G x P
+rollouts at once, so one escaped exception would abort the whole gather: the step (sync) or the run (async). Every
+place that rolls out or scores many samples goes through these two functions instead of calling the env directly.
+
+A failed sample is an ordinary failed trajectory (`failed=True`, reward 0, not passed, `error` naming the exception),
+so everything downstream already knows what to do with it: it is kept out of training (loop/batch.py), out of the
+reward means and feedback, and counted. `extra["failed_in"]` says where it failed ("rollout" or "score"; a reward
+function that raised inside the rubric leaves it unset), which obs/rollout_stats.py turns into per-step counts.
+
+What is not isolated, on purpose: `asyncio.CancelledError` and `KeyboardInterrupt` (BaseExceptions: the run is
+being stopped), and the errors that say the machinery is gone rather than that a sample was bad (`INFRASTRUCTURE`:
+an env worker pool or sampler pool with no live member, a sampler server that stopped answering, a weight sync
+that failed). Isolating those would turn a dead cluster into a run that trains on nothing, step after step.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import traceback
+from typing import Any
+
+from posttrain.types import SampleParams, Trajectory, Turn
+
+log = logging.getLogger(__name__)
+
+FAILED_IN = "failed_in"  # Trajectory.extra key: where an isolated failure happened
+MAX_ERROR_CHARS = 500  # an exception's message may quote the whole (megabyte) model output: keep the record small
+
+# (module, class) of the errors that propagate. Looked up in sys.modules only: an exception whose module was
+# never imported cannot have been raised, so envs need not import cluster or sampler code to recognise them.
+INFRASTRUCTURE = (("posttrain.envs.tools", "EnvWorkerLost"),  # ReissueOnLoss already re-ran what it could
+                  ("posttrain.cluster.ray_sampler", "SamplerPoolError"),
+                  ("posttrain.sampling.openai_sampler", "OpenAISamplerError"),
+                  ("posttrain.loop.weight_ipc", "WeightSyncError"))
+
+
+def is_infrastructure(e: BaseException) -> bool:
+    """True for an error of the machinery (see INFRASTRUCTURE), which must stop the run, not fail a sample."""
+    for module, name in INFRASTRUCTURE:
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and isinstance(e, cls):
+            return True
+    return False
+
+
+def describe(e: BaseException, where: str) -> str:
+    """'<where> raised <Type>: <message>' with the message cut to MAX_ERROR_CHARS (str(e) itself may raise)."""
+    try:
+        msg = str(e)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ fails still has a type to report
+        msg = "<message unprintable>"
+    if len(msg) > MAX_ERROR_CHARS:
+        msg = msg[:MAX_ERROR_CHARS] + f"... [{len(msg) - MAX_ERROR_CHARS} more chars]"
+    return f"{where} raised {type(e).__name__}: {msg}"
+
+
+def _where(e: BaseException) -> str:
+    """The innermost frame of the traceback as 'file:line in fn' (for the log line: which parser blew up)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return "?"
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno} in {f.name}"
+
+
+class FailureLog:
+    """Rate-limited warnings: the first isolated failure at once, then at most one line per `every_s` seconds,
+    saying how many more failed meanwhile. A step of 64 samples that all raise must not print 64 tracebacks."""
+
+    def __init__(self, every_s: float = 30.0):
+        self.every_s = every_s
+        self._last = float("-inf")
+        self._suppressed = 0
+
+    def note(self, error: str, e: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            self._suppressed += 1
+            return
+        more = f" ({self._suppressed} more samples failed since the last warning)" if self._suppressed else ""
+        log.warning("sample failed, kept out of training: %s [at %s]%s", error, _where(e), more)
+        self._last, self._suppressed = now, 0
+
+
+failures = FailureLog()
+
+
+def _prompt_ids(env: Any, row: dict[str, Any]) -> list[int]:
+    """The row's first prompt when the env can say so cheaply (SingleTurnEnv, GymTextEnv: `prompt_ids(row)`),
+    else none: a failed trajectory never trains, so its prompt is only for the record."""
+    fn = getattr(env, "prompt_ids", None)
+    if not callable(fn):
+        return []
+    try:
+        return [int(i) for i in fn(row)]
+    except Exception:  # noqa: BLE001 - the row that broke the rollout may break rendering too
+        return []
+
+
+def failed_trajectory(row: dict[str, Any], prompt_ids: list[int], policy_version: int, error: str,
+                      failed_in: str) -> Trajectory:
+    """The smallest valid trajectory: one turn with the prompt and no completion (so `policy_version`,
+    `sequence()` and the staleness checks work), reward 0, failed, with the reason."""
+    turn = Turn(prompt_ids=list(prompt_ids), completion_ids=[], completion_logprobs=[], policy_version=policy_version,
+                finish_reason="error")
+    return Trajectory(turns=[turn], prompt_text=_prompt_text(row.get("prompt")), row=row, reward=0.0, passed=False,
+                      failed=True, error=error, extra={FAILED_IN: failed_in})
+
+
+def _prompt_text(prompt: Any) -> str:
+    """The row's prompt as the records show it (samples.jsonl), as SingleTurnEnv writes it."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return "\n".join(f"[{m.get('role')}] {m.get('content')}" for m in prompt if isinstance(m, dict))
+    return ""
+
+
+def _version(sampler: Any) -> int:
+    try:
+        return int(sampler.policy_version)
+    except Exception:  # noqa: BLE001 - a sampler without a version: the failed sample's version is moot
+        return 0
+
+
+async def safe_rollout(env: Any, row: dict[str, Any], sampler: Any, params: SampleParams | None = None) -> Trajectory:
+    """`env.rollout(row, sampler, params)`; any Exception it raises becomes a failed trajectory instead.
+    The version is read before the rollout: it is the one the async collector admitted the sample under."""
+    version = _version(sampler)
+    try:
+        return await env.rollout(row, sampler, params)
+    except Exception as e:  # noqa: BLE001 - one sample's output must fail that sample only (issue #42)
+        if is_infrastructure(e):
+            raise
+        error = describe(e, "rollout")
+        failures.note(error, e)
+        return failed_trajectory(row, _prompt_ids(env, row), version, error, "rollout")
+
+
+def _state(t: Trajectory) -> tuple[Any, ...]:
+    return t.reward, dict(t.reward_components), t.passed, t.failed, t.error, dict(t.metrics)
+
+
+def _restore(t: Trajectory, s: tuple[Any, ...]) -> None:
+    t.reward, t.reward_components, t.passed, t.failed, t.error = s[0], dict(s[1]), s[2], s[3], s[4]
+    t.metrics = dict(s[5])
+
+
+async def score_isolated(env: Any, trajectories: list[Trajectory]) -> None:
+    """`env.score` over the trajectories in one batch (reward models batch); if that raises, each is scored on its
+    own from the state it had before, and only those whose own scoring raises fail. Trajectories whose rollout
+    failed are not scored: a rubric would score their empty completion and clear `failed`."""
+    todo = [t for t in trajectories if t.extra.get(FAILED_IN) != "rollout"]
+    if not todo:
+        return
+    before = [_state(t) for t in todo]
+    try:
+        await env.score(todo)
+        return
+    except Exception as e:  # noqa: BLE001 - find the sample that made it raise: score them one by one below
+        if is_infrastructure(e):
+            raise
+    for t, s in zip(todo, before):
+        _restore(t, s)  # the batch may have half-written some before raising
+        try:
+            await env.score([t])
+        except Exception as e:  # noqa: BLE001 - this sample's scoring raised: fail it alone
+            if is_infrastructure(e):
+                raise
+            _restore(t, s)
+            error = describe(e, "score")
+            failures.note(error, e)
+            t.reward, t.reward_components, t.passed, t.failed, t.error = 0.0, {}, False, True, error
+            t.extra[FAILED_IN] = "score"
