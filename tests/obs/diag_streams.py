@@ -75,6 +75,10 @@ def _is_spike(r, s):
         r["train/is_ratio_max"] = 55.0
 
 
+def _failing(r, s):
+    r.update({"rollouts/failed": 6.0, "rollouts/count": 8.0})
+
+
 def _skipped(r, s):
     if s == STALL_AT:
         r.update({"train/skipped_step": 1.0, "train/loss": "nan"})

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from diag_streams import (STALL_AT, _blowup, _collapse, _is_spike, _kl_spike, _memory, _low_entropy_still_learning,
+from diag_streams import (STALL_AT, _blowup, _collapse, _failing, _is_spike, _kl_spike, _memory, _low_entropy_still_learning,
                           _never_fires, _no_signal, _plateau_stream, _runaway, _saturated, _skipped, _truncation,
                           stream)
 
@@ -28,6 +28,7 @@ CASES = {
     "length_runaway": (stream(bad=_runaway), STALL_AT),
     "off_policy": (stream(bad=_kl_spike), STALL_AT),
     "skipped_steps": (stream(bad=_skipped), STALL_AT),
+    "failing_samples": (stream(bad=_failing), STALL_AT),
     "memory_pressure": (stream(bad=_memory), STALL_AT),
     # held-out: best 40% at step 10, then 25% at step 15 while the train reward keeps climbing
     "heldout_divergence": (stream(evals=lambda s: {0: 0.2, 5: 0.3, 10: 0.4}.get(s, 0.25)), STALL_AT),

@@ -291,6 +291,7 @@ class DiagnosticsConfig(_Strict):
     enabled: bool = Field(True, description="watch each step's metrics for a stalled or broken run (posttrain diagnose)")
     patience: int = Field(3, ge=1, description="steps a condition must hold before it is reported")
     clear_after: int = Field(5, ge=1, description="steps a condition must be gone before it is reported cleared")
+    failed_frac: float = Field(0.5, ge=0.0, le=1.0, description="failing samples: share of samples whose rollout or reward raised (over patience steps)")
     zero_variance_frac: float = Field(0.75, ge=0.0, le=1.0, description="no signal: share of groups whose G rewards were all equal (mean over patience steps)")
     saturated_pass_rate: float = Field(0.95, ge=0.0, le=1.0, description="saturated: train headline pass rate at or above this")
     plateau_window: int = Field(5, ge=2, description="plateau: steps over which the reward's trend is measured (the pass must not have fired in 2x this)")

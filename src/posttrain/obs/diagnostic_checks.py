@@ -186,6 +186,24 @@ def skipped_steps(h: History, cfg: DiagnosticsConfig) -> Finding | None:
                    {"skipped_steps_total": n})
 
 
+@diagnostic("failing_samples")
+def failing_samples(h: History, cfg: DiagnosticsConfig) -> Finding | None:
+    """Most samples failed (a rollout or a reward raised, isolated to its sample): the run goes on, but trains on
+    what is left, and a step where all failed trains on nothing."""
+    failed, count = h.last("rollouts/failed", cfg.patience), h.last("rollouts/count", cfg.patience)
+    if not failed or not count or sum(count) <= 0:
+        return None
+    share = sum(failed) / sum(count)
+    if share < cfg.failed_frac:
+        return None
+    return Finding(f"failing samples: {share:.0%} of samples failed over {cfg.patience} steps (kept out of "
+                   "training)",
+                   "read the errors: the console names the first one of a step, samples.jsonl each sample's "
+                   "`error`; a reward or env that raises on what the model writes is a bug to fix there (bound "
+                   "its parsing: posttrain/bounded.py); debug.rollout_fault_rate above 0 fails samples on purpose",
+                   {"failed_frac": share})
+
+
 @diagnostic("memory_pressure")
 def memory_pressure(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     """Little memory is left: the kernel's OOM killer ends a run without a word (the log just stops)."""

@@ -170,11 +170,14 @@ def audit(cfg: Any, c: Any = None, log=print) -> AuditReport:
     params = SampleParams(max_tokens=c.eval_params.max_tokens, temperature=cfg.sampling.temperature if jc.audit_temperature is None else jc.audit_temperature,
                           stop=list(c.eval_params.stop))  # no seed: reseeding would shift the run's sampling
 
-    async def rollouts():
-        return await asyncio.gather(*(c.env.rollout(r, c.sampler, params) for r in rows for _ in range(jc.audit_samples)))
+    from posttrain.envs.isolate import safe_rollout
+
+    async def rollouts():  # one sample's exception fails that sample only; failed ones are left out of the audit
+        return await asyncio.gather(*(safe_rollout(c.env, r, c.sampler, params) for r in rows
+                                      for _ in range(jc.audit_samples)))
 
     log(f"audit: sampling {len(rows)} x {jc.audit_samples} completions from {cfg.model.name} ...")
-    trajs = _run(rollouts())
+    trajs = [t for t in _run(rollouts()) if not t.failed]
     items = [(t.completion_text, t.row, "policy") for t in trajs]
     if jc.audit_swap_rows and len(rows) > 1:
         shift = max(1, len(rows) // 2)
