@@ -199,3 +199,40 @@ def test_episode_tools_must_match_the_prompted_ones(tiny):
     env = ToolEnv(_task(), tok, SampleParams(), [add], episode_factory=Odd)
     with pytest.raises(ValueError, match="differ"):
         asyncio.run(env.rollout(env.task.train_rows[0], ScriptedSampler(tok, ["x"])))
+
+
+def test_hung_sync_tools_are_bounded(monkeypatch):
+    """Cancelled work must end or be bounded (issue #42): a sync tool that hangs past its timeout cannot be
+    killed (a Python thread), so each one is abandoned; past MAX_HUNG_TOOL_THREADS still running, new sync calls
+    are refused instead of piling up threads."""
+    import threading
+
+    from posttrain.envs import tools as tools_mod
+
+    before = tools_mod.hung_tool_threads()  # an earlier test's abandoned tool may still be running
+    monkeypatch.setattr(tools_mod, "MAX_HUNG_TOOL_THREADS", before + 3)
+    release = threading.Event()
+    started: list[int] = []
+
+    def stuck(x: int) -> str:
+        """Hangs until released."""
+        started.append(x)
+        release.wait(30)
+        return "late"
+
+    tools = {"stuck": Tool.from_function(stuck)}
+
+    async def main() -> list:
+        return [await call_tool(tools, {"name": "stuck", "arguments": {"x": i}}, 0.05) for i in range(6)]
+
+    try:
+        results = asyncio.run(main())
+        assert all(r.timed_out and not r.ok for r in results)
+        assert len(started) == 3, "only MAX_HUNG_TOOL_THREADS hung calls may run at once"
+        assert "still running past their timeout" in results[-1].content
+    finally:
+        release.set()
+    deadline = time.monotonic() + 10
+    while tools_mod.hung_tool_threads() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert tools_mod.hung_tool_threads() <= before  # once they end, calls run again

@@ -100,7 +100,22 @@ def parse_calls(text: str) -> tuple[list[dict[str, Any]], list[str]]:
     return [], []
 
 
-def _in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> asyncio.Future:
+# Sync tools that ran past their timeout and are still running. Python cannot kill a thread, so each one is
+# abandoned; past this many at once, new sync calls are refused (an error the model reads) instead of started, so
+# a tool the policy can make hang cannot pile up threads, and what they hold, for the rest of the run.
+MAX_HUNG_TOOL_THREADS = 8
+_hung: set[threading.Thread] = set()
+_hung_lock = threading.Lock()
+
+
+def hung_tool_threads() -> int:
+    """Abandoned sync tool calls still running now."""
+    with _hung_lock:
+        _hung.difference_update([t for t in _hung if not t.is_alive()])
+        return len(_hung)
+
+
+def _in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[asyncio.Future, threading.Thread]:
     """Run a sync tool in a daemon thread. Unlike asyncio.to_thread, a tool that hangs past its timeout holds
     up neither asyncio.run's shutdown nor the interpreter's exit."""
     loop = asyncio.get_running_loop()
@@ -120,8 +135,9 @@ def _in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> asyncio
         except RuntimeError:  # the loop closed while the tool ran past its timeout
             pass
 
-    threading.Thread(target=runner, daemon=True, name=f"tool-{getattr(fn, '__name__', 'fn')}").start()
-    return fut
+    thread = threading.Thread(target=runner, daemon=True, name=f"tool-{getattr(fn, '__name__', 'fn')}")
+    thread.start()
+    return fut, thread
 
 
 class ToolError(Exception):
@@ -145,7 +161,8 @@ class ToolResult:
 async def call_tool(tools: dict[str, Tool], call: dict[str, Any], timeout_s: float) -> ToolResult:
     """Run one call. Unknown tools, bad arguments, exceptions and timeouts become error text for the model; they
     never raise (only EnvWorkerLost does: the tool's process died, which the model did not cause). A sync tool
-    runs in a thread (Python cannot kill it on timeout: it is abandoned and counted)."""
+    runs in a thread (Python cannot kill it on timeout: it is abandoned and counted, and while
+    MAX_HUNG_TOOL_THREADS are still running new sync calls are refused instead of started)."""
     tool = tools.get(call["name"])
     if tool is None:
         return ToolResult(f"error: unknown tool {call['name']!r}; available: {', '.join(sorted(tools))}", ok=False)
@@ -155,12 +172,20 @@ async def call_tool(tools: dict[str, Tool], call: dict[str, Any], timeout_s: flo
     if missing or unknown:
         return ToolResult(f"error: {tool.name} takes {sorted(tool.parameters['properties'])}; missing {missing}, "
                           f"unknown {unknown}", ok=False)
+    thread: threading.Thread | None = None
     try:
         if inspect.iscoroutinefunction(tool.func):
             out = await asyncio.wait_for(tool.func(**args), timeout_s)
         else:
-            out = await asyncio.wait_for(_in_daemon_thread(tool.func, args), timeout_s)
+            if hung_tool_threads() >= MAX_HUNG_TOOL_THREADS:
+                return ToolResult(f"error: {tool.name} not run: {MAX_HUNG_TOOL_THREADS} earlier tool calls are still "
+                                  "running past their timeout", ok=False, timed_out=True)
+            fut, thread = _in_daemon_thread(tool.func, args)
+            out = await asyncio.wait_for(fut, timeout_s)
     except asyncio.TimeoutError:
+        if thread is not None and thread.is_alive():
+            with _hung_lock:
+                _hung.add(thread)
         return ToolResult(f"error: {tool.name} timed out after {timeout_s:g}s", ok=False, timed_out=True)
     except ToolError as e:
         return ToolResult(f"error: {tool.name}: {e}", ok=False)
