@@ -1,4 +1,4 @@
-"""The regex worker (posttrain.bounded.RegexPool): compiles and matches model-written patterns in its own process.
+"""The regex worker (posttrain.bounded_regex.RegexPool): compiles and matches model-written patterns in its own process.
 
 Run as a script by path, `python -I _regex_worker.py PARENT_PID MEMORY_BYTES CPU_S`; imports only the stdlib and
 `regex`, never posttrain. It limits its own address space and CPU time, says `ready`, then answers one JSON

@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from posttrain import bounded
-from posttrain.bounded import (BoundedError, BoundedTimeout, RegexPool, check_pattern, decode_json_prefix,
-                               loads_json, parse_python, walk)
+from posttrain import bounded_regex
+from posttrain.bounded import BoundedError, BoundedTimeout, decode_json_prefix, loads_json, parse_python, walk
+from posttrain.bounded_regex import RegexPool, check_pattern
 from posttrain.envs.coding_agent.episode import first_failure
 from posttrain.envs.coding_agent.repo import RepoCopy, hack_flags
 from posttrain.envs.tasks import code_tests
@@ -235,7 +236,7 @@ def test_many_distinct_patterns_grow_no_host_memory_or_cache():
         repo.search(f"(return|def) x{{0,{i}}}[a-z]{{{i % 7}}}", use_regex=True)
     assert len(regex._main._cache) == cache_before  # nothing compiled here
     assert _rss() - before < 50 * MB
-    assert len(bounded.default_pool()._idle) <= 2
+    assert len(bounded_regex.default_pool()._idle) <= 2
 
 
 def test_searches_from_many_threads_at_once():
@@ -259,7 +260,7 @@ def test_searches_from_many_threads_at_once():
 
 WORKER_PARENT = """
 import os, sys, time
-from posttrain.bounded import RegexPool
+from posttrain.bounded_regex import RegexPool
 pool = RegexPool(size=1)
 pool.search("a", ["a"], 5.0)
 print(pool._idle[0].proc.pid, flush=True)

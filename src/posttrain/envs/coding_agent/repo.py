@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import posixpath
 
-from posttrain.bounded import BoundedError, BoundedTimeout, parse_python, search_lines
+from posttrain.bounded import BoundedError, BoundedTimeout, parse_python
+from posttrain.bounded_regex import search_lines
 from posttrain.envs.tools import ToolError
 from posttrain.rewards.hack_detector import HackFlag, detect_code, detect_files
 
