@@ -19,13 +19,20 @@ from posttrain.loop.weight_ipc import trainable_state
 
 
 class ObjectStoreWeights:
-    def __init__(self, model: Any, pool: RaySamplerPool):
-        """`model`: the trainer's; `pool`: the sampler actors that must serve it."""
-        self.model, self.pool = model, pool
+    def __init__(self, model: Any, pool: RaySamplerPool, full_hf: bool = False):
+        """`model`: the trainer's; `pool`: the sampler actors that must serve it; `full_hf`: the actors run vLLM
+        engines, which take every weight under its HF name (a LoRA model merged; sampling/vllm_weights.py)."""
+        self.model, self.pool, self.full_hf = model, pool, full_hf
 
     def push(self, version: int) -> dict[str, float]:
         t0 = time.perf_counter()
-        state = {n: t.to("cpu", copy=True) for n, t in trainable_state(self.model).items()}
+        if self.full_hf:
+            from posttrain.sampling.vllm_weights import hf_state
+
+            named = hf_state(self.model)
+        else:
+            named = trainable_state(self.model)
+        state = {n: t.to("cpu", copy=True) for n, t in named.items()}
         ref = self.pool.ray.put(state)  # once per version, whatever the number of actors
         t_put = time.perf_counter() - t0
         self.pool.load_weights(ref, version)

@@ -27,9 +27,13 @@ class SamplerWorker:
         set_threads(cfg)
         torch.manual_seed(cfg.run.seed)
         model, tok = load_base_model(cfg, log=lambda *_: None)
-        model = with_lora(cfg, model).eval()
         seed = cfg.run.seed + 7919 * (rank + 1) + 104_729 * incarnation
-        self.sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=seed)
+        if cfg.sampling.engine == "vllm":  # a vLLM engine in this actor; the driver pushes full HF-named weights
+            self.sampler = _vllm_engine(cfg, model, tok, seed)
+            del model  # the engine holds its own copy
+        else:
+            model = with_lora(cfg, model).eval()
+            self.sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=seed)
         self.sampler.policy_version = -1  # serves nothing the driver pushed until its first load_weights
 
     def ready(self) -> dict[str, Any]:
@@ -46,3 +50,16 @@ class SamplerWorker:
     def sample_rows(self, rows: list[list[int]], params: SampleParams) -> list[Completion]:
         """One completion per row (identical rows share their prefill), stamped with this actor's version."""
         return [c for (c,) in self.sampler.sample_sync(rows, params, n=1)]
+
+
+def _vllm_engine(cfg: Config, model: Any, tok: Any, seed: int) -> Any:
+    """The actor's engine, started from the base model's folder (written to a private folder when the model has
+    none); seeded per actor and incarnation like the own sampler."""
+    from dataclasses import replace
+
+    from posttrain.loop.engines import engine_model_dir, engine_spec, work_dir
+    from posttrain.models.load import stop_token_ids
+    from posttrain.sampling.vllm_engine import VLLMSampler
+
+    spec = engine_spec(cfg, model, engine_model_dir(cfg, model, tok, work_dir(cfg), log=lambda *_: None))
+    return VLLMSampler(replace(spec, seed=seed), tok, stop_token_ids(model, tok), log=lambda *_: None)

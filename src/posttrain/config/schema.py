@@ -72,7 +72,34 @@ class TaskConfig(_Strict):
         "refuse", description="run the task's smoke checks before training (posttrain env check); on failure refuse or warn")
 
 
+class VLLMConfig(_Strict):
+    """sampling.engine=vllm: how the vLLM engines are started (in process, inside Ray sampler actors, or as servers)."""
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description=(
+        "the engine's weights: auto = the trainer's (model.dtype); bfloat16 on a CPU engine measured 0.03 mean / 0.41 "
+        "max |log-prob| off the fp32 trainer (the truncated-IS correction takes it)"))
+    kv_cache_gb: float = Field(1.0, gt=0.0, description="KV-cache memory per engine in GiB (CPU build; on a GPU see gpu_memory_utilization)")
+    max_model_len: int | None = Field(None, ge=16, description="longest prompt + completion an engine accepts; default: the model's limit, at most 4096")
+    compile: bool = Field(False, description=(
+        "torch.compile and CUDA graphs in the engine (vLLM's default); false (enforce_eager) starts in seconds instead "
+        "of minutes, which is what tests and CPU runs want"))
+    gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0, description=(
+        "GPU build: the share of GPU memory the engine may take (weights + KV cache); the rest is the trainer's"))
+    tensor_parallel_size: int = Field(1, ge=1, description="GPU build: GPUs one engine shards the model over")
+    sleep_mode: bool = Field(False, description=(
+        "GPU build: put the engine to sleep (weights offloaded, KV cache freed) while the trainer steps; the CPU "
+        "build refuses it"))
+    lora: Literal["adapter", "merged"] = Field("adapter", description=(
+        "with lora.enabled: push the adapter alone (vLLM's LoRA) or the merged full weights each step"))
+    extra: dict = Field(default_factory=dict, description="more vllm.LLM / server keyword arguments, passed through as given")
+
+
 class SamplingConfig(_Strict):
+    engine: Literal["own", "vllm"] = Field("own", description=(
+        "what samples rollouts: own (posttrain's decode loop, no extra dependency) or vllm (pip install "
+        "'posttrain[vllm]'; in process with cluster.backend=local, inside the sampler actors with ray, as supervised "
+        "servers with server; docs/engines.md). Eval, the env check and the judge audit keep the own loop"))
+    vllm: VLLMConfig = VLLMConfig()
     max_tokens: int | None = Field(None, ge=1, description="new tokens per completion; default: the task's")
     temperature: float = Field(0.7, ge=0.0, description="training rollouts; the trainer scores tokens at the same temperature")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling (1 = off)")
@@ -225,6 +252,11 @@ class ClusterConfig(_Strict):
     server_model: str | None = Field(None, description="server: the served model's name (default: the first of /v1/models)")
     weights_dir: str | None = Field(None, description=(
         "server: a folder the trainer writes weights.safetensors to and the server reloads from at every sync"))
+    num_servers: int = Field(1, ge=1, description=(
+        "server with sampling.engine=vllm: vLLM servers posttrain starts, supervises (a dead or hung one restarted, "
+        "its rows sampled again) and pushes weights into each step"))
+    server_start_timeout_s: float = Field(300.0, gt=0.0, description=(
+        "server with sampling.engine=vllm: seconds a vLLM server may take to start before it counts as failed"))
     server_timeout_s: float = Field(300.0, gt=0.0, description=(
         "server: seconds one sampling request or one weight reload may take (each retried a bounded number of times)"))
 
@@ -333,7 +365,7 @@ class Config(_Strict):
     @model_validator(mode="after")
     def _check(self) -> "Config":
         a = self.algorithm
-        if self.sampling.precision != "fp32" or self.trainer.precision != "fp32":
+        if self.sampling.precision != "fp32" or self.trainer.precision != "fp32" or self.sampling.engine == "vllm":
             # A sampler whose arithmetic differs from the trainer's is a different policy (a bf16 copy and bf16
             # autocast round differently too): the ratio must be taken against what it sampled, and TIS bounds the
             # correction. Values the user set win.
@@ -354,11 +386,14 @@ class Config(_Strict):
         if self.loop.eval_samples > 1 and self.sampling.eval_temperature == 0:
             raise ValueError(f"loop.eval_samples={self.loop.eval_samples} with greedy eval (sampling.eval_temperature=0) "
                              "repeats one completion; set sampling.eval_temperature > 0 (e.g. 0.7) or eval_samples=1")
-        if self.cluster.backend == "server" and not (self.cluster.server_url and self.cluster.weights_dir):
+        if self.sampling.engine == "vllm":
+            self._check_vllm()
+        if (self.cluster.backend == "server" and self.sampling.engine != "vllm"
+                and not (self.cluster.server_url and self.cluster.weights_dir)):
             raise ValueError("cluster.backend=server needs cluster.server_url (the inference server) and "
                              "cluster.weights_dir (a folder the trainer writes and the server reads: start it with "
                              "posttrain serve --weights-dir DIR)")
-        if self.cluster.backend == "server" and self.lora.enabled:
+        if self.cluster.backend == "server" and self.lora.enabled and self.sampling.engine != "vllm":
             raise ValueError("cluster.backend=server with LoRA is not supported: the server reloads full weights by "
                              "name, and a LoRA run's trainable tensors are the adapter's (use cluster.backend=local or "
                              "ray, or full fine-tuning)")
@@ -384,3 +419,17 @@ class Config(_Strict):
             raise ValueError(f"algorithm.epsilon_high ({self.algorithm.epsilon_high}) must be >= algorithm.epsilon "
                              f"({self.algorithm.epsilon})")
         return self
+
+    def _check_vllm(self) -> None:
+        if self.algorithm.stepper != "policy_gradient":
+            raise ValueError("sampling.engine=vllm samples policy-gradient rollouts; algorithm.name=es perturbs the "
+                             "weights of the in-process model (use sampling.engine=own)")
+        if self.sampling.precision != "fp32":
+            raise ValueError("sampling.precision is the own engine's sampler copy; with sampling.engine=vllm set "
+                             "sampling.vllm.dtype instead")
+        if self.cluster.backend == "server" and self.cluster.server_url:
+            raise ValueError("cluster.server_url names a server you started; with sampling.engine=vllm posttrain starts "
+                             "and supervises cluster.num_servers vLLM servers itself: drop one of the two")
+        if self.trainer.world_size > 1 and self.cluster.backend == "local":
+            raise ValueError("sampling.engine=vllm in process runs beside one trainer rank; with trainer.world_size > 1 "
+                             "use cluster.backend=server or ray")

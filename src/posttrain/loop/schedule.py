@@ -47,8 +47,10 @@ def pass_thresholds(c: Components) -> dict[str, float]:
 
 def rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, Any]:
     """The sampler rollouts use and the WeightSync that keeps it current, from the backend `cluster.backend`
-    names. Eval, the env check and the judge audit keep the policy's own in-process sampler (`c.sampler`)."""
-    return SAMPLER_BACKENDS[cfg.cluster.backend](cfg, c, own_copy)
+    names, with the engine `sampling.engine` names (a backend registered as "<backend>:<engine>" wins over the plain
+    one). Eval, the env check and the judge audit keep the policy's own in-process sampler (`c.sampler`)."""
+    name = f"{cfg.cluster.backend}:{cfg.sampling.engine}"
+    return SAMPLER_BACKENDS[name if name in SAMPLER_BACKENDS else cfg.cluster.backend](cfg, c, own_copy)
 
 
 @SAMPLER_BACKENDS.register("local")
@@ -80,7 +82,7 @@ def ray_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any
     from posttrain.cluster.ray_weights import ObjectStoreWeights
 
     pool = RaySamplerPool.start(cfg, c.tokenizer)
-    sync = ObjectStoreWeights(c.model, pool)
+    sync = ObjectStoreWeights(c.model, pool, full_hf=cfg.sampling.engine == "vllm")
     try:
         sync.push(c.sampler.policy_version)  # the actors serve what the trainer holds now (after any warm start)
     except BaseException:
@@ -103,6 +105,22 @@ def server_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[
     sync = VersionedPush(ServerWeights(c.model, cc.weights_dir, cc.server_url, timeout_s=cc.server_timeout_s), sampler)
     sync.push(c.sampler.policy_version)  # the server serves what the trainer holds now (after any warm start)
     return sampler, sync
+
+
+@SAMPLER_BACKENDS.register("local:vllm")
+def local_vllm_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, Any]:
+    """A vLLM engine in this process (loop/engines.py); it holds its own weights, so both loop modes are served."""
+    from posttrain.loop.engines import local_vllm
+
+    return local_vllm(cfg, c)
+
+
+@SAMPLER_BACKENDS.register("server:vllm")
+def server_vllm_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, Any]:
+    """vLLM servers started and supervised by this run (loop/engines.py, cluster/vllm_servers.py)."""
+    from posttrain.loop.engines import server_vllm
+
+    return server_vllm(cfg, c)
 
 
 @COLLECTORS.register("sync")
@@ -131,7 +149,8 @@ def make_trainer(cfg: Config, model: Any, pad_id: int, cls: type = Trainer) -> T
                max_grad_norm=t.max_grad_norm, warmup_steps=t.warmup_steps, micro_batch_tokens=t.micro_batch_tokens,
                prefix_sharing=t.prefix_sharing, temperature=cfg.sampling.temperature, optimizer=t.optimizer,
                muon_momentum=t.muon_momentum, logits_chunk_tokens=t.logits_chunk_tokens,
-               gradient_checkpointing=t.gradient_checkpointing, precision=t.precision)
+               gradient_checkpointing=t.gradient_checkpointing, precision=t.precision,
+               report_gap_max=cfg.sampling.engine != "own")
 
 
 def with_feedback_envs(cfg: Config, c: Components, run_dir: Path,

@@ -60,8 +60,12 @@ class Trainer:
                  betas: tuple[float, float] = (0.9, 0.99), max_grad_norm: float = 1.0, warmup_steps: int = 0,
                  micro_batch_tokens: int = 4096, prefix_sharing: bool = True, temperature: float = 1.0,
                  optimizer: str = "adamw", muon_momentum: float = 0.95, logits_chunk_tokens: int = 0,
-                 gradient_checkpointing: bool = False, precision: str = "fp32"):
+                 gradient_checkpointing: bool = False, precision: str = "fp32", report_gap_max: bool = False):
+        """`report_gap_max`: also log the largest per-token |trainer - sampler| log-prob gap of each step
+        (`train/sampler_logp_abs_diff_max`), for rollouts from another engine (sampling.engine=vllm), where one bad
+        token (a kernel, a missed push) shows there before the mean moves."""
         self.model = model
+        self.report_gap_max = report_gap_max
         self.pad_id = pad_id
         self.max_grad_norm = max_grad_norm
         self.micro_batch_tokens = micro_batch_tokens
@@ -124,7 +128,7 @@ class Trainer:
         sums: dict[str, float] = {}
         weights = 0.0
         loss_total = 0.0
-        mismatch_abs = mismatch_k3 = ent_sum = tok = drift_tok = 0.0
+        mismatch_abs = mismatch_k3 = mismatch_max = ent_sum = tok = drift_tok = 0.0
         t0 = time.perf_counter()
         for groups in plan_micro_batches(batch, self.micro_batch_tokens):
             seqs = [s for g in groups for s in g.sequences]
@@ -185,6 +189,7 @@ class Trainer:
                     drift = mask * torch.tensor([[0.0 if s.guided else 1.0] for s in seqs], device=dev)
                 diff = (t.logp_BT.detach() - sampler_BT) * drift
                 mismatch_abs += float(diff.abs().sum())
+                mismatch_max = max(mismatch_max, float(diff.abs().max())) if diff.numel() else mismatch_max
                 mismatch_k3 += float((k3(sampler_BT - t.logp_BT.detach()) * drift).sum())
                 drift_tok += float(drift.sum())
                 ent_sum += float((t.entropy_BT * mask).sum())
@@ -197,6 +202,7 @@ class Trainer:
             "train/sampler_logp_abs_diff": mismatch_abs / max(drift_tok, 1.0),
             "train/sampler_kl_k3": mismatch_k3 / max(drift_tok, 1.0),
             "train/loss_tokens": tok,
+            **({"train/sampler_logp_abs_diff_max": mismatch_max} if self.report_gap_max else {}),
             "time/forward_backward": time.perf_counter() - t0,
         })
         return metrics

