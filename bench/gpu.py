@@ -12,6 +12,13 @@ so every completion is exactly --new-tokens long and the work is fixed. Measures
 - one GRPO step of 64 completions x 256 tokens (16 prompts x G=4): sample + score + train, seconds
 - TRL's GRPOTrainer on the same shapes, when `trl` is importable (same model, a constant reward)
 
+With `--engine vllm`, vLLM's rows follow the own engine's (the same random model, written to a temporary HF folder
+without a tokenizer: the engine starts with skip_tokenizer_init, token ids in and out): engine start, tokens/s at
+the same batches and lengths (EOS ignored) and one full-weight push (EngineWeights.push, the trainer's tensors
+reloaded in place), in <stem>_vllm.{json,md}. vLLM runs eager unless `--vllm-compile` (vLLM's own default:
+torch.compile and CUDA graphs, minutes to start). Without vLLM installed it says so and stops after the own
+engine's table; on a CPU it runs vLLM's CPU build (`--device cpu --small --engine vllm` is the smoke run).
+
 Prints a markdown table and writes bench/results/gpu.{json,md}. Reference on an H200 with plain transformers and
 TRL 1.16 (from the scale-out issue): HF generate 941 tok/s at batch 64 and 3,736 at 256; TRL GRPO 9.7 s per
 64 x 256 step.
@@ -188,6 +195,80 @@ def bench_trl(model_cfg, n_prompts: int, g: int, prompt_len: int, new_tokens: in
     return min(times[1:] or times) if times else None
 
 
+VLLM_MISSING = ("vLLM is not installed on this machine: the vLLM rows would need `pip install vllm==0.32.0` "
+                "(326 MB wheel + CUDA torch), which cannot travel in the 64 MiB tree")
+
+
+class _NoTokenizerFiles:
+    """write_model_folder's tokenizer: the engine starts with skip_tokenizer_init, so no tokenizer files."""
+
+    def save_pretrained(self, d) -> None:
+        pass
+
+
+def bench_vllm(model, vocab: int, batches, new_tokens: int, prompt_len: int, device: str, dtype: torch.dtype,
+               compile_: bool, pushes: int = 3) -> list[tuple[str, float]] | str:
+    """vLLM in this process on the same model: start, tok/s per batch, full-weight push; a string (why not) where
+    vLLM cannot be imported."""
+    import statistics
+    import tempfile
+
+    try:
+        from posttrain.sampling.vllm_engine import EngineSpec, VLLMSampler, VLLMUnavailable, import_vllm
+
+        vllm = import_vllm()
+    except (ImportError, VLLMUnavailable) as e:
+        return f"{VLLM_MISSING} ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+    from posttrain.sampling.vllm_weights import EngineWeights, write_model_folder
+    from vllm.inputs import TokensPrompt
+
+    kind = "GPU" if device.startswith("cuda") else "CPU"
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    rows: list[tuple[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="gpu_vllm_") as d:
+        folder = write_model_folder(model, _NoTokenizerFiles(), Path(d) / "model")
+        spec = EngineSpec(model_dir=str(folder), dtype=str(dtype).removeprefix("torch."), seed=0,
+                          max_model_len=prompt_len + new_tokens + 16, kv_cache_gb=8.0 if kind == "GPU" else 0.5,
+                          compile=compile_, extra={"skip_tokenizer_init": True, "max_num_seqs": max(batches)})
+        t0 = time.perf_counter()
+        engine = VLLMSampler(spec, NullTokenizer(), stop_token_ids=[], log=lambda s: None)
+        mode = "compiled" if compile_ else "eager"
+        rows.append((f"vLLM {vllm.__version__} ({kind} build, {mode}) start s", time.perf_counter() - t0))
+
+        def generate(ps: list[list[int]], n_new: int) -> int:
+            sp = vllm.SamplingParams(max_tokens=n_new, temperature=1.0, ignore_eos=True, logprobs=0,
+                                     detokenize=False)
+            with engine._engine_threads():
+                outs = engine.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ps], sp, use_tqdm=False)
+            return sum(len(o.token_ids) for r in outs for o in r.outputs)
+
+        try:
+            for b in batches:
+                generate(prompts(b, prompt_len, vocab, seed=1), 4)  # warm-up, as the own sampler's
+                sync(device)
+                t0 = time.perf_counter()
+                n = generate(prompts(b, prompt_len, vocab), new_tokens)
+                sync(device)
+                tok_s = n / (time.perf_counter() - t0)
+                rows.append((f"vLLM tok/s, batch {b}, {new_tokens} new tokens ({mode})", tok_s))
+            push = EngineWeights(model, engine)
+            times = []
+            for v in range(1, pushes + 1):
+                sync(device)
+                times.append(push.push(v)["time/weight_sync"])
+            mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6
+            rows.append((f"vLLM full-weight push s ({mb:,.0f} MB, median of {pushes})", statistics.median(times)))
+        finally:
+            engine.close()
+    return rows
+
+
+def fmt(k: str, v: float) -> str:
+    """One decimal, as ever; vLLM's rows (push seconds, ratios) get three below 10."""
+    return f"{v:.3f}" if k.startswith("vLLM") and abs(v) < 10 else f"{v:,.1f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -197,6 +278,9 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=0, help="trainer.logits_chunk_tokens")
     ap.add_argument("--no-trl", action="store_true")
     ap.add_argument("--graphs", action="store_true", help="also measure the CUDA-graph decode (sampling.cuda_graphs)")
+    ap.add_argument("--engine", choices=("own", "vllm"), default="own",
+                    help="vllm: also vLLM in process on the same model (start, tok/s, full-weight push)")
+    ap.add_argument("--vllm-compile", action="store_true", help="vLLM with torch.compile + CUDA graphs (not eager)")
     args = ap.parse_args()
     dev = args.device
     dtype = torch.bfloat16 if dev.startswith("cuda") else torch.float32
@@ -226,14 +310,27 @@ def main() -> None:
             rows.append(("TRL step / posttrain step (>1: posttrain faster)", t / steps[0]))
             if len(steps) > 1:
                 rows.append(("TRL step / posttrain step with CUDA graphs", t / steps[1]))
+    missing = None
+    if args.engine == "vllm":
+        vllm_rows = bench_vllm(model, cfg.vocab_size, batches, new, plen, dev, dtype, args.vllm_compile)
+        if isinstance(vllm_rows, str):  # not installed: the own engine's table alone, then why
+            missing, args.engine = vllm_rows, "own"
+        else:
+            rows += vllm_rows
+            for b in batches:
+                own = next(v for k, v in rows if k.startswith(f"sampler tok/s, batch {b},"))
+                vl = next(v for k, v in vllm_rows if k.startswith(f"vLLM tok/s, batch {b},"))
+                rows.append((f"vLLM / own sampler tok/s, batch {b}", vl / own))
     name = torch.cuda.get_device_name(0) if dev.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
     md = [f"bench/gpu.py on {name}, {dtype}, random weights of {ARCH.name}{' (small)' if args.small else ''}", "",
-          "| measure | value |", "|---|---:|"] + [f"| {k} | {v:,.1f} |" for k, v in rows]
+          "| measure | value |", "|---|---:|"] + [f"| {k} | {fmt(k, v)} |" for k, v in rows]
     print("\n".join(md))
     RESULTS.mkdir(exist_ok=True)
-    stem = "gpu_small" if args.small else "gpu"
+    stem = ("gpu_small" if args.small else "gpu") + ("_vllm" if args.engine == "vllm" else "")
     (RESULTS / f"{stem}.md").write_text("\n".join(md) + "\n")
     (RESULTS / f"{stem}.json").write_text(json.dumps({"device": name, "rows": dict(rows)}, indent=2))
+    if missing:
+        print(missing)
 
 
 if __name__ == "__main__":

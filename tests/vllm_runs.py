@@ -14,7 +14,9 @@ def vllm_learning_config(tmp_path, model_dir, *extra):
                               *extra])
 
 
-def assert_learned(run_dir, versions=True):
+def assert_learned(run_dir, versions=True, check_gap=True):
+    """`check_gap`: the sampler's log-probs are the trainer's (a sync loop: what was sampled is what trains; in the
+    async loop the trainer has moved on by up to loop.max_staleness versions)."""
     recs = [r for r in read_metrics(str(run_dir)) if r["kind"] == "train"]
     assert len(recs) == 20
     first = sum(r["reward/mean"] for r in recs[:5]) / 5
@@ -22,7 +24,9 @@ def assert_learned(run_dir, versions=True):
     assert last > first + 0.3, (first, last)
     gaps = [r["train/sampler_logp_abs_diff"] for r in recs if "train/sampler_logp_abs_diff" in r]
     gaps_max = [r["train/sampler_logp_abs_diff_max"] for r in recs if "train/sampler_logp_abs_diff_max" in r]
-    assert gaps and max(gaps) < 1e-4 and max(gaps_max) < 1e-2, (gaps, gaps_max)  # the engine samples what trains
+    assert gaps and len(gaps_max) == len(gaps)
+    if check_gap:
+        assert max(gaps) < 1e-4 and max(gaps_max) < 1e-2, (gaps, gaps_max)  # the engine samples what trains
     if versions:
         assert [r["policy_version"] for r in recs] == list(range(1, 21))
     return recs

@@ -7,6 +7,7 @@ attention kernels have no head dim 16 (the default tiny-random's).
 """
 
 import asyncio
+import copy
 
 import pytest
 import torch
@@ -37,8 +38,9 @@ def _trainer_logprobs(model, prompt, tokens, temperature):
 def tiny_engine(tmp_path_factory):
     model, tok = tiny_random_model(seed=3, hidden_size=128)
     folder = write_model_folder(model, tok, tmp_path_factory.mktemp("engine") / "model")
-    engine = VLLMSampler(EngineSpec(model_dir=str(folder), max_model_len=512, kv_cache_gb=0.25, seed=0), tok,
-                         [tok.eos_token_id], log=lambda *_: None)
+    # LoRA-capable (rank 8): one engine serves every test here, since a process holds one engine at a time
+    engine = VLLMSampler(EngineSpec(model_dir=str(folder), max_model_len=512, kv_cache_gb=0.25, seed=0,
+                                    max_lora_rank=8), tok, [tok.eos_token_id], log=lambda *_: None)
     yield model, tok, engine
     engine.close()
 
@@ -123,35 +125,54 @@ def test_a_missed_push_is_caught(tiny_engine):
     assert c.policy_version == 6
 
 
-def test_lora_pushes_the_adapter_alone_and_serves_what_the_trainer_holds(tmp_path):
-    base, tok = tiny_random_model(seed=5, hidden_size=128)
-    folder = write_model_folder(base, tok, tmp_path / "base")
-    model = apply_lora(base, r=8, alpha=16, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj"])
-    engine = VLLMSampler(EngineSpec(model_dir=str(folder), max_model_len=512, kv_cache_gb=0.25, max_lora_rank=8),
-                         tok, [tok.eos_token_id], log=lambda *_: None)
-    try:
-        sync = EngineWeights(model, engine, lora="adapter", work_dir=tmp_path / "adapters")
-        own = HFSampler(model, tok, [tok.eos_token_id])
-        greedy = SampleParams(max_tokens=10, temperature=0.0)
-        prompts = _prompts(tok)
-        for version in (1, 2):
-            with torch.no_grad():  # a training step's worth of change, in the adapter only
-                for n, p in model.named_parameters():
-                    if "lora_" in n:
-                        p.add_(0.3 * torch.randn_like(p))
-            m = sync.push(version)
-            files = list((tmp_path / "adapters").glob("adapter-v*/*.safetensors"))
-            assert len(files) == 1 and f"adapter-v{version}" in str(files[0])  # the older version was removed
-            # only the adapter moved: its file holds lora tensors alone, a fraction of the model
-            size = files[0].stat().st_size
-            assert size < 0.2 * sum(p.numel() * 4 for p in base.parameters()), size
-            assert m["time/weight_file"] > 0
-            got = [c.token_ids for (c,) in engine.sample_sync(prompts, greedy)]
-            want = [c.token_ids for (c,) in own.sample_sync(prompts, greedy)]
-            assert got == want, version  # the engine decodes with the trainer's current adapter
-            assert engine.policy_version == version
-    finally:
-        engine.close()
+def test_a_later_turn_reuses_the_kv_of_the_earlier_ones(tiny_engine):
+    """Multi-turn episodes: the next turn's prompt extends the last one, and vLLM's prefix cache serves the shared
+    part (whole 128-token blocks on the CPU build), reported as the own sampler's prefix metrics are."""
+    _, tok, engine = tiny_engine
+    engine.drain_metrics()
+    first = tok("x" * 300)["input_ids"]
+    (c,), = engine.sample_sync([first], SampleParams(max_tokens=8, temperature=1.0))
+    assert engine.drain_metrics().get("sampling/prefix_reused_tokens", 0) == 0
+    second = first + c.token_ids + tok("<|im_start|>tool\nok")["input_ids"]
+    engine.sample_sync([second], SampleParams(max_tokens=8, temperature=1.0))
+    m = engine.drain_metrics()
+    assert m["sampling/prefix_reused_tokens"] >= 256, m  # both full blocks of the first turn
+    assert m["sampling/prefill_tokens"] < len(second) - 200, m
+
+
+def test_lora_pushes_the_adapter_alone_and_serves_what_the_trainer_holds(tiny_engine, tmp_path):
+    base_model, tok, engine = tiny_engine
+    EngineWeights(base_model, engine).push(10)  # the engine's base is the trainer's base
+    model = apply_lora(copy.deepcopy(base_model), r=8, alpha=16, dropout=0.0,
+                       target_modules=["q_proj", "v_proj", "up_proj"])
+    sync = EngineWeights(model, engine, lora="adapter", work_dir=tmp_path / "adapters")
+    own = HFSampler(model, tok, [tok.eos_token_id])
+    greedy = SampleParams(max_tokens=10, temperature=0.0)
+    prompts = _prompts(tok)
+    for version in (11, 12):
+        with torch.no_grad():  # a training step's worth of change, in the adapter only
+            for n, p in model.named_parameters():
+                if "lora_" in n:
+                    p.add_(0.3 * torch.randn_like(p))
+        m = sync.push(version)
+        files = list((tmp_path / "adapters").glob("adapter-v*/*.safetensors"))
+        assert len(files) == 1 and f"adapter-v{version}" in str(files[0])  # the older version was removed
+        # only the adapter moved: its file holds the lora tensors alone, a fraction of the model
+        size = files[0].stat().st_size
+        assert size < 0.2 * sum(p.numel() * 4 for p in base_model.parameters()), size
+        assert m["time/weight_file"] > 0
+        got = [c.token_ids for (c,) in engine.sample_sync(prompts, greedy)]
+        want = [c.token_ids for (c,) in own.sample_sync(prompts, greedy)]
+        assert got == want, version  # the engine decodes with the trainer's current adapter
+        assert engine.policy_version == version
+
+
+def test_one_engine_per_process(tiny_engine):
+    from posttrain.sampling.vllm_engine import VLLMUnavailable
+
+    _, tok, engine = tiny_engine
+    with pytest.raises(VLLMUnavailable, match="already running in this process"):
+        VLLMSampler(engine.spec, tok, [tok.eos_token_id], log=lambda *_: None)
 
 
 @pytest.mark.parametrize("extra, match", [
@@ -174,10 +195,14 @@ def test_cpu_build_refuses_gpu_only_settings():
         EngineSpec(model_dir="x", tensor_parallel_size=2).check(cpu=True)
 
 
-def test_count_a_learns_with_rollouts_from_the_in_process_engine(tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_count_a_learns_with_rollouts_from_the_in_process_engine(tmp_path, mode, tiny_engine):
+    """async: rollouts run ahead on the engine while the trainer steps; a push waits for the generate call in
+    flight, so each completion has one version and the staleness admission bounds how old it may be."""
+    tiny_engine[2].close()  # the run starts its own engine, and a process holds one (closing twice is a no-op)
     model, tok = tiny_random_model(seed=0, hidden_size=128)
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
-    res = train(vllm_learning_config(tmp_path, tmp_path / "m"))
-    recs = assert_learned(res.run_dir)
+    res = train(vllm_learning_config(tmp_path, tmp_path / "m", f"loop.mode={mode}"))
+    recs = assert_learned(res.run_dir, check_gap=mode == "sync")
     assert all(r["time/weight_sync"] > 0 for r in recs)  # every step pushed into the engine

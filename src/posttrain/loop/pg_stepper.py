@@ -161,9 +161,10 @@ class PolicyGradientStepper:
             / max(len(collected.all_groups), 1),
             "groups/trained": float(len(collected.groups)),
             "tokens/completion": float(n_tok),
-            "perf/sample_tokens_per_s": n_tok / max(timer.seconds.get("sample", 0.0), 1e-9),
             "policy_version": float(self.version),
         })
+        if timer.seconds.get("sample", 0.0) > 0:  # the async loop samples in the background: no step-local rate
+            m["perf/sample_tokens_per_s"] = n_tok / timer.seconds["sample"]
         m.update(timer.metrics())
         m["time/step"] = time.perf_counter() - t0
         m.update(self.collector.window_metrics(m["time/step"]))

