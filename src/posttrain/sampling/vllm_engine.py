@@ -46,7 +46,10 @@ log = logging.getLogger(__name__)
 # In-process engine: the engine core runs in this process (no engine-core subprocess to orphan, weights pushed by
 # reference). It was also the fastest mode measured on the CPU build.
 IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-                  "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1"}
+                  "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1",
+                  # vLLM logs its whole config at start and a line per weight reload and cache reset: in a training
+                  # run's console that buries the step lines. posttrain says what matters; set it to INFO to see all.
+                  "VLLM_LOGGING_LEVEL": "WARNING"}
 
 
 class VLLMUnavailable(RuntimeError):
