@@ -178,6 +178,21 @@ class WarmStartConfig(_Strict):
         "warm_start.eval=true skips the base model's eval alone"))
 
 
+class SelectionConfig(_Strict):
+    replay_share: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "adaptive: share of each step's prompts replayed from the learnable ones (seen, not all passed, not "
+        "hopeless), least recently seen first; the rest are fresh prompts in the run's seeded order"))
+    retire_after: int = Field(1, ge=1, le=8, description=(
+        "adaptive: a prompt whose last N groups all passed is retired (drawn again only as a revisit)"))
+    backoff_after: int = Field(2, ge=1, le=8, description=(
+        "adaptive: a prompt whose last N groups had no pass and no reward spread is backed off until a remedy "
+        "changes how rollouts are sampled (or a revisit)"))
+    revisit_every: int = Field(20, ge=1, description=(
+        "adaptive: a retired or backed-off prompt is drawn again at most once per this many steps, so forgetting "
+        "or a late first pass shows"))
+    revisit_slots: int = Field(1, ge=0, description="adaptive: prompts per step given to revisits at most")
+
+
 class LoopConfig(_Strict):
     steps: int = Field(60, ge=0, description="optimizer steps (each on a fresh batch of rollouts)")
     prompts_per_step: int = Field(4, ge=1, description="prompts per step; completions per step = this x G")
@@ -198,6 +213,23 @@ class LoopConfig(_Strict):
         "to end; each token records the policy version it was sampled under (AReaL's interruptible generation)"))
     rollout_workers: int | None = Field(None, ge=1, description="async: groups in flight at most; default prompts_per_step x (max_staleness + 1)")
     batch_timeout_s: float = Field(3600.0, gt=0.0, description="async: seconds the trainer waits for a step's groups before failing the run")
+    prompt_selection: str = Field("uniform", description=(
+        "how each step's prompts are drawn (loop/prompt_selection.py): uniform (epochs over a seeded shuffle) or "
+        "adaptive (replay prompts the policy sometimes fails, retire mastered ones, back off ones nothing passes; "
+        "loop.selection.*)"))
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+
+    @field_validator("prompt_selection")
+    @classmethod
+    def _known_selection(cls, v: str) -> str:
+        from posttrain.loop.prompt_selection import SELECTIONS
+
+        if v not in SELECTIONS:  # the registry's message names the nearest known one
+            try:
+                SELECTIONS[v]
+            except KeyError as e:
+                raise ValueError(str(e)) from None
+        return v
 
 
 class SamplerResources(_Strict):
@@ -373,6 +405,10 @@ class Config(_Strict):
                 object.__setattr__(a, "behavior_logprobs", "sampler")
             if "is_correction" not in a.model_fields_set:
                 object.__setattr__(a, "is_correction", "truncate")
+        if self.loop.prompt_selection != "uniform" and self.algorithm.rised.enabled and self.algorithm.rised.selection:
+            raise ValueError(f"loop.prompt_selection={self.loop.prompt_selection} and algorithm.rised.selection both "
+                             "choose each step's prompts; turn one off (rised.selection=false or "
+                             "loop.prompt_selection=uniform)")
         if self.loop.mode == "async" and self.algorithm.dynamic_sampling:
             raise ValueError("loop.mode=async does not support algorithm.dynamic_sampling yet; use loop.mode=sync")
         if self.loop.mode == "async" and self.algorithm.stepper == "es":

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from posttrain.config.schema import Config
 from posttrain.loop.collect import Collected, Rollouts, prompts_for_step
@@ -72,6 +73,10 @@ class AsyncCollector:
         self._failure: BaseException | None = None
         self._wait_s = 0.0
         self._busy_mark = {k: m.read() for k, m in meters.items()}
+        # loop.prompt_selection other than uniform: a step's rows are chosen when its first group starts, from
+        # the record as it stands then (workers run up to max_staleness steps ahead of what the record has seen).
+        self.selector: Any = None
+        self._chosen: dict[int, list[int]] = {}
 
     @property
     def version(self) -> int:
@@ -94,7 +99,7 @@ class AsyncCollector:
                 async with self._cond:
                     with trace.span("wait_weights", worker=name, group=i):  # admission: the staleness bound
                         await self._cond.wait_for(lambda: admissible(i, self.per_step, self.version, self.k))
-                row = prompts_for_step(n_rows, s, self.per_step, self.cfg.run.seed)[i % self.per_step]
+                row = self._rows(s, n_rows)[i % self.per_step]
                 with self.meters["rollout"]():
                     (group,), pen = await self.rollouts.groups([row], StageTimer(worker=name))
                 async with self._cond:
@@ -106,6 +111,13 @@ class AsyncCollector:
             self._failure = e
             async with self._cond:
                 self._cond.notify_all()
+
+    def _rows(self, s: int, n_rows: int) -> list[int]:
+        if self.selector is None:
+            return prompts_for_step(n_rows, s, self.per_step, self.cfg.run.seed)
+        if s not in self._chosen:
+            self._chosen[s] = self.selector.rows_for(s, self.per_step)
+        return self._chosen[s]
 
     def adjust(self, overrides) -> None:
         """Groups started from now on use the overrides (groups in flight finish as they began)."""
@@ -143,6 +155,9 @@ class AsyncCollector:
         self._wait_s = time.perf_counter() - t0
         ready = [self._ready.pop(i) for i in want]
         groups = [g for g, _ in ready]
+        self._chosen.pop(step, None)
+        if self.selector is not None:
+            self.selector.observe(step, groups)
         version = self.version  # == the trainer's weights: the last sync copied them
         trajs = [t for g in groups for t in g.trajectories_G]
         too_old = sorted({v for t in trajs for v in t.token_versions() if version - v > self.k})

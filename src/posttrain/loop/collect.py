@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -29,6 +28,7 @@ from posttrain.envs.faults import FaultyEnv
 from posttrain.envs.isolate import FAILED_IN
 from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
 from posttrain.loop.guide import first_prompt_ids, strip_prompt
+from posttrain.loop.prompt_selection import prompts_for_step  # noqa: F401 - re-exported (async, es)
 from posttrain.loop.shaping import apply_overlong_penalty
 from posttrain.obs.timers import StageTimer
 from posttrain.sampling.base import Sampler
@@ -52,18 +52,6 @@ class Collector(Protocol):
     def window_metrics(self, wall_s: float) -> dict[str, float]: ...
 
     async def close(self) -> None: ...
-
-
-def prompts_for_step(n_rows: int, step: int, per_step: int, seed: int) -> list[int]:
-    """Row indices for a step: epochs over a seeded shuffle. A pure function of the step, so resume needs no
-    data-loader state beyond the step number."""
-    out = []
-    for k in range(step * per_step, (step + 1) * per_step):
-        epoch, pos = divmod(k, n_rows)
-        order = list(range(n_rows))
-        random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        out.append(order[pos])
-    return out
 
 
 @dataclass(frozen=True)
@@ -158,6 +146,9 @@ class SyncCollector:
         self.cfg, self.rollouts, self.configured = cfg, rollouts, rollouts
         # A prompt selector (RISED, loop/profiles.py): picks the step's rows out of a larger seeded pool.
         self.select: Any = None
+        # loop.prompt_selection other than uniform (loop/prompt_selection.py): picks the rows from its record of
+        # what each prompt's groups did, and learns from this step's groups.
+        self.selector: Any = None
 
     def adjust(self, overrides: Any) -> None:
         self.rollouts = self.configured.adjusted(overrides)
@@ -166,7 +157,9 @@ class SyncCollector:
         cfg, a = self.cfg, self.cfg.algorithm
         n_rows = len(self.rollouts.rows)
         k = cfg.loop.prompts_per_step
-        if self.select is None:
+        if self.selector is not None:
+            first = self.selector.rows_for(step, k)
+        elif self.select is None:
             first = prompts_for_step(n_rows, step, k, cfg.run.seed)
         else:
             pool = prompts_for_step(n_rows, step, self.select.pool_size(k), cfg.run.seed)
@@ -187,6 +180,8 @@ class SyncCollector:
             m.update(stats.metrics())
         else:
             kept = all_groups = await sample(first)
+        if self.selector is not None:
+            self.selector.observe(step, all_groups)
         if a.overlong_buffer_frac > 0:
             m["dapo/overlong_penalty_mean"] = sum(penalties) / max(len(penalties), 1)
         return Collected(kept, all_groups, m)

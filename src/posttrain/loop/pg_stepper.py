@@ -228,6 +228,8 @@ class PolicyGradientStepper:
         scores at the same temperature as the sampler; the learning rate scaled and the entropy bonus on while they
         last."""
         self.collector.adjust(ov)
+        if ov.changes and "prompt_selection" in self.plugins:  # a new remedy: what nothing passed may pass now
+            self.plugins["prompt_selection"].on_remedy()
         self.trainer.temperature = ov.temperature or self.cfg.sampling.temperature or 1.0
         self.trainer.lr_scale = ov.lr_scale
         self.trainer.entropy_coef = ov.entropy_coef

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.algos.registry import Registry
+from posttrain.loop.prompt_selection import PromptSelector, SelectionSettings
 from posttrain.config.schema import Config
 from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
 from posttrain.loop.builder import Components, resolve_dtype
@@ -205,6 +206,13 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
         sync = GatheredWeights(trainer, c.model, sync)
     if "rised" in plugins and cfg.algorithm.rised.selection:
         collector.select = plugins["rised"]  # profile-based prompt selection (sync collector; checked in the config)
+    if cfg.loop.prompt_selection != "uniform":  # uniform adds no state: its runs and checkpoints stay as they were
+        sel = cfg.loop.selection
+        selector = PromptSelector(cfg.loop.prompt_selection, len(collector.rollouts.rows), cfg.run.seed,
+                                  SelectionSettings(sel.replay_share, sel.retire_after, sel.backoff_after,
+                                                    sel.revisit_every, sel.revisit_slots))
+        collector.selector = selector
+        plugins["prompt_selection"] = selector
     lora_ref = c.model.disable_adapter if cfg.algorithm.beta > 0 and c.ref_model is None else None
     teacher = None
     if cfg.algorithm.teacher.model:

@@ -22,6 +22,9 @@ def step_line(step: int, total: int, m: dict[str, Any]) -> str:
     line = (f"step {step:>4}/{total} reward={m.get('reward/mean', 0):.3f}±{m.get('reward/std', 0):.3f} "
             f"{passes} {_rate(m)}len={m.get('completion/len_mean', 0):.0f} "
             f"loss={m.get('train/loss', 0):+.4f} gnorm={m.get('train/grad_norm', 0):.2f} {stages}")
+    if "select/retired" in m:  # adaptive prompt selection: what it left out and what it replayed
+        line += (f" prompts: retired={m['select/retired']:.0f} backed_off={m['select/backed_off']:.0f} "
+                 f"replayed={m.get('select/replayed', 0):.0f}")
     if m.get("rollouts/failed"):  # failed samples (kept out of training): the run says why once per step
         line += f" failed={m['rollouts/failed']:.0f}/{m.get('rollouts/count', 0):.0f}"
     if "es/fitness_mean" in m:  # evolution strategies: no loss or gradient, the population's fitness instead

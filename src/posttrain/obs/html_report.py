@@ -20,8 +20,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from posttrain.obs.report_figs import (ReportError, _div, _layout, _plotly, fig_async, fig_explorer, fig_lines,
-                                      fig_reliability, fig_reward, fig_timeline, fig_timing)
+from posttrain.obs.report_figs import (ReportError, _div, _layout, _plotly, fig_async, fig_curriculum, fig_explorer,
+                                      fig_lines, fig_reliability, fig_reward, fig_timeline, fig_timing)
 from posttrain.obs.trace import read_trace, to_chrome_trace
 
 __all__ = ["ReportError", "RunData", "fig_reliability", "render_report", "write_chrome_trace", "write_compare",
@@ -192,6 +192,9 @@ def render_report(run: RunData) -> str:
         '<p class="hint">Export for chrome://tracing or ui.perfetto.dev: '
         f'<code>posttrain report {html.escape(str(run.run_dir))} --trace trace.json</code></p>'
         if run.trace else ""), "timeline")
+    curriculum = fig_curriculum(run)
+    if curriculum is not None:  # adaptive prompt selection (loop/prompt_selection.py)
+        content += _section("Curriculum", _div(curriculum, "fig-curriculum"), "curriculum")
     tags = [k for k in run.keys("rised/") if k not in ("rised/tag_errors", "rised/selection_overlap")]
     if tags:  # RISED: which behaviours rise and fall over the run (loop/profiles.py)
         content += _section("Behaviour profile", _div(fig_lines(run, "share of rollouts with each tag", tags,

@@ -71,6 +71,35 @@ def fig_reward(run: RunData):
     return fig
 
 
+def fig_curriculum(run: RunData, max_prompts: int = 80):
+    """loop.prompt_selection=adaptive: each prompt's pass rate at every step it was drawn (a heat map, prompts in
+    the order first drawn; blank: not drawn that step), so replays, retirements and revisits show as the run goes."""
+    cells = [(r["step"], int(row), p) for r in run.train if isinstance(r.get("select/pass_by_prompt"), dict)
+             for row, p in r["select/pass_by_prompt"].items() if _is_number(p)]
+    if not cells:
+        return None
+    go, _ = _plotly()
+    order: dict[int, int] = {}
+    for _, row, _ in sorted(cells):
+        order.setdefault(row, len(order))
+    rows = [r for r in order if order[r] < max_prompts]
+    steps = sorted({s for s, _, _ in cells})
+    z = [[None] * len(steps) for _ in rows]
+    col, line = {s: j for j, s in enumerate(steps)}, {r: i for i, r in enumerate(rows)}
+    for s, row, p in cells:
+        if row in line:
+            z[line[row]][col[s]] = p
+    fig = go.Figure(go.Heatmap(z=z, x=steps, y=[f"row {r}" for r in rows], zmin=0, zmax=1, colorscale="RdYlGn",
+                               colorbar=dict(title="pass"), hoverongaps=False))
+    more = f" (first {max_prompts} of {len(order)})" if len(order) > max_prompts else ""
+    return _layout(fig, f"pass rate of each drawn prompt{more}", yaxis="prompt (in order first drawn)",
+                   height=max(340, 12 * len(rows) + 120))
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _diagnostic_starts(run: RunData) -> list[tuple[int, str]]:
     """Where each diagnostic started: the same verdicts as `posttrain diagnose` (replayed from the records)."""
     from posttrain.obs.diagnose_run import run_config
