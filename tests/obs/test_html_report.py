@@ -93,3 +93,13 @@ def test_cli_report_compare_and_trace(tmp_path):
     assert r.returncode == 0 and (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
     r = cli(tmp_path / "empty-dir-that-does-not-exist")
     assert r.returncode == 2 and "run directory not found" in r.stderr
+
+
+def test_remedy_actions_are_marked_on_the_reward_chart(tmp_path):
+    run_dir = tmp_path / "remedied"
+    shutil.copytree(FIXTURE, run_dir)
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"kind": "remedy", "step": 3, "remedy": "temperature", "detail": "1.0 -> 1.15"}) + "\n")
+    page = write_html_report(run_dir).read_text()
+    assert "remedy: temperature" in page
+    assert "remedy:" not in write_html_report(FIXTURE, tmp_path / "plain.html").read_text()

@@ -68,7 +68,16 @@ def fig_reward(run: RunData):
     for step, name in _diagnostic_starts(run):
         fig.add_vline(x=step, line_dash="dash", line_color="crimson", opacity=0.6,
                       annotation_text=name, annotation_font_size=9)
+    for step, name in _remedy_actions(run):  # what the loop changed in answer (diagnostics.remedies)
+        fig.add_vline(x=step, line_dash="dot", line_color="seagreen", opacity=0.6,
+                      annotation_text=f"remedy: {name}", annotation_position="bottom right", annotation_font_size=9)
     return fig
+
+
+def _remedy_actions(run: RunData) -> list[tuple[int, str]]:
+    """Each remedy change the loop logged (metrics.jsonl records of kind "remedy"), once per step and remedy."""
+    seen = {(r.get("step"), r.get("remedy")) for r in run.records if r.get("kind") == "remedy"}
+    return sorted((int(s), str(n)) for s, n in seen if isinstance(s, int))
 
 
 def fig_curriculum(run: RunData, max_prompts: int = 80):
