@@ -47,7 +47,9 @@ DEFAULTS = {
 def run_one(case: str, which: str, seed: int, out: Path, threads: int | None, timeout_s: float) -> dict:
     argv = shlex.split(CASES[case])
     run_dir = out / f"{case}_{which}_s{seed}"
-    extra = [*DEFAULTS[which], f"run.seed={seed}", f"run.output_dir={run_dir}", "logging.tensorboard=false"]
+    # no checkpoints: nothing resumes here, and 24 runs of the default model would fill a disk with them
+    extra = [*DEFAULTS[which], f"run.seed={seed}", f"run.output_dir={run_dir}", "logging.tensorboard=false",
+             "loop.keep_checkpoints=0"]
     if threads:
         extra.append(f"model.threads={threads}")
     t0, rc = time.perf_counter(), 0

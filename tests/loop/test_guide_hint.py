@@ -181,7 +181,7 @@ def test_the_remedy_brings_its_own_hint_teacher_only_in_guide_mode_with_distill(
     from posttrain.loop.pg_stepper import self_teacher
 
     a = AlgorithmConfig()
-    assert self_teacher(a, RemediesConfig()) is None, "remedies off: no teacher"
+    assert self_teacher(a, RemediesConfig(enabled=False)) is None, "remedies off: no teacher"
     assert self_teacher(a, RemediesConfig(enabled=True)) == ("hint", a.hint_distill.coef)
     assert self_teacher(a, RemediesConfig(enabled=True, format_hint_distill=False)) is None
     assert self_teacher(a, RemediesConfig(enabled=True, format_hint_mode="prompt")) is None

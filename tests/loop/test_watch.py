@@ -29,9 +29,10 @@ def test_a_stalled_run_is_diagnosed_and_remedies_raise_exploration(tmp_path):
     assert any(d["name"] == "no_signal" for d in summary["diagnostics"])
 
 
-def test_remedies_stay_off_by_default(tmp_path):
+def test_remedies_switched_off_change_nothing(tmp_path):
     res = train(load_config(None, FAST + [f"task.name={STALL}:partial_credit", "loop.steps=6",
-                                          f"run.output_dir={tmp_path}", "sampling.max_tokens=8"]))
+                                          f"run.output_dir={tmp_path}", "sampling.max_tokens=8",
+                                          "diagnostics.remedies.enabled=false"]))
     recs = read_metrics(str(res.run_dir))
     assert any(r["kind"] == "diagnostic" for r in recs)
     assert not any(r["kind"] == "remedy" for r in recs)

@@ -24,9 +24,10 @@ def drive(records, rcfg: RemediesConfig, base_t=0.7, base_g=4):
 ON = RemediesConfig(enabled=True, format_hint_mode="prompt")  # exploration by temperature and G (guide: test_guide_hint)
 
 
-def test_off_by_default_changes_nothing():
-    assert RemediesConfig().enabled is False
-    assert all(ov == Overrides() for _, ov in drive(stream(bad=_no_signal), RemediesConfig()))
+def test_on_by_default_and_off_changes_nothing():
+    assert RemediesConfig().enabled is True  # bench/defaults.py: no case lost by it (README, "Every step teaches")
+    assert all(ov == Overrides() for _, ov in drive(stream(bad=_no_signal), RemediesConfig(enabled=False)))
+    assert any(ov.changes for _, ov in drive(stream(bad=_no_signal), RemediesConfig()))
 
 
 def test_healthy_run_gets_no_remedy():

@@ -35,8 +35,9 @@ from posttrain.types import Batch, Sequence, sequence_of
 def self_teacher(a: AlgorithmConfig, remedies: RemediesConfig | None = None) -> tuple[str, float] | None:
     """Which self-distillation teacher the run has (the config allows one): its metric prefix and coefficient.
     A remedy's guided format hint (`remedies`, when diagnostics are on) uses the hint teacher too."""
+    # With a teacher model (algorithm.teacher.model) that model is the run's teacher: a remedy's hint adds none.
     guided = remedies is not None and remedies.enabled and remedies.format_hint and \
-        remedies.format_hint_mode == "guide" and remedies.format_hint_distill
+        remedies.format_hint_mode == "guide" and remedies.format_hint_distill and not a.teacher.model
     for name, on, coef in (("hint", a.hint_distill.enabled, a.hint_distill.coef),
                            ("insight", a.insights.enabled, a.insights.coef),
                            ("rised", a.rised.enabled and a.rised.positive_distill, a.rised.coef),

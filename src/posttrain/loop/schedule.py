@@ -206,7 +206,11 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
         sync = GatheredWeights(trainer, c.model, sync)
     if "rised" in plugins and cfg.algorithm.rised.selection:
         collector.select = plugins["rised"]  # profile-based prompt selection (sync collector; checked in the config)
-    if cfg.loop.prompt_selection != "uniform":  # uniform adds no state: its runs and checkpoints stay as they were
+    rised_picks = "rised" in plugins and cfg.algorithm.rised.selection
+    if rised_picks and cfg.loop.prompt_selection != "uniform":
+        say(f"prompt selection: RISED's (algorithm.rised.selection) instead of loop.prompt_selection="
+            f"{cfg.loop.prompt_selection}")
+    elif cfg.loop.prompt_selection != "uniform":  # uniform adds no state: its runs and checkpoints stay as before
         sel = cfg.loop.selection
         selector = PromptSelector(cfg.loop.prompt_selection, len(collector.rollouts.rows), cfg.run.seed,
                                   SelectionSettings(sel.replay_share, sel.retire_after, sel.backoff_after,
