@@ -11,6 +11,7 @@ def vllm_learning_config(tmp_path, model_dir, *extra):
                               "loop.steps=20", "loop.prompts_per_step=4", "algorithm.num_generations=8",
                               "trainer.lr=3e-3", "loop.save_every=0", "loop.keep_checkpoints=0",
                               f"run.output_dir={tmp_path}", "sampling.engine=vllm", "sampling.vllm.kv_cache_gb=0.25",
+                              "diagnostics.remedies.enabled=false",  # the engine under test, not the remedies
                               *extra])
 
 

@@ -147,7 +147,7 @@ def test_an_unknown_selection_is_refused_by_the_config_with_the_nearest_name():
     with pytest.raises(ValueError, match="did you mean 'adaptive'"):
         load_config(None, ["loop.prompt_selection=adaptiv"])
     # RISED's own selection takes precedence (schedule.py; the run's start line says so): no refusal
-    assert load_config(None, ["algorithm.rised.enabled=true"]).loop.prompt_selection == "adaptive"
+    load_config(None, ["algorithm.rised.enabled=true", "loop.prompt_selection=adaptive"])
 
 
 FAST = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false", "logging.console=false",
