@@ -4,8 +4,8 @@
     python bench/defaults.py --only demo --seeds 0 1 2 --threads 1 --parallel 2
     python bench/defaults.py --reread                          # rebuild the table from the runs already done
 
-What changed between the two (`DEFAULTS` below, written out in full so this script means the same after the
-defaults move): how each step's prompts are drawn (`loop.prompt_selection`: uniform, or adaptive, which replays
+What the two sets are (`DEFAULTS` below, written out in full so this script means the same whatever the
+defaults are; "new" is the candidate set that was measured, not necessarily today's defaults): how each step's prompts are drawn (`loop.prompt_selection`: uniform, or adaptive, which replays
 the prompts the policy sometimes fails, retires mastered ones and backs off hopeless ones;
 loop/prompt_selection.py) and whether stall remedies act (`diagnostics.remedies.enabled`).
 
