@@ -17,7 +17,8 @@ from posttrain.obs import read_metrics
 from posttrain.types import SampleParams
 
 FAST = ["model.name=tiny-random", "model.threads=1", "task.name=count-a", "logging.tensorboard=false",
-        "logging.console=false", "loop.eval_prompts=8", "loop.save_every=0"]
+        "logging.console=false", "loop.eval_prompts=8", "loop.save_every=0",
+        "diagnostics.remedies.enabled=false"]  # the transport under test, not the remedies (on by default)
 RAY = ["cluster.backend=ray", "cluster.address=auto", "cluster.num_samplers=2", "cluster.actor_timeout_s=300"]  # actor start on a loaded 2-core box
 
 
