@@ -30,6 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from examples import _ms as _mean_std  # noqa: E402 - mean ± std, as the examples table prints it
+
+
+def _ms(xs: list[float], fmt: str = ".1f") -> str:
+    return _mean_std(xs, fmt)
 
 # name -> the command (as documented), run with each DEFAULTS set appended.
 CASES = {
@@ -77,14 +83,6 @@ def summarize(case: str, which: str, seed: int, run_dir: Path, rc: int | None, w
             # steps where every sample passed (nothing to learn) and remedy actions taken
             "saturated_steps": sum(1 for r in train if r.get("pass_rate", 0) >= 1.0),
             "remedy_events": sum(1 for r in m if r.get("kind") == "remedy")}
-
-
-def _ms(xs: list[float], fmt: str = ".1f") -> str:
-    if not xs:
-        return "-"
-    if len(xs) == 1:
-        return format(xs[0], fmt)
-    return f"{format(statistics.mean(xs), fmt)} ± {format(statistics.stdev(xs), fmt.replace('+', ''))}"
 
 
 def table(results: list[dict]) -> str:

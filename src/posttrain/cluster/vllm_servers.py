@@ -61,7 +61,7 @@ from typing import Any
 import httpx
 
 from posttrain.sampling.coalesce import Coalescer
-from posttrain.sampling.vllm_engine import EngineSpec, VLLMUnavailable, token_versions
+from posttrain.sampling.vllm_engine import EngineSpec, VLLMUnavailable, check_rows, token_versions
 from posttrain.types import Completion, SampleParams
 
 WEIGHTS_FILE = "model.safetensors"
@@ -350,10 +350,7 @@ class VLLMServerPool:
         """One completion per row, in order, from the live servers; a failed or stale share is sampled again."""
         if not rows:
             return []
-        if any(len(r) == 0 for r in rows):
-            raise ValueError("empty prompt: every prompt needs at least one token")
-        if params.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        check_rows(rows, params)
         floor = self._served  # no completion may come from a version older than the one served now
         out: list[Completion | None] = [None] * len(rows)
         live = self.live_slots() or [self._any_live()]  # none: _any_live raises

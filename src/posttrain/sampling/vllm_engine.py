@@ -170,6 +170,14 @@ def completion_from(out: Any, fallback_version: int) -> Completion:
                       token_versions=versions or None, text=out.text or "")
 
 
+def check_rows(rows: list[list[int]], params: SampleParams) -> None:
+    """What every vLLM engine (in process or a server) refuses before sampling: an empty prompt, no tokens to make."""
+    if any(len(r) == 0 for r in rows):
+        raise ValueError("empty prompt: every prompt needs at least one token")
+    if params.max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {params.max_tokens}")
+
+
 _live: list[Any] = []  # the engine alive in this process (vLLM's parallel state is process-global)
 
 
@@ -236,10 +244,7 @@ class VLLMSampler:
         """One completion per row; identical rows go in as one prompt with n completions (one prefill)."""
         if not rows:
             return []
-        if any(len(r) == 0 for r in rows):
-            raise ValueError("empty prompt: every prompt needs at least one token")
-        if params.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        check_rows(rows, params)
         if params.seed is not None and not self._seed_warned:
             self._seed_warned = True
             log.warning("vllm engine: per-call seeds are ignored (the engine is seeded once at start)")
