@@ -64,5 +64,13 @@ bench: setup
 	$(PY) -m pip install -q -e ".[bench]" "$(TORCH)"
 	$(PY) bench/vs_trl.py $(ARGS)
 
+# docs: the documentation site (mkdocs.yml, docs/) into build/site, strict: a broken link, a missing page or a bad
+# API reference fails it (tests/docs runs the same build). docs-serve: the same, served with live reload.
+.PHONY: docs docs-serve
+docs: setup-dev
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+docs-serve: setup-dev
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --strict -a 127.0.0.1:8000
+
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
