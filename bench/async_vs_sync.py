@@ -34,7 +34,7 @@ from pathlib import Path
 
 from posttrain.config import load_config
 from posttrain.envs.task import Task
-from posttrain.envs.tasks.count_a import make_task as count_a
+from posttrain.tasks.count_a import make_task as count_a
 from posttrain.envs.tool_env import ToolEnv
 from posttrain.loop import train
 from posttrain.models.template_check import render_ids

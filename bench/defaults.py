@@ -7,7 +7,7 @@
 What the two sets are (`DEFAULTS` below, written out in full so this script means the same whatever the
 defaults are; "new" is the candidate set that was measured, not necessarily today's defaults): how each step's prompts are drawn (`loop.prompt_selection`: uniform, or adaptive, which replays
 the prompts the policy sometimes fails, retires mastered ones and backs off hopeless ones;
-loop/prompt_selection.py) and whether stall remedies act (`diagnostics.remedies.enabled`).
+algos/prompt_selection.py) and whether stall remedies act (`diagnostics.remedies.enabled`).
 
 Each case is a documented command (the demo, the README's examples and stall tasks, a built-in task) run once per
 seed and per set of defaults. Every run writes RUN_DIR/summary.json; this reads the held-out pass rate of the

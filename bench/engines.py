@@ -97,7 +97,7 @@ def load1() -> float:
 
 # ---- part 1+2 in process: own sampler, vLLM engine, EngineWeights ----------------------------------------
 def json_extract_prompts(tok, n: int) -> list[list[int]]:
-    from posttrain.envs.custom import load_task
+    from posttrain.tasks.load import load_task
     from posttrain.models.chat import render_prompt
 
     rows = load_task("json-extract", seed=0).train_rows

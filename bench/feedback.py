@@ -39,7 +39,7 @@ METHODS: dict[str, list[str]] = {
 
 def select(args: argparse.Namespace) -> None:
     from posttrain.config import load_config
-    from posttrain.loop.builder import build
+    from posttrain.loop.components import build
     from posttrain.loop.evaluate import evaluate_async
 
     cfg = load_config(None, [f"task.name={args.task}", f"sampling.temperature={args.temperature}",
@@ -181,9 +181,9 @@ def probe(args: argparse.Namespace) -> None:
     from dataclasses import replace
 
     from posttrain.config import load_config
-    from posttrain.loop.builder import build
+    from posttrain.loop.components import build
     from posttrain.loop.evaluate import evaluate
-    from posttrain.loop.insights import append_to_prompt
+    from posttrain.guidance.insights import append_to_prompt
 
     cfg = load_config(None, [f"task.name={args.task}", f"task.subset={args.subset}", f"model.threads={args.threads}",
                              "sampling.eval_temperature=0.7"])

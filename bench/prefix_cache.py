@@ -22,7 +22,7 @@ import torch
 
 def play(task_name: str, options: dict, model, tok, cache_tokens: int, episodes: int, max_tokens: int):
     from posttrain.envs.base import make_env
-    from posttrain.envs.custom import load_task
+    from posttrain.tasks.load import load_task
     from posttrain.models import stop_token_ids
     from posttrain.sampling import HFSampler
     from posttrain.types import SampleParams

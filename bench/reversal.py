@@ -18,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from posttrain.envs.reversal.baselines import POLICIES, run_config
+from posttrain.tasks.reversal.baselines import POLICIES, run_config
 
 OUT = Path(__file__).parent / "results"
 

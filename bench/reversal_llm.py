@@ -26,7 +26,7 @@ OUT = Path(__file__).parent / "results"
 
 def cell(model, tok, rho: float, mode: str, shield: str, a) -> dict[str, float]:
     from posttrain.envs.base import make_env
-    from posttrain.envs.custom import load_task
+    from posttrain.tasks.load import load_task
     from posttrain.loop.evaluate import evaluate
     from posttrain.models import stop_token_ids
     from posttrain.sampling import HFSampler

@@ -61,7 +61,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from posttrain.envs.tasks.json_extract import make_task
+    from posttrain.tasks.json_extract import make_task
     from posttrain.models import load_model, render_prompt
     from posttrain.obs.machine import cpu_line, cpu_summary
     from posttrain.sampling.precision import closeness, low_precision_copy

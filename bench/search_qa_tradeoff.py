@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 
 from posttrain.config import load_config
-from posttrain.loop.builder import build
+from posttrain.loop.components import build
 from posttrain.loop.evaluate import evaluate
 
 OUT = Path(__file__).parent / "results"

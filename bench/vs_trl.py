@@ -159,7 +159,7 @@ def run_trl(args: argparse.Namespace, out: str) -> list[dict]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
     from trl import GRPOConfig, GRPOTrainer
-    from posttrain.envs.custom import load_task
+    from posttrain.tasks.load import load_task
 
     set_seed(args.seed)
     task = load_task("json-extract", seed=args.seed)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain.loop.weight_ipc import (BroadcastReceiver, BroadcastWeights, FileWeights, SharedMemoryWeights,
+from posttrain.sampling.weight_ipc import (BroadcastReceiver, BroadcastWeights, FileWeights, SharedMemoryWeights,
                                        SharedWeightsReceiver, read_file_weights, trainable_state)
 from posttrain.loop.weight_sync import CopyWeights
 

@@ -6,8 +6,8 @@ The grader has an off-by-one bug, so the known-good answer scores 0. Declaring o
 known-bad answer per task (`Task.smoke_checks`) is how a bug like this is caught before hours of training.
 """
 
-from posttrain.envs.check import SmokeCheck
-from posttrain.envs.custom import to_task
+from posttrain.envs.smoke_checks import SmokeCheck
+from posttrain.tasks.load import to_task
 
 
 def correct_sum(completions, a, b, **kwargs):

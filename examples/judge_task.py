@@ -18,7 +18,7 @@ The judge runs on the built-in default model in process, or on any OpenAI-compat
 import os
 
 from posttrain.envs.task import Task
-from posttrain.envs.tasks import json_extract
+from posttrain.tasks import json_extract
 from posttrain.rewards.json_rewards import json_exact, json_parse
 from posttrain.rewards.judges import (JudgeRunner, LocalHFBackend, OpenAIBackend, PointwiseJudge, RankingJudge)
 from posttrain.rewards.rubric import RewardComponent, Rubric

@@ -18,7 +18,7 @@ import torch
 from posttrain.algos import LOSSES, LossParams
 from posttrain.envs.base import score_groups
 from posttrain.envs.single_turn import SingleTurnEnv
-from posttrain.envs.tasks import count_a
+from posttrain.tasks import count_a
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
 from posttrain.models import ensure_pad_token, load_model, stop_token_ids
 from posttrain.sampling.hf_sampler import HFSampler

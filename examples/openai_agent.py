@@ -18,12 +18,13 @@ import openai
 import torch
 
 from posttrain.envs.agent import AgentEnv
-from posttrain.algos import ADVANTAGES, LOSSES, LossParams
+from posttrain.algos import LOSSES, LossParams
+from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
 from posttrain.models import ensure_pad_token, load_model, stop_token_ids
 from posttrain.obs.rollout_stats import rollout_metrics
 from posttrain.sampling import HFSampler
 from posttrain.training.trainer import Trainer
-from posttrain.types import Group, groups_to_batch
+from posttrain.types import Group
 
 
 def last_number(text: str) -> int | None:
@@ -56,19 +57,16 @@ async def train(model_name: str, steps: int, prompts_per_step: int, group: int, 
     sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=0)
     trainer = Trainer(model, pad_id=tok.pad_token_id, lr=lr)
     env = AgentEnv(check_your_work, timeout_s=120)
-    adv_fn, loss_fn = ADVANTAGES["grpo"], LOSSES["ppo_clip"]
+    loss_fn = LOSSES["ppo_clip"]
     rows = make_rows(steps * prompts_per_step)
     for step in range(steps):
         batch_rows = rows[step * prompts_per_step : (step + 1) * prompts_per_step]
         # G concurrent agent runs per row; the in-process server batches their model calls.
         trajs = list(await asyncio.gather(*(env.rollout(r, sampler) for r in batch_rows for _ in range(group))))
         await env.score(trajs)
-        rewards_N = torch.tensor([t.reward for t in trajs])
-        gid_N = torch.arange(len(batch_rows)).repeat_interleave(group)
-        adv_N = adv_fn(rewards_N, gid_N, scale_std=True)
-        groups = [Group(i, trajs[i * group : (i + 1) * group], adv_N[i * group : (i + 1) * group].tolist())
-                  for i in range(len(batch_rows))]
-        batch = groups_to_batch(groups, policy_version=sampler.policy_version)
+        # The run's own batch path: one Sequence per trajectory that did not fail, GRPO advantages per group.
+        groups = [Group(i, trajs[i * group : (i + 1) * group]) for i in range(len(batch_rows))]
+        batch, _ = build_batch(sequences_from_groups(groups), BatchOptions(advantage="grpo"), sampler.policy_version)
         m = {}
         if batch.sequences:
             cfg = LossParams()

@@ -16,9 +16,9 @@ import tempfile
 
 from datasets import Dataset
 
-from posttrain.envs.tasks.product_blurb import preference_pairs
+from posttrain.tasks.product_blurb import preference_pairs
 from posttrain.rewards.reward_model import reward_model
-from posttrain.rewards.rm_train import RMTrainConfig, train_reward_model
+from posttrain.training.reward_model_fit import RMTrainConfig, train_reward_model
 from posttrain.rewards.rubric import RewardComponent, Rubric
 
 

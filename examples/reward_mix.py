@@ -21,7 +21,7 @@ also caches its answers on disk: docs/judges.md).
 import re
 
 from posttrain.envs.task import Task
-from posttrain.envs.tasks import product_blurb
+from posttrain.tasks import product_blurb
 from posttrain.rewards.judges import JudgeRunner, LocalHFBackend, PointwiseJudge
 from posttrain.rewards.reward_model import default_rm_dir, reward_model
 from posttrain.rewards.rubric import RewardComponent, Rubric

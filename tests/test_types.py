@@ -1,6 +1,7 @@
 import pytest
 
-from posttrain.types import Group, Trajectory, Turn, groups_to_batch
+from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
+from posttrain.types import Group, Trajectory, Turn
 
 
 def _traj(prompt, completion, reward=0.0, failed=False):
@@ -23,11 +24,11 @@ def test_turn_that_rewrites_history_is_rejected():
         t.sequence()
 
 
-def test_groups_to_batch_drops_failed_and_keeps_advantages():
-    g = Group(task_index=0, trajectories_G=[_traj([1], [2], 1.0), _traj([1], [3], 0.0, failed=True)],
-              advantages_G=[0.7, -0.7])
-    b = groups_to_batch([g])
-    assert len(b.sequences) == 1 and b.sequences[0].advantage == 0.7 and b.num_loss_tokens == 1
+def test_the_batch_path_drops_failed_trajectories():
+    g = Group(task_index=0, trajectories_G=[_traj([1], [2], 1.0), _traj([1], [3], 0.0), _traj([1], [4], 0.0, failed=True)])
+    b, _ = build_batch(sequences_from_groups([g]), BatchOptions(advantage="grpo", scale_std=False))
+    assert [s.completion_ids for s in b.sequences] == [[2], [3]] and b.num_loss_tokens == 2
+    assert [round(s.advantage, 6) for s in b.sequences] == [0.5, -0.5] and b.total_seqs == 2.0
 
 
 def test_trajectory_json_roundtrip():

@@ -62,6 +62,9 @@ class Turn:
         return list(self.token_versions) if self.token_versions else [self.policy_version] * len(self.completion_ids)
 
 
+FAILED_IN = "failed_in"  # Trajectory.extra key: where an isolated failure happened (envs/isolate.py)
+
+
 @dataclass
 class Trajectory:
     """One episode. Single-turn envs produce one turn; multi-turn envs append one per model call."""
@@ -150,7 +153,6 @@ class Group:
 
     task_index: int
     trajectories_G: list[Trajectory]
-    advantages_G: list[float] = field(default_factory=list)
 
     @property
     def rewards_G(self) -> list[float]:
@@ -219,7 +221,7 @@ class Batch:
 def sequence_of(traj: Trajectory, advantage: float = 0.0, group_id: int = 0,
                 hint: tuple[str, int | None] | None = None) -> Sequence:
     """A trajectory as one training sequence: the first prompt, then everything after it with its loss mask.
-    `hint`: (text, turn index or None for the last turn) for a self-distillation teacher (loop/teacher.py)."""
+    `hint`: (text, turn index or None for the last turn) for a self-distillation teacher (guidance/teacher.py)."""
     tokens, mask, logps = traj.sequence()
     n_prompt = len(traj.prompt_ids)
     hint_at = None
@@ -231,11 +233,3 @@ def sequence_of(traj: Trajectory, advantage: float = 0.0, group_id: int = 0,
                     policy_version=traj.policy_version, reward=traj.reward, finish_reason=traj.turns[-1].finish_reason,
                     hint=hint[0] if hint is not None else None, hint_at=hint_at,
                     guided=bool(traj.extra.get("guided", False)))
-
-
-def groups_to_batch(groups: list[Group], policy_version: int = 0) -> Batch:
-    """Turn groups with advantages set into a Batch, failed trajectories left out. (The RL loop's batch, with
-    reward shaping and advantages, is built by posttrain.loop.batch.build_batch.)"""
-    seqs = [sequence_of(t, adv, gi) for gi, g in enumerate(groups)
-            for t, adv in zip(g.trajectories_G, g.advantages_G) if not t.failed]
-    return Batch(sequences=seqs, policy_version=policy_version)

@@ -67,3 +67,10 @@ def test_reinforce_pp_normalises_over_the_batch():
     assert torch.allclose(adv_b, a / a.std())
     assert torch.allclose(ADVANTAGES["reinforce_pp"](r, g, scale_std=False), r - r.mean())
     assert ADVANTAGES["reinforce_pp"](torch.tensor([3.0]), torch.tensor([0])).item() == 0.0
+
+
+def test_reward_estimator_is_the_reward_itself():
+    r, g = torch.tensor([1.0, 1.0, -1.0, 0.25]), torch.tensor([0, 0, 1, 2])
+    for scale in (True, False):
+        adv = ADVANTAGES["reward"](r, g, scale_std=scale)
+        assert torch.equal(adv, r) and adv is not r  # a new tensor: the caller's rewards are not aliased

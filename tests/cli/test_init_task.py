@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from posttrain.envs.check import check_task, score_completion
-from posttrain.envs.custom import load_task
-from posttrain.envs.scaffold import task_file_text, write_task_file
+from posttrain.envs.smoke_checks import check_task, score_completion
+from posttrain.tasks.load import load_task
+from posttrain.tasks.scaffold import task_file_text, write_task_file
 
 
 def _cli(*args, cwd):

@@ -162,6 +162,6 @@ def test_missing_ray_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_local_backend_never_imports_ray():
-    code = ("import sys; from posttrain.loop import schedule, run; from posttrain.cluster import ray_sampler; "
+    code = ("import sys; from posttrain.loop import wiring, run; from posttrain.cluster import ray_sampler; "
             "assert 'ray' not in sys.modules, 'ray imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

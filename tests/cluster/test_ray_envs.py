@@ -236,7 +236,7 @@ def test_a_task_without_tools_is_refused_before_ray_starts(monkeypatch):
 def test_coding_agent_demonstrations_resolve_with_episodes_on_the_workers(two_nodes, tiny):
     """The built-in multi-turn agent: each episode's repository copy, its edits, run_tests and the final grade on
     a worker; the scripted demonstrations resolve their issues there as they do in process."""
-    from posttrain.envs.custom import load_task
+    from posttrain.tasks.load import load_task
 
     _, tok = tiny
     task = load_task("coding-agent")

@@ -75,7 +75,7 @@ def test_config_import_does_not_import_torch():
 
 
 def test_device_and_dtype_resolution():
-    from posttrain.loop.builder import resolve_device, resolve_dtype
+    from posttrain.models.policy import resolve_device, resolve_dtype
 
     assert load_config(None, []).model.device == "auto" and load_config(None, ["model.device=cuda:1"]).model.device == "cuda:1"
     with pytest.raises(ConfigError, match="model.device"):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from posttrain.config import load_config
 from posttrain.config.schema import Config
-from posttrain.envs.tasks import builtin_task_factory
+from posttrain.tasks import builtin_task_factory
 
 ROOT = Path(__file__).resolve().parents[2]
 

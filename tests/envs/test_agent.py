@@ -11,7 +11,8 @@ from posttrain.models import stop_token_ids
 from posttrain.rewards.rubric import Rubric
 from posttrain.sampling import HFSampler
 from posttrain.sampling.scripted import CapturingSampler, ScriptedSampler
-from posttrain.types import Group, groups_to_batch
+from posttrain.loop.batch import sequences_from_groups
+from posttrain.types import Group
 
 
 async def two_step(client, row):
@@ -49,8 +50,8 @@ def test_two_step_agent_gives_one_trajectory_with_the_sampled_tokens(tiny):
         assert len(t.turns) == 2
         for turn in t.turns:
             assert produced[tuple(turn.completion_ids)] == turn.completion_logprobs
-    batch = groups_to_batch([Group(0, list(trajs), [1.0, -1.0, 0.0])])
-    assert len(batch.sequences) == 3 and all(sum(s.loss_mask) > 0 for s in batch.sequences)
+    seqs = sequences_from_groups([Group(0, list(trajs))])
+    assert len(seqs) == 3 and all(sum(s.loss_mask) > 0 for s in seqs)
 
 
 def test_answer_is_scored_by_the_task_rubric(tiny):
@@ -108,4 +109,4 @@ def test_failing_and_slow_agents_give_failed_trajectories(tiny):
     assert t1.failed and "KeyError" in t1.error and len(t1.turns) == 1 and t1.turns[0].completion_ids
     assert t2.failed and "timed out" in t2.error and s2["timeouts"] == 1 and t2.turns[0].completion_ids == []
     assert t3.failed and "must return" in t3.error
-    assert groups_to_batch([Group(0, [t1, t2, t3], [1.0, 1.0, 1.0])]).sequences == []
+    assert sequences_from_groups([Group(0, [t1, t2, t3])]) == []

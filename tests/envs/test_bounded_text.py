@@ -25,9 +25,9 @@ from posttrain import bounded
 from posttrain import bounded_regex
 from posttrain.bounded import BoundedError, BoundedTimeout, decode_json_prefix, loads_json, parse_python, walk
 from posttrain.bounded_regex import RegexPool, check_pattern
-from posttrain.envs.coding_agent.episode import first_failure
-from posttrain.envs.coding_agent.repo import RepoCopy, hack_flags
-from posttrain.envs.tasks import code_tests
+from posttrain.tasks.coding_agent.episode import first_failure
+from posttrain.tasks.coding_agent.repo import RepoCopy, hack_flags
+from posttrain.tasks import code_tests
 from posttrain.envs.tools import ToolError, parse_calls
 from posttrain.rewards import json_rewards
 from posttrain.rewards.decision import parse_decision

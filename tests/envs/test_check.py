@@ -5,13 +5,14 @@ import sys
 
 import pytest
 
-from posttrain.envs import check as K
+from posttrain.envs import smoke_checks as K
+from posttrain.loop import preflight as P
 from posttrain.envs.task import Task
-from posttrain.envs.tasks import code_tests as C
+from posttrain.tasks import code_tests as C
 from posttrain.rewards.rubric import RewardComponent, Rubric
 
 BROKEN_TASK = '''
-from posttrain.envs.tasks import code_tests as C
+from posttrain.tasks import code_tests as C
 
 def make_task():
     good = {p["id"]: p for p in C.load_problems()}["add"]
@@ -133,23 +134,23 @@ def test_results_table_renders():
 
 def test_chat_template_prefix_check(tiny):
     _, tok = tiny
-    assert K.chat_template_prefix_ok(tok)[0]
+    assert P.chat_template_prefix_ok(tok)[0]
 
     orig = tok.chat_template
     try:  # a template that only renders the last message: rendering is not append-only
         tok.chat_template = ("{{ '<|im_start|>' + messages[-1]['role'] + '\n' + messages[-1]['content'] + "
                              "'<|im_end|>\n' }}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-        ok, detail = K.chat_template_prefix_ok(tok)
+        ok, detail = P.chat_template_prefix_ok(tok)
     finally:
         tok.chat_template = orig
     assert not ok and "not prefix-stable" in detail
 
 
 def test_zero_variance_and_memory_estimate(tiny):
-    assert K.zero_variance_fraction([[1, 1], [0, 1], [0.5, 0.5, 0.5], []]) == 2 / 3
+    assert P.zero_variance_fraction([[1, 1], [0, 1], [0.5, 0.5, 0.5], []]) == 2 / 3
     model, _ = tiny
     n = sum(p.numel() for p in model.parameters())
-    mem = K.memory_estimate_gb(model, n, n, batch_seqs=8, seq_len=128)
+    mem = P.memory_estimate_gb(model, n, n, batch_seqs=8, seq_len=128)
     assert mem["adam"] == pytest.approx(2 * mem["grads"]) and mem["total"] > mem["weights"] > 0
     assert mem["kv_cache"] > 0 and "reference" not in mem
 
@@ -158,7 +159,7 @@ def test_preflight_on_tiny_random():
     from posttrain.config import load_config
 
     cfg = load_config(None, ["model.name=tiny-random", "task.name=count-a", "sampling.max_tokens=4", "model.threads=1"])
-    rep = K.preflight(cfg, n_prompts=2, n_groups=2, log=lambda s: None)
+    rep = P.preflight(cfg, n_prompts=2, n_groups=2, log=lambda s: None)
     assert 0 <= rep.baseline_pass_rate <= 1 and 0 <= rep.zero_variance_frac <= 1
     assert rep.chat_template_ok and rep.params > 0 and rep.memory_gb["total"] > 0
     assert dict(rep.rows())["task"] == "count-a"

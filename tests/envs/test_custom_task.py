@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from posttrain.envs import TaskLoadError, load_task
-from posttrain.envs.custom import to_task
+from posttrain.envs import TaskLoadError
+from posttrain.tasks.load import load_task
+from posttrain.tasks.load import to_task
 
 
 def test_example_custom_task_loads_and_scores():
@@ -23,7 +24,7 @@ def test_example_custom_task_loads_and_scores():
 
 
 def test_module_path_and_options():
-    task = load_task("posttrain.envs.tasks.count_a:make_task", {"n_train": 5, "n_eval": 2})
+    task = load_task("posttrain.tasks.count_a:make_task", {"n_train": 5, "n_eval": 2})
     assert len(task.train_rows) == 5 and len(task.eval_rows) == 2
 
 
@@ -62,7 +63,7 @@ def test_tool_task_example_loads_and_trains_a_step(tmp_path):
     from posttrain.config import load_config
     from posttrain.envs.tool_env import ToolEnv
     from posttrain.loop import train
-    from posttrain.loop.builder import build
+    from posttrain.loop.components import build
 
     task = load_task("examples/tool_task.py:make_task")
     assert task.tools and task.max_turns == 3

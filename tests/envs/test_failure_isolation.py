@@ -11,7 +11,7 @@ from posttrain.envs.base import score_groups
 from posttrain.envs.faults import FaultyEnv, InjectedFault, fault_draw
 from posttrain.envs.isolate import FAILED_IN, FailureLog, safe_rollout, score_isolated
 from posttrain.envs.single_turn import SingleTurnEnv
-from posttrain.envs.tasks import count_a
+from posttrain.tasks import count_a
 from posttrain.envs.tools import EnvWorkerLost
 from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups

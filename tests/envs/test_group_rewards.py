@@ -8,7 +8,7 @@ import pytest
 from posttrain.config import load_config
 from posttrain.envs.base import score_groups
 from posttrain.envs.single_turn import SingleTurnEnv
-from posttrain.envs.tasks import count_a
+from posttrain.tasks import count_a
 from posttrain.loop import train
 from posttrain.obs import read_metrics
 from posttrain.sampling.scripted import ScriptedSampler

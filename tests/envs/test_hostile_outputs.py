@@ -27,9 +27,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posttrain.envs import load_task
+from posttrain.tasks.load import load_task
 from posttrain.envs.base import make_env
-from posttrain.envs.tasks import BUILTIN_TASKS
+from posttrain.tasks import BUILTIN_TASKS
 from posttrain.envs.tools import Tool
 from posttrain.sampling.hf_sampler import cut_at_stop
 from posttrain.types import Completion, SampleParams
@@ -334,7 +334,7 @@ def test_generated_hostile_replies_neither_raise_nor_stall(tok, name, data):
 def test_a_huge_number_is_a_wrong_answer_not_a_failed_sample(tok):
     """arith read the answer with int(), which refuses more than 4300 digits: the reward raised and the sample
     failed instead of scoring 0."""
-    from posttrain.envs.tasks.arith import last_integer
+    from posttrain.tasks.arith import last_integer
 
     traj = play("arith", tok, BIG_INT)
     assert not traj.failed and traj.reward == 0.0
@@ -344,7 +344,7 @@ def test_a_huge_number_is_a_wrong_answer_not_a_failed_sample(tok):
 def test_the_local_judge_reads_a_clipped_completion():
     """A megabyte reply made the json-extract-judged judge's forward pass run for minutes, holding the model for
     every later call (each then timed out): the judge now reads at most MAX_JUDGED_CHARS of a completion."""
-    from posttrain.envs.tasks.json_judged import (MAX_JUDGED_CHARS, QUESTION, ClippedPairwiseJudge,
+    from posttrain.tasks.json_judged import (MAX_JUDGED_CHARS, QUESTION, ClippedPairwiseJudge,
                                                   ClippedPointwiseJudge)
 
     class Stats:

@@ -8,9 +8,10 @@ from a scripted sampler so each test is fast and deterministic. measurements_fro
 import asyncio
 from types import SimpleNamespace
 
-from posttrain.envs import check as K
-from posttrain.envs.custom import to_task
-from posttrain.envs.preflight import (PreflightMeasurements, diagnose, estimate_run_seconds, format_verdicts,
+from posttrain.envs import smoke_checks as K
+from posttrain.loop import preflight as P
+from posttrain.tasks.load import to_task
+from posttrain.obs.preflight_verdicts import (PreflightMeasurements, diagnose, estimate_run_seconds, format_verdicts,
                                      measurements_from_metrics, worst)
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.sampling.scripted import ScriptedSampler
@@ -58,7 +59,7 @@ def measure(tok, task_dict, replies, baseline_pass, sampler_cls=ScriptedSampler,
     sampled = asyncio.run(groups())
     c = SimpleNamespace(task=task, tokenizer=tok, train_params=params)
     cfg = SimpleNamespace(loop=SimpleNamespace(steps=steps), algorithm=SimpleNamespace(num_generations=g))
-    return K.measurements_from({"eval/pass_rate": baseline_pass}, sampled, c, cfg, True, "ok", step_s, 10.0)
+    return P.measurements_from({"eval/pass_rate": baseline_pass}, sampled, c, cfg, True, "ok", step_s, 10.0)
 
 
 def kinds(m):
@@ -125,7 +126,7 @@ def test_chat_template_mismatch(tiny):
     try:  # renders only the last message: multi-turn token ids would not line up
         tok.chat_template = ("{{ '<|im_start|>' + messages[-1]['role'] + '\n' + messages[-1]['content'] + "
                              "'<|im_end|>\n' }}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-        ok, detail = K.chat_template_prefix_ok(tok)
+        ok, detail = P.chat_template_prefix_ok(tok)
     finally:
         tok.chat_template = orig
     m = PreflightMeasurements(0.3, 0.2, multi_turn=True, chat_template_ok=ok, chat_template_detail=detail)

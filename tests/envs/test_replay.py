@@ -4,7 +4,7 @@ import json
 
 from posttrain.envs.replay import replay
 from posttrain.envs.single_turn import SingleTurnEnv
-from posttrain.envs.tasks import code_tests as C
+from posttrain.tasks import code_tests as C
 from posttrain.models.chat import render_prompt
 from posttrain.types import SampleParams, Trajectory, Turn
 
@@ -53,7 +53,7 @@ def test_replay_detects_changed_reward_and_prompt(tiny):
 
 
 def test_replay_text_task(tiny):
-    from posttrain.envs.tasks import count_a
+    from posttrain.tasks import count_a
 
     _, tok = tiny
     task = count_a.make_task()

@@ -5,11 +5,11 @@ recall 1 against the oracle; the gymnasium env's episodic / reset-free / shield 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from posttrain.envs.reversal.grid import (DOOR_CHARS, PIT, STAY, WALL, UP, RIGHT, DOWN, LEFT, generate, move,
+from posttrain.tasks.reversal.grid import (DOOR_CHARS, PIT, STAY, WALL, UP, RIGHT, DOWN, LEFT, generate, move,
                                           shortest_plan)
-from posttrain.envs.reversal.gym_env import ReversalGridEnv, parse_move
-from posttrain.envs.reversal.oracle import can_reach_goal, goal_distance
-from posttrain.envs.reversal.shield import LocalShield, precision_recall
+from posttrain.tasks.reversal.gym_env import ReversalGridEnv, parse_move
+from posttrain.tasks.reversal.oracle import can_reach_goal, goal_distance
+from posttrain.tasks.reversal.shield import LocalShield, precision_recall
 
 MOVES = (UP, RIGHT, DOWN, LEFT)
 DEPTH = 7
@@ -152,7 +152,7 @@ def test_runs_without_gymnasium_installed():
     import sys
 
     code = ("import sys; sys.modules['gymnasium'] = None\n"
-            "from posttrain.envs.custom import load_task\nfrom posttrain.envs.check import check_task\n"
+            "from posttrain.tasks.load import load_task\nfrom posttrain.envs.smoke_checks import check_task\n"
             "assert all(r.ok for r in check_task(load_task('reversal', {'rho': 0.0}))); print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.envs.custom import load_task
+from posttrain.tasks.load import load_task
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "stall_tasks.py"
 

@@ -6,8 +6,9 @@ import json
 import pytest
 
 from posttrain.config import load_config
-from posttrain.envs.custom import TaskLoadError, apply_subset, load_task
-from posttrain.loop.builder import build
+from posttrain.envs.task import TaskLoadError
+from posttrain.tasks.load import apply_subset, load_task
+from posttrain.loop.components import build
 
 
 def _write(tmp_path, spec):

@@ -89,12 +89,12 @@ def test_presets_fill_only_unset_fields():
 
 
 def test_training_refuses_a_task_whose_env_check_fails(tmp_path):
-    from posttrain.envs.check import EnvCheckError
+    from posttrain.envs.smoke_checks import EnvCheckError
 
     task = tmp_path / "broken.py"
     task.write_text(
-        "from posttrain.envs.check import SmokeCheck\n"
-        "from posttrain.envs.custom import to_task\n"
+        "from posttrain.envs.smoke_checks import SmokeCheck\n"
+        "from posttrain.tasks.load import to_task\n"
         "def reward(completions, **kw):\n"
         "    return [1.0 for _ in completions]  # passes everything: the known-bad answer will pass too\n"
         "def make_task():\n"

@@ -118,7 +118,7 @@ def test_token_weights_for_a_built_batch_are_is_correction_times_credit():
     -> no weights; credit alone -> the credit mask; TIS alone -> the capped ratio; both -> their product, and
     padding always 0."""
     from posttrain.config.schema import AlgorithmConfig
-    from posttrain.loop.pg_stepper import token_weight_fn
+    from posttrain.training.from_config import token_weight_fn
 
     batch, _ = build_batch(sequences_from_groups(_groups([0.0, 1.0], [1.0, 0.0])), BatchOptions())
     assert len(batch.sequences) == 4

@@ -47,7 +47,7 @@ def test_es_resume_replays_history_to_the_same_run(tmp_path):
 
 
 def test_es_on_lora_adapters_replays_too(tmp_path):
-    from posttrain.loop.builder import build
+    from posttrain.loop.components import build
 
     over = FAST + [f"run.output_dir={tmp_path}", "loop.steps=3", "loop.save_every=0", "lora.enabled=true",
                    "lora.r=4"]

@@ -4,7 +4,7 @@ import pytest
 
 from posttrain.config import ConfigError, load_config
 from posttrain.envs.single_turn import SingleTurnEnv
-from posttrain.envs.tasks import count_a
+from posttrain.tasks import count_a
 from posttrain.loop.evaluate import evaluate, pass_at_n
 from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.types import SampleParams

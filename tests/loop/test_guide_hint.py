@@ -14,7 +14,7 @@ from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.envs.task import Task
 from posttrain.envs.tool_env import ToolEnv
 from posttrain.loop.collect import Rollouts
-from posttrain.loop.guide import first_prompt_ids, strip_prompt
+from posttrain.guidance.guided_hint import first_prompt_ids, strip_prompt
 from posttrain.obs.remedies import Overrides, Remedies
 from posttrain.obs.timers import StageTimer
 from posttrain.rewards.rubric import RewardComponent, Rubric
@@ -178,7 +178,7 @@ def test_guide_share_samples_part_of_each_group_plain_and_reports_both_pass_rate
 
 def test_the_remedy_brings_its_own_hint_teacher_only_in_guide_mode_with_distill():
     from posttrain.config.schema import AlgorithmConfig
-    from posttrain.loop.pg_stepper import self_teacher
+    from posttrain.training.from_config import self_teacher
 
     a = AlgorithmConfig()
     assert self_teacher(a, RemediesConfig(enabled=False)) is None, "remedies off: no teacher"

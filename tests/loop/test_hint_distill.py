@@ -11,7 +11,7 @@ from posttrain.algos import LOSSES, LossParams
 from posttrain.config import load_config
 from posttrain.loop import train
 from posttrain.loop.batch import feedback_hint
-from posttrain.loop.teacher import SelfHintTeacher, chat_suffix_ids
+from posttrain.guidance.teacher import SelfHintTeacher, chat_suffix_ids
 from posttrain.models.template_check import render_ids
 from posttrain.models.tiny import tiny_random_model
 from posttrain.obs import read_metrics

@@ -1,4 +1,4 @@
-"""RLTL;DR insights (loop/insights.py): the memory keeps its bounds whatever is written and survives a resume,
+"""RLTL;DR insights (guidance/insights.py): the memory keeps its bounds whatever is written and survives a resume,
 conditioned prompts and the internalisation teacher read the same tokens, the env writes insights only from failed
 samples, and the loop logs the share of conditioned rollouts and pass@1 with and without insights."""
 
@@ -16,8 +16,8 @@ from posttrain.envs.task import Task
 from posttrain.loop import train
 from posttrain.loop.checkpoint import latest_checkpoint
 from posttrain.loop.batch import env_hint
-from posttrain.loop.insights import InsightEnv, InsightMemory, clean_insight, condition_row, insight_block, row_key
-from posttrain.loop.teacher import SelfHintTeacher
+from posttrain.guidance.insights import InsightEnv, InsightMemory, clean_insight, condition_row, insight_block, row_key
+from posttrain.guidance.teacher import SelfHintTeacher
 from posttrain.models.template_check import render_ids
 from posttrain.obs import read_metrics
 from posttrain.rewards.rubric import RewardComponent, Rubric

@@ -1,4 +1,4 @@
-"""loop.prompt_selection (loop/prompt_selection.py): the selection functions are pure and keep their bounds for any
+"""loop.prompt_selection (algos/prompt_selection.py): the selection functions are pure and keep their bounds for any
 record (property tests), the adaptive one spends the step on prompts that can still teach, and a run with it resumes
 exactly."""
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from posttrain.config import load_config
 from posttrain.loop import Run, train
 from posttrain.loop.collect import prompts_for_step as collect_prompts_for_step
-from posttrain.loop.prompt_selection import (SELECTIONS, PromptRecord, PromptSelector, SelectionSettings, adaptive,
+from posttrain.algos.prompt_selection import (SELECTIONS, PromptRecord, PromptSelector, SelectionSettings, adaptive,
                                              prompts_for_step, uniform)
 from posttrain.obs import read_metrics
 

@@ -1,4 +1,4 @@
-"""RISED (rewards/tags.py, loop/profiles.py): vocabularies are checked when loaded, rules tag what they say, a
+"""RISED (rewards/tags.py, guidance/profiles.py): vocabularies are checked when loaded, rules tag what they say, a
 failing judge or rule is counted and the run goes on, selection matches a composition without repeating rows,
 and the profile env penalises, steers and hints as configured."""
 
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from posttrain.config import load_config
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.loop import train
-from posttrain.loop.insights import row_key
-from posttrain.loop.profiles import ProfileBook, ProfileEnv, Rised, batch_profile, select_rows
+from posttrain.guidance.insights import row_key
+from posttrain.guidance.profiles import ProfileBook, ProfileEnv, Rised, batch_profile, select_rows
 from posttrain.obs import read_metrics
 from posttrain.rewards.judges.errors import JudgeTimeout
 from posttrain.rewards.tags import (DEFAULT_VOCABULARY, JudgeTagger, RuleTagger, Tag, Taggers, VocabularyError,

@@ -6,7 +6,7 @@ import pytest
 
 from posttrain.config import load_config
 from posttrain.loop import train
-from posttrain.loop.teacher import TeacherError, check_same_tokenizer
+from posttrain.guidance.teacher import TeacherError, check_same_tokenizer
 from posttrain.models.tiny import tiny_random_model, tiny_tokenizer
 from posttrain.obs import read_metrics
 

@@ -9,17 +9,18 @@ import pytest
 import torch
 
 from posttrain.config import ConfigError, load_config
-from posttrain.envs.tasks import search_qa
+from posttrain.tasks import search_qa
 from posttrain.envs.tool_env import ToolEnv
 from posttrain.loop import train
-from posttrain.loop.warm_start import WarmStartError, batches, demonstration_trajectories, reply_end_token
+from posttrain.loop.warm_start import WarmStartError, demonstration_trajectories
+from posttrain.training.sft import batches, reply_end_token
 from posttrain.obs import read_metrics
 from posttrain.types import SampleParams
 
 # count-a with a demonstrator that writes only 'a's (a tiny-random model learns to copy it in a few steps)
 TASK_FILE = textwrap.dedent('''
     import dataclasses
-    from posttrain.envs.tasks import count_a
+    from posttrain.tasks import count_a
 
     def make_task(reply="a a a a a a", n_train=16):
         return dataclasses.replace(count_a.make_task(n_train=n_train, max_tokens=8), demonstrate=lambda row: [reply])
@@ -197,7 +198,7 @@ def test_scored_demonstrations_stay_out_of_the_next_evals_metrics(tiny):
     reached the first held-out eval's decision/* metrics (n 260 for 60 prompts: accuracy 0.88 reported where the
     held-out accuracy was 0.63)."""
     from posttrain.envs.base import make_env
-    from posttrain.envs.custom import load_task
+    from posttrain.tasks.load import load_task
     from posttrain.loop.evaluate import evaluate
     from posttrain.sampling.scripted import ScriptedSampler
 

@@ -7,7 +7,7 @@ import socket
 import pytest
 import torch
 
-from posttrain.loop.weight_ipc import (BroadcastReceiver, BroadcastWeights, FileWeights, SharedMemoryWeights,
+from posttrain.sampling.weight_ipc import (BroadcastReceiver, BroadcastWeights, FileWeights, SharedMemoryWeights,
                                        SharedWeightsReceiver, WeightSyncError, read_file_weights, tensor_specs,
                                        trainable_state)
 

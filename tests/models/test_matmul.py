@@ -120,7 +120,7 @@ def test_the_setting_is_honoured_or_refused(tiny, monkeypatch):
 
 @needs_onednn
 def test_a_run_builds_its_model_with_the_setting(tmp_path):
-    from posttrain.loop.builder import build
+    from posttrain.loop.components import build
 
     base = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false", "logging.console=false",
             f"run.output_dir={tmp_path}"]

@@ -96,7 +96,7 @@ def test_embedding_margin_reward_rewards_the_distinguishing_detail(fake_embedder
 
 
 def test_builtin_triplet_file_is_what_the_generator_writes():
-    from posttrain.envs.tasks import listing_data
+    from posttrain.tasks import listing_data
 
     rows = [json.loads(line) for line in listing_data.DATA_FILE.read_text().splitlines()]
     assert rows == listing_data.generate()
@@ -114,8 +114,8 @@ needs_st = pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") 
 @pytest.mark.slow  # sentence-transformers import + model load: 10-40 s on the shared machine
 @needs_st
 def test_listing_summary_task_with_the_real_retriever():
-    from posttrain.envs.check import check_task
-    from posttrain.envs.custom import load_task
+    from posttrain.envs.smoke_checks import check_task
+    from posttrain.tasks.load import load_task
 
     task = load_task("listing-summary", {"n_train": 4, "n_eval": 4})
     assert task.rubric.pass_component == "embedding_margin" and len(task.eval_rows) == 4

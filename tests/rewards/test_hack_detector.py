@@ -93,14 +93,14 @@ def test_detect_files():
 
 
 def test_no_false_positive_on_reference_solutions():
-    path = Path(__file__).parents[2] / "src/posttrain/envs/tasks/data/code_problems.json"
+    path = Path(__file__).parents[2] / "src/posttrain/tasks/data/code_problems.json"
     problems = json.loads(path.read_text())["problems"]
     flagged = {p["id"]: detect_code(p["solution"]) for p in problems}
     assert not {k: v for k, v in flagged.items() if v}
 
 
 def test_no_false_positive_on_repo_sources():
-    root = Path(__file__).parents[2] / "src/posttrain/envs/tasks/data/repos"
+    root = Path(__file__).parents[2] / "src/posttrain/tasks/data/repos"
     sources = [p for p in root.rglob("*.py") if "tests" not in p.parts]
     assert sources
     flagged = {str(p): detect_code(p.read_text()) for p in sources}

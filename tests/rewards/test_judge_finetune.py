@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli.app import app
-from posttrain.envs.tasks import product_blurb as pb
+from posttrain.tasks import product_blurb as pb
 from posttrain.rewards.judges import LocalHFBackend
 from posttrain.rewards.judges.finetune import JudgeDataError, check_examples, finetune_judge, load_examples
 

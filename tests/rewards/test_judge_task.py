@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from posttrain.config import load_config
-from posttrain.envs.custom import load_task
+from posttrain.tasks.load import load_task
 from posttrain.rewards.judges import PointwiseJudge
-from posttrain.rewards.judges.audit import JudgeAuditError, JudgeAuditFailed, audit, gate
+from posttrain.loop.components import build
+from posttrain.loop.judge_audit import JudgeAuditError, JudgeAuditFailed, audit, gate
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["model.name=tiny-random", "task.options.judge_model=tiny-random", "judge.audit_prompts=2",
@@ -29,7 +30,7 @@ def test_task_is_rewarded_only_by_the_judge():
 def test_audit_report_and_gate(tmp_path):
     cfg = load_config(None, TINY + ["task.name=json-extract-judged", f"judge.cache={tmp_path / 'c.sqlite'}",
                                     "task.options.group=pairwise"])
-    rep = audit(cfg, log=lambda s: None)
+    rep = audit(cfg, build(cfg, log=lambda s: None), log=lambda s: None)
     assert rep.n_policy == 4 and rep.confusion.n == rep.n_policy + rep.n_swapped - rep.failed
     assert [i.name for i in rep.injections] and "agreement" in rep.to_text()
     assert rep.to_dict()["confusion"]["tp"] == rep.confusion.tp
@@ -38,18 +39,18 @@ def test_audit_report_and_gate(tmp_path):
                                        f"judge.cache={tmp_path / 'c.sqlite'}"])
     if rep.agreement < 1.0:
         with pytest.raises(JudgeAuditFailed, match="min_agreement"):
-            gate(strict, None, log=lambda s: None)
+            gate(strict, build(strict, log=lambda s: None), log=lambda s: None)
     kappa = load_config(None, TINY + ["task.name=json-extract-judged", "judge.min_kappa=1.0",
                                       f"judge.cache={tmp_path / 'c.sqlite'}"])
     if not rep.kappa >= 1.0:
         with pytest.raises(JudgeAuditFailed, match="min_kappa"):
-            gate(kappa, None, log=lambda s: None)
+            gate(kappa, build(kappa, log=lambda s: None), log=lambda s: None)
 
 
 def test_audit_needs_a_verifier_and_a_judge():
     cfg = load_config(None, ["model.name=tiny-random", "task.name=count-a"])
     with pytest.raises(JudgeAuditError, match="judge"):
-        audit(cfg, log=lambda s: None)
+        audit(cfg, build(cfg, log=lambda s: None), log=lambda s: None)
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@
 import collections
 import re
 
-from posttrain.envs.tasks import product_blurb as pb
+from posttrain.tasks import product_blurb as pb
 
 
 def test_chosen_follows_the_rule_and_rejected_breaks_it_the_stated_way():

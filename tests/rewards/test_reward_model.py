@@ -9,7 +9,7 @@ import torch
 
 from posttrain.rewards.reward_model import (RewardModelError, check_reward_model_folder, format_pair, load_scorer,
                                             reward_model)
-from posttrain.rewards.rm_train import (PreferenceDataError, RMTrainConfig, bradley_terry_loss, load_pairs,
+from posttrain.training.reward_model_fit import (PreferenceDataError, RMTrainConfig, bradley_terry_loss, load_pairs,
                                         pair_accuracy, to_pairs, train_reward_model)
 
 
@@ -144,7 +144,7 @@ def test_reward_model_function_scores_in_batches_and_loads_once(tiny_rm):
 
 
 def test_config_rewards_add_a_reward_model_to_any_task(tiny_rm):
-    from posttrain.envs.custom import load_task
+    from posttrain.tasks.load import load_task
     from posttrain.rewards.from_config import add_rewards
 
     task = load_task("count-a")
@@ -160,8 +160,8 @@ def test_config_rewards_add_a_reward_model_to_any_task(tiny_rm):
 
 
 def test_product_blurb_task_trains_on_the_rm_and_passes_on_the_rule(tiny_rm):
-    from posttrain.envs.check import check_task
-    from posttrain.envs.custom import load_task
+    from posttrain.envs.smoke_checks import check_task
+    from posttrain.tasks.load import load_task
 
     task = load_task("product-blurb", {"rm": tiny_rm.out})
     assert [c.name for c in task.rubric.components] == ["hidden_rule", "reward_model"]

@@ -1,8 +1,8 @@
-"""rewards/test_sets.py: the repair reward pays for the tests the issue breaks, never for the untouched code."""
+"""rewards/repair_grades.py: the repair reward pays for the tests the issue breaks, never for the untouched code."""
 
 import pytest
 
-from posttrain.rewards.test_sets import check_repair_reward, issue_score
+from posttrain.rewards.repair_grades import check_repair_reward, issue_score
 
 
 def test_issue_score_pays_for_the_broken_tests_only():
@@ -27,7 +27,7 @@ def test_repair_reward_names_are_checked():
 
 def test_an_unknown_baseline_fails_the_sample_while_paid_and_is_left_out_while_logged():
     from posttrain.rewards.rubric import PartialRewardFailure
-    from posttrain.rewards.test_sets import Baseline, issue_rewards
+    from posttrain.rewards.repair_grades import Baseline, issue_rewards
 
     start = {"a": True, "b": False}
     pairs = [(Baseline(start), {"a": True, "b": True}), (Baseline(None, "timed out"), dict(start)), None]

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from posttrain.envs.base import score_groups
-from posttrain.envs.custom import TaskLoadError, load_task
+from posttrain.envs.task import TaskLoadError
+from posttrain.tasks.load import load_task
 from posttrain.rewards.best_so_far import BestSoFarReward, improvement_rewards
 from posttrain.rewards.majority_vote import (LabelAudit, LabelLeakError, MajorityVoteReward, Vote, last_line,
                                              last_number, majority_vote)
@@ -62,7 +63,7 @@ def test_the_reward_refuses_labels():
 
 def test_training_rows_carry_no_labels_and_removing_them_changes_nothing(tmp_path):
     base = tmp_path / "unlabelled.py"
-    base.write_text("from posttrain.envs.tasks.arith import make_task as arith\n\n"
+    base.write_text("from posttrain.tasks.arith import make_task as arith\n\n"
                     "def make_task(**kw):\n    t = arith(**kw)\n"
                     "    t.train_rows = [{k: v for k, v in r.items() if k != 'answer'} for r in t.train_rows]\n"
                     "    return t\n")

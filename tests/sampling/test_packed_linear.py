@@ -89,8 +89,8 @@ def test_a_model_with_adapters_is_refused(tiny):
     (["lora.enabled=true", "sampling.packed_weights=on"], True, "LowPrecisionCopy"),  # merged, then packed
 ])
 def test_the_config_chooses_the_rollout_samplers_weights(tmp_path, overrides, packed, sync_name):
-    from posttrain.loop.builder import build
-    from posttrain.loop.schedule import local_rollout_sampler
+    from posttrain.loop.components import build
+    from posttrain.loop.wiring import local_rollout_sampler
 
     cfg = load_config(None, ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false",
                              "logging.console=false", f"run.output_dir={tmp_path}", *overrides])
@@ -112,8 +112,8 @@ def test_the_config_chooses_the_rollout_samplers_weights(tmp_path, overrides, pa
 @pytest.mark.skipif(not can_pack(torch.float32), reason="oneDNN cannot pack fp32 here")
 @pytest.mark.parametrize("lora,packed,sync_name", [(False, True, "LowPrecisionCopy"), (True, False, "CopyWeights")])
 def test_the_async_loops_fp32_copy_is_packed_unless_it_has_adapters(tmp_path, lora, packed, sync_name):
-    from posttrain.loop.builder import build
-    from posttrain.loop.schedule import local_rollout_sampler
+    from posttrain.loop.components import build
+    from posttrain.loop.wiring import local_rollout_sampler
 
     cfg = load_config(None, ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false",
                              "logging.console=false", f"run.output_dir={tmp_path}", f"lora.enabled={lora}"])

@@ -113,7 +113,7 @@ def test_the_copy_of_the_default_model_stays_close_per_token(default_model, prec
     next-token distribution stays within a small KL of the fp32 policy's and picks the same argmax almost always.
     (torch's dynamic int8 quantization, int8 activations included, passed the tiny-model test above and gave
     KL 0.88 and 69% agreement here: a run with it never wrote valid JSON.)"""
-    from posttrain.envs.tasks.json_extract import make_task
+    from posttrain.tasks.json_extract import make_task
     from posttrain.sampling.precision import closeness
 
     model, tok = default_model
@@ -146,7 +146,7 @@ def test_a_packed_sampler_run_trains(tmp_path, precision, packed, mode):
 def test_a_bf16_sampler_on_a_cpu_without_bf16_arithmetic_is_flagged(monkeypatch, tmp_path):
     """bf16 decode without native bf16 ran at 0.53x fp32 on an AVX2 EPYC: the run says so, once, at build."""
     from posttrain.config import load_config
-    from posttrain.loop.builder import build
+    from posttrain.loop.components import build
     from posttrain.sampling import precision
 
     monkeypatch.setattr(precision, "can_pack", lambda dtype: False)

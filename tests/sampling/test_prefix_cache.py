@@ -117,7 +117,7 @@ def test_multi_turn_env_reuses_its_history(tiny):
     """A reversal episode through the Gymnasium text adapter: same greedy episode with and without the cache,
     and every turn after the first hits."""
     from posttrain.envs.base import make_env
-    from posttrain.envs.custom import load_task
+    from posttrain.tasks.load import load_task
 
     model, tok = tiny
     task = load_task("reversal", {"size": 4, "max_turns": 4, "rho": 1.0})

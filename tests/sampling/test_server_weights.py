@@ -8,7 +8,7 @@ import httpx
 import pytest
 import torch
 
-from posttrain.loop.weight_ipc import ServerWeights, WeightSyncError, trainable_state
+from posttrain.sampling.weight_ipc import ServerWeights, WeightSyncError, trainable_state
 from posttrain.models import ensure_pad_token, load_model, stop_token_ids
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.sampling.openai_server import create_app

@@ -1,6 +1,6 @@
 """grade_pytest's per_test is verdicts only (issue #42): a run cut short reports None (unknown), never a map of
 tests that 'failed' without having run to a verdict. A repair task's baseline read from such a map paid untouched
-code for 'fixing' them (envs/baselines.py)."""
+code for 'fixing' them (tasks/baselines.py)."""
 
 import os
 

@@ -136,7 +136,7 @@ GUARD = ("import os as _os\n"
 
 
 def test_feature_deletion_tests_unreadable():
-    from posttrain.envs.tasks import feature_deletion as F
+    from posttrain.tasks import feature_deletion as F
 
     task = F.make_task(detect_hacks=False)
     row = task.train_rows[0]
@@ -156,8 +156,8 @@ def test_feature_deletion_tests_unreadable():
 
 
 def test_coding_agent_tests_unreadable():
-    from posttrain.envs.coding_agent import data
-    from posttrain.envs.coding_agent.task import Grader
+    from posttrain.tasks.coding_agent import data
+    from posttrain.tasks.coding_agent.task import Grader
 
     issue = data.issues("bug", data.repo_names("bug")[0])[0]
     files = dict(issue.sources)

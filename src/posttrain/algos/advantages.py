@@ -94,3 +94,15 @@ def reinforce_pp_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, 
         std = a_N.std() if a_N.numel() > 1 else a_N.new_zeros(())
         a_N = a_N / (std + eps)
     return a_N
+
+
+@ADVANTAGES.register("reward")
+def reward_as_advantage(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True,
+                        eps: float = 1e-6) -> torch.Tensor:
+    """REINFORCE without a baseline (Williams 1992): A_i = r_i. Groups and `scale_std` play no part.
+
+    What supervised steps are in this form: the warm start gives each demonstration reward 1, so its loss is the
+    demonstration's negative log-likelihood; the preflight's probe step gives +-1 so every sequence is trained on.
+    High variance as an RL estimator: prefer a group baseline (grpo, rloo) for rollouts.
+    """
+    return rewards_N.float().clone()

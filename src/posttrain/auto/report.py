@@ -63,7 +63,7 @@ def importance(search_dir: Path) -> tuple[dict[str, float], str]:
 
 def write_search_report(search_dir: str | Path, out: str | Path | None = None) -> Path:
     from posttrain.auto.program import load_program
-    from posttrain.auto.search import read_results
+    from posttrain.auto.results import read_results
 
     d = Path(search_dir)
     rows = read_results(d)

@@ -29,6 +29,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any, Callable
 
+from posttrain.auto.results import RESULTS, read_results
 from posttrain.auto.program import Program, base_data, base_params, fmt_value, load_program
 from posttrain.auto.rules import Verdict, judge
 from posttrain.auto.runner import Outcome, SubprocessRunner, TrialRunner, TrialSpec
@@ -36,7 +37,6 @@ from posttrain.auto.runner import Outcome, SubprocessRunner, TrialRunner, TrialS
 COLUMNS = ["trial", "status", "decision", "metric", "values", "seeds", "diff", "reason", "proposer", "wall_s",
            "params", "run_dirs"]
 STATE = "search_state.json"
-RESULTS = "results.tsv"
 
 
 class SearchError(RuntimeError):
@@ -326,12 +326,3 @@ class Search:
             return None
 
 
-def read_results(search_dir: str | Path) -> list[dict[str, str]]:
-    p = Path(search_dir) / RESULTS
-    if not p.exists():
-        return []
-    lines = p.read_text().splitlines()
-    if not lines:
-        return []
-    head = lines[0].split("\t")
-    return [dict(zip(head, ln.split("\t"))) for ln in lines[1:] if ln.strip()]

@@ -23,8 +23,8 @@ def eval_cmd(
 ) -> None:
     """Pass rates of a model or a trained run on a task's held-out prompts."""
     from posttrain.config import ConfigError, load_config
-    from posttrain.envs.custom import TaskLoadError
-    from posttrain.loop.builder import build
+    from posttrain.envs.task import TaskLoadError
+    from posttrain.loop.components import build
     from posttrain.loop.evaluate import evaluate
     from posttrain.models.load import ModelLoadError
     from posttrain.obs import console as con

@@ -35,7 +35,7 @@ def rm_train(
 ) -> None:
     """Train a Bradley-Terry reward model; print per-epoch loss and held-out pair accuracy; save a HF folder."""
     from posttrain.models.load import ModelLoadError
-    from posttrain.rewards.rm_train import PreferenceDataError, RMTrainConfig, train_reward_model
+    from posttrain.training.reward_model_fit import PreferenceDataError, RMTrainConfig, train_reward_model
 
     cfg = RMTrainConfig(data=data, eval_data=eval_data, model=model, out=out, layers=layers, train_layers=train_layers,
                         lora=lora, epochs=epochs,
@@ -61,15 +61,17 @@ def judge_audit(
     import json
 
     from posttrain.config import ConfigError, load_config
-    from posttrain.envs.custom import TaskLoadError
+    from posttrain.envs.task import TaskLoadError
     from posttrain.models.load import ModelLoadError
-    from posttrain.rewards.judges.audit import JudgeAuditError, audit
+    from posttrain.loop.components import build
+    from posttrain.loop.judge_audit import JudgeAuditError, audit
 
     args = list(args or [])
     config_path = args.pop(0) if args and "=" not in args[0] else None
     try:
         cfg = load_config(config_path, args)
-        report = audit(cfg, log=lambda s: typer.echo(s, err=True))
+        say = lambda s: typer.echo(s, err=True)  # noqa: E731
+        report = audit(cfg, build(cfg, log=say), log=say)
     except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError, JudgeAuditError) as e:
         _fail(str(e))
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
@@ -91,7 +93,7 @@ def judge_finetune(
     threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
 ) -> None:
     """Fine-tune a local model to answer one yes/no judge question; print held-out accuracy before and after; save a HF folder."""
-    from posttrain.envs.tasks.product_blurb import default_judge_dir
+    from posttrain.tasks.product_blurb import default_judge_dir
     from posttrain.models.load import ModelLoadError
     from posttrain.rewards.judges.finetune import JudgeDataError, finetune_judge, load_examples
 

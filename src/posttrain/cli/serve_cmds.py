@@ -44,7 +44,7 @@ def serve(
     port: int = typer.Option(8000, "--port"),
     request_timeout: float = typer.Option(300.0, "--request-timeout", help="seconds one generation may take"),
     weights_dir: Optional[str] = typer.Option(None, "--weights-dir", help=(
-        "accept POST /update_weights_from_disk: load a trainer's pushes (loop/weight_ipc.py FileWeights) from here")),
+        "accept POST /update_weights_from_disk: load a trainer's pushes (sampling/weight_ipc.py FileWeights) from here")),
 ) -> None:
     """Serve a model as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/completions, /v1/models)."""
     from posttrain.models.load import ModelLoadError
@@ -72,8 +72,7 @@ def env_serve(
     port: int = typer.Option(8001, "--port"),
 ) -> None:
     """Serve a task as an OpenEnv environment (WebSocket /ws, /reset, /step, /state, /schema)."""
-    from posttrain.envs.custom import TaskLoadError
-    from posttrain.envs.openenv_server import build_task_app
+    from posttrain.envs.task import TaskLoadError
     from posttrain.models.load import ModelLoadError
     from posttrain.sampling.http_serve import run_forever
 
@@ -96,9 +95,11 @@ def env_check(
 ) -> None:
     """Smoke-check envs (known-good passes, known-bad fails, smoke commands); exit 1 if any check fails."""
     from posttrain.config import ConfigError, load_config
-    from posttrain.envs import check as env_checks
-    from posttrain.envs.custom import TaskLoadError, load_task
-    from posttrain.envs.tasks import BUILTIN_TASKS
+    from posttrain.envs import smoke_checks as env_checks
+    from posttrain.loop import preflight as run_preflight
+    from posttrain.envs.task import TaskLoadError
+    from posttrain.tasks.load import load_task
+    from posttrain.tasks import BUILTIN_TASKS
     from posttrain.models.load import ModelLoadError
     from posttrain.obs import console as con
 
@@ -126,7 +127,7 @@ def env_check(
         for n in names:
             try:
                 over = [f"model.name={model}", f"task.name={n}"] + ([f"loop.steps={steps}"] if steps is not None else [])
-                rep = env_checks.preflight(load_config(None, over), prompts, groups, log=lambda s: typer.echo(s, err=True))
+                rep = run_preflight.preflight(load_config(None, over), prompts, groups, log=lambda s: typer.echo(s, err=True))
             except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError) as e:
                 _fail(str(e))
             table = Table(title=f"preflight: {model} on {n}")
@@ -135,7 +136,7 @@ def env_check(
             for k, v in rep.rows():
                 table.add_row(k, v)
             con.console.print(table)
-            from posttrain.envs.preflight import format_verdicts
+            from posttrain.obs.preflight_verdicts import format_verdicts
 
             con.console.print(format_verdicts(rep.verdicts, f"preflight verdicts: {model} on {n}"), markup=False,
                               highlight=False)
@@ -153,7 +154,7 @@ def init_task(
     force: bool = typer.Option(False, "--force", help="overwrite an existing file"),
 ) -> None:
     """Write a runnable task file: rows, rewards, a demonstrate hook, smoke checks, and how to train it."""
-    from posttrain.envs.scaffold import write_task_file
+    from posttrain.tasks.scaffold import write_task_file
 
     try:
         path = write_task_file(name, directory, force)
@@ -162,3 +163,15 @@ def init_task(
     typer.echo(f"wrote {path}\nnext:\n  posttrain env check --task {path}:make_task\n"
                f"  posttrain env check --task {path}:make_task --preflight\n"
                f"  posttrain train task.name={path}:make_task loop.steps=15")
+
+
+def build_task_app(task_name: str, model: str = "default", seed: int = 0, log=print):
+    """`posttrain env serve`: a task by name (built-in, file.py:fn, module:fn) with `model`'s tokenizer."""
+    from posttrain.envs.openenv_server import create_task_app
+    from posttrain.tasks.load import load_task
+    from posttrain.models.load import ensure_pad_token, load_model
+
+    task = load_task(task_name, seed=seed)
+    _, tok = load_model(model, seed=seed, log=log)
+    ensure_pad_token(tok)
+    return create_task_app(task, tok)

@@ -42,15 +42,15 @@ def train(
         run_worker(cfg)
         return
     from posttrain.algos.registry import UnknownName
-    from posttrain.envs.check import EnvCheckError
-    from posttrain.envs.custom import TaskLoadError
+    from posttrain.envs.smoke_checks import EnvCheckError
+    from posttrain.envs.task import TaskLoadError
     from posttrain.loop import train as run_train
     from posttrain.models.load import ModelLoadError
     from posttrain.models.template_check import ChatTemplateError
     from posttrain.rewards.embedding import EmbeddingError, TripletDataError
     from posttrain.rewards.from_config import RewardConfigError
     from posttrain.rewards.reward_model import RewardModelError
-    from posttrain.rewards.judges.audit import JudgeAuditError, JudgeAuditFailed
+    from posttrain.loop.judge_audit import JudgeAuditError, JudgeAuditFailed
 
     try:
         run_train(cfg, run_dir=resume, resume=resume is not None)
@@ -74,8 +74,8 @@ def ttrl(
 ) -> None:
     """Test-time RL on a task's unlabelled prompts (docs/ttrl.md): `posttrain train` with a label-free reward."""
     from posttrain.config import ConfigError, load_config, to_yaml
-    from posttrain.envs.check import EnvCheckError
-    from posttrain.envs.custom import TaskLoadError
+    from posttrain.envs.smoke_checks import EnvCheckError
+    from posttrain.envs.task import TaskLoadError
     from posttrain.loop import train as run_train
     from posttrain.models.load import ModelLoadError
     from posttrain.models.template_check import ChatTemplateError

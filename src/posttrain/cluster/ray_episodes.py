@@ -68,9 +68,9 @@ class StatelessEpisode:
 
 
 def _pickle_user_tasks_by_value(ray: Any) -> None:
-    """A task loaded from a file (`task.name=path/to/file.py:fn`, envs/custom.py) lives in a module no worker can
+    """A task loaded from a file (`task.name=path/to/file.py:fn`, tasks/load.py) lives in a module no worker can
     import by name; its code travels with the pickled episode factory instead."""
-    from posttrain.envs.custom import USER_MODULE_PREFIX
+    from posttrain.tasks.load import USER_MODULE_PREFIX
 
     for name, module in list(sys.modules.items()):
         if name.startswith(USER_MODULE_PREFIX) and module is not None:

@@ -5,7 +5,7 @@ load that one object as the new version (RaySamplerPool.load_weights: bounded wa
 and loaded as it starts). The pool keeps the reference, so an actor replaced later loads the same version; the
 previous version's object is freed when its reference is dropped.
 
-What moves is `trainable_state` (loop/weight_ipc.py): under LoRA only the adapter tensors, the frozen base being
+What moves is `trainable_state` (sampling/weight_ipc.py): under LoRA only the adapter tensors, the frozen base being
 identical in every actor (each loads the same model from the same config); without LoRA, every weight.
 """
 
@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from posttrain.cluster.ray_sampler import RaySamplerPool
-from posttrain.loop.weight_ipc import trainable_state
+from posttrain.sampling.weight_ipc import trainable_state
 
 
 class ObjectStoreWeights:

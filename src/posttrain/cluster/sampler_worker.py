@@ -1,5 +1,5 @@
 """What one Ray sampler actor holds: its own copy of the policy, built from the run's config the way the builder
-builds the trainer's (loop/builder.py `load_base_model` + `with_lora`), behind an HFSampler.
+builds the trainer's (models/policy.py `load_base_model` + `with_lora`), behind an HFSampler.
 
 A plain class: ray_sampler.py wraps it with `ray.remote`, so this module imports no Ray and is tested without it.
 Ray runs one method of an actor at a time, so a weight load never lands in the middle of a decode and every
@@ -20,7 +20,7 @@ class SamplerWorker:
     def __init__(self, cfg: Config, rank: int, incarnation: int = 0):
         """`rank`: the actor's slot in the pool; `incarnation`: how many times that slot was replaced. Both seed
         the sampler, so actors (and a replacement) do not draw the same completions for the same prompt."""
-        from posttrain.loop.builder import load_base_model, set_threads, with_lora
+        from posttrain.models.policy import load_base_model, set_threads, with_lora
         from posttrain.models.load import stop_token_ids
         from posttrain.sampling.hf_sampler import HFSampler
 
@@ -57,7 +57,7 @@ def _vllm_engine(cfg: Config, model: Any, tok: Any, seed: int) -> Any:
     none); seeded per actor and incarnation like the own sampler."""
     from dataclasses import replace
 
-    from posttrain.loop.engines import engine_model_dir, engine_spec, work_dir
+    from posttrain.sampling.engines import engine_model_dir, engine_spec, work_dir
     from posttrain.models.load import stop_token_ids
     from posttrain.sampling.vllm_engine import VLLMSampler
 

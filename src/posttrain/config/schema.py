@@ -214,7 +214,7 @@ class LoopConfig(_Strict):
     rollout_workers: int | None = Field(None, ge=1, description="async: groups in flight at most; default prompts_per_step x (max_staleness + 1)")
     batch_timeout_s: float = Field(3600.0, gt=0.0, description="async: seconds the trainer waits for a step's groups before failing the run")
     prompt_selection: str = Field("uniform", description=(
-        "how each step's prompts are drawn (loop/prompt_selection.py): uniform (epochs over a seeded shuffle) or "
+        "how each step's prompts are drawn (algos/prompt_selection.py): uniform (epochs over a seeded shuffle) or "
         "adaptive (replay prompts the policy sometimes fails, retire mastered ones, back off ones nothing passes; "
         "loop.selection.*). With algorithm.rised.selection on, RISED picks instead (the run's start line says so)"))
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
@@ -222,7 +222,7 @@ class LoopConfig(_Strict):
     @field_validator("prompt_selection")
     @classmethod
     def _known_selection(cls, v: str) -> str:
-        from posttrain.loop.prompt_selection import SELECTIONS
+        from posttrain.algos.prompt_selection import SELECTIONS
 
         if v not in SELECTIONS:  # the registry's message names the nearest known one
             try:

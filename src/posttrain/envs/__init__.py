@@ -1,8 +1,8 @@
-"""Environments: the Env protocol, SingleTurnEnv, tasks (built-in and custom)."""
+"""Environments: the Env protocol and the env kinds a task trains in (single turn, tools, gym text, OpenEnv,
+agent servers). Built-in tasks and task loading live above, in posttrain.tasks."""
 
 from posttrain.envs.base import Env
-from posttrain.envs.custom import TaskLoadError, load_task
 from posttrain.envs.single_turn import SingleTurnEnv
-from posttrain.envs.task import Task
+from posttrain.envs.task import Task, TaskLoadError
 
-__all__ = ["Env", "SingleTurnEnv", "Task", "TaskLoadError", "load_task"]
+__all__ = ["Env", "SingleTurnEnv", "Task", "TaskLoadError"]

@@ -27,11 +27,10 @@ import time
 import traceback
 from typing import Any
 
-from posttrain.types import SampleParams, Trajectory, Turn
+from posttrain.types import FAILED_IN, SampleParams, Trajectory, Turn
 
 log = logging.getLogger(__name__)
 
-FAILED_IN = "failed_in"  # Trajectory.extra key: where an isolated failure happened
 MAX_ERROR_CHARS = 500  # an exception's message may quote the whole (megabyte) model output: keep the record small
 
 # (module, class) of the errors that propagate. Looked up in sys.modules only: an exception whose module was
@@ -39,7 +38,7 @@ MAX_ERROR_CHARS = 500  # an exception's message may quote the whole (megabyte) m
 INFRASTRUCTURE = (("posttrain.envs.tools", "EnvWorkerLost"),  # ReissueOnLoss already re-ran what it could
                   ("posttrain.cluster.ray_sampler", "SamplerPoolError"),
                   ("posttrain.sampling.openai_sampler", "OpenAISamplerError"),
-                  ("posttrain.loop.weight_ipc", "WeightSyncError"))
+                  ("posttrain.sampling.weight_ipc", "WeightSyncError"))
 
 
 def is_infrastructure(e: BaseException) -> bool:

@@ -241,14 +241,3 @@ def create_task_app(task: Any, tokenizer: Any, params: SampleParams | None = Non
     env = SingleTurnEnv(task, tokenizer, params or SampleParams(max_tokens=task.max_tokens or 512))
     return create_env_app(env, tokenizer, task.train_rows, task.eval_rows, name=task.name,
                           description=task.description, **kwargs)
-
-
-def build_task_app(task_name: str, model: str = "default", seed: int = 0, log=print) -> FastAPI:
-    """`posttrain env serve`: a task by name (built-in, file.py:fn, module:fn) with `model`'s tokenizer."""
-    from posttrain.envs.custom import load_task
-    from posttrain.models.load import ensure_pad_token, load_model
-
-    task = load_task(task_name, seed=seed)
-    _, tok = load_model(model, seed=seed, log=log)
-    ensure_pad_token(tok)
-    return create_task_app(task, tok)

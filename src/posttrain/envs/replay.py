@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from posttrain.envs.check import score_completion
+from posttrain.envs.smoke_checks import score_completion
 from posttrain.envs.task import Task
 from posttrain.types import Trajectory
 

@@ -13,6 +13,10 @@ from typing import Any
 from posttrain.rewards.rubric import Rubric
 
 
+class TaskLoadError(ValueError):
+    """A task that cannot be loaded or built (a bad name, file or option); the CLI prints it as one line."""
+
+
 @dataclass
 class Task:
     name: str
@@ -39,7 +43,7 @@ class Task:
     # per row (they cannot read tool results), so a task whose right calls depend on what a tool returns writes
     # them from the row's own columns (search-qa knows each question's chain of entities).
     demonstrate: Callable[[dict[str, Any]], list[str]] | None = None
-    # Known-good / known-bad answers and smoke commands (envs/check.py SmokeCheck), run by `posttrain env check`
+    # Known-good / known-bad answers and smoke commands (envs/smoke_checks.py SmokeCheck), run by `posttrain env check`
     # and before training (task.env_check). Empty: one check that scoring an empty completion does not raise.
     smoke_checks: list[Any] = field(default_factory=list)
     # Rewards relative to the other completions of the same prompt (a ranking judge, a tournament):
@@ -56,7 +60,7 @@ class Task:
     # one short text or None per completion. Stored on Trajectory.feedback; algorithm.hint_distill's teacher reads it.
     feedback: Callable[..., Any] | None = None
     # Work done once before anything scores: prepare(rows, log) with every train and held-out row. The repair tasks
-    # grade each row's starting code here (envs/baselines.py), before any episode competes for the CPU. Called
+    # grade each row's starting code here (tasks/baselines.py), before any episode competes for the CPU. Called
     # through prepare_task by loop/builder.build (a run, before its env check, warm start and step 0; `posttrain
     # eval`; the preflight). Must be idempotent: a second call finds the work done.
     prepare: Callable[[list[dict[str, Any]], Callable[[str], None]], None] | None = None

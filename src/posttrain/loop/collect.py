@@ -25,10 +25,10 @@ from posttrain.algos.dapo import has_signal
 from posttrain.config.schema import Config
 from posttrain.envs.base import Env, safe_rollout, score_groups
 from posttrain.envs.faults import FaultyEnv
-from posttrain.envs.isolate import FAILED_IN
+from posttrain.types import FAILED_IN
 from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
-from posttrain.loop.guide import first_prompt_ids, strip_prompt
-from posttrain.loop.prompt_selection import prompts_for_step  # noqa: F401 - re-exported (async, es)
+from posttrain.guidance.guided_hint import first_prompt_ids, strip_prompt
+from posttrain.algos.prompt_selection import prompts_for_step  # noqa: F401 - re-exported (async, es)
 from posttrain.loop.shaping import apply_overlong_penalty
 from posttrain.obs.timers import StageTimer
 from posttrain.sampling.base import Sampler
@@ -144,9 +144,9 @@ class SyncCollector:
 
     def __init__(self, cfg: Config, rollouts: Rollouts):
         self.cfg, self.rollouts, self.configured = cfg, rollouts, rollouts
-        # A prompt selector (RISED, loop/profiles.py): picks the step's rows out of a larger seeded pool.
+        # A prompt selector (RISED, guidance/profiles.py): picks the step's rows out of a larger seeded pool.
         self.select: Any = None
-        # loop.prompt_selection other than uniform (loop/prompt_selection.py): picks the rows from its record of
+        # loop.prompt_selection other than uniform (algos/prompt_selection.py): picks the rows from its record of
         # what each prompt's groups did, and learns from this step's groups.
         self.selector: Any = None
 

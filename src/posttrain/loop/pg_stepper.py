@@ -18,9 +18,9 @@ import time
 from functools import partial
 from typing import Any
 
-from posttrain.algos import IS_CORRECTIONS, LOSSES, TOKEN_WEIGHTS, LossParams
+from posttrain.algos import LOSSES
 from posttrain.algos.dapo import has_signal
-from posttrain.config.schema import AlgorithmConfig, Config, RemediesConfig
+from posttrain.config.schema import Config
 from posttrain.loop.batch import (BatchOptions, build_batch, env_hint, feedback_hint, first_hint, remedy_hint,
                                   sequences_from_groups)
 from posttrain.loop.collect import Collector
@@ -28,60 +28,9 @@ from posttrain.loop.weight_sync import WeightSync
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.obs.timers import StageTimer
 from posttrain.rewards.telemetry import drain_task_metrics
-from posttrain.training.trainer import TokenWeightFn, Trainer
+from posttrain.training.from_config import loss_params, run_remedies, self_teacher, token_weight_fn
+from posttrain.training.trainer import Trainer
 from posttrain.types import Batch, Sequence, sequence_of
-
-
-def self_teacher(a: AlgorithmConfig, remedies: RemediesConfig | None = None) -> tuple[str, float] | None:
-    """Which self-distillation teacher the run has (the config allows one): its metric prefix and coefficient.
-    A remedy's guided format hint (`remedies`, when diagnostics are on) uses the hint teacher too."""
-    # With a teacher model (algorithm.teacher.model) that model is the run's teacher: a remedy's hint adds none.
-    guided = remedies is not None and remedies.enabled and remedies.format_hint and \
-        remedies.format_hint_mode == "guide" and remedies.format_hint_distill and not a.teacher.model
-    for name, on, coef in (("hint", a.hint_distill.enabled, a.hint_distill.coef),
-                           ("insight", a.insights.enabled, a.insights.coef),
-                           ("rised", a.rised.enabled and a.rised.positive_distill, a.rised.coef),
-                           ("hint", guided, a.hint_distill.coef)):
-        if on:
-            return name, coef
-    return None
-
-
-def run_remedies(cfg: Config) -> RemediesConfig | None:
-    """The remedies config when the run watches itself (diagnostics on), else None."""
-    return cfg.diagnostics.remedies if cfg.diagnostics.enabled else None
-
-
-def loss_params(cfg: Config, max_tokens: int) -> LossParams:
-    """The loss's hyper-parameters, once per run. With KL as a reward the loss has no KL term (beta 0 there)."""
-    a = cfg.algorithm
-    own = self_teacher(a, run_remedies(cfg))
-    return LossParams(epsilon=a.epsilon, epsilon_high=a.epsilon_high, beta=a.beta if a.kl_mode == "loss" else 0.0,
-                      kl_estimator=a.kl_estimator, aggregation=a.aggregation,
-                      max_tokens=max_tokens, cispo_epsilon_low=a.cispo_epsilon_low,
-                      dual_clip=a.dual_clip,
-                      distill_coef=a.teacher.coef if a.teacher.model else own[1] if own else 0.0,
-                      rl_weight=a.teacher.rl_weight if a.teacher.model else 1.0,
-                      distill_prefix=own[0] if own else "teacher")
-
-
-def token_weight_fn(a: AlgorithmConfig) -> TokenWeightFn | None:
-    """Importance-sampling correction times credit weights, as one per-micro-batch function (None: neither)."""
-    if a.is_correction == "none" and a.token_weighting == "none":
-        return None
-    correct = IS_CORRECTIONS[a.is_correction]
-    credit = TOKEN_WEIGHTS[a.token_weighting] if a.token_weighting != "none" else None
-
-    def fn(logp_BT, sampler_BT, entropy_BT, mask_BT):
-        w_BT, m = correct(logp_BT, sampler_BT, mask_BT, cap=a.is_cap, level=a.is_level)
-        metrics = {f"is/{k}": v for k, v in m.items()}
-        if credit is not None:
-            c_BT = credit(entropy_BT, mask_BT, frac=a.token_weighting_frac)
-            metrics["credit/weighted_token_frac"] = float((c_BT > 0).sum() / mask_BT.sum().clamp(min=1))
-            w_BT = c_BT if w_BT is None else w_BT * c_BT
-        return w_BT, metrics
-
-    return fn
 
 
 class PolicyGradientStepper:
@@ -92,7 +41,7 @@ class PolicyGradientStepper:
         """`pass_thresholds`: the task's rubric components (for pass rates); `max_tokens`: the completion budget.
         `ref_model`: a frozen reference for a KL term; with LoRA pass `ref_disable_adapter` instead (a context
         manager factory, e.g. peft's `model.disable_adapter`: the base model is the reference). `teacher`: a
-        distillation teacher (loop/teacher.py), scoring each step's sequences once (all num_iterations reuse it)."""
+        distillation teacher (guidance/teacher.py), scoring each step's sequences once (all num_iterations reuse it)."""
         self.cfg, self.trainer, self.collector, self.sync = cfg, trainer, collector, sync
         a = cfg.algorithm
         self.loss_fn = LOSSES[a.loss]

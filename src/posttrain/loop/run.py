@@ -6,7 +6,7 @@
                      ─► final/ ─► summary.json
 
 The Run owns the run directory, console, metrics logger, eval schedule, checkpoints and resume, the time
-budget and the summary. It drives a Stepper (the protocol below); loop/schedule.py picks which one.
+budget and the summary. It drives a Stepper (the protocol below); loop/wiring.py picks which one.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import torch
 from posttrain.config.load import to_yaml
 from posttrain.cluster.ray_grading import start_grading
 from posttrain.config.schema import Config
-from posttrain.loop.builder import Components, build
+from posttrain.loop.components import Components, build
 from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from posttrain.loop.evaluate import evaluate_async
-from posttrain.loop.insights import evaluate_with_insights
+from posttrain.guidance.insights import evaluate_with_insights
 from posttrain.types import SampleParams
 from posttrain.loop.reference import reference_after_warm_start, restore_reference
-from posttrain.loop.schedule import make_stepper
+from posttrain.loop.wiring import make_stepper
 from posttrain.loop.warm_start import WarmStartResult, run_warm_start
 from posttrain.loop.watch import Watch
 from posttrain.obs import console as con, trace
@@ -40,7 +40,7 @@ from posttrain.obs.rollout_stats import sample_records
 from posttrain.obs.run_dir import make_run_dir, write_run_info
 from posttrain.models.save import save_hf_folder
 from posttrain.obs.sinks import tracker_sinks
-from posttrain.rewards.judges.audit import gate as judge_gate
+from posttrain.loop.judge_audit import gate as judge_gate
 from posttrain.rewards.telemetry import drain_task_metrics
 
 STEPPER_FILE = "stepper.pt"
@@ -204,9 +204,9 @@ class Run:
             grading.close()
 
     def _preflight_verdicts(self, before: dict[str, float], m: dict[str, Any]) -> None:
-        """Diagnoses with advice from the eval before and the first step (envs/preflight.py): no learning
+        """Diagnoses with advice from the eval before and the first step (obs/preflight_verdicts.py): no learning
         signal, saturation, truncation, reward errors, the time the whole run will take. Printing only."""
-        from posttrain.envs.preflight import diagnose, format_verdicts, measurements_from_metrics
+        from posttrain.obs.preflight_verdicts import diagnose, format_verdicts, measurements_from_metrics
 
         c = self.c
         meas = measurements_from_metrics(before=before, step=m, steps=self.cfg.loop.steps,
@@ -282,7 +282,7 @@ class Run:
 
 def env_check(c: Components, mode: str, say, console: bool) -> None:
     """The task's smoke checks (known-good and known-bad answers, smoke commands) before any training."""
-    from posttrain.envs.check import EnvCheckError, check_task, results_table
+    from posttrain.envs.smoke_checks import EnvCheckError, check_task, results_table
 
     results = check_task(c.task)
     if all(r.ok for r in results):
@@ -299,7 +299,7 @@ def env_check(c: Components, mode: str, say, console: bool) -> None:
 
 def _check_names(cfg: Config) -> None:
     from posttrain.algos import ADVANTAGES, IS_CORRECTIONS, LOSSES, TOKEN_WEIGHTS
-    from posttrain.loop.schedule import COLLECTORS, STEPPERS
+    from posttrain.loop.wiring import COLLECTORS, STEPPERS
     from posttrain.training.optimizers import OPTIMIZERS
 
     a = cfg.algorithm

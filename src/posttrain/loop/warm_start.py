@@ -18,21 +18,24 @@ afterwards), so RL starts with fresh optimizer state, as it would from a supervi
 from __future__ import annotations
 
 import asyncio
-import random
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from posttrain.algos.losses import LossParams, reinforce_loss
 from posttrain.config.schema import Config
 from posttrain.envs.task import Task
-from posttrain.envs.tool_env import turn_end_text
+from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
 from posttrain.rewards.telemetry import drain_task_metrics
 from posttrain.sampling.scripted import ScriptedSampler
+from posttrain.training.sft import batches, reply_end_token
 from posttrain.training.trainer import Trainer
-from posttrain.types import Group, SampleParams, Trajectory, groups_to_batch
+from posttrain.types import Group, SampleParams, Trajectory
+
+
+DEMONSTRATIONS = BatchOptions(advantage="reward", scale_std=False)  # every demonstrated token trained, weight 1
 
 
 class WarmStartError(ValueError):
@@ -47,16 +50,6 @@ class WarmStartResult:
     loss_first: float  # mean NLL per demonstrated token, first step
     loss_last: float  # ... mean of the last 3 steps
     seconds: float
-
-
-def reply_end_token(tok: Any) -> int:
-    """The id that closes an assistant reply when the model stops on its own (ChatML: <|im_end|>), else eos."""
-    end = turn_end_text(tok).strip()
-    if end:
-        ids = tok(end, add_special_tokens=False)["input_ids"]
-        if len(ids) == 1:
-            return int(ids[0])
-    return int(tok.eos_token_id)
 
 
 async def demonstration_trajectories(env: Any, task: Task, tok: Any, rows: list[dict[str, Any]],
@@ -97,22 +90,6 @@ def eta_text(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-def batches(n: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
-    """`steps` batches of indices into n demonstrations: shuffled epochs, a fresh order each epoch."""
-    rng = random.Random(f"warm-start:{seed}")
-    out: list[list[int]] = []
-    order: list[int] = []
-    for _ in range(steps):
-        b: list[int] = []
-        while len(b) < min(batch_size, n):
-            if not order:
-                order = list(range(n))
-                rng.shuffle(order)
-            b.append(order.pop())
-        out.append(b)
-    return out
-
-
 async def run_warm_start(cfg: Config, model: Any, tok: Any, env: Any, task: Task, params: SampleParams, pad_id: int,
                    say: Callable[[str], None], log: Callable[[dict[str, Any]], None]) -> WarmStartResult:
     ws = cfg.warm_start
@@ -138,9 +115,12 @@ async def run_warm_start(cfg: Config, model: Any, tok: Any, env: Any, task: Task
     loss_params = LossParams(aggregation="token-mean")
     losses: list[float] = []
     for k, idx in enumerate(batches(len(ok), ws.batch_size, ws.steps, cfg.run.seed)):
-        groups = [Group(task_index=i, trajectories_G=[ok[i]], advantages_G=[1.0]) for i in idx]
+        # Each demonstration is its own group with reward 1 and the "reward" estimator (A = r): the REINFORCE loss
+        # is then the demonstrations' negative log-likelihood. The RL step's batch path, so nothing differs.
+        seqs = [replace(s, reward=1.0) for s in sequences_from_groups([Group(i, [ok[i]]) for i in idx])]
+        batch, _ = build_batch(seqs, DEMONSTRATIONS)
         ts = time.perf_counter()
-        m = trainer.forward_backward(groups_to_batch(groups), reinforce_loss, loss_params)
+        m = trainer.forward_backward(batch, reinforce_loss, loss_params)
         m.update(trainer.optim_step())
         losses.append(m["train/loss"])  # token-mean of -logp over the demonstrated tokens = NLL per token
         log({"kind": "warm_start", "step": 0, "warm_start/step": k + 1, "warm_start/nll": m["train/loss"],

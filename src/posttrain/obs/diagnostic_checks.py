@@ -9,7 +9,7 @@ import math
 import statistics
 
 from posttrain.config.schema import DiagnosticsConfig
-from posttrain.obs.diagnostics import Finding, History, _num, diagnostic
+from posttrain.obs.diagnostic_registry import Finding, History, _num, diagnostic
 
 BASELINE_STEPS = 3  # "its first steps' mean": entropy and length are compared to the mean of the first 3 steps
 

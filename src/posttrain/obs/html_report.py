@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import html
 import json
-import math
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from posttrain.obs.report_figs import (ReportError, _div, _layout, _plotly, fig_async, fig_curriculum, fig_explorer,
+from posttrain.obs.report_figs import (_div, _layout, _plotly, fig_async, fig_curriculum, fig_explorer,
                                       fig_lines, fig_reliability, fig_reward, fig_timeline, fig_timing)
-from posttrain.obs.trace import read_trace, to_chrome_trace
+from posttrain.obs.run_data import ReportError, RunData, _num
+from posttrain.obs.trace import to_chrome_trace
 
 __all__ = ["ReportError", "RunData", "fig_reliability", "render_report", "write_chrome_trace", "write_compare",
            "write_html_report"]
@@ -32,93 +31,6 @@ COMPARE_KEYS = ["reward/mean", "pass_rate", "eval/pass_rate", "completion/len_me
                 "train/sampler_kl_k3", "time/step"]
 MAX_VIEWER_STEPS = 200  # steps of samples embedded in the page (evenly spaced beyond that: the file stays small)
 
-
-@dataclass
-class RunData:
-    run_dir: Path
-    records: list[dict[str, Any]] = field(default_factory=list)
-    samples: list[dict[str, Any]] = field(default_factory=list)
-    trace: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)  # what is missing, shown at the top of the page
-
-    @property
-    def name(self) -> str:
-        return self.run_dir.name
-
-    @property
-    def train(self) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("kind") == "train"]
-
-    @property
-    def evals(self) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("kind") == "eval"]
-
-    @classmethod
-    def load(cls, run_dir: str | Path) -> "RunData":
-        d = Path(run_dir)
-        if not d.is_dir():
-            raise ReportError(f"run directory not found: {d}")
-        known = ["config.yaml", "metrics.jsonl", "samples.jsonl", "trace.jsonl", "summary.json"]
-        if not any((d / f).exists() for f in known):
-            raise ReportError(f"{d} is not a run directory (none of {', '.join(known)} in it)")
-        run = cls(d, _jsonl(d / "metrics.jsonl"), _jsonl(d / "samples.jsonl"), read_trace(d))
-        if (d / "summary.json").exists():
-            try:
-                run.summary = json.loads((d / "summary.json").read_text())
-            except json.JSONDecodeError:
-                run.notes.append("summary.json is not valid JSON")
-        if not run.train:
-            run.notes.append("no train steps in metrics.jsonl yet: the run crashed or stopped before step 1, "
-                             "or is still starting")
-        elif run.summary is None:
-            run.notes.append(f"no summary.json: the run is still going or stopped early (last step "
-                             f"{run.train[-1].get('step')})")
-        if not run.trace:
-            run.notes.append("no trace.jsonl: no timeline (runs from before tracing existed have none)")
-        return run
-
-    def series(self, key: str, records: list[dict[str, Any]] | None = None) -> tuple[list[int], list[float]]:
-        """(steps, values) of key over the records that have it as a number ("nan" strings read as gaps)."""
-        xs, ys = [], []
-        for r in self.train if records is None else records:
-            if key in r:
-                xs.append(r.get("step", 0))
-                ys.append(_num(r[key]))
-        return xs, ys
-
-    def keys(self, prefix: str, records: list[dict[str, Any]] | None = None) -> list[str]:
-        recs = self.train if records is None else records
-        return sorted({k for r in recs for k, v in r.items() if k.startswith(prefix) and _is_num(v)})
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:  # a half-written last line of a crashed or running run
-            continue
-        if isinstance(r, dict):
-            out.append(r)
-    return out
-
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-# ---- the page ----------------------------------------------------------------------------------------------
 
 def _template() -> str:
     return resources.files("posttrain.obs").joinpath("templates/report.html").read_text()
@@ -193,10 +105,10 @@ def render_report(run: RunData) -> str:
         f'<code>posttrain report {html.escape(str(run.run_dir))} --trace trace.json</code></p>'
         if run.trace else ""), "timeline")
     curriculum = fig_curriculum(run)
-    if curriculum is not None:  # adaptive prompt selection (loop/prompt_selection.py)
+    if curriculum is not None:  # adaptive prompt selection (algos/prompt_selection.py)
         content += _section("Curriculum", _div(curriculum, "fig-curriculum"), "curriculum")
     tags = [k for k in run.keys("rised/") if k not in ("rised/tag_errors", "rised/selection_overlap")]
-    if tags:  # RISED: which behaviours rise and fall over the run (loop/profiles.py)
+    if tags:  # RISED: which behaviours rise and fall over the run (guidance/profiles.py)
         content += _section("Behaviour profile", _div(fig_lines(run, "share of rollouts with each tag", tags,
                                                                 yaxis="share"), "fig-profile"), "profile")
     content += _section("Any metric", _div(fig_explorer(run), "fig-explorer"), "explorer")

@@ -5,12 +5,10 @@ auto/report.py reuses the helpers). Plotly is imported only when a figure is dra
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from posttrain.obs.run_data import ReportError, RunData
 from posttrain.obs.trace import lane_order
-
-if TYPE_CHECKING:
-    from posttrain.obs.html_report import RunData
 
 # The trainer's per-step stages, stacked in the timing chart (time/<stage>); other time/* keys overlap them
 # (async busy times, the weight-sync transport's own timing) and are drawn as lines.
@@ -19,10 +17,6 @@ STAGES = ["sample", "reward", "token_stats", "train", "sync", "perturb"]
 STAGE_COLOURS = {"sample": "#2a9d8f", "reward": "#e9c46a", "token_stats": "#f4a261", "train": "#1f5fbf",
                  "sync": "#9b5de5", "eval": "#264653", "perturb": "#e76f51",
                  "wait_rollouts": "#c8c8c8", "wait_weights": "#e4e4e4"}
-
-
-class ReportError(ValueError):
-    """Bad input to the report (not a run directory, a missing run in --compare): a clear message, no traceback."""
 
 
 # ---- figures -----------------------------------------------------------------------------------------------

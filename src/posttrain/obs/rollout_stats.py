@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from posttrain.envs.isolate import FAILED_IN
+from posttrain.types import FAILED_IN
 from posttrain.types import Trajectory
 
 

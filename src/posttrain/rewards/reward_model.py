@@ -2,7 +2,7 @@
 
     rubric = Rubric([RewardComponent("rm", reward_model("runs/rm/product-blurb"))])
 
-The folder is what `posttrain rm train` writes (rewards/rm_train.py): a HF sequence-classification model with one
+The folder is what `posttrain rm train` writes (training/reward_model_fit.py): a HF sequence-classification model with one
 output (`AutoModelForSequenceClassification`, num_labels=1) and its tokenizer; any such folder works, e.g. a
 published reward model saved with `save_pretrained`. The function scores `format_pair(prompt, completion)`, the
 same text the model was trained on, in batches of `batch_size`; the model is loaded on the first call and kept

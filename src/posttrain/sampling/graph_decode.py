@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from posttrain.sampling.hf_sampler import left_pad
+from posttrain.sampling.padding import left_pad
 
 CAPACITY_BUCKET = 128
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from posttrain.sampling.padding import left_pad
 from posttrain.sampling.coalesce import Coalescer
 from posttrain.sampling.kv_cache import PreallocCache, cache_arg_name, cache_from_rows, row_kv
 from posttrain.sampling.logits import choose_tokens
@@ -355,19 +356,6 @@ class HFSampler:
             except Exception:  # noqa: BLE001 - an unusual tokenizer: every check decodes the tail (always correct)
                 self._pieces = []
         return self._pieces or None
-
-
-def left_pad(rows: list[list[int]], pad_id: int, mask_width: int, device) -> tuple[torch.Tensor, ...]:
-    """Prompts right-aligned in one batch: ids (B, Lp) padded on the left, an attention mask (B, mask_width >= Lp:
-    1 from each row's first token on, through the columns after the prompts too) and position ids (B, Lp)."""
-    Lp = max(len(r) for r in rows)
-    ids = torch.full((len(rows), Lp), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), mask_width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, Lp - len(r):] = torch.tensor(r)
-        mask[i, Lp - len(r):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    return ids, mask, (mask[:, :Lp].cumsum(-1) - 1).clamp(min=0)
 
 
 def _device(model: Any) -> torch.device:

@@ -109,7 +109,7 @@ def create_app(sampler: Sampler, tokenizer: Any, model_name: str = "posttrain", 
     if weights_dir is not None:
         @app.post("/update_weights_from_disk")
         async def update_weights() -> dict[str, Any]:
-            from posttrain.loop.weight_ipc import read_file_weights
+            from posttrain.sampling.weight_ipc import read_file_weights
 
             box: dict[str, int] = {}
             # Between decodes (the sampler's lock), so no completion mixes two versions.

@@ -89,7 +89,7 @@ def is_cpu_build(vllm: Any) -> bool:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """What an engine starts with (from the config's `sampling.vllm` block; loop/engines.py builds it)."""
+    """What an engine starts with (from the config's `sampling.vllm` block; sampling/engines.py builds it)."""
 
     model_dir: str  # an HF folder with config.json, weights and tokenizer
     dtype: str = "float32"

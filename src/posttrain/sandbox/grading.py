@@ -171,7 +171,7 @@ def grade_pytest(files: dict[str, str], test_files: dict[str, str], cfg: Sandbox
     report (timed out, killed, OOM-killed, a broken channel, a changed test file, patched pytest machinery, a
     grader error). `score` is 0 then either way (a solution that hangs fails), but a per-test map of all-failed
     would claim tests failed that never ran to a verdict, and a repair task's baseline (the untouched code's
-    grade, rewards/test_sets.py) taken from it would pay untouched code for "fixing" them.
+    grade, rewards/repair_grades.py) taken from it would pay untouched code for "fixing" them.
     """
     cfg = cfg or SandboxConfig()
     if not test_files:

@@ -52,7 +52,7 @@ class ThreadExecutor:
 
 _THREADS = ThreadExecutor()
 # Process-wide, not a contextvar: graders call their pools from the rubric's worker threads and from fresh event
-# loops (envs/tasks/code_tests.run_sync), which a context variable set by the run would not reach.
+# loops (tasks/code_tests.run_sync), which a context variable set by the run would not reach.
 _current: Executor = _THREADS
 
 

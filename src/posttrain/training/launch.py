@@ -37,7 +37,7 @@ def _free_port() -> int:
 def rank_trainer(cfg: Config, model, pad_id: int, world: int):
     """This rank's Trainer, once it has joined the group: over the whole model (data parallel), or over its FSDP2
     shard of it (trainer.sharding=fsdp2; cutting the shards is collective, so every rank calls this in step)."""
-    from posttrain.loop.schedule import make_trainer
+    from posttrain.training.from_config import make_trainer
 
     if cfg.trainer.sharding == "fsdp2":
         from posttrain.training.fsdp import ShardedTrainer, shard_model
@@ -73,12 +73,12 @@ def run_worker(cfg: Config) -> None:
     """A rank > 0: the same model and Trainer as rank 0, then the worker loop until rank 0 says stop."""
     import torch
 
-    from posttrain.loop.builder import resolve_device, resolve_dtype, seed_everything
-    from posttrain.loop.pg_stepper import loss_params, token_weight_fn
+    from posttrain.models.policy import resolve_device, resolve_dtype, seed_everything
+    from posttrain.training.from_config import loss_params, token_weight_fn
     from posttrain.models.load import ensure_pad_token, load_model
     from posttrain.models.lora import apply_lora
     from posttrain.algos import LOSSES
-    from posttrain.envs.custom import load_task
+    from posttrain.tasks.load import load_task
     from posttrain.training.distributed import init_group, worker_loop
 
     rank, world = launched_rank(), world_size(cfg)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from posttrain.envs.tool_env import turn_end_text
 from posttrain.types import Batch, Sequence
 
 TARGETS = ("insight", "answer")
@@ -70,9 +71,34 @@ def read_sft_rows(path: str | Path, target: str = "insight") -> list[dict[str, A
     return rows
 
 
+def reply_end_token(tok: Any) -> int:
+    """The id that closes an assistant reply when the model stops on its own (ChatML: <|im_end|>), else eos."""
+    end = turn_end_text(tok).strip()
+    if end:
+        ids = tok(end, add_special_tokens=False)["input_ids"]
+        if len(ids) == 1:
+            return int(ids[0])
+    return int(tok.eos_token_id)
+
+
+def batches(n: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
+    """`steps` batches of indices into n demonstrations: shuffled epochs, a fresh order each epoch."""
+    rng = random.Random(f"warm-start:{seed}")
+    out: list[list[int]] = []
+    order: list[int] = []
+    for _ in range(steps):
+        b: list[int] = []
+        while len(b) < min(batch_size, n):
+            if not order:
+                order = list(range(n))
+                rng.shuffle(order)
+            b.append(order.pop())
+        out.append(b)
+    return out
+
+
 def sft_sequences(rows: list[dict[str, Any]], tok: Any) -> list[Sequence]:
     """Each row as a Sequence: the rendered prompt, the completion's tokens and the reply's end token, advantage 1."""
-    from posttrain.loop.warm_start import reply_end_token
     from posttrain.models.chat import render_prompt
 
     end = reply_end_token(tok)
@@ -90,7 +116,6 @@ def sft(rows: list[dict[str, Any]], model_name: str, out: str | Path, steps: int
     import torch
 
     from posttrain.algos.losses import LossParams, reinforce_loss
-    from posttrain.loop.warm_start import batches
     from posttrain.models.load import ensure_pad_token, load_model
     from posttrain.models.save import save_hf_folder
     from posttrain.training.trainer import Trainer

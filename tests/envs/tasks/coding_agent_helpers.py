@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from posttrain.envs.coding_agent.episode import RepoEpisode
+from posttrain.tasks.coding_agent.episode import RepoEpisode
 from posttrain.envs.tool_env import ToolEnv
 from posttrain.envs.tools import Tool, call_tool
 from posttrain.sampling.scripted import ScriptedSampler as _Scripted

@@ -1,4 +1,4 @@
-"""Repair tasks' baselines (envs/baselines.py, issue #42): the untouched code's per-test grade is kept only when it
+"""Repair tasks' baselines (tasks/baselines.py, issue #42): the untouched code's per-test grade is kept only when it
 came to a verdict, graded up front by Task.prepare, retried on request, and a sample whose baseline is unknown
 fails with the reason instead of being paid against a guess.
 
@@ -12,10 +12,10 @@ import asyncio
 import pytest
 from coding_agent_helpers import needs_sandbox
 
-from posttrain.envs import baselines as B
-from posttrain.envs.coding_agent.task import Grader, episode_factory, make_task as coding_task
+from posttrain.tasks import baselines as B
+from posttrain.tasks.coding_agent.task import Grader, episode_factory, make_task as coding_task
 from posttrain.envs.task import prepare_task
-from posttrain.envs.tasks import feature_deletion as F
+from posttrain.tasks import feature_deletion as F
 from posttrain.sandbox import GradeResult, SandboxConfig, SandboxPool
 from posttrain.sandbox.grading import static_test_ids
 

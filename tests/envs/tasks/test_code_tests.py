@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from posttrain.envs.tasks import code_tests as C
+from posttrain.tasks import code_tests as C
 
 
 def _score(task, rows, texts):
@@ -123,7 +123,7 @@ def test_hack_detection_can_be_disabled():
 
 
 def test_registered_and_loadable():
-    from posttrain.envs.custom import load_task
+    from posttrain.tasks.load import load_task
 
     task = load_task("code-tests", {"difficulties": ["easy"]})
     assert task.conversational and task.stop == ["\n```\n"]

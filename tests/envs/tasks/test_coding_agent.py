@@ -14,10 +14,10 @@ from coding_agent_helpers import SOURCES, TESTS, ScriptedSampler, needs_sandbox,
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posttrain.envs.coding_agent import data
-from posttrain.envs.coding_agent.episode import TOOL_NAMES, RepoEpisode
-from posttrain.envs.coding_agent.repo import MAX_OUTPUT
-from posttrain.envs.coding_agent.task import make_task
+from posttrain.tasks.coding_agent import data
+from posttrain.tasks.coding_agent.episode import TOOL_NAMES, RepoEpisode
+from posttrain.tasks.coding_agent.repo import MAX_OUTPUT
+from posttrain.tasks.coding_agent.task import make_task
 from posttrain.envs.tools import Tool, call_tool
 
 

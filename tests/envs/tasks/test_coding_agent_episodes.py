@@ -10,11 +10,11 @@ import re
 import pytest
 from coding_agent_helpers import ScriptedSampler, needs_sandbox, play, run_tool, tool_env
 
-from posttrain.envs.check import check_task
-from posttrain.envs.coding_agent import data
-from posttrain.envs.coding_agent.episode import TOOL_NAMES, first_failure
-from posttrain.envs.coding_agent.task import anchor_edit, call, demonstrate, line_edit, make_task
-from posttrain.envs.tasks import builtin_task_factory
+from posttrain.envs.smoke_checks import check_task
+from posttrain.tasks.coding_agent import data
+from posttrain.tasks.coding_agent.episode import TOOL_NAMES, first_failure
+from posttrain.tasks.coding_agent.task import anchor_edit, call, demonstrate, line_edit, make_task
+from posttrain.tasks import builtin_task_factory
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from posttrain.envs.check import check_task, score_completion
+from posttrain.envs.smoke_checks import check_task, score_completion
 from posttrain.envs.task import Task
-from posttrain.envs.tasks import builtin_task_factory
-from posttrain.envs.tasks.decision_data import LABELS
-from posttrain.envs.tasks.decision_routing import answer, demonstrate, make_task
+from posttrain.tasks import builtin_task_factory
+from posttrain.tasks.decision_data import LABELS
+from posttrain.tasks.decision_routing import answer, demonstrate, make_task
 from posttrain.rewards.decision import Decision, parse_decision
 from posttrain.rewards.telemetry import drain_task_metrics
 

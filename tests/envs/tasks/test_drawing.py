@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from posttrain.envs.check import check_task, score_completion
+from posttrain.envs.smoke_checks import check_task, score_completion
 from posttrain.envs.task import Task
-from posttrain.envs.tasks import builtin_task_factory
-from posttrain.envs.tasks.drawing import make_task, program_text
+from posttrain.tasks import builtin_task_factory
+from posttrain.tasks.drawing import make_task, program_text
 from posttrain.rewards.telemetry import drain_task_metrics
 
 
@@ -159,8 +159,8 @@ def test_smoke_checks_do_not_reach_the_metrics() -> None:
 
 
 def test_generated_pictures_are_distinct_fixed_and_never_held_out() -> None:
-    from posttrain.envs.tasks import drawing_data as D
-    from posttrain.envs.tasks.drawing_scenes import FAMILIES, generate
+    from posttrain.tasks import drawing_data as D
+    from posttrain.tasks.drawing_scenes import FAMILIES, generate
 
     scenes = generate(300)
     assert scenes == generate(300)  # the generator's own seed: every run trains on the same pictures
@@ -194,7 +194,7 @@ def test_bad_train_pictures_are_refused(bad: object) -> None:
 
 
 def test_asking_for_more_pictures_than_the_families_hold_is_an_error() -> None:
-    from posttrain.envs.tasks.drawing_scenes import generate
+    from posttrain.tasks.drawing_scenes import generate
 
     with pytest.raises(ValueError, match="ran out"):
         generate(100_000)

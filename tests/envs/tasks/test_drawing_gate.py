@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posttrain.envs.tasks import drawing_data as D
-from posttrain.envs.tasks.drawing_gate import DRAW_CALLS, check_program
-from posttrain.envs.tasks.drawing_render import PALETTE, RenderError, color, image_distance, render
+from posttrain.tasks import drawing_data as D
+from posttrain.tasks.drawing_gate import DRAW_CALLS, check_program
+from posttrain.tasks.drawing_render import PALETTE, RenderError, color, image_distance, render
 
 ESCAPES = {
     "import": "import os\nfill('red')",
@@ -142,7 +142,7 @@ def test_runtime_limits(program: str, why: str) -> None:
 
 
 def test_gate_and_painter_agree_and_colours() -> None:
-    from posttrain.envs.tasks.drawing_render import _Painter
+    from posttrain.tasks.drawing_render import _Painter
 
     assert set(DRAW_CALLS) == {n for n in vars(_Painter) if not n.startswith("_")}
     assert len(DRAW_CALLS) == 10

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from posttrain.envs.check import check_task, score_completion
-from posttrain.envs.tasks import drawing_data as D
-from posttrain.envs.tasks.drawing import make_task
-from posttrain.envs.tasks.drawing_render import PALETTE, flat_distance, image_distance, region_score, render
+from posttrain.envs.smoke_checks import check_task, score_completion
+from posttrain.tasks import drawing_data as D
+from posttrain.tasks.drawing import make_task
+from posttrain.tasks.drawing_render import PALETTE, flat_distance, image_distance, region_score, render
 
 REFS = D.TRAIN + D.HELD_OUT
 RENDERS = {p: render(p) for _, p in REFS}

@@ -4,7 +4,7 @@ import ast
 
 import pytest
 
-from posttrain.envs.tasks import feature_deletion as F
+from posttrain.tasks import feature_deletion as F
 
 SRC = '''"""mod."""
 

@@ -9,8 +9,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from posttrain.envs.task import Task
-from posttrain.envs.tasks import builtin_task_factory
-from posttrain.envs.tasks.json_extract import SHAPES, make_task, skeleton
+from posttrain.tasks import builtin_task_factory
+from posttrain.tasks.json_extract import SHAPES, make_task, skeleton
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,12 @@ import asyncio
 import pytest
 
 from posttrain.envs.base import score_groups
-from posttrain.envs.check import check_task
-from posttrain.envs.custom import TaskLoadError, load_task
-from posttrain.envs.reversal.grid import ACTION_NAMES
-from posttrain.envs.reversal.gym_env import ReversalGridEnv
-from posttrain.envs.reversal.task import oracle_plan
+from posttrain.envs.smoke_checks import check_task
+from posttrain.envs.task import TaskLoadError
+from posttrain.tasks.load import load_task
+from posttrain.tasks.reversal.grid import ACTION_NAMES
+from posttrain.tasks.reversal.gym_env import ReversalGridEnv
+from posttrain.tasks.reversal.task import oracle_plan
 from posttrain.rewards.telemetry import drain_task_metrics
 from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.types import SampleParams

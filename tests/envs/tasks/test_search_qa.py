@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from posttrain.envs.custom import load_task
+from posttrain.tasks.load import load_task
 from posttrain.envs.task import Task
-from posttrain.envs.tasks import bm25, builtin_task_factory
-from posttrain.envs.tasks.search_qa import (
+from posttrain.tasks import bm25, builtin_task_factory
+from posttrain.tasks.search_qa import (
     EXAMPLE_QUERY,
     all_questions,
     build_world,

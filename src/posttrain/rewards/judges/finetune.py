@@ -30,7 +30,7 @@ from typing import Any
 from posttrain.rewards.rows_file import read_rows
 
 ANSWERS = ("Yes", "No")
-BUILTIN_EXAMPLES: dict[str, str] = {"product-blurb": "posttrain.envs.tasks.product_blurb"}  # module with judge_examples()
+BUILTIN_EXAMPLES: dict[str, str] = {"product-blurb": "posttrain.tasks.product_blurb"}  # module with judge_examples()
 META_FILE = "posttrain_judge.json"
 
 
@@ -124,7 +124,7 @@ def finetune_judge(train: list[dict[str, str]], held_out: list[dict[str, str]], 
 
     from posttrain.models.load import ensure_pad_token, load_model
     from posttrain.models.save import save_hf_folder
-    from posttrain.sampling.hf_sampler import left_pad
+    from posttrain.sampling.padding import left_pad
 
     train, held_out = check_examples(train, "train"), check_examples(held_out, "held-out")
     if steps < 1 or batch_size < 1 or lr <= 0 or max_length < 8 or (time_budget_s is not None and time_budget_s <= 0):

@@ -52,7 +52,7 @@ class LocalHFBackend:
     def yes_prob(self, prompts: list[str]) -> list[float | Exception]:
         import torch
 
-        from posttrain.sampling.hf_sampler import left_pad
+        from posttrain.sampling.padding import left_pad
 
         with self._lock:
             model, tok = self._load()

@@ -1,0 +1,258 @@
+"""The one place that picks how a run steps: a registry of stepper factories, keyed by `algorithm.stepper`.
+
+    policy_gradient   Trainer + Collector (loop.mode: sync, or async with staleness admission) + WeightSync,
+                      rollouts sampled in process or on Ray sampler actors (cluster.backend: SAMPLER_BACKENDS)
+    es                evolution strategies: perturbed copies scored by the env, no Trainer
+
+A factory gets the config, the run's components (loop/components.py) and the run directory, and returns a Stepper
+(loop/run.py). Adding a schedule is a function registered here.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from posttrain.algos.registry import Registry
+from posttrain.algos.prompt_selection import PromptSelector, SelectionSettings
+from posttrain.config.schema import Config
+from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
+from posttrain.loop.components import Components
+from posttrain.models.policy import resolve_dtype
+from posttrain.loop.collect import Rollouts, SyncCollector
+from posttrain.loop.es_stepper import ESStepper
+from posttrain.guidance.insights import InsightEnv, InsightMemory
+from posttrain.loop.pg_stepper import PolicyGradientStepper
+from posttrain.guidance.profiles import ProfileBook, ProfileEnv, Rised
+from posttrain.guidance.teacher import SelfHintTeacher, load_teacher
+from posttrain.loop.weight_sync import CopyWeights, GatheredWeights, LowPrecisionCopy, SharedWeights, VersionedPush
+from posttrain.models.load import stop_token_ids
+from posttrain.obs.timers import BusyMeter
+from posttrain.rewards.tags import JudgeTagger, RuleTagger, Taggers, load_vocabulary
+from posttrain.sampling.hf_sampler import HFSampler
+from posttrain.sampling.precision import low_precision_copy, should_pack
+from posttrain.training.from_config import make_trainer, run_remedies, self_teacher
+from posttrain.training.launch import start_ranks, world_size
+from posttrain.types import SampleParams
+
+STEPPERS: Registry = Registry("stepper")
+COLLECTORS: Registry = Registry("loop mode")
+SAMPLER_BACKENDS: Registry = Registry("cluster backend")  # where rollouts are sampled (cluster.backend)
+
+
+def pass_thresholds(c: Components) -> dict[str, float]:
+    return {x.name: x.pass_threshold for x in c.task.rubric.components}
+
+
+def rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, Any]:
+    """The sampler rollouts use and the WeightSync that keeps it current, from the backend `cluster.backend`
+    names, with the engine `sampling.engine` names (a backend registered as "<backend>:<engine>" wins over the plain
+    one). Eval, the env check and the judge audit keep the policy's own in-process sampler (`c.sampler`)."""
+    name = f"{cfg.cluster.backend}:{cfg.sampling.engine}"
+    return SAMPLER_BACKENDS[name if name in SAMPLER_BACKENDS else cfg.cluster.backend](cfg, c, own_copy)
+
+
+@SAMPLER_BACKENDS.register("local")
+def local_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[HFSampler, Any]:
+    """In this process: the policy's own sampler (a version bump), a full-precision copy (the async loop: training
+    and generation overlap), or a low-precision copy (sampling.precision), refreshed at each sync."""
+    p = cfg.sampling.precision
+    packed = should_pack(c.model, p, cfg.sampling.packed_weights, holds_copy=own_copy or p != "fp32")
+    if p == "fp32" and not own_copy and not packed:
+        return c.sampler, SharedWeights(c.sampler)
+    # A packed fp32 copy is refreshed like a low-precision one (merged and re-packed at each sync).
+    own = p != "fp32" or packed
+    model = low_precision_copy(c.model, p, packed=packed) if own else copy.deepcopy(c.model).eval()
+    sampler = HFSampler(model, c.tokenizer, stop_token_ids(c.model, c.tokenizer), seed=cfg.run.seed,
+                        graphs=cfg.sampling.cuda_graphs and p == "fp32",
+                        interruptible=own_copy and cfg.loop.mode == "async" and cfg.loop.interruptible,
+                        prefix_cache_tokens=cfg.sampling.prefix_cache_tokens)
+    sampler.generator.set_state(c.sampler.generator.get_state())
+    sampler.policy_version = c.sampler.policy_version
+    return sampler, (LowPrecisionCopy(c.model, sampler, p) if own else CopyWeights(c.model, sampler))
+
+
+@SAMPLER_BACKENDS.register("ray")
+def ray_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, Any]:
+    """Sampler actors on Ray (cluster/), each with its own copy of the policy, so both loop modes are served; the
+    object-store transport loads the trainer's weights into them now and at every sync. Ray is imported here
+    only, so the local backend never starts it."""
+    from posttrain.cluster.ray_sampler import RaySamplerPool
+    from posttrain.cluster.ray_weights import ObjectStoreWeights
+
+    pool = RaySamplerPool.start(cfg, c.tokenizer)
+    sync = ObjectStoreWeights(c.model, pool, full_hf=cfg.sampling.engine == "vllm")
+    try:
+        sync.push(c.sampler.policy_version)  # the actors serve what the trainer holds now (after any warm start)
+    except BaseException:
+        sync.close()
+        raise
+    return pool, sync
+
+
+@SAMPLER_BACKENDS.register("server")
+def server_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, Any]:
+    """An OpenAI-compatible inference server (posttrain serve, vLLM, SGLang) samples the rollouts; each sync writes
+    the trainable weights to cluster.weights_dir and asks the server to reload them (sampling/weight_ipc.py
+    ServerWeights: timeout and bounded retries, and the server must answer with the pushed version). The server
+    holds its own copy, so both loop modes are served."""
+    from posttrain.sampling.weight_ipc import ServerWeights
+    from posttrain.sampling.openai_sampler import OpenAISampler
+
+    cc = cfg.cluster
+    sampler = OpenAISampler(cc.server_url, model=cc.server_model, tokenizer=c.tokenizer, timeout_s=cc.server_timeout_s)
+    sync = VersionedPush(ServerWeights(c.model, cc.weights_dir, cc.server_url, timeout_s=cc.server_timeout_s), sampler)
+    sync.push(c.sampler.policy_version)  # the server serves what the trainer holds now (after any warm start)
+    return sampler, sync
+
+
+@SAMPLER_BACKENDS.register("local:vllm")
+def local_vllm_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, Any]:
+    """A vLLM engine in this process (sampling/engines.py); it holds its own weights, so both loop modes are served."""
+    from posttrain.sampling.engines import local_vllm
+
+    return local_vllm(cfg, c)
+
+
+@SAMPLER_BACKENDS.register("server:vllm")
+def server_vllm_sampler(cfg: Config, c: Components, own_copy: bool, say=print) -> tuple[Any, Any]:
+    """cluster.num_servers vLLM servers, started and supervised here; weights pushed to each every step."""
+    from posttrain.cluster.vllm_servers import ServerPoolWeights, VLLMServerPool
+    from posttrain.sampling.engines import engine_model_dir, engine_spec, work_dir
+
+    cc = cfg.cluster
+    wd = work_dir(cfg)
+    # Servers get merged full weights under LoRA too (one reload path per server).
+    spec = engine_spec(cfg, c.model, engine_model_dir(cfg, c.model, c.tokenizer, wd, log=say))
+    pool = VLLMServerPool.start(spec, c.tokenizer, stop_token_ids(c.model, c.tokenizer), cc.num_servers, wd,
+                                timeout_s=cc.server_timeout_s, start_timeout_s=cc.server_start_timeout_s,
+                                max_restarts=cc.max_restarts, log=say)
+    sync = ServerPoolWeights(c.model, pool)
+    try:
+        sync.push(c.sampler.policy_version)
+    except BaseException:
+        sync.close()
+        raise
+    return pool, sync
+
+
+@COLLECTORS.register("sync")
+def sync_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
+    """Roll out now, when the step asks."""
+    sampler, sync = rollout_sampler(cfg, c, own_copy=False)
+    rollouts = Rollouts.from_config(cfg, c.env, sampler, c.task.train_rows, c.train_params)
+    return SyncCollector(cfg, rollouts), sync
+
+
+@COLLECTORS.register("async")
+def async_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
+    """Rollout workers run ahead with a sampler that holds its own copy of the model, so training and generation
+    overlap; each sync copies the weights in."""
+    sampler, sync = rollout_sampler(cfg, c, own_copy=True)
+    meters = {k: BusyMeter() for k in ("model_call", "rollout")}
+    rollouts = Rollouts.from_config(cfg, c.env, MeteredSampler(sampler, meters["model_call"]), c.task.train_rows,
+                                    c.train_params)
+    return AsyncCollector(cfg, rollouts, meters), sync
+
+
+def with_feedback_envs(cfg: Config, c: Components, run_dir: Path,
+                       say: Callable[[str], None]) -> tuple[Components, dict[str, Any]]:
+    """The env wrapped for the methods that learn from words (guidance/insights.py, guidance/profiles.py), and their run
+    state for the stepper (saved in its checkpoints)."""
+    plugins: dict[str, Any] = {}
+    a = cfg.algorithm
+    if a.insights.enabled:  # RLTL;DR: rollouts read and write the task's insights
+        ic = a.insights
+        memory = InsightMemory(ic.per_task, ic.max_tasks)
+        write = SampleParams(max_tokens=ic.max_tokens, temperature=ic.temperature, stop=["\n"])
+        c = replace(c, env=InsightEnv(c.env, memory, c.tokenizer, ic.unconditioned_share, ic.per_group, write,
+                                      seed=cfg.run.seed, log_path=run_dir / "insights.jsonl"))
+        plugins["insights"] = memory
+        say(f"insights: up to {ic.per_task} per task, {1 - ic.unconditioned_share:.0%} of rollouts read them, "
+            f"the rest learn toward them (x {ic.coef:g})")
+    if a.rised.enabled:  # RISED: rubric tags on every rollout
+        rc = a.rised
+        vocab = load_vocabulary(rc.vocabulary)
+        judge = None
+        if any(not t.rule for t in vocab):
+            from posttrain.rewards.judges.cache import JudgeCache
+            from posttrain.rewards.judges.local_hf import LocalHFBackend
+            from posttrain.rewards.judges.runner import JudgeRunner
+
+            judge = JudgeTagger(vocab, JudgeRunner(LocalHFBackend(rc.judge_model, seed=cfg.run.seed),
+                                                   cache=JudgeCache(cfg.judge.cache)))
+        book = ProfileBook([t.name for t in vocab])
+        rised = Rised(vocab, Taggers(RuleTagger(vocab), judge), book, rc.candidates, rc.window, seed=cfg.run.seed)
+        c = replace(c, env=ProfileEnv(c.env, rised.taggers, vocab, book, rc.negative, rc.penalty, rc.positive_distill))
+        plugins["rised"] = rised
+        say(f"rised: {len(vocab)} tags ({sum(t.rule is None for t in vocab)} by the judge), negative: {rc.negative}, "
+            f"selection: {'on' if rc.selection else 'off'}, positive distillation: "
+            f"{'on' if rc.positive_distill else 'off'}")
+    return c, plugins
+
+
+@STEPPERS.register("policy_gradient")
+def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]) -> PolicyGradientStepper:
+    if world_size(cfg) > 1:  # trainer ranks (training/distributed.py); rank 0 runs this loop
+        say(f"trainer: {world_size(cfg)} ranks, " + ("FSDP2-sharded" if cfg.trainer.sharding == "fsdp2"
+                                                     else "data parallel"))
+        trainer = start_ranks(cfg, c.model, c.tokenizer.pad_token_id, run_dir / "config.yaml")
+    else:
+        if cfg.trainer.sharding == "fsdp2":  # a checkpoint of a sharded run resumes here: the same state format
+            say("trainer: one rank, nothing to shard (trainer.sharding=fsdp2 applies from world_size 2)")
+        trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)
+    c, plugins = with_feedback_envs(cfg, c, run_dir, say)
+    collector, sync = COLLECTORS[cfg.loop.mode](cfg, c)
+    if getattr(trainer, "sharded", False):  # the sampler's model is not the trainer's: gather into it first
+        sync = GatheredWeights(trainer, c.model, sync)
+    if "rised" in plugins and cfg.algorithm.rised.selection:
+        collector.select = plugins["rised"]  # profile-based prompt selection (sync collector; checked in the config)
+    rised_picks = "rised" in plugins and cfg.algorithm.rised.selection
+    if rised_picks and cfg.loop.prompt_selection != "uniform":
+        say(f"prompt selection: RISED's (algorithm.rised.selection) instead of loop.prompt_selection="
+            f"{cfg.loop.prompt_selection}")
+    elif cfg.loop.prompt_selection != "uniform":  # uniform adds no state: its runs and checkpoints stay as before
+        sel = cfg.loop.selection
+        selector = PromptSelector(cfg.loop.prompt_selection, len(collector.rollouts.rows), cfg.run.seed,
+                                  SelectionSettings(sel.replay_share, sel.retire_after, sel.backoff_after,
+                                                    sel.revisit_every, sel.revisit_slots))
+        collector.selector = selector
+        plugins["prompt_selection"] = selector
+    lora_ref = c.model.disable_adapter if cfg.algorithm.beta > 0 and c.ref_model is None else None
+    teacher = None
+    if cfg.algorithm.teacher.model:
+        device = str(next(c.model.parameters()).device)
+        teacher = load_teacher(cfg.algorithm.teacher.model, c.tokenizer, trainer, device,
+                               resolve_dtype(cfg.model.dtype, device), cfg.model.attn_implementation,
+                               seed=cfg.run.seed, log=say)
+        say(f"teacher: {cfg.algorithm.teacher.model} (reverse KL x {cfg.algorithm.teacher.coef:g}, "
+            f"RL term x {cfg.algorithm.teacher.rl_weight:g})")
+    elif self_teacher(cfg.algorithm, run_remedies(cfg)) is not None:
+        a, (kind, coef) = cfg.algorithm, self_teacher(cfg.algorithm, run_remedies(cfg))
+        if kind == "hint" and a.hint_distill.enabled and getattr(c.task, "feedback", None) is None:
+            say(f"hint distillation: task {c.task.name!r} has no feedback function; only env feedback (tool errors) "
+                "will become hints")
+        # a feedback hint is capped by the config; insights fill up to per_task sentences; RISED lists behaviours
+        cap = {"hint": a.hint_distill.max_hint_tokens, "insight": a.insights.per_task * a.insights.max_tokens + 16,
+               "rised": 256}[kind]
+        teacher = SelfHintTeacher(trainer, c.tokenizer, cap)
+        what = ("the feedback" if a.hint_distill.enabled else "a remedy's format hint, once a stall starts") \
+            if kind == "hint" else f"its {kind} hint"
+        say(f"teacher: the policy itself with {what} in context (reverse KL x {coef:g})")
+    return PolicyGradientStepper(cfg, trainer, collector, sync, pass_thresholds(c), c.train_params.max_tokens,
+                                 ref_model=c.ref_model, ref_disable_adapter=lora_ref,
+                                 version=c.sampler.policy_version, teacher=teacher,
+                                 task=c.task, plugins=plugins)
+
+
+@STEPPERS.register("es")
+def evolution_strategies(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]) -> ESStepper:
+    return ESStepper(cfg, c.model, c.env, c.sampler, c.task.train_rows, c.train_params, pass_thresholds(c), run_dir,
+                     say=say)
+
+
+def make_stepper(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]):
+    return STEPPERS[cfg.algorithm.stepper](cfg, c, run_dir, say)

@@ -1,0 +1,112 @@
+"""`json-extract-judged`: the json-extract prompts, rewarded ONLY by an LLM judge; the programmatic verifiers stay
+as the pass rates (weight 0), so the held-out metric is still checked by code.
+
+Reward: a pointwise judge (rewards/judges/) asked a concrete yes/no question about the completion:
+"Is the following text written as plain English sentences?". Its score is P(No) (`yes_means_pass=False`):
+the judge is rewarded for *not* seeing prose. Why this question: the default 135M model, asked "is this text
+JSON?" in two wordings, gave a *higher* P(Yes) to prose than to JSON (AUC 0.16-0.18 on 96 of its own samples);
+whatever the question, its P(Yes) tracks "this is ordinary prose". Asking that directly, and rewarding No, uses
+the signal it has in the direction the question means (docs/judges.md has the measurements).
+
+Pass (the headline, `json_parse`): the whole completion is one JSON value (the property the judge is asked
+about), so `posttrain judge audit` compares like with like. `pass/json_exact` is logged next to it: the
+stricter json-extract pass.
+
+Options: `judge_model` ('default', 'tiny-random', an HF folder; or the served model's name with
+`judge_base_url`), `judge_base_url` (any OpenAI-compatible endpoint, e.g. `posttrain serve` or vLLM),
+`judge_threshold` (the judge's pass threshold, for its pass rate and the audit), `judge_timeout_s` and
+`judge_retries` (endpoint), `judge_local_timeout_s` (one local batch call), `group` ("pairwise": add the
+pairwise judge as a group reward, asked in both orders). On a slow CPU raise `task.reward_timeout_s` (default
+60 s) too: it bounds the whole judge call of a step's batch.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from posttrain.envs.smoke_checks import SmokeCheck
+from posttrain.envs.task import Task
+from posttrain.tasks import json_extract
+from posttrain.envs.tool_env import tokenizable
+from posttrain.rewards.json_rewards import json_exact, json_parse
+from posttrain.rewards.judges import JudgeRunner, LocalHFBackend, OpenAIBackend, PairwiseJudge, PointwiseJudge
+from posttrain.rewards.rubric import RewardComponent, Rubric
+from posttrain.rewards.text import completion_text
+
+QUESTION = "Is the following text written as plain English sentences? Answer Yes or No.\n\n{completion}"
+PAIR_QUESTION = ("Text A:\n{a}\n\nText B:\n{b}\n\nIs text A more like JSON data than text B? Answer Yes or No.")
+
+
+# What the judge reads of a completion. The policy writes at most max_tokens (96) tokens, far less than this; but a
+# judge's forward pass grows with the square of its prompt, and a local one that runs past its timeout keeps the
+# model locked for every later call, so a reply of a megabyte stalled every step after it (issue #42).
+MAX_JUDGED_CHARS = 4000
+
+
+def clip_completion(c: Any) -> Any:
+    """A completion cut to MAX_JUDGED_CHARS, in the form it came in (text, or chat messages), with lone surrogates
+    replaced (the judge's tokenizer raised UnicodeEncodeError on them)."""
+    text = completion_text(c)
+    cut = tokenizable(text[:MAX_JUDGED_CHARS] + (" [...]" if len(text) > MAX_JUDGED_CHARS else ""))
+    if cut == text:
+        return c
+    return cut if isinstance(c, str) else [{"role": "assistant", "content": cut}]
+
+
+class ClippedPointwiseJudge(PointwiseJudge):
+    """The pointwise judge on clipped completions (every path: rubric calls and the audit go through score_all)."""
+
+    def score_all(self, completions: list[Any], prompts: list[Any] | None = None,
+                  **columns: list[Any]) -> list[float | Exception]:
+        return super().score_all([clip_completion(c) for c in completions], prompts, **columns)
+
+
+class ClippedPairwiseJudge(PairwiseJudge):
+    """The pairwise judge on clipped completions."""
+
+    def compare_many(self, pairs: list[tuple[Any, Any]], prompts: list[Any] | None = None,
+                     columns: list[dict[str, Any]] | None = None) -> list[Any]:
+        return super().compare_many([(clip_completion(a), clip_completion(b)) for a, b in pairs], prompts, columns)
+
+
+def make_backend(judge_model: str = "default", judge_base_url: str | None = None, judge_api_key: str | None = None,
+                 judge_timeout_s: float = 30.0) -> Any:
+    if judge_base_url:
+        return OpenAIBackend(judge_base_url, model=None if judge_model == "default" else judge_model,
+                             api_key=judge_api_key, timeout_s=judge_timeout_s)
+    return LocalHFBackend(judge_model)
+
+
+def make_task(seed: int = 0, n_train: int = 400, n_eval: int = 48, judge_model: str = "default",
+              judge_base_url: str | None = None, judge_api_key: str | None = None, judge_threshold: float = 0.5,
+              judge_timeout_s: float = 30.0, judge_retries: int = 2, judge_local_timeout_s: float = 600.0,
+              group: str | None = None) -> Task:
+    if group not in (None, "pairwise"):
+        raise ValueError(f"group must be None or 'pairwise', got {group!r}")
+    base = json_extract.make_task(seed=seed, n_train=n_train, n_eval=n_eval)
+    backend = make_backend(judge_model, judge_base_url, judge_api_key, judge_timeout_s)
+    if judge_base_url:
+        runner = lambda: JudgeRunner(backend, timeout_s=2 * judge_timeout_s, max_retries=judge_retries)  # noqa: E731
+    else:
+        # In process nothing is transient, and a timed-out forward keeps the model's lock until it ends, so a
+        # retry would only queue behind it: one attempt, with a timeout sized for a slow shared CPU.
+        runner = lambda: JudgeRunner(backend, batch_size=8, timeout_s=judge_local_timeout_s, max_retries=0)  # noqa: E731
+    judge = ClippedPointwiseJudge(runner(), QUESTION, name="judge", yes_means_pass=False)
+    pairwise = ClippedPairwiseJudge(runner(), PAIR_QUESTION, name="pairwise_judge")
+    rubric = Rubric([
+        RewardComponent("judge", judge, weight=1.0, pass_threshold=judge_threshold),
+        # Weight 0: measured, never rewarded. The pass component is the verifier of what the judge is asked.
+        RewardComponent("json_parse", json_parse, weight=0.0, pass_threshold=1.0),
+        RewardComponent("json_exact", json_exact, weight=0.0, pass_threshold=1.0),
+    ], pass_component="json_parse")
+    first = base.train_rows[0]
+    return Task(
+        name="json-extract-judged", train_rows=base.train_rows, eval_rows=base.eval_rows, rubric=rubric,
+        description="json-extract rewarded only by an LLM judge (is it prose? reward P(No)); pass = only JSON",
+        max_tokens=base.max_tokens, stop=list(base.stop),
+        smoke_checks=[SmokeCheck("the expected JSON passes", row=first, completion=json.dumps(first["expected"])),
+                      SmokeCheck("prose fails", row=first, completion="Here is the data you asked for.", expect="fail")],
+        group_rewards=[pairwise] if group == "pairwise" else [],
+        judges={"judge": judge, "pairwise_judge": pairwise},
+    )

@@ -1,0 +1,143 @@
+"""Load a task by name: a built-in, `path/to/file.py:make_task`, or `package.module:make_task`.
+
+The factory returns a Task, or a dict / tuple with the prompts and reward functions:
+    {"train": rows_or_dataset, "eval": rows_or_dataset (optional), "rewards": [fn, ...], "weights": [...]}
+    (train_rows, reward_funcs)
+Optional dict keys: "max_tokens", "stop", and for tool use "tools" (plain functions), "max_turns", "final_tool",
+"episode" (row -> per-episode tools, see envs/tool_env.py);
+"env_factory" for any other Env; "demonstrate" (row -> replies) for a supervised warm start (`warm_start.steps`).
+A sample passes when the first reward function scores >= 1.0 (the others only shape the reward).
+Rows may be a list of dicts or a `datasets.Dataset`. Without eval rows, 10% of train (at most 64) is held out.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from posttrain.envs.task import Task, TaskLoadError
+from posttrain.tasks import BUILTIN_TASKS, builtin_task_factory
+from posttrain.rewards.rubric import Rubric
+
+
+# The module name a task file is imported under (not importable by that name elsewhere: cluster/ray_episodes.py
+# ships such modules' code by value).
+USER_MODULE_PREFIX = "posttrain_user_task_"
+
+
+def load_task(name: str, options: dict[str, Any] | None = None, seed: int = 0) -> Task:
+    options = dict(options or {})
+    if name in BUILTIN_TASKS:
+        factory = builtin_task_factory(name)
+    elif ":" in name:
+        factory = _load_factory(name)
+    else:
+        raise TaskLoadError(f"unknown task {name!r}: use a built-in ({', '.join(BUILTIN_TASKS)}), "
+                            "'path/to/file.py:make_task' or 'package.module:make_task'")
+    try:
+        out = factory(**options)
+    except TypeError as e:
+        raise TaskLoadError(f"task factory {name!r} rejected options {options}: {e}") from None
+    return to_task(out, name, seed)
+
+
+def _load_factory(spec: str):
+    target, _, attr = spec.rpartition(":")
+    if not attr:
+        raise TaskLoadError(f"task {spec!r} must end with ':function_name'")
+    if target.endswith(".py") or "/" in target:
+        path = Path(target).expanduser()
+        if not path.exists():
+            raise TaskLoadError(f"task file not found: {path}")
+        mod_name = f"{USER_MODULE_PREFIX}{abs(hash(str(path.resolve())))}"
+        mspec = importlib.util.spec_from_file_location(mod_name, path)
+        if mspec is None or mspec.loader is None:
+            raise TaskLoadError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(mspec)
+        sys.modules[mod_name] = module
+        try:
+            mspec.loader.exec_module(module)
+        except Exception as e:  # noqa: BLE001 - report any import-time failure of user code clearly
+            raise TaskLoadError(f"importing {path} failed: {type(e).__name__}: {e}") from e
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as e:
+            raise TaskLoadError(f"cannot import module {target!r} for task {spec!r}: {e}") from None
+    fn = getattr(module, attr, None)
+    if fn is None or not callable(fn):
+        raise TaskLoadError(f"{target} has no function {attr!r}")
+    return fn
+
+
+def _rows(data: Any, what: str) -> list[dict[str, Any]]:
+    if data is None:
+        return []
+    if hasattr(data, "to_list") and hasattr(data, "column_names"):  # datasets.Dataset
+        return list(data.to_list())
+    if isinstance(data, list):
+        return data
+    raise TaskLoadError(f"{what} must be a list of dicts or a datasets.Dataset, got {type(data).__name__}")
+
+
+def to_task(out: Any, name: str, seed: int = 0) -> Task:
+    if isinstance(out, Task):
+        return out
+    if isinstance(out, tuple) and len(out) == 2:
+        out = {"train": out[0], "rewards": out[1]}
+    if not isinstance(out, dict) or "train" not in out or "rewards" not in out:
+        raise TaskLoadError(f"task factory {name!r} must return a Task, a (rows, reward_funcs) tuple or a dict "
+                            "with 'train' and 'rewards'")
+    train = _rows(out["train"], "train rows")
+    evals = _rows(out.get("eval"), "eval rows")
+    funcs = out["rewards"]
+    if callable(funcs):
+        funcs = [funcs]
+    if not funcs or not all(callable(f) for f in funcs):
+        raise TaskLoadError(f"task {name!r}: 'rewards' must be a non-empty list of functions")
+    if not evals:
+        import random
+
+        rng = random.Random(seed)
+        order = list(range(len(train)))
+        rng.shuffle(order)
+        n_eval = min(64, max(1, len(train) // 10)) if len(train) > 1 else 0
+        evals = [train[i] for i in order[:n_eval]]
+        train = [train[i] for i in order[n_eval:]] or train
+    rubric = Rubric.from_funcs(funcs, out.get("weights"))
+    return Task(name=name, train_rows=train, eval_rows=evals, rubric=rubric, max_tokens=out.get("max_tokens"),
+                stop=list(out.get("stop") or []), tools=list(out.get("tools") or []),
+                max_turns=int(out.get("max_turns", 4 if out.get("tools") else 1)), final_tool=out.get("final_tool"),
+                episode=out.get("episode"), env_factory=out.get("env_factory"), demonstrate=out.get("demonstrate"),
+                group_rewards=list(out.get("group_rewards") or []))
+
+
+def apply_subset(task: Task, path: str) -> Task:
+    """Keep only the rows a subset file lists (task.subset): {"train": [indices], "eval": [indices]}; a split the
+    file leaves out is kept whole."""
+    import json
+    from pathlib import Path
+
+    try:
+        spec = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise TaskLoadError(f"task.subset {path!r}: cannot read it as JSON ({e})") from None
+    if not isinstance(spec, dict) or not set(spec) & {"train", "eval"}:
+        raise TaskLoadError(f"task.subset {path!r} must be an object with 'train' and/or 'eval' index lists")
+    for split, attr in (("train", "train_rows"), ("eval", "eval_rows")):
+        if split not in spec:
+            continue
+        rows, idx = getattr(task, attr), spec[split]
+        if not isinstance(idx, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in idx):
+            raise TaskLoadError(f"task.subset {path!r}: {split!r} must be a list of row indices")
+        bad = [i for i in idx if not 0 <= i < len(rows)]
+        if bad:
+            raise TaskLoadError(f"task.subset {path!r}: {split} indices {bad[:5]} out of range (the task has "
+                                f"{len(rows)} {split} rows; was the file made with other task options?)")
+        if split == "train" and not idx:
+            raise TaskLoadError(f"task.subset {path!r}: the train list is empty")
+        setattr(task, attr, [rows[i] for i in idx])
+    return task
