@@ -62,9 +62,6 @@ class Turn:
         return list(self.token_versions) if self.token_versions else [self.policy_version] * len(self.completion_ids)
 
 
-FAILED_IN = "failed_in"  # Trajectory.extra key: where an isolated failure happened (envs/isolate.py)
-
-
 @dataclass
 class Trajectory:
     """One episode. Single-turn envs produce one turn; multi-turn envs append one per model call."""
@@ -79,7 +76,23 @@ class Trajectory:
     error: str | None = None
     row: dict[str, Any] = field(default_factory=dict)  # the task row it came from (columns for rewards)
     metrics: dict[str, float] = field(default_factory=dict)  # per-episode numbers (tool calls, turns, ...)
-    extra: dict[str, Any] = field(default_factory=dict)  # env-specific record (tool call log, messages)
+    # What one env or method keeps for itself (a gym env's actions, an insight key). Anything another module
+    # reads is a typed field below instead.
+    extra: dict[str, Any] = field(default_factory=dict)
+    failed_in: str | None = None  # a failed sample: "rollout" or "score", where it raised (envs/isolate.py)
+    messages: list[dict[str, Any]] | None = None  # a multi-turn episode's conversation (samples.jsonl shows it)
+    tool_calls: list[Any] = field(default_factory=list)  # a tool episode's calls, in order (tool envs, RISED rules)
+    # Sampled from the row with a remedy's format hint appended, trained as if from the plain prompt
+    # (guidance/guided_hint.py): its sampler log-probs are not drift between sampler and trainer.
+    guided: bool = False
+    remedy_hint: str | None = None  # the format hint a remedy appended (loop/collect.py); a hint teacher reads it
+    teacher_hint: str | None = None  # what a self-distillation teacher reads (guidance/insights.py, profiles.py)
+    tags: list[str] | None = None  # RISED behaviour tags (rewards/tags.py); None: not tagged
+    # This step's sample number (PolicyGradientStepper numbers every rollout of a step): the key its Sequence
+    # carries, so what the trainer measured finds its trajectory again.
+    sample_id: int | None = None
+    advantage: float | None = None  # the advantage it was trained with (samples.jsonl; the report colours by it)
+    trainer_logprobs: list[float] | None = None  # the trainer's log-prob per completion token, before the update
     # What went wrong, in words (a failing test, a schema violation, a tool error), from the task's `feedback`
     # function or the env itself, and the index of the turn it is about (None: the last turn). Hint-conditioned
     # self-distillation (algorithm.hint_distill) puts it into the teacher's context right before that turn.
@@ -190,6 +203,7 @@ class Sequence:
     # The report's token colouring needs the trainer's log-probs of the few rows samples.jsonl keeps. The stepper
     # sets `capture_logprobs` on those, and the update's first forward pass (before any optimizer step of this
     # batch) keeps them in `trainer_logprobs`: no extra forward pass (Trainer.captures_logprobs). None: not kept.
+    sample_id: int | None = None  # its trajectory's Trajectory.sample_id
     capture_logprobs: bool = False
     trainer_logprobs: list[float] | None = None
 
@@ -204,10 +218,9 @@ class Batch:
     # (sequences whose advantage is 0 change nothing but still count). None: counted from `sequences`.
     total_loss_tokens: float | None = None
     total_seqs: float | None = None
-    # Every scored sequence's advantage, in input order (the trained part above may be a subset): for the report.
-    advantages_all: list[float] | None = None
-    # For each of `sequences`, its position in that input order (None: not recorded).
-    input_index: list[int] | None = None
+    # Every scored sequence's advantage by its `sample_id` (the trained part above may be a subset): for the
+    # report, which shows the advantage each shown trajectory was trained with.
+    advantage_of: dict[int, float] = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:
@@ -232,4 +245,4 @@ def sequence_of(traj: Trajectory, advantage: float = 0.0, group_id: int = 0,
                     sampler_logprobs=logps, advantage=float(advantage), group_id=group_id,
                     policy_version=traj.policy_version, reward=traj.reward, finish_reason=traj.turns[-1].finish_reason,
                     hint=hint[0] if hint is not None else None, hint_at=hint_at,
-                    guided=bool(traj.extra.get("guided", False)))
+                    guided=traj.guided, sample_id=traj.sample_id)

@@ -116,7 +116,7 @@ def test_episodes_live_on_workers_on_both_nodes(two_nodes, tiny):
         assert [t.reward for t in trajs] == [2.0, 1.0, 0.0, 3.0]  # finish's columns reached the rubric
         assert {int(t.metrics["pid"]) for t in trajs} == {s.pid for s in workers.slots}  # ran on the workers
         assert os.getpid() not in {int(t.metrics["pid"]) for t in trajs}
-        tool_msgs = [m["content"] for m in trajs[0].extra["messages"] if m["role"] == "tool"]
+        tool_msgs = [m["content"] for m in trajs[0].messages if m["role"] == "tool"]
         assert tool_msgs[1] == "error: bump: by must be >= 0"  # a worker's ToolError reads as a local one
         m = workers.drain_metrics()
         assert m["cluster/env_episodes"] == 4 and m["cluster/env_nodes"] == 2

@@ -7,7 +7,7 @@ import sys
 
 from posttrain.cluster.ray_episodes import EnvWorkers, remote_env
 from posttrain.config import load_config
-from posttrain.envs.isolate import FAILED_IN, safe_rollout
+from posttrain.envs.isolate import safe_rollout
 from posttrain.envs.task import Task
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.sampling.scripted import ScriptedSampler
@@ -75,7 +75,7 @@ def test_a_rollout_that_raises_mid_episode_leaves_nothing_open_on_its_worker(two
             return bad, good
 
         bad, good = asyncio.run(go())
-        assert all(t.failed and t.extra[FAILED_IN] == "rollout" and "RecursionError" in t.error for t in bad)
+        assert all(t.failed and t.failed_in == "rollout" and "RecursionError" in t.error for t in bad)
         assert not good.failed and good.metrics["tool_calls"] == 2
         assert workers.drain_metrics()["cluster/env_episodes"] == 4  # the failed ones did open theirs
         assert [s.open for s in workers.slots] == [0, 0]

@@ -9,7 +9,7 @@ import pytest
 from posttrain.config import load_config
 from posttrain.envs.base import score_groups
 from posttrain.envs.faults import FaultyEnv, InjectedFault, fault_draw
-from posttrain.envs.isolate import FAILED_IN, FailureLog, safe_rollout, score_isolated
+from posttrain.envs.isolate import FailureLog, safe_rollout, score_isolated
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.tasks import count_a
 from posttrain.envs.tools import EnvWorkerLost
@@ -53,7 +53,7 @@ def _check_step(groups, bad_index, version=0):
     assert len(groups) == P and len(trajs) == P * G
     bad = [t for g in groups if g.task_index == bad_index for t in g.trajectories_G]
     assert bad and all(t.failed and not t.passed and t.reward == 0.0 for t in bad)
-    assert all(t.extra[FAILED_IN] == "rollout" and "RecursionError" in t.error for t in bad)
+    assert all(t.failed_in == "rollout" and "RecursionError" in t.error for t in bad)
     assert not any(t.failed for t in trajs if t not in bad)
     m = rollout_metrics(trajs)
     assert m["rollout/failed_rollout"] == len(bad) and m["rollout/failed_score"] == 0
@@ -137,7 +137,7 @@ def test_score_raising_for_one_trajectory_fails_only_that_one(tiny):
     trajs, ref = asyncio.run(go())
     assert [t.failed for t in trajs] == [False, True, False, False]
     bad = trajs[1]
-    assert bad.extra[FAILED_IN] == "score" and bad.error.startswith("score raised ValueError: scoring choked")
+    assert bad.failed_in == "score" and bad.error.startswith("score raised ValueError: scoring choked")
     assert len(bad.error) < 700 and bad.reward == 0.0 and not bad.passed
     # the others scored as if the bad one had never been in their batch
     assert [(t.reward, t.reward_components) for t in (trajs[0], trajs[2], trajs[3])] == \
@@ -159,7 +159,7 @@ def test_a_failed_rollout_is_not_scored_back_to_life(tiny):
         return t
 
     t = asyncio.run(go())
-    assert t.failed and t.extra[FAILED_IN] == "rollout" and t.reward == 0.0
+    assert t.failed and t.failed_in == "rollout" and t.reward == 0.0
 
 
 def test_eval_counts_a_raising_sample_instead_of_stopping(tiny):
@@ -242,11 +242,11 @@ def test_fault_injection_is_seeded_and_leaves_global_random_alone(tiny):
 
 
 def test_an_agent_env_batch_that_raises_is_scored_again_one_by_one(tiny):
-    """AgentEnv keeps the trajectories it must score by id; a batch that raised must leave them there, or the
-    one-by-one retry would find nothing to score and the good samples would train with reward 0."""
+    """AgentEnv marks the trajectories it must score (their NEEDS_RUBRIC mark); a batch that raised must leave the
+    marks, or the one-by-one retry would find nothing to score and the good samples would train with reward 0."""
     pytest.importorskip("fastapi")
     pytest.importorskip("openai")
-    from posttrain.envs.agent import AgentEnv
+    from posttrain.envs.agent import NEEDS_RUBRIC, AgentEnv
     from posttrain.envs.task import Task
     from posttrain.rewards.rubric import Rubric
 
@@ -281,8 +281,8 @@ def test_an_agent_env_batch_that_raises_is_scored_again_one_by_one(tiny):
 
     good, bad = asyncio.run(go())
     assert not good.failed and good.reward == 1.0 and good.passed
-    assert bad.failed and bad.extra[FAILED_IN] == "score" and "RecursionError" in bad.error
-    assert not env._to_score  # nothing left behind
+    assert bad.failed and bad.failed_in == "score" and "RecursionError" in bad.error
+    assert not any(NEEDS_RUBRIC in t.extra for t in (good, bad))  # nothing left behind
 
 
 def test_the_step_line_shows_failed_samples():

@@ -83,7 +83,7 @@ def test_frozenlake_round_trip_equals_direct_play(tok, replies):
     assert traj.metrics["bad_actions"] == sum(r == "jump!" for r in replies)
     assert traj.extra["actions"] == [str(lake_action(r)) for r in replies if r != "jump!"]
     # the bad reply came back as a clear message, and every observation is a user message
-    users = [m["content"] for m in traj.extra["messages"] if m["role"] == "user"]
+    users = [m["content"] for m in traj.messages if m["role"] == "user"]
     if "jump!" in replies:
         assert any(u.startswith("Invalid action: reply with one of left, down, right, up") for u in users)
     assert users[0].endswith(lake_text(0))

@@ -390,4 +390,4 @@ def test_a_tool_result_with_a_lone_surrogate_is_tokenized(tok):
                 tools=[echo], max_turns=2)
     env = ToolEnv(task, tok, SampleParams(max_tokens=16), task.tools, max_turns=2)
     traj = asyncio.run(env.rollout(rows[0], HostileSampler(tok, [call("echo", {"text": "hi"}), "done"])))
-    assert len(traj.turns) == 2 and traj.extra["messages"][2]["content"] == "hi\ufffd"
+    assert len(traj.turns) == 2 and traj.messages[2]["content"] == "hi\ufffd"

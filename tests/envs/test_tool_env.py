@@ -97,7 +97,7 @@ def test_episode_runs_tools_and_keeps_token_fidelity(tiny):
     # the sampler saw exactly these prompts: what the trainer will score
     assert sampler.prompts == [t.prompt_ids for t in traj.turns]
     # and the full conversation rendered by the template tokenizes to the same ids (no drift)
-    rendered = tok.apply_chat_template(env.initial_messages(row)[:1] + traj.extra["messages"], tokenize=False)
+    rendered = tok.apply_chat_template(env.initial_messages(row)[:1] + traj.messages, tokenize=False)
     assert rendered.startswith(tok.decode(tokens))
 
 
@@ -184,7 +184,7 @@ def test_per_episode_tools_are_fresh_and_finish_reaches_metrics_and_rubric(tiny)
     assert len(made) == 2 and template.n == 0 and sorted(e.n for e in made) == [1, 2]
     assert a.metrics["count"] == 2 and b.metrics["count"] == 1 and a.metrics["tool_errors"] == 1
     assert seen == [([2, 1], [True, True])] and a.reward == 1.0 and b.reward == 0.0
-    tool_msgs = [m["content"] for m in a.extra["messages"] if m["role"] == "tool"]
+    tool_msgs = [m["content"] for m in a.messages if m["role"] == "tool"]
     assert tool_msgs[1] == "error: bump: by must be >= 0"  # a ToolError reads without an exception type
 
 

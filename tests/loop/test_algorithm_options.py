@@ -128,8 +128,9 @@ class _RecordingTrainer:
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-@pytest.mark.parametrize("behavior,n_iter,want", [("trainer", 1, None), ("trainer", 2, -9.0), ("sampler", 1, -0.25),
-                                                  ("sampler", 2, -0.25)])
+@pytest.mark.parametrize("behavior,n_iter,want", [("policy", 1, None), ("policy", 2, -9.0), ("sampler", 1, -0.25),
+                                                  ("sampler", 2, -0.25),
+                                                  ("trainer", 2, -9.0)])  # policy's old name: the same
 def test_behaviour_logprobs_are_an_explicit_choice_the_same_in_both_modes(mode, behavior, n_iter, want):
     from posttrain.loop.pg_stepper import PolicyGradientStepper
     from posttrain.types import Batch, Sequence
@@ -146,6 +147,33 @@ def test_behaviour_logprobs_are_an_explicit_choice_the_same_in_both_modes(mode, 
 
 
 def test_behaviour_logprobs_default_is_documented_and_validated():
-    assert load_config(None, []).algorithm.behavior_logprobs == "trainer"
+    assert load_config(None, []).algorithm.behavior_logprobs == "policy"
     with pytest.raises(ConfigError, match="behavior_logprobs"):
         load_config(None, ["algorithm.behavior_logprobs=old"])
+
+
+def test_a_derived_setting_is_shown_in_dry_run_and_config_yaml_and_a_set_one_wins(tmp_path):
+    """No silent rewrite: a setting posttrain derives from another is listed, with why, on top of the resolved
+    config (`--dry-run`, the run's config.yaml); what the user set is kept and not listed."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from posttrain.config import to_yaml
+
+    cfg = load_config(None, ["sampling.precision=bf16"])
+    assert [d.split(":")[0] for d in cfg.derived] == ["algorithm.behavior_logprobs=sampler",
+                                                      "algorithm.is_correction=truncate"]
+    text = to_yaml(cfg)
+    assert text.startswith("# derived (you did not set it): algorithm.behavior_logprobs=sampler: "
+                           "sampling.precision=bf16")
+    again = type(cfg).model_validate(yaml.safe_load(text))  # config.yaml read back (--resume): explicit now
+    assert again.algorithm.behavior_logprobs == "sampler" and again.derived == []
+    mine = load_config(None, ["sampling.precision=bf16", "algorithm.is_correction=mask"])
+    assert mine.algorithm.is_correction == "mask" and [d.split("=")[0] for d in mine.derived] == \
+        ["algorithm.behavior_logprobs"]
+    assert load_config(None, []).derived == []  # fp32 everywhere: nothing derived
+    out = subprocess.run([sys.executable, "-m", "posttrain.cli", "train", "sampling.precision=bf16", "--dry-run"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "# derived (you did not set it): algorithm.is_correction=truncate" in out.stdout

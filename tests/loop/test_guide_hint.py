@@ -53,7 +53,7 @@ def test_single_turn_guided_samples_are_trained_on_the_plain_prompt(tiny, guide)
     assert [t.reward for t in trajs] == [1.0, 0.3], "the reward is the task's, hint or not"
     for t in trajs:
         assert t.turns[0].prompt_ids == (plain if guide else hinted)
-        assert t.extra.get("guided", False) is guide and sequence_of(t).guided is guide
+        assert t.guided is guide and sequence_of(t).guided is guide
         assert ("Answer in one word." in t.prompt_text) is not guide
         assert t.row is ROWS[0] if guide else t.row["format_hint"] == "Answer in one word."
     assert tok.decode(trajs[0].completion_ids, skip_special_tokens=True) == "positive"
@@ -71,7 +71,7 @@ def test_multi_turn_every_turn_loses_the_hint_and_keeps_the_rest(tiny):
     texts = ['<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>', "positive"] * 2
     groups, _ = asyncio.run(_rollouts(env, tok, texts, True).groups([0], StageTimer()))
     t = groups[0].trajectories_G[0]
-    assert len(t.turns) >= 2 and t.extra["guided"]
+    assert len(t.turns) >= 2 and t.guided
     for u in t.turns:
         assert u.prompt_ids[:len(plain)] == plain
     assert "Answer in one word." not in tok.decode(t.turns[1].prompt_ids)
@@ -164,14 +164,14 @@ def test_guide_share_samples_part_of_each_group_plain_and_reports_both_pass_rate
     groups, _ = asyncio.run(base.adjusted(Overrides(format_hint=True, guide=True, guide_share=0.5))
                             .groups([0], StageTimer()))
     trajs = groups[0].trajectories_G
-    assert [bool(t.extra.get("guided")) for t in trajs] == [True, True, False, False]
+    assert [t.guided for t in trajs] == [True, True, False, False]
     plain = env.prompt_ids(ROWS[0])
     assert all(t.turns[0].prompt_ids == plain for t in trajs), "every sample trains on the plain prompt"
     m = rollout_metrics(trajs)
     assert m["pass_rate/guided"] == 0.5 and m["pass_rate/unguided"] == 0.5 and m["episode/guided"] == 0.5
     # The hint goes to the self-hint teacher of the samples that did not pass (remedy_hint), before turn 0.
     from posttrain.loop.batch import remedy_hint
-    assert [t.extra.get("remedy_hint") for t in trajs] == [None, "Answer in one word.", None, "Answer in one word."]
+    assert [t.remedy_hint for t in trajs] == [None, "Answer in one word.", None, "Answer in one word."]
     assert remedy_hint(trajs[1]) == ("\n\nHint: Answer in one word.", 0) and remedy_hint(trajs[0]) is None
     assert all(t.feedback is None for t in trajs), "the task's own feedback channel is untouched"
 

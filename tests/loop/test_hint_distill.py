@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from posttrain.algos.loss_terms import with_terms
 from posttrain.algos import LOSSES, LossParams
 from posttrain.config import load_config
 from posttrain.loop import train
@@ -112,7 +113,7 @@ def test_sequences_without_feedback_get_no_teacher(tiny_model):
 def _distill_only_grads(model, tok, seqs):
     trainer = _trainer(model, tok)
     params = LossParams(distill_coef=1.0, rl_weight=0.0, distill_prefix="hint")
-    m = trainer.forward_backward(Batch(seqs), LOSSES["ppo_clip"], params)
+    m = trainer.forward_backward(Batch(seqs), with_terms(LOSSES["ppo_clip"]), params)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     total = sum(float(g.abs().sum()) for g in grads)
     model.zero_grad(set_to_none=True)

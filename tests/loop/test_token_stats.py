@@ -21,27 +21,28 @@ def test_shown_rows_carry_the_pre_update_logprobs_without_an_extra_pass(tmp_path
 
     def optimize(self, batch):
         # the reference: the policy's log-probs of every trained row, computed separately before the update
-        for s, lp in zip(batch.sequences, self.trainer.compute_logprobs(batch)):
-            before[id(s)] = lp
-        m = orig_opt(self, batch)
-        for s in batch.sequences:  # what the update kept is the pre-update value, not a later pass's ...
+        before.update({s.sample_id: lp for s, lp in zip(batch.sequences, self.trainer.compute_logprobs(batch),
+                                                        strict=True)})
+        m, trained = orig_opt(self, batch)
+        for s in trained.sequences:  # what the update kept is the pre-update value, not a later pass's ...
             if s.capture_logprobs:
-                assert s.trainer_logprobs == pytest.approx(before[id(s)], abs=1e-5)
+                assert s.trainer_logprobs == pytest.approx(before[s.sample_id], abs=1e-5)
             else:  # ... and only for the rows the report shows
                 assert s.trainer_logprobs is None
-        return m
+        return m, trained
 
-    def token_stats(self, collected, batch):
+    def token_stats(self, shown, batch):
         real = self.trainer.compute_logprobs
         self.trainer.compute_logprobs = lambda b, *a, **k: extra_passes.append(len(b.sequences)) or real(b, *a, **k)
         try:
-            captured = orig_stats(self, collected, batch)
+            marked = orig_stats(self, shown, batch)
         finally:
             self.trainer.compute_logprobs = real
-        in_batch = {id(s) for s in batch.sequences}
-        assert all(id(s) in in_batch and s.capture_logprobs for _, s in captured)
+        captured = [s for s in marked.sequences if s.capture_logprobs]
+        assert {s.sample_id for s in captured} <= {t.sample_id for t in shown}  # only shown rows are marked
+        assert [s.sample_id for s in marked.sequences] == [s.sample_id for s in batch.sequences]  # nothing else moved
         shown_in_update.append(len(captured))
-        return captured
+        return marked
 
     monkeypatch.setattr(PolicyGradientStepper, "_optimize", optimize)
     monkeypatch.setattr(PolicyGradientStepper, "_token_stats", token_stats)

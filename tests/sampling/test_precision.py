@@ -78,7 +78,7 @@ def test_low_precision_defaults_to_sampler_ratio_and_tis_but_the_user_wins():
     a = load_config(None, ["sampling.precision=int8", "algorithm.is_correction=mask"]).algorithm
     assert (a.behavior_logprobs, a.is_correction) == ("sampler", "mask")
     a = load_config(None, []).algorithm
-    assert (a.behavior_logprobs, a.is_correction) == ("trainer", "none")
+    assert (a.behavior_logprobs, a.is_correction) == ("policy", "none")
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -1,9 +1,11 @@
-"""The entropy-bonus remedy: the trainer adds coef x mean(logp.detach() * logp) over the sampled tokens, whose
-expected gradient is minus the entropy's (score function), so descending the loss raises the policy's entropy."""
+"""The entropy-bonus remedy: a loss term (algos/loss_terms.py) adds coef x mean(logp.detach() * logp) over the sampled
+tokens, whose expected gradient is minus the entropy's (score function), so descending the loss raises the policy's
+entropy. The trainer only hands the term its coefficient: with a plain policy loss nothing is added."""
 
 import torch
 
 from posttrain.algos import LOSSES, LossParams
+from posttrain.algos.loss_terms import with_terms
 from posttrain.training.trainer import Trainer
 from posttrain.types import Batch, Sequence
 
@@ -20,9 +22,9 @@ def test_the_surrogate_has_minus_the_entropy_gradient_in_expectation():
     assert torch.allclose(g_surrogate, -g_entropy, atol=1e-6)
 
 
-def _grads(trainer, batch):
+def _grads(trainer, batch, loss=None):
     trainer.model.zero_grad(set_to_none=True)
-    m = trainer.forward_backward(batch, LOSSES["ppo_clip"], LossParams())
+    m = trainer.forward_backward(batch, loss or with_terms(LOSSES["ppo_clip"]), LossParams())
     return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]), m
 
 
@@ -39,3 +41,15 @@ def test_the_trainer_adds_the_bonus_only_when_asked(tiny):
     trainer.entropy_coef = 0.0
     g2, _ = _grads(trainer, Batch([seq]))
     assert torch.allclose(g0, g2)
+
+
+def test_the_trainer_adds_nothing_to_the_loss_it_is_handed(tiny):
+    """The bonus is the composed loss's, not the trainer's: a plain policy loss under the same setting is unchanged."""
+    model, tok = tiny
+    trainer = Trainer(model, pad_id=tok.pad_token_id)
+    ids = tok("hello there world", add_special_tokens=False)["input_ids"]
+    seq = Sequence(ids[:2], ids[2:], [1] * len(ids[2:]), [-1.0] * len(ids[2:]), advantage=1.0)
+    g0, _ = _grads(trainer, Batch([seq]), LOSSES["ppo_clip"])
+    trainer.entropy_coef = 0.5
+    g1, m1 = _grads(trainer, Batch([seq]), LOSSES["ppo_clip"])
+    assert "train/entropy_bonus" not in m1 and torch.equal(g0, g1)

@@ -78,7 +78,7 @@ def test_a_bf16_trainer_takes_the_ratio_against_the_sampler_with_tis():
     mine = load_config(None, ["trainer.precision=bf16", "algorithm.is_correction=none"])
     assert mine.algorithm.is_correction == "none"  # what the user set wins
     plain = load_config(None, [])
-    assert plain.algorithm.behavior_logprobs == "trainer" and plain.algorithm.is_correction == "none"
+    assert plain.algorithm.behavior_logprobs == "policy" and plain.algorithm.is_correction == "none"
 
 
 def test_cpu_linear_follows_autocast():

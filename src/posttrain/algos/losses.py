@@ -38,8 +38,8 @@ class LossParams:
     # ppo_clip only: dual-clip constant c > 1 (Ye et al. 2020); bounds the loss of negative-advantage tokens whose
     # ratio exploded. None: off.
     dual_clip: float | None = None
-    # On-policy distillation (algos/distill.py), added by the trainer when sequences carry teacher log-probs:
-    # the reverse-KL term's weight, and the weight of the RL term beside it (0: pure distillation).
+    # On-policy distillation (algos/loss_terms.py `distill`, composed with the policy loss by `with_terms`): the
+    # reverse-KL term's weight, and the weight of the RL term beside it (0: pure distillation).
     distill_coef: float = 0.0
     rl_weight: float = 1.0
     distill_prefix: str = "teacher"  # its metrics' prefix: teacher/ (a model), hint/ (the policy with a hint)
@@ -56,6 +56,11 @@ class LossInputs:
     # call*. Multiplied (detached) into the policy-gradient term of every loss before aggregation; the
     # KL-to-reference term is not weighted. None: all ones.
     token_weights_BT: Any = None
+    # For the terms composed with the policy loss (algos/loss_terms.py): the teacher's log-probs of this call's
+    # tokens (NaN where it has no opinion; None: no sequence here was scored by a teacher) and the entropy
+    # bonus's coefficient (a remedy's; 0: off).
+    teacher_logp_BT: Any = None
+    entropy_coef: float = 0.0
 
 
 NO_INPUTS = LossInputs()

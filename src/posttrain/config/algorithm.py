@@ -102,9 +102,10 @@ class AlgorithmConfig(_Strict):
     dual_clip: float | None = Field(None, gt=1.0, description="ppo_clip dual-clip constant c (e.g. 3); null: off")
     cispo_epsilon_low: float | None = Field(None, ge=0.0, description="CISPO: lower IS-weight bound 1 - this; null: none")
     beta: float = Field(0.0, ge=0.0, description="KL-to-reference coefficient; 0 loads no reference model")
-    behavior_logprobs: Literal["trainer", "sampler"] = Field("trainer", description=(
-        "the PPO ratio's old policy: trainer (the policy before this step's updates, recomputed when "
-        "num_iterations > 1) or sampler (the log-probs the sampler returned); the same in sync and async mode"))
+    behavior_logprobs: Literal["policy", "sampler", "trainer"] = Field("policy", description=(
+        "the PPO ratio's old policy: policy (the current policy's own log-probs, detached; with num_iterations > 1 "
+        "the policy before this step's updates, recomputed) or sampler (the log-probs the sampler returned); the "
+        "same in sync and async mode. 'trainer' is policy's old name and means the same"))
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     kl_mode: Literal["loss", "reward"] = Field("loss", description="KL as a loss term or as a per-sequence reward penalty")
     aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"

@@ -150,4 +150,6 @@ def _expected_type(loc: list[str]) -> str | None:
 
 
 def to_yaml(cfg: Config) -> str:
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    """The resolved config as YAML; settings posttrain derived (Config.derived) are listed on top as comments."""
+    head = "".join(f"# derived (you did not set it): {d}\n" for d in cfg.derived)
+    return head + yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

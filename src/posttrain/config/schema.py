@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from posttrain.config.algorithm import (  # noqa: F401 - re-exported: the schema is one namespace
     ALGORITHM_PRESETS, AlgorithmConfig, ESConfig, HintDistillConfig, InsightsConfig, RisedConfig, TeacherConfig)
@@ -397,6 +397,14 @@ class Config(_Strict):
     cluster: ClusterConfig = ClusterConfig()
     debug: DebugConfig = DebugConfig()
 
+    # Settings posttrain derived from others because the user left them unset, as "key=value: why". Shown, never
+    # silent: `--dry-run` and the run's config.yaml list them as a comment, and the run prints them at its start.
+    _derived: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def derived(self) -> list[str]:
+        return list(self._derived)
+
     @model_validator(mode="after")
     def _check(self) -> "Config":
         a = self.algorithm
@@ -404,10 +412,15 @@ class Config(_Strict):
             # A sampler whose arithmetic differs from the trainer's is a different policy (a bf16 copy and bf16
             # autocast round differently too): the ratio must be taken against what it sampled, and TIS bounds the
             # correction. Values the user set win.
-            if "behavior_logprobs" not in a.model_fields_set:
-                object.__setattr__(a, "behavior_logprobs", "sampler")
-            if "is_correction" not in a.model_fields_set:
-                object.__setattr__(a, "is_correction", "truncate")
+            why = ", ".join(w for w, on in (
+                (f"sampling.precision={self.sampling.precision}", self.sampling.precision != "fp32"),
+                (f"trainer.precision={self.trainer.precision}", self.trainer.precision != "fp32"),
+                ("sampling.engine=vllm", self.sampling.engine == "vllm")) if on)
+            for key, value in (("behavior_logprobs", "sampler"), ("is_correction", "truncate")):
+                if key not in a.model_fields_set:
+                    setattr(a, key, value)  # validated (validate_assignment), and from now on set explicitly
+                    self._derived.append(f"algorithm.{key}={value}: {why} samples with other arithmetic than "
+                                         "the trainer's, so the ratio is taken against the sampler's log-probs")
         if self.loop.mode == "async" and self.algorithm.dynamic_sampling:
             raise ValueError("loop.mode=async does not support algorithm.dynamic_sampling yet; use loop.mode=sync")
         if self.loop.mode == "async" and self.algorithm.stepper == "es":

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 AgentFn = Callable[[Any, dict[str, Any]], Awaitable[Any]]
 
 
+NEEDS_RUBRIC = "agent_needs_rubric"  # Trajectory.extra mark (this env's own): the agent returned an answer to score
+
+
 class AgentEnv:
     def __init__(self, agent_fn: AgentFn, task: Task | None = None, tokenizer: Any = None, timeout_s: float = 300.0,
                  request_timeout_s: float = 120.0, model_name: str = "policy", max_tokens: int | None = None,
@@ -60,15 +63,16 @@ class AgentEnv:
         self.pass_threshold = pass_threshold
         self.host = host
         self.stats = {"rollouts": 0, "failed": 0, "timeouts": 0, "dropped_calls": 0}
-        self._servers: dict[tuple[int, int], asyncio.Future] = {}  # -> (InLoopServer, app)
-        self._to_score: dict[int, Trajectory] = {}
+        # One server per (event loop, sampler): [(loop, sampler, the start's future -> (InLoopServer, app))]. A
+        # handful at most, compared by identity: a loop and a sampler are the very objects served.
+        self._servers: list[tuple[Any, Any, asyncio.Future]] = []
 
     # ---- the server --------------------------------------------------------------------------------------
     async def server_for(self, sampler: Sampler) -> tuple[InLoopServer, Any]:
         """The (started) server and app serving `sampler` in the running loop. Concurrent first calls share one
         start (the entry is a task, stored before anything is awaited)."""
-        key = (id(asyncio.get_running_loop()), id(sampler))
-        entry = self._servers.get(key)
+        loop = asyncio.get_running_loop()
+        entry = next((e for lp, sp, e in self._servers if lp is loop and sp is sampler), None)
         if entry is not None and entry.done() and _started(entry) is None:
             entry = None  # failed to start, or stopped: start again
         if entry is None:
@@ -78,8 +82,9 @@ class AgentEnv:
             app = create_app(sampler, tok, model_name=self.model_name, request_timeout_s=self.request_timeout_s,
                              default_max_tokens=self.max_tokens)
             entry = asyncio.ensure_future(self._start(app))
-            self._servers = {k: v for k, v in self._servers.items() if not v.done() or _started(v) is not None}
-            self._servers[key] = entry
+            self._servers = [(lp, sp, e) for lp, sp, e in self._servers
+                             if not (lp is loop and sp is sampler) and (not e.done() or _started(e) is not None)]
+            self._servers.append((loop, sampler, entry))
         return await asyncio.shield(entry)
 
     async def _start(self, app: Any) -> tuple[InLoopServer, Any]:
@@ -89,7 +94,7 @@ class AgentEnv:
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
-        for entry in self._servers.values():
+        for _, _, entry in self._servers:
             srv = _started(entry) if entry.done() else None
             if srv is not None and srv.loop is loop:
                 await srv.stop()
@@ -134,7 +139,7 @@ class AgentEnv:
     async def score(self, trajectories: list[Trajectory]) -> None:
         """Score the trajectories whose agent returned a final answer (or None) with the task's rubric; the
         others already carry the agent's reward."""
-        mine = [t for t in trajectories if self._to_score.get(id(t)) is t]
+        mine = [t for t in trajectories if t.extra.get(NEEDS_RUBRIC)]
         todo = [t for t in mine if not t.failed]
         scored = False
         try:
@@ -146,7 +151,7 @@ class AgentEnv:
                 scores = await asyncio.to_thread(self.task.rubric.score, completions, rows,
                                                  prompts=[t.row.get("prompt") for t in todo],
                                                  completion_ids=[t.completion_ids for t in todo])
-                for t, s in zip(todo, scores):
+                for t, s in zip(todo, scores, strict=True):
                     t.reward, t.reward_components, t.passed, t.failed, t.error = (s.reward, s.components, s.passed,
                                                                                   s.failed, s.error)
             scored = True
@@ -155,7 +160,7 @@ class AgentEnv:
             # that; a sample whose own scoring raised is done with (it fails).
             if scored or len(mine) <= 1:
                 for t in mine:
-                    self._to_score.pop(id(t), None)
+                    t.extra.pop(NEEDS_RUBRIC, None)
 
     def _apply_result(self, traj: Trajectory, result: Any) -> str | None:
         """Set the reward from what the agent returned; an error message when it cannot be used."""
@@ -181,7 +186,7 @@ class AgentEnv:
                 return "agent returned no reward and AgentEnv has no task rubric to score its answer"
             if isinstance(result, str):
                 traj.completion_text = result
-            self._to_score[id(traj)] = traj
+            traj.extra[NEEDS_RUBRIC] = True
             return None
         return f"agent must return a number, a dict, a string or None, got {type(result).__name__}"
 

@@ -82,7 +82,7 @@ async def score_groups(env: Env, groups_G: list[list[Trajectory]]) -> None:
                 for t in ok:
                     t.failed, t.error = True, f"group reward {name} raised {type(e).__name__}: {e}"
                 break
-            for t, s in zip(ok, scores):
+            for t, s in zip(ok, scores, strict=True):
                 t.reward_components[name] = s
                 t.reward += w * s
     attach_feedback(task, [t for g in groups_G for t in g])

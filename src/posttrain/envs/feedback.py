@@ -40,7 +40,7 @@ def attach_feedback(task: Any, trajectories: list[Trajectory], timeout_s: float 
     except Exception:  # noqa: BLE001 - advice that cannot be computed is skipped, the sample is still trained
         return {"feedback/errors": float(len(todo))}
     n = 0
-    for t, text in zip(todo, texts):
+    for t, text in zip(todo, texts, strict=True):
         if text:
             t.feedback = str(text)[:MAX_FEEDBACK_CHARS]
             n += 1

@@ -34,11 +34,10 @@ from typing import Any
 from posttrain.envs.single_turn import _prompt_text, score_with_rubric
 from posttrain.envs.task import Task
 from posttrain.envs.tool_env import turn_end_text
-from posttrain.models.template_check import ChatTemplateError, check_prefix_property, render_ids
+from posttrain.models.template_check import ChatTemplateError, check_prefix_property_once, render_ids
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory, Turn
 
-_checked: set[int] = set()
 
 
 def episode_return(completions: list[Any], episode_return: list[float] | None = None, **_: Any) -> list[float]:
@@ -89,9 +88,8 @@ class GymTextEnv:
         self.make_env, self.obs_to_text, self.text_to_action = make_env, obs_to_text, text_to_action
         self.max_turns, self.system_prompt, self.seed_column = max_turns, system_prompt, seed_column
         self.step_timeout_s = step_timeout_s
-        if check_template and id(tokenizer) not in _checked:
-            check_prefix_property(tokenizer, tool_role="user")
-            _checked.add(id(tokenizer))
+        if check_template:
+            check_prefix_property_once(tokenizer, tool_role="user")
         self.turn_end = turn_end_text(tokenizer)
 
     def prompt_ids(self, row: dict[str, Any]) -> list[int]:
@@ -182,7 +180,7 @@ class GymTextEnv:
             stats.update({k: float(v) for k, v in episode().items()})
         last_reply = next((m["content"] for m in reversed(msgs) if m["role"] == "assistant"), "")
         traj = Trajectory(turns=turns, prompt_text=_prompt_text(row["prompt"]), completion_text=last_reply, row=row,
-                          metrics=stats, extra={"actions": [str(a) for a in actions], "messages": msgs})
+                          metrics=stats, extra={"actions": [str(a) for a in actions]}, messages=msgs)
         if error is not None:
             traj.failed, traj.error = True, error
         return traj

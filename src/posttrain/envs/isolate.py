@@ -10,7 +10,7 @@ place that rolls out or scores many samples goes through these two functions ins
 
 A failed sample is an ordinary failed trajectory (`failed=True`, reward 0, not passed, `error` naming the exception),
 so everything downstream already knows what to do with it: it is kept out of training (loop/batch.py), out of the
-reward means and feedback, and counted. `extra["failed_in"]` says where it failed ("rollout" or "score"; a reward
+reward means and feedback, and counted. `failed_in` says where it failed ("rollout" or "score"; a reward
 function that raised inside the rubric leaves it unset), which obs/rollout_stats.py turns into per-step counts.
 
 What is not isolated, on purpose: `asyncio.CancelledError` and `KeyboardInterrupt` (BaseExceptions: the run is
@@ -27,7 +27,7 @@ import time
 import traceback
 from typing import Any
 
-from posttrain.types import FAILED_IN, SampleParams, Trajectory, Turn
+from posttrain.types import SampleParams, Trajectory, Turn
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def failed_trajectory(row: dict[str, Any], prompt_ids: list[int], policy_version
     turn = Turn(prompt_ids=list(prompt_ids), completion_ids=[], completion_logprobs=[], policy_version=policy_version,
                 finish_reason="error")
     return Trajectory(turns=[turn], prompt_text=_prompt_text(row.get("prompt")), row=row, reward=0.0, passed=False,
-                      failed=True, error=error, extra={FAILED_IN: failed_in})
+                      failed=True, error=error, failed_in=failed_in)
 
 
 def _prompt_text(prompt: Any) -> str:
@@ -157,7 +157,7 @@ async def score_isolated(env: Any, trajectories: list[Trajectory]) -> None:
     """`env.score` over the trajectories in one batch (reward models batch); if that raises, each is scored on its
     own from the state it had before, and only those whose own scoring raises fail. Trajectories whose rollout
     failed are not scored: a rubric would score their empty completion and clear `failed`."""
-    todo = [t for t in trajectories if t.extra.get(FAILED_IN) != "rollout"]
+    todo = [t for t in trajectories if t.failed_in != "rollout"]
     if not todo:
         return
     before = [_state(t) for t in todo]
@@ -167,7 +167,7 @@ async def score_isolated(env: Any, trajectories: list[Trajectory]) -> None:
     except Exception as e:  # noqa: BLE001 - find the sample that made it raise: score them one by one below
         if is_infrastructure(e):
             raise
-    for t, s in zip(todo, before):
+    for t, s in zip(todo, before, strict=True):
         _restore(t, s)  # the batch may have half-written some before raising
         try:
             await env.score([t])
@@ -178,4 +178,4 @@ async def score_isolated(env: Any, trajectories: list[Trajectory]) -> None:
             error = describe(e, "score")
             failures.note(error, e)
             t.reward, t.reward_components, t.passed, t.failed, t.error = 0.0, {}, False, True, error
-            t.extra[FAILED_IN] = "score"
+            t.failed_in = "score"

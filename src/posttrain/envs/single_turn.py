@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
+
 from collections.abc import Callable
 from typing import Any
 
@@ -11,18 +14,32 @@ from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory, Turn
 
 
+RENDERED_PROMPTS = 4096  # rendered prompts a SingleTurnEnv keeps
+
+
+def prompt_key(prompt: Any) -> str:
+    """A prompt (text, or chat messages) as a cache key."""
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+
+
 class SingleTurnEnv:
     def __init__(self, task: Task, tokenizer: Any, params: SampleParams):
         self.task = task
         self.tokenizer = tokenizer
         self.params = params
-        self._rendered: dict[int, list[int]] = {}
+        # Rendered prompts by their text: a row's prompt renders the same every time. Bounded, because a wrapper
+        # env may write model text into prompts (insights): least recently used out first.
+        self._rendered: OrderedDict[str, list[int]] = OrderedDict()
 
     def prompt_ids(self, row: dict[str, Any]) -> list[int]:
-        key = id(row)
-        if key not in self._rendered:
+        key = prompt_key(row["prompt"])
+        if key in self._rendered:
+            self._rendered.move_to_end(key)
+        else:
             self._rendered[key] = render_prompt(self.tokenizer, row["prompt"])
-        return self._rendered[key]
+            if len(self._rendered) > RENDERED_PROMPTS:
+                self._rendered.popitem(last=False)
+        return list(self._rendered[key])
 
     async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
         ids = self.prompt_ids(row)
@@ -49,7 +66,7 @@ def score_with_rubric(task: Task, trajectories: list[Trajectory],
             for t in trajectories]
     scores = task.rubric.score(completions, rows, prompts=[t.row["prompt"] for t in trajectories],
                                completion_ids=[t.completion_ids for t in trajectories])
-    for t, s in zip(trajectories, scores):
+    for t, s in zip(trajectories, scores, strict=True):
         t.reward, t.reward_components, t.passed, t.failed, t.error = (s.reward, s.components, s.passed,
                                                                       s.failed, s.error)
 

@@ -147,16 +147,16 @@ def ensure_envs_ok(tasks: list[Task], on_fail: Literal["refuse", "drop"] = "refu
     the results), "drop" logs and returns only the tasks whose checks all passed (EnvCheckError if none)."""
     if on_fail not in ("refuse", "drop"):
         raise ValueError(f"on_fail must be 'refuse' or 'drop', got {on_fail!r}")
-    results = {id(t): check_task(t, max_attempts) for t in tasks}
-    bad = [t for t in tasks if not all(r.ok for r in results[id(t)])]
+    checked = [(t, check_task(t, max_attempts)) for t in tasks]
+    bad = [t for t, results in checked if not all(r.ok for r in results)]
     if not bad:
         return list(tasks)
-    failed = [r for t in bad for r in results[id(t)] if not r.ok]
+    failed = [r for _, results in checked for r in results if not r.ok]
     msg = "; ".join(f"{r.task}: {r.check}: expected {r.expected}, got {r.got}" for r in failed)
-    every = [r for t in tasks for r in results[id(t)]]
+    every = [r for _, results in checked for r in results]
     if on_fail == "refuse":
         raise EnvCheckError(f"env check failed: {msg}", every)
-    kept = [t for t in tasks if t not in bad]
+    kept = [t for t, results in checked if all(r.ok for r in results)]
     log(f"env check: dropping {', '.join(t.name for t in bad)} ({msg})")
     if not kept:
         raise EnvCheckError(f"env check failed for every task: {msg}", every)

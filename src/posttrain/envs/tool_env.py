@@ -35,11 +35,10 @@ from typing import Any
 from posttrain.envs.single_turn import _prompt_text, score_with_rubric
 from posttrain.envs.task import Task
 from posttrain.envs.tools import EnvWorkerLost, Tool, ToolResult, call_tool, parse_calls, tools_system_prompt
-from posttrain.models.template_check import ChatTemplateError, check_prefix_property, render_ids
+from posttrain.models.template_check import ChatTemplateError, check_prefix_property_once, render_ids
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory, Turn
 
-_checked: set[int] = set()
 
 
 @dataclass
@@ -76,9 +75,8 @@ class ToolEnv:
         # Default: the task's own, so every ToolEnv built for a task with per-episode state gets fresh tools.
         self.episode_factory = episode_factory if episode_factory is not None else getattr(task, "episode", None)
         self.system_prompt = system_prompt if system_prompt is not None else tools_system_prompt(list(self.tools.values()))
-        if check_template and id(tokenizer) not in _checked:
-            check_prefix_property(tokenizer, tool_role=tool_role)
-            _checked.add(id(tokenizer))
+        if check_template:
+            check_prefix_property_once(tokenizer, tool_role=tool_role)
         self.turn_end = turn_end_text(tokenizer)
 
     def initial_messages(self, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -159,7 +157,7 @@ class ToolEnv:
                 msgs += [{"role": self.tool_role, "content": tokenizable(r.content)} for r in results]
                 ids = ids + list(c.token_ids) + self._env_tokens(msgs, len(results), c.token_ids)
             stats["turns"] = float(len(turns))
-            extra: dict[str, Any] = {"tool_calls": calls_log, "messages": msgs[1:]}
+            extra: dict[str, Any] = {}
             if episode is not None:
                 finishing = True  # from here the episode is finish's to release, whatever happens
                 end = await finish_episode(episode, final_call)
@@ -173,7 +171,7 @@ class ToolEnv:
                 await discard_episode(episode)
             raise
         return Trajectory(turns=turns, prompt_text=_prompt_text(row["prompt"]), completion_text=answer, row=row,
-                          metrics={**stats, "turn_reward": turn_bonus}, extra=extra,
+                          metrics={**stats, "turn_reward": turn_bonus}, extra=extra, tool_calls=calls_log, messages=msgs[1:],
                           feedback=feedback[0] if feedback else None, feedback_turn=feedback[1] if feedback else None)
 
     def _episode_tools(self, episode: Any) -> dict[str, Tool]:
@@ -185,7 +183,7 @@ class ToolEnv:
 
     async def score(self, trajectories: list[Trajectory]) -> None:
         score_with_rubric(self.task, trajectories,
-                          lambda t: {"tool_calls": t.extra.get("tool_calls", []), "num_turns": len(t.turns),
+                          lambda t: {"tool_calls": t.tool_calls, "num_turns": len(t.turns),
                                      **t.extra.get("episode_columns", {})})
         for t in trajectories:
             if t.metrics.get("turn_reward"):

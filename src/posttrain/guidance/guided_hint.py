@@ -41,7 +41,7 @@ def strip_prompt(t: Trajectory, row: dict[str, Any], plain_ids: list[int] | None
     """Make a trajectory sampled from a transformed prompt (a format hint) read as if sampled from the plain one:
     every turn's prompt starts with the first turn's prompt (the multi-turn prefix contract), so that prefix is
     swapped for `plain_ids` in each turn; the row goes back to the plain row (the reward sees the task as it is).
-    The sampler log-probs stay those of the hinted context: they are the behaviour policy's (`t.extra["guided"]`
+    The sampler log-probs stay those of the hinted context: they are the behaviour policy's (`Trajectory.guided`
     marks it, and the sampler-vs-trainer metrics leave these samples out). Returns False, leaving `t` as sampled,
     when the prefix contract does not hold or the plain prompt is unknown."""
     hinted = list(t.turns[0].prompt_ids)
@@ -51,7 +51,7 @@ def strip_prompt(t: Trajectory, row: dict[str, Any], plain_ids: list[int] | None
     hint_text = t.prompt_text
     for u in t.turns:
         u.prompt_ids = list(plain_ids) + list(u.prompt_ids[len(hinted):])
-    t.row, t.extra["guided"] = row, True
+    t.row, t.guided = row, True
     t.prompt_text = _plain_text(hint_text, row)
     t.metrics["guided"] = 1.0
     return True

@@ -10,7 +10,7 @@
 Internalisation trains the unconditioned policy toward the insight-conditioned one: an unconditioned rollout's
 teacher is the policy itself with the row's insights in the same place the conditioned rollouts read them
 (loop/teacher.SelfHintTeacher, a per-token reverse KL on the student's own tokens; the hint is
-`extra["teacher_hint"]`, read by loop/batch.py `env_hint`). The held-out eval reports
+`Trajectory.teacher_hint`, read by loop/batch.py `env_hint`). The held-out eval reports
 pass@1 without insights (the plain eval) and with them (`eval/insights/pass_rate`: each failed first attempt
 writes an insight and is tried again with it in context; a first attempt that passed counts as passed).
 `posttrain sft RUN_DIR/insights.jsonl` trains on a run's (task, insight) pairs with no rollouts (SFTL;DR;
@@ -160,7 +160,7 @@ class InsightEnv:
         t = await self.env.rollout(use, sampler, params)
         t.extra.update({"insight_key": key, "base_row": row, "insights": insights if conditioned else []})
         if insights and not conditioned:  # internalisation: the teacher reads what the conditioned rollouts read
-            t.extra["teacher_hint"] = insight_block(insights)
+            t.teacher_hint = insight_block(insights)
         t.metrics.update({"insights/conditioned": float(conditioned), "insights/available": float(bool(insights))})
         return t
 
@@ -174,7 +174,7 @@ class InsightEnv:
         writers = [t for ts in by_key.values() for t in ts[: self.per_group]] if self._sampler is not None else []
         texts = await write_insights(self._sampler, self.tok, writers, self.write_params) if writers else []
         records = []
-        for t, text in zip(writers, texts):
+        for t, text in zip(writers, texts, strict=True):
             t.metrics["insights/written"] = float(text is not None)
             if text:
                 self.memory.add(t.extra["insight_key"], text, t.extra["base_row"].get("prompt"))
@@ -207,7 +207,7 @@ async def evaluate_with_insights(env: Any, sampler: Any, tokenizer: Any, first: 
     for t in failed:
         t.extra.setdefault("base_row", t.row)
     texts = await write_insights(sampler, tokenizer, failed, write_params)
-    retry_rows = [condition_row(t.row, [x]) for t, x in zip(failed, texts) if x]
+    retry_rows = [condition_row(t.row, [x]) for t, x in zip(failed, texts, strict=True) if x]
     retries = list(await asyncio.gather(*(safe_rollout(env, r, sampler, params) for r in retry_rows)))
     if retries:
         await score_groups(env, [[r] for r in retries])

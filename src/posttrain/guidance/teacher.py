@@ -129,7 +129,7 @@ class SelfHintTeacher:
         # Each hinted view has its own prompt: its own group, so prefix sharing never mixes two of them.
         batch = Batch([replace(v, group_id=j) for j, (v, _, _) in enumerate(views)])
         scored = self.trainer.compute_logprobs(batch)
-        for i, (view, at, n_hint), lp in zip(todo, views, scored):
+        for i, (view, at, n_hint), lp in zip(todo, views, scored, strict=True):
             s = sequences[i]
             start = at - len(s.prompt_ids)  # where the hint sits in completion coordinates (< 0: in the prompt)
             if start <= 0:

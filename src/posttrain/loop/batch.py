@@ -1,8 +1,10 @@
 """Batch assembly for a policy-gradient step: scored groups in, one Batch out.
 
+    number_samples(groups)             each trajectory's sample_id: the key results find it by
     sequences_from_groups(groups)      one Sequence per trajectory that did not fail, with its shaped reward
-    (the stepper attaches reference log-probs to the sequences when a KL term needs them)
+    with_logprobs(seqs, field, lps)    new sequences with reference / teacher / behaviour log-probs set
     build_batch(sequences, options)    overlong filter -> KL-as-reward -> advantages per group -> the trained part
+    record_token_stats(shown, batch)   the report's per-token data onto the shown trajectories, by sample_id
 
 `build_batch` is a pure function: it never mutates its inputs, and everything it needs per sequence (reward,
 group, sampler and reference log-probs, finish reason) is a field of the sequence, so filtering is subsetting
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -54,7 +57,7 @@ def feedback_hint(t: Trajectory, template: str = "\n\nHint: {hint}") -> tuple[st
 
 def remedy_hint(t: Trajectory, template: str = "\n\nHint: {hint}") -> tuple[str, int | None] | None:
     """A remedy's format hint for a stalled sample (diagnostics.remedies, guide mode), before the first reply."""
-    hint = t.extra.get("remedy_hint")
+    hint = t.remedy_hint
     return (template.format(hint=hint), 0) if hint else None
 
 
@@ -70,7 +73,7 @@ def first_hint(*fns: HintFn | None) -> HintFn:
 def env_hint(t: Trajectory) -> tuple[str, int | None] | None:
     """algorithm.insights / rised: the hint the env wrote for this sample's teacher (its task's insights, or the
     positive behaviours it missed), in the first prompt."""
-    hint = t.extra.get("teacher_hint")
+    hint = t.teacher_hint
     return (hint, 0) if hint else None
 
 
@@ -79,6 +82,33 @@ def sequences_from_groups(groups: list[Group], hint_fn: HintFn | None = None) ->
     the hint a self-distillation teacher will read for each (None: no hints)."""
     return [sequence_of(t, group_id=gi, hint=hint_fn(t) if hint_fn else None)
             for gi, g in enumerate(groups) for t in g.trajectories_G if not t.failed]
+
+
+def number_samples(groups: list[Group]) -> None:
+    """Give every trajectory of the step its `sample_id` (its position over the step's groups), the key its
+    Sequence carries through batch assembly and the trainer, so per-sample results find their trajectory."""
+    for i, t in enumerate(t for g in groups for t in g.trajectories_G):
+        t.sample_id = i
+
+
+def with_logprobs(seqs: list[Sequence], name: str, logprobs: list[Any]) -> list[Sequence]:
+    """The sequences with one per-token field (ref_logprobs, teacher_logprobs, old_logprobs) set from a scorer's
+    answer, which lists one entry per sequence in the order it was asked (Trainer.compute_logprobs, Teacher)."""
+    if len(logprobs) != len(seqs):
+        raise ValueError(f"{name}: {len(logprobs)} answers for {len(seqs)} sequences")
+    return [replace(s, **{name: lp}) for s, lp in zip(seqs, logprobs, strict=True)]
+
+
+def record_token_stats(shown: list[Trajectory], batch: Batch) -> None:
+    """The report's per-token data of the shown trajectories, by sample_id: the advantage each was trained with
+    and the trainer log-probs its sequence captured in the update's first forward pass (Sequence.capture_logprobs;
+    rows outside the update got theirs before it)."""
+    captured = {s.sample_id: s.trainer_logprobs for s in batch.sequences if s.trainer_logprobs is not None}
+    for t in shown:
+        if t.sample_id in batch.advantage_of:
+            t.advantage = batch.advantage_of[t.sample_id]
+        if t.sample_id in captured:
+            t.trainer_logprobs = [round(x, 4) for x in captured[t.sample_id]]
 
 
 def kl_penalties(seqs: list[Sequence], beta: float, estimator: str) -> list[float]:
@@ -105,22 +135,23 @@ def build_batch(seqs: list[Sequence], opts: BatchOptions,
     m: dict[str, float] = {}
     if opts.overlong_filter:
         keep = overlong_keep_mask([s.finish_reason for s in seqs])
-        seqs = [s if k else replace(s, loss_mask=[0] * len(s.loss_mask)) for s, k in zip(seqs, keep)]
+        seqs = [s if k else replace(s, loss_mask=[0] * len(s.loss_mask)) for s, k in zip(seqs, keep, strict=True)]
         m["dapo/overlong_filtered"] = float(sum(not k for k in keep))
     rewards = [s.reward for s in seqs]
     if opts.kl_reward_beta > 0 and seqs:
         pen = kl_penalties(seqs, opts.kl_reward_beta, opts.kl_estimator)
-        rewards = [r - p for r, p in zip(rewards, pen)]
+        rewards = [r - p for r, p in zip(rewards, pen, strict=True)]
         m["kl/reward_penalty_mean"] = sum(pen) / max(len(pen), 1)
     adv_N = (ADVANTAGES[opts.advantage](torch.tensor(rewards, dtype=torch.float32),
                                         torch.tensor([s.group_id for s in seqs]), scale_std=opts.scale_std)
              if seqs else torch.zeros(0))
-    seqs = [replace(s, advantage=a, reward=r) for s, a, r in zip(seqs, adv_N.tolist(), rewards)]
+    seqs = [replace(s, advantage=a, reward=r) for s, a, r in zip(seqs, adv_N.tolist(), rewards, strict=True)]
     keep = [i for i, s in enumerate(seqs) if opts.keep_zero_advantage or (
         (s.advantage != 0.0 or s.teacher_logprobs is not None) and any(s.loss_mask))]
     batch = Batch(sequences=[seqs[i] for i in keep], policy_version=policy_version,
                   total_loss_tokens=float(max(sum(sum(s.loss_mask) for s in seqs), 1)),
-                  total_seqs=float(max(len(seqs), 1)), advantages_all=[s.advantage for s in seqs], input_index=keep)
+                  total_seqs=float(max(len(seqs), 1)),
+                  advantage_of={s.sample_id: s.advantage for s in seqs if s.sample_id is not None})
     trained = batch.sequences
     m.update({
         "adv/mean": float(adv_N.mean()) if len(adv_N) else 0.0,

@@ -25,7 +25,6 @@ from posttrain.algos.dapo import has_signal
 from posttrain.config.schema import Config
 from posttrain.envs.base import Env, safe_rollout, score_groups
 from posttrain.envs.faults import FaultyEnv
-from posttrain.types import FAILED_IN
 from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
 from posttrain.guidance.guided_hint import first_prompt_ids, strip_prompt
 from posttrain.algos.prompt_selection import prompts_for_step  # noqa: F401 - re-exported (async, es)
@@ -87,7 +86,7 @@ class Rollouts:
                 for k, idx in enumerate(row_indices):
                     plain = await self._plain_prompt_ids(idx)
                     for t in trajs[k * G:k * G + n_t]:
-                        if t.extra.get(FAILED_IN) != "rollout":  # it has no sampled turn to re-prompt
+                        if t.failed_in != "rollout":  # it has no sampled turn to re-prompt
                             strip_prompt(t, self.rows[idx], plain)
         groups = [Group(task_index=idx, trajectories_G=trajs[i * G:(i + 1) * G]) for i, idx in enumerate(row_indices)]
         with timer("reward"):
@@ -99,7 +98,7 @@ class Rollouts:
                 hint = self.rows[idx].get("format_hint")
                 for t in trajs[k * G:(k + 1) * G]:
                     if hint and not t.passed and not t.failed:
-                        t.extra["remedy_hint"] = str(hint)
+                        t.remedy_hint = str(hint)
         pen = apply_overlong_penalty(groups, self.overlong_buffer_frac, self.overlong_penalty, self.params.max_tokens)
         return groups, pen
 

@@ -229,12 +229,12 @@ def audit(cfg: Any, c: Any, log=print) -> AuditReport:
     pj = next((j for j in list(getattr(task, "judges", {}).values()) + list(task.group_rewards)
                if isinstance(j, PairwiseJudge)), None)
     if pj is not None:
-        by_row: dict[int, tuple[list[str], list[str]]] = {}
+        by_row: dict[int, tuple[list[str], list[str]]] = {}  # row index -> (passing, failing) completions
         for k, (comp, row, kind) in enumerate(items):
             if kind == "policy":
-                by_row.setdefault(id(row), ([], []))[0 if truth[k] else 1].append(comp)
+                by_row.setdefault(rows.index(row), ([], []))[0 if truth[k] else 1].append(comp)
         pairs, prompts, cols = [], [], []
-        for (good, bad), row in ((v, next(i[1] for i in items if id(i[1]) == key)) for key, v in by_row.items()):
+        for (good, bad), row in ((v, rows[i]) for i, v in by_row.items()):
             for g, b in zip(good, bad):
                 pairs.append((g, b))
                 prompts.append(row.get("prompt"))

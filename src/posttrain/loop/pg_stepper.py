@@ -1,28 +1,33 @@
 """The policy-gradient stepper (GRPO and its family): one step, top to bottom.
 
     collected = collector.collect(step)                  scored, shaped groups (sync or async)
+    number_samples(collected.all_groups)                 each trajectory's sample_id
     seqs      = sequences_from_groups(collected.groups)  one Sequence per trajectory that did not fail
-    (+ reference log-probs on each sequence when a KL term needs them, teacher log-probs when distilling)
-    batch     = build_batch(seqs, options)               overlong filter, KL-as-reward, advantages, trained part
-    (+ the behaviour policy's log-probs, algorithm.behavior_logprobs)
-    trainer.forward_backward(batch, loss) x num_iterations, optim_step
+    seqs      = with_logprobs(seqs, ...)                 reference / teacher log-probs, when the run has them
+    batch, m  = build_batch(seqs, options)               overlong filter, KL-as-reward, advantages, trained part
+    batch     = _token_stats(shown, batch)               the rows the report shows, marked for capture
+    m, batch  = _optimize(batch)                         behaviour log-probs; forward_backward + optim_step
+    record_token_stats(shown, batch)                     advantage and pre-update log-probs onto the shown rows
     sync.push(version + 1); collector.on_weights(...)    the sampler serves the new weights
 
-All math is in algos/ (looked up by name); batch assembly is a pure function (loop/batch.py).
+All math is in algos/ (looked up by name; the loss the trainer runs is composed there, algos/loss_terms.py); batch
+assembly is a pure function (loop/batch.py). Per-sequence data moves as new Sequences, never by identity.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from posttrain.algos import LOSSES
+from posttrain.algos.loss_terms import with_terms
 from posttrain.algos.dapo import has_signal
 from posttrain.config.schema import Config
-from posttrain.loop.batch import (BatchOptions, build_batch, env_hint, feedback_hint, first_hint, remedy_hint,
-                                  sequences_from_groups)
+from posttrain.loop.batch import (BatchOptions, build_batch, env_hint, feedback_hint, first_hint, number_samples,
+                                  record_token_stats, remedy_hint, sequences_from_groups, with_logprobs)
 from posttrain.loop.collect import Collector
 from posttrain.loop.weight_sync import WeightSync
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
@@ -30,7 +35,7 @@ from posttrain.obs.timers import StageTimer
 from posttrain.rewards.telemetry import drain_task_metrics
 from posttrain.training.from_config import loss_params, run_remedies, self_teacher, token_weight_fn
 from posttrain.training.trainer import Trainer
-from posttrain.types import Batch, Sequence, sequence_of
+from posttrain.types import Batch, Trajectory, sequence_of
 
 
 class PolicyGradientStepper:
@@ -44,7 +49,7 @@ class PolicyGradientStepper:
         distillation teacher (guidance/teacher.py), scoring each step's sequences once (all num_iterations reuse it)."""
         self.cfg, self.trainer, self.collector, self.sync = cfg, trainer, collector, sync
         a = cfg.algorithm
-        self.loss_fn = LOSSES[a.loss]
+        self.loss_fn = with_terms(LOSSES[a.loss])  # the policy loss, then distillation and entropy terms
         self.params = loss_params(cfg, max_tokens)
         self.pass_thresholds = pass_thresholds
         self.batch_options = BatchOptions.from_config(a)
@@ -68,28 +73,27 @@ class PolicyGradientStepper:
         timer, t0 = StageTimer(), time.perf_counter()
         m_hint: dict[str, float] = {}
         collected = await self.collector.collect(step, timer)
+        number_samples(collected.all_groups)
         seqs = sequences_from_groups(collected.groups, self.hint_fn)
         if a.beta > 0 and seqs:
-            for s, lp in zip(seqs, self._ref_logprobs(Batch(seqs))):
-                s.ref_logprobs = lp
+            seqs = with_logprobs(seqs, "ref_logprobs", self._ref_logprobs(Batch(seqs)))
         if self.teacher is not None and seqs:
             with timer("teacher"):
-                for s, lp in zip(seqs, self.teacher.logprobs(seqs)):
-                    s.teacher_logprobs = lp
+                seqs = with_logprobs(seqs, "teacher_logprobs", self.teacher.logprobs(seqs))
             if self.hint_fn is not None:
                 m_hint = {"hint/share": sum(s.hint is not None for s in seqs) / len(seqs),
                           "hint/unaligned": float(getattr(self.teacher, "unaligned", 0))}
         batch, m = build_batch(seqs, self.batch_options, policy_version=self.version)
         m.update(collected.metrics)
         m.update(m_hint)
-        captured: list[tuple[Any, Sequence]] = []
-        if cfg.loop.samples_per_step:  # per-token data of the rows samples.jsonl keeps (the report colours them)
+        shown = self._shown(collected)  # the rows samples.jsonl keeps: the report colours their tokens
+        if cfg.loop.samples_per_step:
             with timer("token_stats", step=step + 1):
-                captured = await self._call(self._token_stats, collected, batch)
+                batch = await self._call(self._token_stats, shown, batch)
         with timer("train", step=step + 1):
-            m.update(await self._call(self._optimize, batch))
-        for t, s in captured:  # the update's own first forward pass measured these (before the update)
-            t.extra["trainer_logprobs"] = [round(x, 4) for x in s.trainer_logprobs or []]
+            m_train, batch = await self._call(self._optimize, batch)
+            m.update(m_train)
+        record_token_stats(shown, batch)  # the update's own first forward pass measured these (before the update)
         with timer("sync", step=step + 1):
             self.version += 1
             m.update(await self._call(self.sync.push, self.version))
@@ -125,47 +129,48 @@ class PolicyGradientStepper:
         """Model work off the event loop in async mode, so rollout workers keep generating meanwhile."""
         return await asyncio.to_thread(fn, *args) if self.cfg.loop.mode == "async" else fn(*args)
 
-    def _token_stats(self, collected: Any, batch: Batch) -> list[tuple[Any, Sequence]]:
-        """For the first loop.samples_per_step trajectories (the ones samples.jsonl keeps): the advantage each was
-        trained with and the trainer's log-prob of every completion token before this step's update, beside the
-        sampler's (obs/rollout_stats.sample_records writes them).
+    def _shown(self, collected: Any) -> list[Trajectory]:
+        """The first loop.samples_per_step trajectories of the step that did not fail (samples.jsonl keeps them)."""
+        k = self.cfg.loop.samples_per_step
+        return [t for t in [t for g in collected.all_groups for t in g.trajectories_G][:k] if not t.failed]
 
-        A shown row the update trains on gets its log-probs from the update's own first forward pass
-        (Trainer.captures_logprobs: returned here, read after the update), so no extra pass runs for it: that
-        pass cost 5% of a json-extract step. Only rows outside the update (zero advantage, filtered groups) or a
-        trainer in other processes need one forward pass here, before the update."""
-        trained = [t for g in collected.groups for t in g.trajectories_G if not t.failed]
-        for t, adv in zip(trained, batch.advantages_all or []):
-            t.extra["advantage"] = adv
-        shown = [t for g in collected.all_groups for t in g.trajectories_G][: self.cfg.loop.samples_per_step]
-        shown = [t for t in shown if not t.failed]
-        in_update: dict[int, Sequence] = {}  # id(trajectory) -> its sequence in the update
-        if getattr(self.trainer, "captures_logprobs", False) and batch.input_index is not None:
-            # batch.input_index: positions in build_batch's input, which is `trained` (sequences_from_groups' order)
-            in_update = {id(trained[i]): s for i, s in zip(batch.input_index, batch.sequences)}
-        captured = [(t, in_update[id(t)]) for t in shown if id(t) in in_update]
-        for _, s in captured:
-            s.capture_logprobs = True
-        rest = [t for t in shown if id(t) not in in_update]
+    def _token_stats(self, shown: list[Trajectory], batch: Batch) -> Batch:
+        """Per-token data of the shown rows: the trainer's log-prob of every completion token before this step's
+        update, beside the sampler's (obs/rollout_stats.sample_records writes them).
+
+        A shown row the update trains on gets its log-probs from the update's own first forward pass: its
+        sequence is marked `capture_logprobs` in the returned batch and the trainer fills `trainer_logprobs`
+        (Trainer.captures_logprobs), so no extra pass runs for it: that pass cost 5% of a json-extract step. Only
+        rows outside the update (zero advantage, filtered groups) or a trainer in other processes need one forward
+        pass here, before the update. Rows are matched by `sample_id`, never by position or object identity."""
+        ids = {t.sample_id for t in shown}
+        if getattr(self.trainer, "captures_logprobs", False):
+            batch = replace(batch, sequences=[replace(s, capture_logprobs=True) if s.sample_id in ids else s
+                                              for s in batch.sequences])
+        captured = {s.sample_id for s in batch.sequences if s.capture_logprobs}
+        rest = [t for t in shown if t.sample_id not in captured]
         if rest:
-            for t, lp in zip(rest, self.trainer.compute_logprobs(Batch([sequence_of(t) for t in rest]))):
-                t.extra["trainer_logprobs"] = [round(x, 4) for x in lp]
-        return captured
+            lps = self.trainer.compute_logprobs(Batch([sequence_of(t) for t in rest]))
+            for t, lp in zip(rest, lps, strict=True):  # compute_logprobs answers in its batch's order
+                t.trainer_logprobs = [round(x, 4) for x in lp]
+        return batch
 
-    def _optimize(self, batch: Batch) -> dict[str, float]:
-        """num_iterations optimizer passes over the batch; the ratio's old policy per algorithm.behavior_logprobs."""
+    def _optimize(self, batch: Batch) -> tuple[dict[str, float], Batch]:
+        """num_iterations optimizer passes over the batch; the ratio's old policy per algorithm.behavior_logprobs.
+        Returns the metrics and the batch it trained (with the behaviour log-probs and any captured trainer
+        log-probs on its sequences)."""
         m: dict[str, float] = {}
         n_iter = self.cfg.loop.num_iterations
         if self.cfg.algorithm.behavior_logprobs == "sampler":
-            for s in batch.sequences:
-                s.old_logprobs = list(s.sampler_logprobs)
+            batch = replace(batch, sequences=[replace(s, old_logprobs=list(s.sampler_logprobs))
+                                              for s in batch.sequences])
         elif n_iter > 1:  # "trainer": the policy before this step's updates (with one pass: the current, detached)
-            for s, lp in zip(batch.sequences, self.trainer.compute_logprobs(batch)):
-                s.old_logprobs = lp
+            batch = replace(batch, sequences=with_logprobs(batch.sequences, "old_logprobs",
+                                                           self.trainer.compute_logprobs(batch)))
         for _ in range(n_iter):
             m.update(self.trainer.forward_backward(batch, self.loss_fn, self.params, self.token_weight_fn))
             m.update(self.trainer.optim_step())
-        return m
+        return m, batch
 
     def _ref_logprobs(self, batch: Batch) -> list[list[float]]:
         if self.ref_model is not None:

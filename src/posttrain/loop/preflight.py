@@ -161,6 +161,7 @@ def _probe_train_seconds(cfg: Any, c: Any, sampled: list[list[Any]], log: Any) -
     every sequence is trained on, as in a step with signal (a step on a no-signal batch is cheaper). The model
     is changed by it; a preflight throws its model away after."""
     from posttrain.algos import LOSSES
+    from posttrain.algos.loss_terms import with_terms
     from posttrain.training.from_config import loss_params, make_trainer
     from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
     from posttrain.types import Group
@@ -173,7 +174,7 @@ def _probe_train_seconds(cfg: Any, c: Any, sampled: list[list[Any]], log: Any) -
     t0 = time.perf_counter()
     try:
         trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)  # the run's own trainer settings
-        trainer.forward_backward(batch, LOSSES[cfg.algorithm.loss], loss_params(cfg, c.train_params.max_tokens))
+        trainer.forward_backward(batch, with_terms(LOSSES[cfg.algorithm.loss]), loss_params(cfg, c.train_params.max_tokens))
         trainer.optim_step()
     except Exception as e:  # noqa: BLE001 - the estimate is advice; a failure here must not hide the rest
         log(f"preflight: probe training step failed ({type(e).__name__}: {e}); the time estimate is sampling only")

@@ -107,6 +107,8 @@ class Run:
     async def run_async(self) -> RunResult:
         cfg, c = self.cfg, self.c
         self.say(f"run dir: {self.run_dir}")
+        for d in cfg.derived:  # settings derived from others (config/schema.py): shown, never silent
+            self.say(f"config: {d}")
         self.say(f"model: {cfg.model.name} ({c.trainable_params / 1e6:.1f}M trainable of {c.total_params / 1e6:.1f}M)"
                  f" | task: {c.task.name} ({len(c.task.train_rows)} train / {len(self.eval_rows)} held-out prompts)"
                  f" | {cfg.loop.steps} steps x {cfg.loop.prompts_per_step} prompts x G={cfg.algorithm.num_generations}")

@@ -22,7 +22,7 @@ def apply_overlong_penalty(groups: list[Group], buffer_frac: float, penalty: flo
     trajs = [t for g in groups for t in g.trajectories_G]
     lengths = torch.tensor([t.num_completion_tokens for t in trajs])
     pen = soft_overlong_penalty(lengths, max_tokens, buffer, penalty)
-    for t, p in zip(trajs, pen.tolist()):
+    for t, p in zip(trajs, pen.tolist(), strict=True):
         if p != 0.0:
             t.reward += p
             t.reward_components["overlong_penalty"] = p

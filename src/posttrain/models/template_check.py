@@ -35,6 +35,17 @@ def render_ids(tok: Any, messages: list[dict[str, Any]], add_generation_prompt: 
     return [int(t) for t in out]
 
 
+_CHECKED: set[tuple[str, str, str]] = set()  # (tokenizer name, its template, tool role) already checked
+
+
+def check_prefix_property_once(tok: Any, tool_role: str = "tool") -> None:
+    """`check_prefix_property` once per tokenizer and template (envs built for every rollout worker share it)."""
+    key = (_name(tok), str(getattr(tok, "chat_template", None)), tool_role)
+    if key not in _CHECKED:
+        check_prefix_property(tok, tool_role=tool_role)
+        _CHECKED.add(key)
+
+
 def _name(tok: Any) -> str:
     return str(getattr(tok, "name_or_path", "") or "this model")
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from posttrain.types import FAILED_IN
 from posttrain.types import Trajectory
 
 
@@ -33,9 +32,9 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, floa
         f"{prefix}rollouts/count": float(len(trajs)),
         **failure_metrics(trajs, prefix),
     }
-    guided = [t for t in trajs if t.extra.get("guided")]
+    guided = [t for t in trajs if t.guided]
     if guided:  # a remedy's hinted samples: the pass rate of the plain ones says whether the policy learned it
-        plain = [t for t in trajs if not t.extra.get("guided")]
+        plain = [t for t in trajs if not t.guided]
         m[f"{prefix}pass_rate/guided"] = sum(t.passed for t in guided) / len(guided)
         if plain:
             m[f"{prefix}pass_rate/unguided"] = sum(t.passed for t in plain) / len(plain)
@@ -51,7 +50,7 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, floa
 def failure_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, float]:
     """Isolated failures by where they happened, and the failed share of all samples (every cause); {} when
     none failed."""
-    where = [t.extra.get(FAILED_IN) for t in trajs if t.failed]
+    where = [t.failed_in for t in trajs if t.failed]
     if not where:
         return {}
     return {f"{prefix}rollout/failed_rollout": float(where.count("rollout")),
@@ -74,7 +73,7 @@ def sample_records(trajs: list[Trajectory], k: int, tokenizer: Any = None) -> li
              "components": t.reward_components, "passed": t.passed, "error": t.error,
              "tokens": t.num_completion_tokens, "policy_version": t.policy_version,
              **({"feedback": t.feedback, "feedback_turn": t.feedback_turn} if t.feedback else {}),
-             **({"messages": t.extra["messages"]} if "messages" in t.extra else {}),
+             **({"messages": t.messages} if t.messages is not None else {}),
              **(token_records(t, tokenizer) if tokenizer is not None else {})} for t in trajs[:k]]
 
 
@@ -86,8 +85,8 @@ def token_records(t: Trajectory, tokenizer: Any) -> dict[str, Any]:
     ids = ids[len(t.prompt_ids):]
     out: dict[str, Any] = {"token_text": tokenizer.batch_decode([[i] for i in ids]), "token_mask": mask,
                            "token_logprobs": [round(x, 4) for x in logps]}
-    if "trainer_logprobs" in t.extra:
-        out["token_trainer_logprobs"] = t.extra["trainer_logprobs"]
-    if "advantage" in t.extra:
-        out["advantage"] = t.extra["advantage"]
+    if t.trainer_logprobs is not None:
+        out["token_trainer_logprobs"] = t.trainer_logprobs
+    if t.advantage is not None:
+        out["advantage"] = t.advantage
     return out

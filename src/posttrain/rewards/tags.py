@@ -84,7 +84,7 @@ def wrong_value(t: Trajectory) -> bool:
 
 
 def repeated_tool_call(t: Trajectory) -> bool:
-    calls = [repr(c) for c in t.extra.get("tool_calls", [])]
+    calls = [repr(c) for c in t.tool_calls]
     return len(calls) != len(set(calls))
 
 
@@ -223,7 +223,7 @@ class JudgeTagger:
 
 @dataclass
 class Taggers:
-    """Rules first, then the judge for the rest; one set of tags per trajectory, stored in `extra["tags"]`."""
+    """Rules first, then the judge for the rest; one set of tags per trajectory, stored in `Trajectory.tags`."""
 
     rules: RuleTagger
     judge: JudgeTagger | None = None
@@ -233,7 +233,7 @@ class Taggers:
         if self.judge is not None:
             found = [a | b for a, b in zip(found, self.judge.tag(trajs))]
         for t, tags in zip(trajs, found):
-            t.extra["tags"] = sorted(tags)
+            t.tags = sorted(tags)
 
     @property
     def errors(self) -> int:

@@ -24,13 +24,11 @@ def metric_sources(task: Any) -> list[Any]:
     cands += [c.func for c in getattr(rubric, "components", None) or []]
     cands += list(getattr(task, "group_rewards", None) or [])
     cands += list((getattr(task, "judges", None) or {}).values())
-    seen: set[int] = set()
-    out = []
+    out: list[Any] = []
     for obj in cands:
         # A bound method (`ledger.score`) stands for its instance: the object that keeps the counters.
         obj = obj if callable(getattr(obj, "drain_metrics", None)) else getattr(obj, "__self__", obj)
-        if callable(getattr(obj, "drain_metrics", None)) and id(obj) not in seen:
-            seen.add(id(obj))
+        if callable(getattr(obj, "drain_metrics", None)) and not any(obj is o for o in out):  # the same object once
             out.append(obj)
     return out
 

@@ -36,8 +36,9 @@ def _watched_objects():
 
 
 def _behaviour(obj):
-    """Identity of everything callable or descriptor-like on obj: patching any of these changes outcomes."""
-    return {k: id(v) for k, v in list(vars(obj).items())
+    """Everything callable or descriptor-like on obj (the objects themselves, held, so a replaced one is seen even
+    after the original is freed): patching any of these changes outcomes."""
+    return {k: v for k, v in list(vars(obj).items())
             if callable(v) or isinstance(v, (property, staticmethod, classmethod))}
 
 
@@ -61,7 +62,8 @@ def _changed(snapshot):
         if "." in name and name in _sys.modules and _sys.modules[name] is not obj and name in WATCHED_MODULES:
             out.append(f"sys.modules[{name}] replaced")
         after = _behaviour(obj)
-        out += [f"{name}.{k}" for k in set(before) | set(after) if before.get(k) != after.get(k)]
+        out += [f"{name}.{k}" for k in set(before) | set(after)
+                if k not in before or k not in after or before[k] is not after[k]]
     return sorted(set(out) - PYTEST_TOGGLES)
 
 
@@ -128,7 +130,7 @@ def main():
             # its fixture manager), before collection imports the tests and so the solution.
             if work_dir is not None:
                 self.watch = _snapshot()
-                self.plugins = [id(p) for p in session.config.pluginmanager.get_plugins()]
+                self.plugins = list(session.config.pluginmanager.get_plugins())
                 self.pm = session.config.pluginmanager
 
         def check(self, final=False):
@@ -143,7 +145,7 @@ def main():
                 changed = [c for c in changed if c.startswith(("_pytest", "pluggy", "snapshot"))]
             if self.plugins is not None:
                 changed += [f"plugin registered at run time: {self.pm.get_name(p)}" for p in self.pm.get_plugins()
-                            if id(p) not in self.plugins]
+                            if not any(p is q for q in self.plugins)]
             return changed
 
         def pytest_collectreport(self, report):

@@ -29,7 +29,11 @@ OPS = {"len": len, "bool": bool, "str": str, "repr": repr, "contains": operator.
 
 class Objects:
     """Reference numbers for the objects the test process holds. Kept alive for the whole run, so a number
-    always means the same object (exception classes are matched by it)."""
+    always means the same object (exception classes are matched by it).
+
+    `by_id` is the one map by object identity in posttrain, on purpose: it numbers the solution's own objects,
+    which may define `__eq__` / `__hash__` to lie, so only identity is safe, and every object it numbers is held in
+    `by_ref` for the whole run, so no id can be reused for another object."""
 
     def __init__(self):
         self.by_ref = {}

@@ -190,8 +190,8 @@ class DataParallelTrainer:
         parts = split_indices(batch, self.world)
         got = self._send(("compute_logprobs", [Batch([batch.sequences[i] for i in idx]) for idx in parts]))
         out: list[list[float]] = [[] for _ in batch.sequences]
-        for idx, lps in zip(parts, got):
-            for i, lp in zip(idx, lps):
+        for idx, lps in zip(parts, got, strict=True):
+            for i, lp in zip(idx, lps, strict=True):
                 out[i] = lp
         return out
 

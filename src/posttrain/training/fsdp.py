@@ -175,7 +175,7 @@ class ShardedTrainer(Trainer):
         parts = self._by_kind(batch)
         out: list[list[float]] = [[] for _ in batch.sequences]
         for kind, (idx, part), (mine, most) in zip(KINDS, parts, self._agreed_passes([p for _, p in parts])):
-            for i, lp in zip(idx, super().compute_logprobs(part)):
+            for i, lp in zip(idx, super().compute_logprobs(part), strict=True):
                 out[i] = lp
             was = self.model.training
             self.model.eval()
@@ -241,8 +241,8 @@ class ShardedTrainer(Trainer):
 
     def _param_names(self, opt: torch.optim.Optimizer) -> list[str]:
         """The optimizer's parameters by name, in the order its own state_dict numbers them."""
-        name_of = {id(p): n for n, p in self.model.named_parameters()}
-        return [name_of[id(p)] for g in opt.param_groups for p in g["params"]]
+        named = list(self.model.named_parameters())  # a few hundred: matched by identity (`is`)
+        return [next(n for n, q in named if q is p) for g in opt.param_groups for p in g["params"]]
 
     def state_dict(self) -> dict[str, Any]:
         """Collective: the plain Trainer's state (weights and optimizer state keyed by index) on rank 0, {} on the

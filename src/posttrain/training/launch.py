@@ -78,6 +78,7 @@ def run_worker(cfg: Config) -> None:
     from posttrain.models.load import ensure_pad_token, load_model
     from posttrain.models.lora import apply_lora
     from posttrain.algos import LOSSES
+    from posttrain.algos.loss_terms import with_terms
     from posttrain.tasks.load import load_task
     from posttrain.training.distributed import init_group, worker_loop
 
@@ -97,7 +98,7 @@ def run_worker(cfg: Config) -> None:
     max_tokens = cfg.sampling.max_tokens or task.max_tokens or 128
     init_group(rank, world, cfg.trainer.dist_timeout_s)
     trainer = rank_trainer(cfg, model, tok.pad_token_id, world)
-    worker_loop(trainer, LOSSES[cfg.algorithm.loss], loss_params(cfg, max_tokens), token_weight_fn(cfg.algorithm),
+    worker_loop(trainer, with_terms(LOSSES[cfg.algorithm.loss]), loss_params(cfg, max_tokens), token_weight_fn(cfg.algorithm),
                 rank, world)
 
 

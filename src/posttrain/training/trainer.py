@@ -1,7 +1,9 @@
 """The Trainer: forward_backward(batch, loss_fn), optim_step(), save_state(), load_state().
 
-It knows nothing about the algorithm beyond the loss function it is handed (see algos/losses.py for the
-signature). Gradients accumulate over micro-batches; the loss functions are given batch-wide normalizers,
+It knows nothing about the algorithm beyond the loss function it is handed (algos/losses.py for the signature;
+the stepper hands it the policy loss composed with its terms, algos/loss_terms.py): it packs each micro-batch's
+per-sequence data into tensors (advantages, behaviour / reference / teacher log-probs, token weights) and runs the
+loss on them. Gradients accumulate over micro-batches; the loss functions are given batch-wide normalizers,
 so accumulation is exact rather than an average of micro-batch means.
 """
 
@@ -17,7 +19,6 @@ from typing import Any
 
 import torch
 
-from posttrain.algos.distill import reverse_kl_loss
 from posttrain.algos.kl import k3
 from posttrain.algos.losses import LossInputs, LossParams
 from posttrain.obs.memory import release_free_heap
@@ -72,7 +73,7 @@ class Trainer:
         self.prefix_sharing = prefix_sharing
         self.temperature = temperature if temperature > 0 else 1.0
         self.lr_scale = 1.0  # a remedy may lower the learning rate for a while (obs/remedies.py)
-        self.entropy_coef = 0.0  # a remedy's entropy bonus (obs/remedies.py): loss -= coef x mean token entropy
+        self.entropy_coef = 0.0  # a remedy's entropy bonus (obs/remedies.py), handed to the loss (LossInputs)
         self.chunk = logits_chunk_tokens  # > 0: never hold a micro-batch's full logits (train/logprobs.py)
         if precision not in PRECISIONS:
             raise ValueError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
@@ -103,7 +104,7 @@ class Trainer:
                 with compute_context(model, self.precision):
                     t = completion_logprobs(model, groups, self.pad_id, self.temperature, self.prefix_sharing,
                                             chunk_tokens=self.chunk)
-                for row, (i, s) in enumerate((i, s) for g in groups for i, s in zip(g.indices, g.sequences)):
+                for row, (i, s) in enumerate((i, s) for g in groups for i, s in zip(g.indices, g.sequences, strict=True)):
                     out[i] = t.logp_BT[row, : len(s.completion_ids)].tolist()
         finally:
             model.train(was)
@@ -139,38 +140,24 @@ class Trainer:
             dev = t.logp_BT.device
             want = [row for row, s in enumerate(seqs) if s.capture_logprobs and s.trainer_logprobs is None]
             if want:  # the first pass over the batch (before any update); only the rows asked for leave the device
-                for row, lp in zip(want, t.logp_BT.detach()[want].float().cpu()):
+                for row, lp in zip(want, t.logp_BT.detach()[want].float().cpu(), strict=True):
                     seqs[row].trainer_logprobs = lp[: len(seqs[row].completion_ids)].tolist()
             sampler_BT = _pad_float([s.sampler_logprobs for s in seqs], T).to(dev)
             old_BT = _behaviour_BT(seqs, t.logp_BT)
             has_ref = all(s.ref_logprobs is not None for s in seqs)
             ref_BT = _pad_float([s.ref_logprobs for s in seqs], T).to(dev) if has_ref else None
-            adv_B = torch.tensor([s.advantage for s in seqs], dtype=torch.float32, device=dev) * params.rl_weight
+            adv_B = torch.tensor([s.advantage for s in seqs], dtype=torch.float32, device=dev)
             w_BT, w_metrics = None, {}
             if token_weight_fn is not None:
                 w_BT, w_metrics = token_weight_fn(t.logp_BT.detach(), sampler_BT, t.entropy_BT, t.mask_BT)
-            inputs = LossInputs(total_tokens=total_tokens, total_seqs=total_seqs, token_weights_BT=w_BT)
-            loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, params, inputs)
-            m = {**m, **w_metrics}
-            if params.distill_coef > 0 and any(s.teacher_logprobs is not None for s in seqs):
-                # A teacher may have no opinion on a sequence (None) or a token (NaN): there it equals the
-                # student's own behaviour log-prob, so the term is exactly 0 and its metrics skip those tokens.
+            teacher_BT = None  # the teacher's log-probs, NaN where it has no opinion (a whole sequence: None)
+            if any(s.teacher_logprobs is not None for s in seqs):
                 teacher_BT = _pad_float([s.teacher_logprobs or [float("nan")] * len(s.completion_ids) for s in seqs],
                                         T).to(dev)
-                opinion_BT = ~torch.isnan(teacher_BT)
-                teacher_BT = torch.where(opinion_BT, teacher_BT, old_BT.detach())
-                d_loss, d_m = reverse_kl_loss(t.logp_BT, old_BT, teacher_BT, t.mask_BT, params.distill_coef,
-                                              params.aggregation, total_tokens, total_seqs, params.max_tokens, w_BT,
-                                              metric_mask_BT=t.mask_BT * opinion_BT)
-                loss = loss + d_loss
-                m.update({k.replace("teacher/", f"{params.distill_prefix}/", 1): v for k, v in d_m.items()})
-            if self.entropy_coef > 0:
-                # d/dθ H(π) = -E_y[log π(y) ∇ log π(y)] over the sampled tokens (score function; E[∇ log π] = 0), so
-                # `mean(logp.detach() * logp)` has minus the entropy's gradient: adding it raises entropy. No
-                # full-vocabulary entropy with a graph, and it aggregates over the batch's tokens like the loss.
-                bonus = (t.logp_BT.detach() * t.logp_BT * t.mask_BT).sum() / max(total_tokens, 1.0)
-                loss = loss + self.entropy_coef * bonus
-                m["entropy_bonus"] = float(self.entropy_coef)
+            inputs = LossInputs(total_tokens=total_tokens, total_seqs=total_seqs, token_weights_BT=w_BT,
+                                teacher_logp_BT=teacher_BT, entropy_coef=self.entropy_coef)
+            loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, params, inputs)
+            m = {**m, **w_metrics}
             if not torch.isfinite(loss):
                 self._poisoned = True
                 self._skip_backward(t.logp_BT)

@@ -63,7 +63,7 @@ def test_scripted_episode_resolves_through_tool_env(tiny, task):
     m = traj.metrics
     assert m["resolved"] == 1.0 and m["turns"] == 8 and m["tests_run_before_submit"] == 2 and m["edits"] == 1
     assert m["verified"] == 1.0 and m["submitted"] == 1.0 and m["tool_errors"] == 2 and m["tool_calls"] == 8
-    tool_msgs = [x["content"] for x in traj.extra["messages"] if x["role"] == "tool"]
+    tool_msgs = [x["content"] for x in traj.messages if x["role"] == "tool"]
     assert "not found" in tool_msgs[2] and "read-only" in tool_msgs[3]
     assert "failed" in tool_msgs[4] and tool_msgs[6].startswith("all ")
     assert traj.feedback.startswith("turn 3: the call edit_file")  # the first failed call, for hint distillation

@@ -195,8 +195,8 @@ def test_two_hop_episode_on_tiny_random(tiny, task: Task) -> None:
     assert traj.passed and traj.reward == pytest.approx(1.0 + 0.1 - 2 * 0.1)
     assert traj.reward_components["num_searches"] == 2.0
     # the stop string was cut from the text, yet each call parsed; the search results reached the policy
-    assert all(not m["content"].endswith("</tool_call>") for m in traj.extra["messages"] if m["role"] == "assistant")
-    tool_msgs = [m["content"] for m in traj.extra["messages"] if m["role"] == "tool"]
+    assert all(not m["content"].endswith("</tool_call>") for m in traj.messages if m["role"] == "assistant")
+    tool_msgs = [m["content"] for m in traj.messages if m["role"] == "tool"]
     assert bridge in tool_msgs[0] and gold in tool_msgs[1]
     _, mask, _ = traj.sequence()  # token fidelity holds across the turns
     assert sum(mask) == sum(len(t.completion_ids) for t in traj.turns)

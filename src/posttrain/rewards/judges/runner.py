@@ -124,5 +124,9 @@ class JudgeRunner:
         finally:
             pool.shutdown(wait=False)
             self.stats.add(calls=1, latency_total_s=time.perf_counter() - t0)
-        self.stats.add(timeouts=len({id(r) for r in res if isinstance(r, JudgeTimeout)}))  # one per event
+        timeouts: list[JudgeTimeout] = []  # a batch that timed out shares one exception: one event
+        for r in res:
+            if isinstance(r, JudgeTimeout) and not any(r is t for t in timeouts):
+                timeouts.append(r)
+        self.stats.add(timeouts=len(timeouts))
         return res

@@ -17,9 +17,11 @@ def task_judges(task: Any) -> list[Any]:
 def configure_task_judges(task: Any, cache: str | None = "default") -> None:
     """Point every judge of `task` at the cache file `cache` ('default', a path, or None for no cache). Judges
     that share a runner share the new cache too."""
-    shared: dict[int, JudgeCache] = {}
+    shared: list[tuple[Any, JudgeCache]] = []  # (old cache, its replacement): runners that shared one still do
     for j in task_judges(task):
         old = j.runner.cache
-        if id(old) not in shared:
-            shared[id(old)] = JudgeCache(cache)
-        j.runner.cache = shared[id(old)]
+        new = next((n for o, n in shared if o is old), None)
+        if new is None:
+            new = JudgeCache(cache)
+            shared.append((old, new))
+        j.runner.cache = new
