@@ -15,7 +15,7 @@ from posttrain.tasks import count_a
 from posttrain.envs.tools import EnvWorkerLost
 from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
-from posttrain.loop.collect import Rollouts, SyncCollector, prompts_for_step
+from posttrain.loop.collect import RolloutSpec, SyncCollector, prompts_for_step
 from posttrain.loop.evaluate import evaluate_async
 from posttrain.obs.rollout_stats import rollout_metrics, sample_records
 from posttrain.obs.timers import BusyMeter, StageTimer
@@ -74,7 +74,7 @@ def test_sync_collector_fails_only_the_raising_sample(tiny):
     env = RaisingEnv(task, tok, rows[idx[1]])
     cfg = load_config(None, CFG)
     sampler = ScriptedSampler(tok, ["aaa", "ab"])
-    collector = SyncCollector(cfg, Rollouts(env, sampler, rows, G, SampleParams(max_tokens=8)))
+    collector = SyncCollector(cfg, RolloutSpec(env, sampler, rows, G, SampleParams(max_tokens=8)))
     collected = asyncio.run(collector.collect(0, StageTimer()))
     _check_step(collected.all_groups, idx[1])
     assert all(t.prompt_ids for g in collected.groups for t in g.trajectories_G)  # the row's prompt, for the record
@@ -90,7 +90,7 @@ def test_async_collector_workers_survive_a_raising_sample(tiny):
     cfg = load_config(None, CFG + ["loop.mode=async", "loop.max_staleness=0", "loop.batch_timeout_s=60"])
     meters = {k: BusyMeter() for k in ("model_call", "rollout")}
     sampler = ScriptedSampler(tok, ["aaa", "ab"])
-    rollouts = Rollouts(env, MeteredSampler(sampler, meters["model_call"]), rows, G, SampleParams(max_tokens=8))
+    rollouts = RolloutSpec(env, MeteredSampler(sampler, meters["model_call"]), rows, G, SampleParams(max_tokens=8))
     collector = AsyncCollector(cfg, rollouts, meters)
 
     async def go():

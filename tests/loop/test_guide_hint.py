@@ -13,7 +13,7 @@ from posttrain.config.schema import RemediesConfig
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.envs.task import Task
 from posttrain.envs.tool_env import ToolEnv
-from posttrain.loop.collect import Rollouts
+from posttrain.loop.collect import RolloutSpec
 from posttrain.guidance.guided_hint import first_prompt_ids, strip_prompt
 from posttrain.obs.remedies import Overrides, Remedies
 from posttrain.obs.timers import StageTimer
@@ -37,7 +37,7 @@ def _task():
 
 def _rollouts(env, tok, texts, guide):
     sampler = ScriptedSampler(tok, texts, end_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
-    base = Rollouts(env, sampler, ROWS, 2, SampleParams(max_tokens=16))
+    base = RolloutSpec(env, sampler, ROWS, 2, SampleParams(max_tokens=16))
     return base.adjusted(Overrides(format_hint=True, guide=guide))
 
 
@@ -160,7 +160,7 @@ def test_guide_share_samples_part_of_each_group_plain_and_reports_both_pass_rate
     env = SingleTurnEnv(_task(), tok, SampleParams(max_tokens=16))
     end = tok.convert_tokens_to_ids("<|im_end|>")
     sampler = ScriptedSampler(tok, ["positive", "It is positive."] * 2, end_token_id=end)
-    base = Rollouts(env, sampler, ROWS, 4, SampleParams(max_tokens=16))
+    base = RolloutSpec(env, sampler, ROWS, 4, SampleParams(max_tokens=16))
     groups, _ = asyncio.run(base.adjusted(Overrides(format_hint=True, guide=True, guide_share=0.5))
                             .groups([0], StageTimer()))
     trajs = groups[0].trajectories_G

@@ -1,6 +1,6 @@
 """A remedy's guided format hint (Guide, Nath et al. 2025, arXiv:2506.13923): some samples of a stalled prompt
 are drawn with the row's `format_hint` appended, then trained as if the prompt had never had it, so what the hint
-made likely becomes likely without it. `Rollouts.groups` (loop/collect.py) calls these two functions; which rows
+made likely becomes likely without it. `RolloutSpec.groups` (loop/collect.py) calls these two functions; which rows
 are hinted, and when, is the remedy policy's business (obs/remedies.py).
 """
 

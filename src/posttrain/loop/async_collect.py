@@ -20,7 +20,7 @@ in both schedules.
 Resuming restarts the workers at the checkpoint's weights: in-flight rollouts are not saved, so a resumed async
 run is not bit-identical to an uninterrupted one.
 
-A worker never dies of one sample: `Rollouts.groups` rolls out and scores each sample in isolation
+A worker never dies of one sample: `RolloutSpec.groups` rolls out and scores each sample in isolation
 (envs/isolate.py), so an env that raises on one output gives that sample back failed and the group goes on. What
 still stops a worker (and, through `_failure`, the run) is what is not a sample's doing: a lost env worker or
 sampler pool, or a bug in the loop itself.
@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from posttrain.config.schema import Config
-from posttrain.loop.collect import Collected, Rollouts, prompts_for_step
+from posttrain.loop.collect import Collected, RolloutSpec, prompts_for_step
 from posttrain.loop.staleness import admissible, staleness_metrics, token_staleness_metrics
 from posttrain.obs import trace
 from posttrain.obs.timers import BusyMeter, StageTimer
@@ -59,7 +59,7 @@ class MeteredSampler:
 
 
 class AsyncCollector:
-    def __init__(self, cfg: Config, rollouts: Rollouts, meters: dict[str, BusyMeter]):
+    def __init__(self, cfg: Config, rollouts: RolloutSpec, meters: dict[str, BusyMeter]):
         """`rollouts.sampler` is the (metered) rollout sampler; `meters` has model_call, rollout and reward."""
         self.cfg, self.rollouts, self.meters = cfg, rollouts, meters
         self.configured = rollouts

@@ -8,7 +8,7 @@
 
 `SyncCollector` samples the step's prompts when asked (with DAPO dynamic sampling when configured);
 `AsyncCollector` (loop/async_collect.py) keeps rollout workers running ahead under the staleness bound. Both
-roll out and score groups with `Rollouts.groups`, so a group means the same thing in either schedule. Each
+roll out and score groups with `RolloutSpec.groups`, so a group means the same thing in either schedule. Each
 sample is rolled out and scored in isolation (envs/isolate.py): an env that raises on one output fails that
 sample, counted in the step's `rollout/failed_*` metrics, and the step goes on.
 """
@@ -54,8 +54,9 @@ class Collector(Protocol):
 
 
 @dataclass(frozen=True)
-class Rollouts:
-    """What rolling out a group needs: the env, the sampler, G, how to sample, and the overlong shaping."""
+class RolloutSpec:
+    """How a step's groups are rolled out: the env, the sampler, G, how to sample, the overlong shaping and a
+    remedy's row transform. `groups(rows)` rolls out, scores and shapes them."""
 
     env: Env
     sampler: Sampler
@@ -115,7 +116,7 @@ class Rollouts:
             self._plain_ids[i] = await first_prompt_ids(self.env, self.rows[i], self.params)
         return self._plain_ids[i]
 
-    def adjusted(self, ov: Any) -> "Rollouts":
+    def adjusted(self, ov: Any) -> "RolloutSpec":
         """These rollouts under a remedy's overrides (temperature, G, extra stop strings, the soft overlong
         penalty, a format hint); neutral overrides give back the configured rollouts."""
         from posttrain.obs.remedies import with_format_hint
@@ -131,7 +132,7 @@ class Rollouts:
 
     @classmethod
     def from_config(cls, cfg: Config, env: Env, sampler: Sampler, rows: list[dict[str, Any]],
-                    params: SampleParams) -> "Rollouts":
+                    params: SampleParams) -> "RolloutSpec":
         a = cfg.algorithm
         if cfg.debug.rollout_fault_rate > 0:  # test only: training rollouts fail on purpose (envs/faults.py)
             env = FaultyEnv(env, cfg.debug.rollout_fault_rate, cfg.run.seed)
@@ -141,7 +142,7 @@ class Rollouts:
 class SyncCollector:
     """Sample the step's prompts now; with dynamic sampling, refill until enough groups carry signal."""
 
-    def __init__(self, cfg: Config, rollouts: Rollouts):
+    def __init__(self, cfg: Config, rollouts: RolloutSpec):
         self.cfg, self.rollouts, self.configured = cfg, rollouts, rollouts
         # A prompt selector (RISED, guidance/profiles.py): picks the step's rows out of a larger seeded pool.
         self.select: Any = None

@@ -22,7 +22,7 @@ from posttrain.config.schema import Config
 from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
 from posttrain.loop.components import Components
 from posttrain.models.policy import resolve_dtype
-from posttrain.loop.collect import Rollouts, SyncCollector
+from posttrain.loop.collect import RolloutSpec, SyncCollector
 from posttrain.loop.es_stepper import ESStepper
 from posttrain.guidance.insights import InsightEnv, InsightMemory
 from posttrain.loop.pg_stepper import PolicyGradientStepper
@@ -143,7 +143,7 @@ def server_vllm_sampler(cfg: Config, c: Components, own_copy: bool, say=print) -
 def sync_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
     """Roll out now, when the step asks."""
     sampler, sync = rollout_sampler(cfg, c, own_copy=False)
-    rollouts = Rollouts.from_config(cfg, c.env, sampler, c.task.train_rows, c.train_params)
+    rollouts = RolloutSpec.from_config(cfg, c.env, sampler, c.task.train_rows, c.train_params)
     return SyncCollector(cfg, rollouts), sync
 
 
@@ -153,7 +153,7 @@ def async_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
     overlap; each sync copies the weights in."""
     sampler, sync = rollout_sampler(cfg, c, own_copy=True)
     meters = {k: BusyMeter() for k in ("model_call", "rollout")}
-    rollouts = Rollouts.from_config(cfg, c.env, MeteredSampler(sampler, meters["model_call"]), c.task.train_rows,
+    rollouts = RolloutSpec.from_config(cfg, c.env, MeteredSampler(sampler, meters["model_call"]), c.task.train_rows,
                                     c.train_params)
     return AsyncCollector(cfg, rollouts, meters), sync
 
