@@ -10,10 +10,11 @@ Why servers and not one engine in this process: each server holds its own copy o
 so sampling scales past one engine and a crash in vLLM does not take the trainer down with it. What that costs is
 supervision, which is what this module is:
 
-- **Processes.** Each server runs in its own session (process group) behind a small watchdog: vLLM's API server
-  forks an engine core and workers, and killing only the API server orphans them. Closing, restarting or retiring
-  a server kills the whole group. The watchdog also kills the group when this process disappears without closing
-  the pool (SIGKILL, OOM killer); a finalizer run at interpreter exit covers an ordinary crash.
+- **Processes** (cluster/server_processes.py). Each server runs in its own session (process group) behind a small
+  watchdog: vLLM's API server forks an engine core and workers, and killing only the API server orphans them.
+  Closing, restarting or retiring a server kills the whole group. The watchdog also kills the group when this
+  process disappears without closing the pool (SIGKILL, OOM killer); a finalizer run at interpreter exit covers an
+  ordinary crash.
 - **Tokens in, tokens out, versions out.** Sampling uses vLLM's token-in/token-out endpoint
   (`/inference/v1/generate`, enabled with `--enable-scale-out`), not /v1/completions: it is the one that returns,
   per completion, the token ids, the processed log-probs (`--logprobs-mode processed_logprobs`) and the weight
@@ -45,9 +46,6 @@ import importlib.util
 import itertools
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -60,6 +58,8 @@ from typing import Any
 
 import httpx
 
+from posttrain.cluster.server_processes import (Server, close_servers, free_port, kill_group, log_tail,
+                                                spawn_supervised)
 from posttrain.sampling.coalesce import Coalescer
 from posttrain.sampling.vllm_engine import EngineSpec, VLLMUnavailable, check_rows, token_versions
 from posttrain.types import Completion, SampleParams
@@ -74,26 +74,6 @@ SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_
 # inherit them (its API server talks to an engine-core process).
 _IN_PROCESS_ONLY = ("VLLM_ENABLE_V1_MULTIPROCESSING",)
 
-# The watchdog each server runs under, as the leader of the server's process group. It starts the server, and when
-# the server exits (a crash) or this process disappears (the parent pid changes) it kills the whole group, so no
-# engine-core or worker process outlives either. SIGTERM is left to the server (a graceful shutdown); the group is
-# killed once the server has gone.
-_WATCHDOG = r"""
-import os, signal, subprocess, sys
-parent = int(sys.argv[1])
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-child = subprocess.Popen(sys.argv[2:], preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
-while True:
-    try:
-        rc = child.wait(timeout=1.0)
-        break
-    except subprocess.TimeoutExpired:
-        if os.getppid() != parent:
-            break
-os.killpg(0, signal.SIGKILL)
-"""
-
-
 class ServerPoolError(RuntimeError):
     """The pool could not get a call's completions or push a version: every server is retired, or a share or a
     push failed more often than the restarts allow."""
@@ -105,27 +85,6 @@ class _ServerFailed(ServerPoolError):
 
 class _BadRequest(RuntimeError):
     """The server refused the request itself (HTTP 4xx): the caller's request is wrong, retrying cannot help."""
-
-
-@dataclass
-class Server:
-    """One server process (one incarnation of a slot)."""
-
-    proc: subprocess.Popen  # the watchdog, leader of the server's process group
-    port: int
-    log_path: Path
-    killed: bool = False  # its group was killed: never signal that process group id again (it may be reused)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pgid(self) -> int:
-        return self.proc.pid  # start_new_session: the watchdog leads its own group
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
 
 
 @dataclass
@@ -166,59 +125,25 @@ def server_args(spec: EngineSpec, cpu: bool) -> list[str]:
     return args
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _kill_group(server: Server, grace_s: float = 10.0) -> None:
-    """SIGTERM the server (a graceful shutdown frees its shared memory), then SIGKILL the whole group: the watchdog
-    leads it, so this also reaches an engine core whose API server is already gone."""
-    if server.killed:
-        return
-    server.killed = True
-    proc = server.proc
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace_s)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace_s)
-    deadline = time.monotonic() + grace_s  # until the group is empty: its memory is free when this returns
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(0.1)
-
-
-def _log_tail(path: Path, n: int = 30) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(lines[-n:])
-
-
 class _ReadWriteLock:
     """Many server reloads read the weights file at once; writing a new one waits for them and excludes them, so a
-    server never labels weights with the version of a file written after it read."""
+    server never labels weights with the version of a file written after it read. Every wait is bounded: a reader
+    or writer stuck past `timeout_s` fails the push (ServerPoolError) instead of hanging the run."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout_s: float) -> None:
         self._cond = threading.Condition()
         self._readers = 0
         self._writing = False
+        self.timeout_s = timeout_s
+
+    def _wait(self, ready, what: str) -> None:
+        if not self._cond.wait_for(ready, timeout=self.timeout_s):
+            raise ServerPoolError(f"the weights file stayed busy for {self.timeout_s:g}s ({what})")
 
     @contextlib.contextmanager
     def read(self):
         with self._cond:
-            while self._writing:
-                self._cond.wait()
+            self._wait(lambda: not self._writing, "a reload waited for a write")
             self._readers += 1
         try:
             yield
@@ -230,8 +155,7 @@ class _ReadWriteLock:
     @contextlib.contextmanager
     def write(self):
         with self._cond:
-            while self._writing or self._readers:
-                self._cond.wait()
+            self._wait(lambda: not (self._writing or self._readers), "a write waited for reloads")
             self._writing = True
         try:
             yield
@@ -291,7 +215,8 @@ class VLLMServerPool:
         self._served = 0
         self._label = -1  # the version the weights folder (or, before any push, the model folder) holds
         self._pushed_file = False  # the weights folder holds the trainer's weights (servers restart from spec's)
-        self._files = _ReadWriteLock()
+        # a reload of every server may run inside one read, each up to timeout_s: the bound allows two rounds
+        self._files = _ReadWriteLock(2 * timeout_s * max(1, num_servers) + 60.0)
         self._push_lock = threading.Lock()  # one push at a time
         self._lock = threading.RLock()  # the slot list and counters
         self._coalescer = Coalescer(self.sample_rows)
@@ -301,7 +226,7 @@ class VLLMServerPool:
         self._closed = False
         # Kills the servers when the pool is collected or at interpreter exit (weakref.finalize runs at exit), so a
         # trainer that crashes leaves none behind; close() runs it now.
-        self._finalizer = weakref.finalize(self, _close_servers, self.slots)
+        self._finalizer = weakref.finalize(self, close_servers, self.slots)
 
     @classmethod
     def start(cls, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], num_servers: int, work_dir: Path,
@@ -585,7 +510,7 @@ class VLLMServerPool:
                     return slot
                 except _ServerFailed as e:
                     self.log(f"vllm server {slot.rank}: re-push after a stale answer failed ({e}); restarting it")
-            _kill_group(failed)
+            kill_group(failed)
             if slot.incarnation >= self.max_restarts:
                 self._retire(slot, f"out of restarts ({self.max_restarts})")
                 return self._any_live()
@@ -607,7 +532,7 @@ class VLLMServerPool:
 
     def _retire(self, slot: Slot, why: str) -> None:
         slot.retired = True
-        _kill_group(slot.server)
+        kill_group(slot.server)
         self.log(f"vllm server {slot.rank}: retired ({why}); {len(self.live_slots())} of {self.num_servers} left")
 
     def _any_live(self) -> Slot:
@@ -623,7 +548,7 @@ class VLLMServerPool:
     # ---- processes -------------------------------------------------------------------------------------------
     def _spawn(self, rank: int, incarnation: int) -> Server:
         """A server process (not yet ready), in its own process group under the watchdog, logging to a file."""
-        port = _free_port()
+        port = free_port()
         log_path = self.logs_dir / f"server{rank}.{incarnation}.log"
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
                "--enable-scale-out", *server_args(self.spec, self.cpu)]
@@ -633,13 +558,7 @@ class VLLMServerPool:
         cores = self._cores(rank)
         if cores and "VLLM_CPU_OMP_THREADS_BIND" not in env:
             env["VLLM_CPU_OMP_THREADS_BIND"] = cores
-        with open(log_path, "ab") as f:
-            f.write(f"$ {' '.join(cmd)}\n".encode())
-            f.flush()
-            proc = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), *cmd], env=env,
-                                    stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                    start_new_session=True, cwd=self.work_dir)
-        return Server(proc, port, log_path)
+        return spawn_supervised(cmd, env, port, log_path, cwd=self.work_dir)
 
     def _cores(self, rank: int) -> str | None:
         """CPU build, several servers: server `rank`'s share of this process's cores (vLLM's CPU worker otherwise
@@ -659,16 +578,16 @@ class VLLMServerPool:
             if not server.alive():
                 raise _ServerFailed(f"vLLM server on port {server.port} exited during start (code "
                                     f"{server.proc.returncode}); end of {server.log_path}:\n"
-                                    f"{_log_tail(server.log_path)}")
+                                    f"{log_tail(server.log_path)}")
             try:
                 if self._http.get(server.url + "/health", timeout=2.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                _kill_group(server)
+                kill_group(server)
                 raise _ServerFailed(f"vLLM server on port {server.port} did not start in {self.start_timeout_s:g}s; "
-                                    f"end of {server.log_path}:\n{_log_tail(server.log_path)}")
+                                    f"end of {server.log_path}:\n{log_tail(server.log_path)}")
             time.sleep(0.5)
 
     def metrics(self) -> dict[str, float]:
@@ -688,15 +607,6 @@ class VLLMServerPool:
         self._closed = True
         self._finalizer()
         self._http.close()
-
-
-def _close_servers(slots: list[Slot]) -> None:
-    """Kill every slot's process group, all at once (each waits a grace period for its server)."""
-    threads = [threading.Thread(target=_kill_group, args=(s.server,), daemon=True) for s in slots]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
 
 
 class ServerPoolWeights:

@@ -1,0 +1,128 @@
+"""Supervised server processes: each in its own process group (session) behind a watchdog, so that killing it
+reaches every process it forked, and nothing it started outlives this process.
+
+    server = spawn_supervised(cmd, env, port, log_path)   the command under the watchdog, logging to a file
+    kill_group(server)                                    SIGTERM, then SIGKILL to the whole group; waits until empty
+    close_servers(servers)                                every group killed at once
+    log_tail(path)                                        the end of a server's log, for error messages
+
+cluster/vllm_servers.py runs vLLM's API servers this way (an API server forks an engine core and workers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The watchdog each server runs under, as the leader of the server's process group. It starts the server, and when
+# the server exits (a crash) or this process disappears (the parent pid changes) it kills the whole group, so no
+# engine-core or worker process outlives either. SIGTERM is left to the server (a graceful shutdown); the group is
+# killed once the server has gone.
+WATCHDOG = r"""
+import os, signal, subprocess, sys
+parent = int(sys.argv[1])
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen(sys.argv[2:], preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+while True:
+    try:
+        rc = child.wait(timeout=1.0)
+        break
+    except subprocess.TimeoutExpired:
+        if os.getppid() != parent:
+            break
+os.killpg(0, signal.SIGKILL)
+"""
+
+
+@dataclass
+class Server:
+    """One server process (one incarnation of a slot)."""
+
+    proc: subprocess.Popen  # the watchdog, leader of the server's process group
+    port: int
+    log_path: Path
+    killed: bool = False  # its group was killed: never signal that process group id again (it may be reused)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid  # start_new_session: the watchdog leads its own group
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_supervised(cmd: list[str], env: dict[str, str], port: int, log_path: Path, cwd: str | Path | None = None
+                     ) -> Server:
+    """`cmd` started under the watchdog in a new session, stdout and stderr appended to `log_path` (the command
+    line first). Returns at once: the caller waits for the server to be ready."""
+    with open(log_path, "ab") as f:
+        f.write(f"$ {' '.join(cmd)}\n".encode())
+        f.flush()
+        proc = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), *cmd], env=env,
+                                stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=cwd)
+    return Server(proc, port, log_path)
+
+
+def kill_group(server: Server, grace_s: float = 10.0) -> None:
+    """SIGTERM the server (a graceful shutdown frees its shared memory), then SIGKILL the whole group: the watchdog
+    leads it, so this also reaches an engine core whose API server is already gone."""
+    if server.killed:
+        return
+    server.killed = True
+    proc = server.proc
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    deadline = time.monotonic() + grace_s  # until the group is empty: its memory is free when this returns
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.1)
+
+
+def log_tail(path: Path, n: int = 30) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-n:])
+
+
+def close_servers(servers: Iterable[Any]) -> None:
+    """Kill every server's process group, all at once (each waits a grace period). Takes Servers, or anything
+    with a `.server` (a pool's slots)."""
+    targets = [getattr(s, "server", s) for s in servers]
+    threads = [threading.Thread(target=kill_group, args=(t,), daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)

@@ -1,0 +1,70 @@
+"""Supervised server processes (cluster/server_processes.py) and the server pool's weights-file lock: a killed
+group leaves nothing behind, and no wait on the lock is unbounded."""
+
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+from posttrain.cluster.server_processes import close_servers, free_port, kill_group, log_tail, spawn_supervised
+
+
+def _gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return True
+    return False
+
+
+def test_a_supervised_command_and_what_it_forked_die_with_its_group(tmp_path):
+    # the "server" forks a grandchild that would outlive it if only the server were killed
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); " \
+           "print('up', flush=True); time.sleep(600)"
+    log = tmp_path / "server.log"
+    server = spawn_supervised([sys.executable, "-c", code], dict(os.environ), free_port(), log)
+    deadline = time.monotonic() + 20
+    while "up" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server.alive() and "up" in log_tail(log) and log.read_text().startswith("$ ")
+    kill_group(server, grace_s=5)
+    assert server.killed and not server.alive() and _gone(server.pgid)
+    kill_group(server)  # idempotent: a killed group's id is never signalled again
+
+
+def test_close_servers_kills_every_group_at_once(tmp_path):
+    servers = [spawn_supervised([sys.executable, "-c", "import time; time.sleep(600)"], dict(os.environ), free_port(),
+                                tmp_path / f"s{i}.log") for i in range(2)]
+    close_servers(servers)
+    assert all(_gone(s.pgid) for s in servers)
+
+
+def test_the_weights_file_lock_bounds_every_wait():
+    pytest.importorskip("httpx")
+    from posttrain.cluster.vllm_servers import ServerPoolError, _ReadWriteLock
+
+    lock = _ReadWriteLock(timeout_s=0.3)
+    with lock.read(), lock.read():  # readers share
+        with pytest.raises(ServerPoolError, match="busy for 0.3s"):
+            with lock.write():
+                pass
+    held = threading.Event()
+    release = threading.Event()
+
+    def writer():
+        with lock.write():
+            held.set()
+            release.wait(5)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    held.wait(5)
+    with pytest.raises(ServerPoolError, match="a reload waited for a write"):
+        with lock.read():
+            pass
+    release.set()
+    t.join(5)
+    with lock.read():  # free again
+        pass
