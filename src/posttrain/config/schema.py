@@ -153,7 +153,7 @@ class TrainerConfig(_Strict):
         "the log-prob passes' arithmetic: fp32, or bf16 (mixed precision: forward and backward under bf16 autocast, "
         "weights, gradients and optimizer state stay fp32, log-softmax in fp32). On a CPU with AVX-512 BF16 a forward "
         "and backward ran 1.7x faster alone, the RL update about 1.2x, and json-extract learned less over 3 seeds "
-        "(README, Speed); slower where the CPU has no bf16 arithmetic. It makes algorithm.behavior_logprobs default "
+        "(docs/results/speed.md); slower where the CPU has no bf16 arithmetic. It makes algorithm.behavior_logprobs default "
         "to sampler and is_correction to truncate"))
     world_size: int = Field(1, ge=1, description="trainer processes (data parallel, gloo on CPU / NCCL on GPU); under torchrun its WORLD_SIZE wins")
     dist_timeout_s: float = Field(600.0, gt=0.0, description="seconds a collective between trainer ranks may wait before the run fails")
@@ -171,7 +171,7 @@ class WarmStartConfig(_Strict):
     batch_size: int = Field(8, ge=1, description="demonstrations per warm-start step")
     demos: int = Field(0, ge=0, description=(
         "training rows turned into demonstrations, the first N (0: all); leave RL rows it has not seen: after a warm "
-        "start on every row most groups can pass whole, and RL has little left to learn (README, Quick start)"))
+        "start on every row most groups can pass whole, and RL has little left to learn (docs/results/learning.md)"))
     eval: bool | None = Field(None, description=(
         "evaluate the warm-started model before RL (the run's 'before' eval, the base of its RL gain); null: as "
         "loop.eval_before, which otherwise governs only the base model's eval. loop.eval_before=false "

@@ -187,7 +187,7 @@ def _timing(m: PreflightMeasurements) -> list[Verdict]:
             if steps < m.steps else ""
         msg += f": {steps} steps{evals} take about {total / 60:.1f} min{capped}"
         if total > LONG_RUN_S and not m.time_budget_s:  # a budget the user set is their choice: no advice
-            # Machines sold as the same 2-core VM differed 3x in step time (README, "posttrain vs TRL"): say how to
+            # Machines sold as the same 2-core VM differed 3x in step time (docs/results/vs-trl.md): say how to
             # bound a run that will take much longer than its author planned, before it has taken the time.
             left = LONG_RUN_S - 2 * (m.eval_seconds or 0.0)
             if left >= 2 * m.step_seconds:

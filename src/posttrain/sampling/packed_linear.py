@@ -7,7 +7,7 @@ oneDNN can pack a weight once (`torch.ops.mkldnn._reorder_linear_weight`, what i
 reuse it for any number of rows, so a sampler that owns its weights (a low-precision copy, or an fp32 copy of
 its own) packs them at each weight sync and decodes with `torch.ops.mkldnn._linear_pointwise`.
 
-Measured with `python bench/sampler_precision.py` (the table in the README, with the CPU it ran on). Whether a
+Measured with `python bench/sampler_precision.py` (the table in docs/results/speed.md, with the CPU it ran on). Whether a
 dtype can be packed depends on the CPU: bf16 needs AVX-512 (bw, vl, dq) or AVX-NE-CONVERT, fp32 packs on any
 x86 with AVX2. `can_pack` asks oneDNN itself rather than reading CPU flags, and a layer that cannot be packed
 stays a plain Linear.

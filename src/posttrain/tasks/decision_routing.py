@@ -78,7 +78,7 @@ def demonstrate_varied(row: dict[str, Any]) -> list[str]:
 
     Why: the calibrated demonstrations teach confidence 1.0 on every clear message, so after the warm start the
     policy writes the same confidence token on every sample and RL has no variation in it to learn from (measured:
-    GRPO after that warm start raised ECE, README). A warm start that teaches the format and the labels but spreads
+    GRPO after that warm start raised ECE, docs/results/tasks.md). A warm start that teaches the format and the labels but spreads
     the confidence leaves calibration to RL, the setting RLCR trains in (a model whose stated confidence means
     nothing yet)."""
     gold = row["gold"]

@@ -45,8 +45,8 @@ def compute_context(model: Any, precision: str):
     and its state are untouched; token_logprobs upcasts the logits before the log-softmax. Why bf16: on a CPU with
     AVX-512 BF16 a forward and backward of the default model ran 1.7x faster than fp32 oneDNN (the RL update about
     1.2x); the price is about 0.04 nats of per-token log-prob error, which the behaviour-policy default (the
-    sampler's log-probs, truncated IS) keeps out of the ratio, and on json-extract it learned less (README,
-    "Speed"), so fp32 stays the default."""
+    sampler's log-probs, truncated IS) keeps out of the ratio, and on json-extract it learned less
+    (docs/results/speed.md), so fp32 stays the default."""
     if precision == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16)
