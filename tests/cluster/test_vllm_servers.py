@@ -24,7 +24,9 @@ PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [20, 30, 40, 50], [7, 7, 7]]
 GREEDY = SampleParams(max_tokens=12, temperature=0.0)
 
 
-@pytest.fixture(scope="module")
+# Session scope: the vllm xdist group's worker may run other modules' tests between these, and a module-scoped
+# pool would then be torn down and started again (85 s each time on CPU).
+@pytest.fixture(scope="session")
 def model_and_pool(tmp_path_factory):
     from posttrain.cluster.vllm_servers import VLLMServerPool
     from posttrain.models.tiny import tiny_random_model
@@ -192,6 +194,7 @@ def test_server_args_are_the_in_process_engines_settings():
     assert split(5, 2) == [(0, 2), (2, 5)] and split(1, 3) == [(0, 1)]
 
 
+@pytest.mark.slow  # 75 s on CPU; the vLLM engine's learning tests in process and on Ray run by default
 def test_count_a_learns_with_rollouts_from_supervised_vllm_servers(tmp_path):
     """The whole run through cluster.backend=server: the run starts one server, pushes every step, and learns."""
     from posttrain.loop import train
