@@ -67,6 +67,14 @@ def _solution(needle: str, body: str) -> str:
     return f"NEEDLE = bytes.fromhex({needle.encode().hex()!r}).decode()\n" + SCANNER + body
 
 
+@pytest.fixture
+def cfg(cfg):
+    """The sandbox conftest's config with room for the scanner: at import the solution reads every file under /etc
+    and every /proc record it may, which under a loaded CI (vLLM servers starting on the other worker) took more
+    than the 10 s per request the conftest allows, and the grade then failed for time, not for what it found."""
+    return cfg.model_copy(update={"case_timeout_s": 60.0, "timeout_s": 120.0})
+
+
 def test_pristine_tests_unreadable_by_the_graded_code(cfg):
     """The asserted value sits only in the test file; the solution scans everything it can read for it."""
     needle = f"answer-{MARK}"
