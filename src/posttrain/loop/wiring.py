@@ -16,22 +16,23 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from posttrain.algos.registry import Registry
 from posttrain.algos.prompt_selection import PromptSelector, SelectionSettings
+from posttrain.algos.registry import Registry
 from posttrain.config.schema import Config
-from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
-from posttrain.loop.components import Components
-from posttrain.models.policy import resolve_dtype
-from posttrain.loop.collect import RolloutSpec, SyncCollector
-from posttrain.loop.es_stepper import ESStepper
 from posttrain.guidance.insights import InsightEnv, InsightMemory
-from posttrain.loop.pg_stepper import PolicyGradientStepper
 from posttrain.guidance.profiles import ProfileBook, ProfileEnv, Rised
 from posttrain.guidance.teacher import SelfHintTeacher, load_teacher
+from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
+from posttrain.loop.collect import RolloutSpec, SyncCollector
+from posttrain.loop.components import Components
+from posttrain.loop.es_stepper import ESStepper
+from posttrain.loop.pg_stepper import PolicyGradientStepper
 from posttrain.loop.weight_sync import CopyWeights, GatheredWeights, LowPrecisionCopy, SharedWeights, VersionedPush
 from posttrain.models.load import stop_token_ids
+from posttrain.models.policy import resolve_dtype
 from posttrain.obs.timers import BusyMeter
 from posttrain.rewards.tags import JudgeTagger, RuleTagger, Taggers, load_vocabulary
+from posttrain.sampling.base import first_push
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.sampling.precision import low_precision_copy, should_pack
 from posttrain.training.from_config import make_trainer, run_remedies, self_teacher
@@ -85,11 +86,7 @@ def ray_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any
 
     pool = RaySamplerPool.start(cfg, c.tokenizer)
     sync = ObjectStoreWeights(c.model, pool, full_hf=cfg.sampling.engine == "vllm")
-    try:
-        sync.push(c.sampler.policy_version)  # the actors serve what the trainer holds now (after any warm start)
-    except BaseException:
-        sync.close()
-        raise
+    first_push(sync, c.sampler.policy_version)  # the sampler serves what the trainer holds now
     return pool, sync
 
 
@@ -105,7 +102,7 @@ def server_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[
     cc = cfg.cluster
     sampler = OpenAISampler(cc.server_url, model=cc.server_model, tokenizer=c.tokenizer, timeout_s=cc.server_timeout_s)
     sync = VersionedPush(ServerWeights(c.model, cc.weights_dir, cc.server_url, timeout_s=cc.server_timeout_s), sampler)
-    sync.push(c.sampler.policy_version)  # the server serves what the trainer holds now (after any warm start)
+    first_push(sync, c.sampler.policy_version)  # the server serves what the trainer holds now
     return sampler, sync
 
 
@@ -131,11 +128,7 @@ def server_vllm_sampler(cfg: Config, c: Components, own_copy: bool, say=print) -
                                 timeout_s=cc.server_timeout_s, start_timeout_s=cc.server_start_timeout_s,
                                 max_restarts=cc.max_restarts, log=say)
     sync = ServerPoolWeights(c.model, pool)
-    try:
-        sync.push(c.sampler.policy_version)
-    except BaseException:
-        sync.close()
-        raise
+    first_push(sync, c.sampler.policy_version)  # the sampler serves what the trainer holds now
     return pool, sync
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from posttrain.types import Completion, SampleParams
 
@@ -21,3 +21,14 @@ class Sampler(Protocol):
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]: ...
 
     def decode(self, token_ids: list[int]) -> str: ...
+
+
+def first_push(sync: Any, version: int) -> None:
+    """A rollout sampler's first weight push (it serves what the trainer holds now, after any warm start). A push
+    that fails closes what the sync holds (actors, servers, an engine's files) before the error goes on, so a run
+    that cannot start leaves nothing running."""
+    try:
+        sync.push(version)
+    except BaseException:
+        sync.close()
+        raise

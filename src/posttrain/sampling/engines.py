@@ -19,6 +19,7 @@ from typing import Any
 
 from posttrain.config.schema import Config
 from posttrain.models.load import resolve_model_path, stop_token_ids
+from posttrain.sampling.base import first_push
 
 
 def engine_model_dir(cfg: Config, model: Any, tokenizer: Any, work_dir: Path, log=print) -> str:
@@ -73,9 +74,5 @@ def local_vllm(cfg: Config, c: Any, say=print) -> tuple[Any, Any]:
     spec = engine_spec(cfg, c.model, engine_model_dir(cfg, c.model, c.tokenizer, wd, log=say), lora_rank(cfg))
     engine = VLLMSampler(spec, c.tokenizer, stop_token_ids(c.model, c.tokenizer), log=say)
     sync = EngineWeights(c.model, engine, cfg.sampling.vllm.lora, wd)
-    try:
-        sync.push(c.sampler.policy_version)  # the engine serves what the trainer holds now (after any warm start)
-    except BaseException:
-        sync.close()
-        raise
+    first_push(sync, c.sampler.policy_version)  # the sampler serves what the trainer holds now
     return engine, sync
