@@ -47,7 +47,6 @@ import itertools
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -61,6 +60,9 @@ import httpx
 from posttrain.cluster.server_processes import (Server, close_servers, free_port, kill_group, log_tail,
                                                 spawn_supervised)
 from posttrain.sampling.coalesce import Coalescer
+from posttrain.sampling.vllm_weights import servable_state
+from posttrain.sampling.weight_gate import WeightGate
+from posttrain.sampling.weight_ipc import save_safetensors_atomic
 from posttrain.sampling.vllm_engine import EngineSpec, VLLMUnavailable, check_rows, token_versions
 from posttrain.types import Completion, SampleParams
 
@@ -125,46 +127,6 @@ def server_args(spec: EngineSpec, cpu: bool) -> list[str]:
     return args
 
 
-class _ReadWriteLock:
-    """Many server reloads read the weights file at once; writing a new one waits for them and excludes them, so a
-    server never labels weights with the version of a file written after it read. Every wait is bounded: a reader
-    or writer stuck past `timeout_s` fails the push (ServerPoolError) instead of hanging the run."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writing = False
-        self.timeout_s = timeout_s
-
-    def _wait(self, ready, what: str) -> None:
-        if not self._cond.wait_for(ready, timeout=self.timeout_s):
-            raise ServerPoolError(f"the weights file stayed busy for {self.timeout_s:g}s ({what})")
-
-    @contextlib.contextmanager
-    def read(self):
-        with self._cond:
-            self._wait(lambda: not self._writing, "a reload waited for a write")
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def write(self):
-        with self._cond:
-            self._wait(lambda: not (self._writing or self._readers), "a write waited for reloads")
-            self._writing = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writing = False
-                self._cond.notify_all()
-
-
 def _ties_embeddings(model_dir: str) -> bool:
     """Whether the served model's config ties the output layer to the embedding (HF's default is to tie)."""
     try:
@@ -215,8 +177,10 @@ class VLLMServerPool:
         self._served = 0
         self._label = -1  # the version the weights folder (or, before any push, the model folder) holds
         self._pushed_file = False  # the weights folder holds the trainer's weights (servers restart from spec's)
-        # a reload of every server may run inside one read, each up to timeout_s: the bound allows two rounds
-        self._files = _ReadWriteLock(2 * timeout_s * max(1, num_servers) + 60.0)
+        # Reloads read the weights file while a push writes the next one: they exclude each other, writes first,
+        # and every wait is bounded (TimeoutError). A reload of every server may run inside one read, each up to
+        # timeout_s: the bound allows two rounds.
+        self._files = WeightGate(2 * timeout_s * max(1, num_servers) + 60.0)
         self._push_lock = threading.Lock()  # one push at a time
         self._lock = threading.RLock()  # the slot list and counters
         self._coalescer = Coalescer(self.sample_rows)
@@ -417,32 +381,9 @@ class VLLMServerPool:
         self._recover(slot, server, "failed")
 
     def _write_weights(self, state: dict[str, Any]) -> None:
-        """The weights folder's safetensors file, replaced atomically (a temp file beside it, then a rename), cast
-        to the servers' dtype so they read no more bytes than they keep."""
-        import torch
-        from safetensors.torch import save_file
-
-        if self._tied and "model.embed_tokens.weight" in state and "lm_head.weight" not in state:
-            # a tied model's named_parameters() names the embedding only; the reload needs the output layer too
-            state = {**state, "lm_head.weight": state["model.embed_tokens.weight"]}
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(self.spec.dtype)
-        tensors, seen = {}, set()
-        for n, t in state.items():
-            t = (t.detach().to(dtype) if dtype is not None and t.is_floating_point() else t.detach()).contiguous().cpu()
-            # Tied weights come under both names (vLLM's reload unties lm_head from the embedding: both must be
-            # written); safetensors refuses two names on one storage, so the second is a copy.
-            if t.untyped_storage().data_ptr() in seen:
-                t = t.clone()
-            seen.add(t.untyped_storage().data_ptr())
-            tensors[n] = t
-        fd, tmp = tempfile.mkstemp(dir=self.weights_dir, prefix=".", suffix=".partial")
-        os.close(fd)
-        try:
-            save_file(tensors, tmp, metadata={"format": "pt"})
-            os.replace(tmp, self.weights_dir / WEIGHTS_FILE)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        """The weights folder's safetensors file, replaced atomically, in the form a server reloads."""
+        save_safetensors_atomic(servable_state(state, self.spec.dtype, self._tied), self.weights_dir / WEIGHTS_FILE,
+                                metadata={"format": "pt"})
 
     def _sync_server(self, server: Server, reload: bool | None) -> None:
         """One server: pause (in-flight requests finish on the old weights, new ones wait), reload the weights

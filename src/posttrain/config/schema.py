@@ -11,6 +11,8 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from posttrain.config.algorithm import (  # noqa: F401 - re-exported: the schema is one namespace
     ALGORITHM_PRESETS, AlgorithmConfig, ESConfig, HintDistillConfig, InsightsConfig, RisedConfig, TeacherConfig)
+from posttrain.config.cluster import ClusterConfig, SamplerResources  # noqa: F401 - re-exported
+from posttrain.config.diagnostics import DiagnosticsConfig, RemediesConfig  # noqa: F401 - re-exported
 from posttrain.config.strict import _Strict
 
 
@@ -232,74 +234,6 @@ class LoopConfig(_Strict):
         return v
 
 
-class SamplerResources(_Strict):
-    num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves for each sampler actor (its torch threads are model.threads)")
-    num_gpus: float = Field(0.0, ge=0.0, description="GPUs per sampler actor (fractions share one GPU; 0: the actor samples on CPU)")
-
-
-class ClusterConfig(_Strict):
-    backend: Literal["local", "ray", "server"] = Field("local", description=(
-        "where rollouts are sampled: local (in this process, no Ray) or ray (sampler actors, each with its own "
-        "copy of the policy; pip install 'posttrain[ray]'; docs/scaling.md) or server (an OpenAI-compatible "
-        "inference server at cluster.server_url, weights pushed through cluster.weights_dir)"))
-    address: str = Field("auto", description=(
-        "ray: the cluster to use: auto (the one this process or RAY_ADDRESS points at), local (start a private "
-        "Ray on this machine, shut down with the run) or ray://host:port (Ray Client)"))
-    num_samplers: int = Field(1, ge=1, description="ray: sampler actors; a call's prompts are split across the live ones")
-    sampler_resources: SamplerResources = SamplerResources()
-    placement: Literal["spread", "pack"] = Field("spread", description=(
-        "ray: placement-group strategy of the sampler actors: spread across nodes (soft), or pack onto few"))
-    actor_timeout_s: float = Field(600.0, gt=0.0, description=(
-        "ray: seconds an actor may take to start, load weights or answer one sample call before it counts as failed"))
-    max_restarts: int = Field(3, ge=0, description=(
-        "ray: times each sampler actor (and, with envs=ray, each env worker) is replaced after it dies or hangs (a "
-        "new sampler gets the current weights and the rows again; the episodes of a lost env worker run again); past "
-        "it the actor is retired and the live ones take its share; with none left the run fails"))
-
-    sandbox: Literal["local", "ray"] = Field("local", description=(
-        "where sandboxed code runs and is graded: local (threads of this process) or ray (Ray tasks spread over "
-        "the cluster at cluster.address, any sampling backend; docs/scaling.md)"))
-    grader_num_cpus: float = Field(1.0, gt=0.0, description=(
-        "sandbox=ray: CPUs Ray reserves for each sandboxed run (a run at once per reserved slot on each node)"))
-    grade_timeout_s: float = Field(600.0, gt=0.0, description=(
-        "sandbox=ray: seconds one remote run may take, queueing included, before it fails its sample (the "
-        "sandbox's own limits still bound the code; this bounds a lost node or a full cluster)"))
-    grade_retries: int = Field(2, ge=0, description=(
-        "sandbox=ray: times Ray re-runs a sandboxed run whose worker or node died (a grader's own error is never "
-        "retried: it fails its sample)"))
-
-    envs: Literal["local", "ray"] = Field("local", description=(
-        "where a tool task's episodes keep their tools and state: local (this process) or ray (cluster.num_env_workers "
-        "actors spread over the cluster; an episode whose worker dies runs again from its start on a live one; "
-        "docs/scaling.md)"))
-    num_env_workers: int = Field(2, ge=1, description="envs=ray: env-worker actors; each episode lives on one of them")
-    env_worker_num_cpus: float = Field(1.0, gt=0.0, description="envs=ray: CPUs Ray reserves for each env worker")
-    env_worker_concurrency: int = Field(16, ge=1, description=(
-        "envs=ray: tool calls one env worker runs at once (its threads; a tool that hangs holds one until the process "
-        "ends, as a local tool holds a thread)"))
-
-    server_url: str | None = Field(None, description=(
-        "server: the OpenAI-compatible server rollouts are sampled from (posttrain serve --weights-dir DIR, or vLLM / "
-        "SGLang with a reload endpoint); it must return token ids and per-token logprobs"))
-    server_model: str | None = Field(None, description="server: the served model's name (default: the first of /v1/models)")
-    weights_dir: str | None = Field(None, description=(
-        "server: a folder the trainer writes weights.safetensors to and the server reloads from at every sync"))
-    num_servers: int = Field(1, ge=1, description=(
-        "server with sampling.engine=vllm: vLLM servers posttrain starts, supervises (a dead or hung one restarted, "
-        "its rows sampled again) and pushes weights into each step"))
-    server_start_timeout_s: float = Field(300.0, gt=0.0, description=(
-        "server with sampling.engine=vllm: seconds a vLLM server may take to start before it counts as failed"))
-    server_timeout_s: float = Field(300.0, gt=0.0, description=(
-        "server: seconds one sampling request or one weight reload may take (each retried a bounded number of times)"))
-
-    @field_validator("address")
-    @classmethod
-    def _address(cls, v: str) -> str:
-        if v not in ("auto", "local") and not v.startswith("ray://"):
-            raise ValueError(f"cluster.address must be auto, local or ray://host:port, got {v!r}")
-        return v
-
-
 class JudgeConfig(_Strict):
     min_agreement: float | None = Field(None, ge=0.0, le=1.0, description=(
         "before training, audit the task's LLM judge against its programmatic verifier (posttrain judge audit) "
@@ -322,57 +256,6 @@ class LoggingConfig(_Strict):
     trackio: bool = Field(False, description="also log metrics to trackio (pip install 'posttrain[trackio]'); a missing package only warns")
     wandb: bool = Field(False, description="also log metrics to Weights & Biases (pip install 'posttrain[wandb]'; WANDB_MODE=offline works); a missing package only warns")
     project: str = Field("posttrain", description="the trackio / W&B project; the run is named after its run directory")
-
-
-class RemediesConfig(_Strict):
-    enabled: bool = Field(True, description=(
-        "apply remedies when a diagnostic fires (each logged and marked in the report); never changes the reward. "
-        "On by default: bench/defaults.py measured no held-out loss on the demo and custom_task and 0% -> 55-100% on a "
-        "stalled task"))
-    temperature_max: float = Field(1.2, gt=0.0, description="no signal: raise the sampling temperature up to this")
-    temperature_step: float = Field(0.15, gt=0.0, description="no signal: temperature added per stalled step")
-    num_generations_max: int = Field(8, ge=2, description="no signal: double G for stalled prompts up to this")
-    decay: float = Field(0.5, ge=0.0, lt=1.0, description="once groups have variance again, the share of the boost kept per step")
-    format_hint: bool = Field(True, description="no signal: append the row's `format_hint` column (when the task has one) to stalled prompts")
-    format_hint_after: int = Field(1, ge=0, description="stalled steps before the format hint is used")
-    format_hint_mode: Literal["guide", "prompt"] = Field(
-        "guide", description="guide: sample stalled prompts with the hint, train on them as if the prompt had no hint "
-        "(the policy learns to answer that way unprompted); prompt: train on the hinted prompt as sampled")
-    format_hint_distill: bool = Field(True, description="guide mode: the policy reading the hint is also the teacher "
-                                      "(per-token reverse KL, with algorithm.hint_distill's coef and template) of the "
-                                      "stalled samples that did not pass")
-    guide_share: float = Field(0.5, gt=0.0, le=1.0, description="guide mode: share of a stalled prompt's samples "
-                               "drawn with the hint (the rest without, so the pass rate of those says when the policy "
-                               "has learned it)")
-    no_pass_steps: int = Field(3, ge=0, description="a stall also starts after this many steps in a row with no "
-                               "passing sample, before a diagnostic fires (0: only the diagnostics)")
-    entropy: Literal["off", "bonus", "lr"] = Field(
-        "lr", description="entropy collapse: an entropy bonus in the loss, or a lower learning rate")
-    entropy_bonus: float = Field(0.01, ge=0.0, description="entropy coefficient of the bonus remedy")
-    lr_scale: float = Field(0.5, gt=0.0, le=1.0, description="learning-rate multiplier of the lr remedy (and after a skipped step)")
-    overlong_buffer_frac: float = Field(0.2, ge=0.0, le=1.0, description="runaway length: the soft overlong penalty switched on (0: off)")
-    stop: list[str] = Field(default_factory=list, description="runaway length or truncation: stop strings added to sampling")
-
-
-class DiagnosticsConfig(_Strict):
-    enabled: bool = Field(True, description="watch each step's metrics for a stalled or broken run (posttrain diagnose)")
-    patience: int = Field(3, ge=1, description="steps a condition must hold before it is reported")
-    clear_after: int = Field(5, ge=1, description="steps a condition must be gone before it is reported cleared")
-    failed_frac: float = Field(0.5, ge=0.0, le=1.0, description="failing samples: share of samples whose rollout or reward raised (over patience steps)")
-    zero_variance_frac: float = Field(0.75, ge=0.0, le=1.0, description="no signal: share of groups whose G rewards were all equal (mean over patience steps)")
-    saturated_pass_rate: float = Field(0.95, ge=0.0, le=1.0, description="saturated: train headline pass rate at or above this")
-    plateau_window: int = Field(5, ge=2, description="plateau: steps over which the reward's trend is measured (the pass must not have fired in 2x this)")
-    plateau_min_gain: float = Field(0.05, ge=0.0, description="plateau: least reward gain over the window (fitted trend)")
-    entropy_floor: float = Field(0.01, ge=0.0, description="entropy collapse: per-token entropy (nats) below this ...")
-    entropy_drop_frac: float = Field(0.05, ge=0.0, le=1.0, description="... or below this share of its first steps' mean, with half the groups or more without reward variance")
-    entropy_rise_factor: float = Field(3.0, gt=1.0, description="blow-up: entropy above this multiple of its first steps' mean")
-    truncated_frac: float = Field(0.5, ge=0.0, le=1.0, description="truncation: share of completions cut at the token limit")
-    length_growth: float = Field(2.0, gt=1.0, description="runaway length: mean length this multiple of its first steps' mean")
-    sampler_kl_max: float = Field(0.05, ge=0.0, description="off-policy: sampler-vs-trainer KL (k3, per token) above this")
-    is_ratio_max: float = Field(10.0, gt=1.0, description="off-policy: importance ratio above this")
-    heldout_drop: float = Field(0.05, ge=0.0, description="over-fitting: held-out pass rate this far below its best while train reward rose")
-    memory_headroom_mb: float = Field(1536.0, ge=0.0, description="memory pressure: memory left on the machine (or cgroup) at this run's peak below this, or below the last step's growth of the peak")
-    remedies: RemediesConfig = RemediesConfig()
 
 
 class DebugConfig(_Strict):

@@ -57,6 +57,24 @@ def hf_state(model: Any, aliases: bool = True) -> dict[str, torch.Tensor]:
     return out
 
 
+def servable_state(state: dict[str, torch.Tensor], dtype: str, tied: bool) -> dict[str, torch.Tensor]:
+    """Full HF-named weights as a vLLM server reloads them from a file: cast to the server's `dtype` (it reads no
+    more bytes than it keeps), contiguous on the CPU, and with a tied model's output layer under its own name
+    (vLLM's reload unties lm_head from the embedding, so both must be there); safetensors refuses two names on one
+    storage, so a second name gets a copy."""
+    if tied and "model.embed_tokens.weight" in state and "lm_head.weight" not in state:
+        state = {**state, "lm_head.weight": state["model.embed_tokens.weight"]}
+    cast = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+    out, seen = {}, set()
+    for n, t in state.items():
+        t = (t.detach().to(cast) if cast is not None and t.is_floating_point() else t.detach()).contiguous().cpu()
+        if t.untyped_storage().data_ptr() in seen:
+            t = t.clone()
+        seen.add(t.untyped_storage().data_ptr())
+        out[n] = t
+    return out
+
+
 def write_model_folder(model: Any, tokenizer: Any, target: str | Path) -> Path:
     """The model's current weights (merged under LoRA) as an HF folder: config, safetensors, tokenizer."""
     from safetensors.torch import save_file

@@ -229,20 +229,27 @@ class FileWeights:
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def push(self, version: int) -> dict[str, float]:
-        from safetensors.torch import save_file
-
         t0 = time.perf_counter()
-        state = {n: t.contiguous() for n, t in trainable_state(self.model).items()}
-        fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=".partial")
-        os.close(fd)
-        try:
-            save_file(state, tmp)
-            os.replace(tmp, self.dir / "weights.safetensors")
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        save_safetensors_atomic({n: t.contiguous() for n, t in trainable_state(self.model).items()},
+                                self.dir / "weights.safetensors")
         (self.dir / "version.json").write_text(json.dumps({"version": version}))
         return {"time/weight_sync": time.perf_counter() - t0}
+
+
+def save_safetensors_atomic(tensors: dict[str, Any], path: str | Path, metadata: dict[str, str] | None = None) -> None:
+    """`tensors` written to `path` as safetensors through a temp file beside it and a rename, so a reader never sees
+    a half-written file (a server reloading, a crash mid-write)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".partial")
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata=metadata)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def read_file_weights(directory: str | Path, model: Any) -> int:
