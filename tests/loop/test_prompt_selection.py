@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from posttrain.config import load_config
 from posttrain.loop import Run, train
 from posttrain.loop.collect import prompts_for_step as collect_prompts_for_step
-from posttrain.algos.prompt_selection import (SELECTIONS, PromptRecord, PromptSelector, SelectionSettings, adaptive,
+from posttrain.loop.prompt_selector import PromptSelector
+from posttrain.algos.prompt_selection import (SELECTIONS, PromptRecord, SelectionSettings, adaptive,
                                              prompts_for_step, uniform)
 from posttrain.obs import read_metrics
 

@@ -18,9 +18,9 @@ steps. `adaptive` spends the step where the policy can still learn:
 - a remedy (a change of how rollouts are sampled) un-backs every hopeless prompt: what nothing passed may pass now.
 
 The functions are pure (the record, the step and the seed decide everything), so a resumed run draws exactly what
-the uninterrupted run drew; the record is saved with the checkpoint (`state_dict`). Bounds, tested as properties:
-a retired or backed-off prompt is drawn at most once per `revisit_every` steps while enough other prompts exist,
-and a fresh prompt is drawn within ceil(n_rows / fresh slots) steps of the run's start.
+the uninterrupted run drew; the run keeps the record (loop/prompt_selector.py) and saves it with its checkpoint.
+Bounds, tested as properties: a retired or backed-off prompt is drawn at most once per `revisit_every` steps while
+enough other prompts exist, and a fresh prompt is drawn within ceil(n_rows / fresh slots) steps of the run's start.
 """
 
 from __future__ import annotations
@@ -182,48 +182,3 @@ def adaptive(record: PromptRecord, n_rows: int, k: int, step: int, seed: int, s:
                 chosen.append(r)
                 taken.add(r)
     return chosen
-
-
-class PromptSelector:
-    """The collector's prompt selector for `loop.prompt_selection` (SyncCollector.select / AsyncCollector): picks
-    each step's rows with the registered function, learns from the scored groups, and is a stepper plugin (its
-    counts join each step's metrics; its record is saved with the checkpoint)."""
-
-    def __init__(self, name: str, n_rows: int, seed: int, settings: SelectionSettings):
-        self.fn, self.name = SELECTIONS[name], name
-        self.n_rows, self.seed, self.settings = n_rows, seed, settings
-        self.record = PromptRecord()
-        self.last: dict[str, float] = {}
-        self.observed: dict[str, float] = {}  # this step's pass rate per row (the report's curriculum heat map)
-
-    def rows_for(self, step: int, k: int) -> list[int]:
-        rows = self.fn(self.record, self.n_rows, k, step, self.seed, self.settings)
-        st = [self.record.get(r).state(self.settings.retire_after, self.settings.backoff_after) for r in rows]
-        self.last = {"select/replayed": float(st.count("learnable")),
-                     "select/revisited": float(st.count("mastered") + st.count("hopeless")),
-                     "select/fresh": float(st.count("fresh"))}
-        return rows
-
-    def observe(self, step: int, groups: Iterable[Any]) -> None:
-        groups = list(groups)
-        self.record.observe(step, groups)
-        for g in groups:
-            trajs = [t for t in g.trajectories_G if not getattr(t, "failed", False)]
-            if trajs:
-                self.observed[str(g.task_index)] = round(sum(bool(t.passed) for t in trajs) / len(trajs), 4)
-
-    def on_remedy(self) -> None:
-        self.record.clear_backoff()
-
-    def metrics(self, trajs: list[Any]) -> dict[str, float]:
-        c = self.record.counts(self.settings)
-        # A dict, not a number: metrics.jsonl keeps it, the tracker sinks skip it (obs/sinks.py numeric).
-        observed, self.observed = self.observed, {}
-        return {**self.last, "select/retired": float(c["mastered"]), "select/backed_off": float(c["hopeless"]),
-                "select/learnable": float(c["learnable"]), "select/pass_by_prompt": observed}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"record": self.record.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.record.load_state_dict(state.get("record", {}))

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from posttrain.algos.prompt_selection import PromptSelector, SelectionSettings
+from posttrain.algos.prompt_selection import SelectionSettings
 from posttrain.algos.registry import Registry
 from posttrain.config.schema import Config
 from posttrain.guidance.insights import InsightEnv, InsightMemory
@@ -27,6 +27,7 @@ from posttrain.loop.collect import RolloutSpec, SyncCollector
 from posttrain.loop.components import Components
 from posttrain.loop.es_stepper import ESStepper
 from posttrain.loop.pg_stepper import PolicyGradientStepper
+from posttrain.loop.prompt_selector import PromptSelector
 from posttrain.loop.weight_sync import CopyWeights, GatheredWeights, LowPrecisionCopy, SharedWeights, VersionedPush
 from posttrain.models.load import stop_token_ids
 from posttrain.models.policy import resolve_dtype
