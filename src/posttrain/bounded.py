@@ -14,6 +14,8 @@ a nesting (recursion) cap and a time cap, and every failure comes out as one exc
                                         (a tree that parsed can still be too deep for a recursive visitor)
     (model-written regexes: bounded_regex.py, check_pattern and search_lines in a worker process)
     clip(text, n)                       a string cut to n characters before a regex or a parse looks at it
+    truncate_text(text, n)              text for the model to read (a tool result, an observation) cut to n
+                                        characters with a visible marker saying how much was cut
 
 Nothing here keeps a cache that model text can grow. Imports only the stdlib (the worker imports `regex`).
 """
@@ -61,6 +63,19 @@ def clip(text: str, max_chars: int) -> str:
 
 # One event per string delimiter, escape pair or bracket: the pre-scan's loop runs per event, not per character.
 _JSON_EVENTS = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
+
+
+def truncate_text(text: str, max_chars: int) -> tuple[str, int]:
+    """(text, characters cut): `text` whole when it fits, else its head with a marker the model reads, the whole
+    within `max_chars` (when the marker itself fits). Cut before tokenizing: a 5 MB tool result would otherwise
+    be tokenized whole and sent into the next prompt."""
+    if len(text) <= max_chars:
+        return text, 0
+    cut = len(text) - max_chars
+    marker = f"\n...[truncated: {cut} more characters]"
+    marker = f"\n...[truncated: {cut + len(marker)} more characters]"  # the marker takes room of its own
+    keep = max(max_chars - len(marker), 0)
+    return text[:keep] + marker, len(text) - keep
 
 
 def json_depth_ok(text: str, start: int = 0, max_depth: int = MAX_JSON_DEPTH) -> None:

@@ -99,6 +99,10 @@ class Trajectory:
     # (The hint a teacher reads is chosen by the stepper: loop/batch.py HINT_SOURCES.)
     feedback: str | None = None
     feedback_turn: int | None = None
+    # Why a multi-turn episode ended: "answer" (a reply without a tool call), "final_tool", "max_turns", or
+    # "context" (the next turn no longer fit the model's context: the episode is trained on as truncated, its last
+    # turn marked finish_reason "length"). None: a single-turn episode, or an env that does not say.
+    stop_reason: str | None = None
 
     @property
     def prompt_ids(self) -> list[int]:

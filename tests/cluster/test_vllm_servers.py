@@ -178,6 +178,19 @@ def test_a_server_that_missed_a_push_is_re_pushed_and_its_rows_sampled_again(mod
     assert httpx.get(lagging.url + "/weight_info", timeout=10).json()["weight_version"] == str(old + 2)
 
 
+def test_episodes_past_max_model_len_stop_at_the_context_and_the_rows_beside_them_are_served(model_and_pool):
+    """Issue #52: a server answers HTTP 400 for a whole request past max_model_len, which failed every row of the
+    call. Multi-turn episodes that grow past the servers' 256 tokens end with a context stop and are trained on,
+    the rows coalesced with them are served, and a prompt past the context fails alone."""
+    from context_episodes import check_scenario, run_scenario
+
+    _, pool = model_and_pool
+    assert pool.context.max_context == 256
+    restarts = pool.restarts
+    check_scenario(run_scenario(pool, pool.tokenizer), 256)
+    assert pool.restarts == restarts  # nothing was the servers' fault
+
+
 def test_server_args_are_the_in_process_engines_settings():
     from posttrain.cluster.vllm_servers import server_args, split
     from posttrain.sampling.vllm_engine import EngineSpec

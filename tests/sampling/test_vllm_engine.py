@@ -22,6 +22,7 @@ from posttrain.sampling.hf_sampler import HFSampler  # noqa: E402
 from posttrain.sampling.vllm_engine import EngineSpec, StaleEngineError, VLLMSampler  # noqa: E402
 from posttrain.sampling.vllm_weights import EngineWeights, hf_state, write_model_folder  # noqa: E402
 from posttrain.types import SampleParams  # noqa: E402
+from context_episodes import check_scenario, run_scenario  # noqa: E402
 from vllm_runs import assert_learned, vllm_learning_config  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("vllm")  # one worker runs every engine: memory and both cores
@@ -123,6 +124,15 @@ def test_a_missed_push_is_caught(tiny_engine):
     EngineWeights(model, engine).push(6)
     (c,), = engine.sample_sync(_prompts(tok)[:1], SampleParams(max_tokens=4))
     assert c.policy_version == 6
+
+
+def test_episodes_past_max_model_len_stop_at_the_context_and_the_rows_beside_them_are_served(tiny_engine):
+    """Issue #52: one row past max_model_len used to make vLLM refuse the whole generate call. Multi-turn episodes
+    that grow past the engine's 512 tokens end with a context stop and are trained on; the single-turn rows
+    coalesced with them, and the episodes' own earlier turns, are served; a prompt past it fails alone."""
+    _, tok, engine = tiny_engine
+    assert engine.context.max_context == 512
+    check_scenario(run_scenario(engine, tok), 512)
 
 
 def test_a_later_turn_reuses_the_kv_of_the_earlier_ones(tiny_engine):

@@ -29,6 +29,7 @@ from typing import Any
 from posttrain.cluster.ray_runtime import RaySession, placement_group
 from posttrain.cluster.sampler_worker import SamplerWorker
 from posttrain.sampling.coalesce import Coalescer
+from posttrain.sampling.context import ContextBudget
 from posttrain.config.schema import Config
 from posttrain.types import Completion, SampleParams
 
@@ -65,6 +66,7 @@ class RaySamplerPool:
         self._weights: tuple[Any, int] | None = None  # (object ref, version) every actor must serve
         self._lock = threading.RLock()  # slot replacement: the sync runs in a thread in async mode
         self._remote = self.ray.remote(SamplerWorker)
+        self.context: ContextBudget | None = None  # the actors' (start reads it from them)
         self._coalescer = Coalescer(self.sample_rows)
         self._closed = False
 
@@ -77,6 +79,9 @@ class RaySamplerPool:
             handles = [pool._spawn(r, 0) for r in range(cfg.cluster.num_samplers)]
             infos = pool._get([h.ready.remote() for h in handles], "start")
             pool.slots = [Slot(r, h, info["node_id"]) for r, (h, info) in enumerate(zip(handles, infos))]
+            # Rows are fitted to the actors' context here, per caller, so one long prompt fails alone.
+            pool.context = ContextBudget(min(info["max_context"] for info in infos), cfg.sampling.context_overflow)
+            pool._coalescer = Coalescer(pool.sample_rows, pool.context)
             return pool
         except BaseException:
             if pool is not None:

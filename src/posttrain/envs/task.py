@@ -32,6 +32,9 @@ class Task:
     max_turns: int = 1
     final_tool: str | None = None  # calling this tool ends the episode; its first argument is the answer
     tool_timeout_s: float = 10.0
+    # The most characters of one tool result or env observation the model reads back; the rest is cut with a marker
+    # (bounded.truncate_text), before it is tokenized into the next turn's prompt.
+    max_observation_chars: int = 8000
     # Tools with per-episode state: episode(row) -> an object whose `tools` serve one rollout only (e.g. bound to
     # that episode's own copy of a repo) and whose optional `finish(final_call)` reports metrics and reward
     # columns when it ends (envs/tool_env.py). `tools` above still lists the schemas shown in the prompt.

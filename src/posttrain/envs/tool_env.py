@@ -7,9 +7,17 @@ re-tokenized) + the environment's tokens (the end of the assistant turn if the s
 messages and the next generation prompt, rendered by the chat template). Those env tokens get loss mask 0
 (Trajectory.sequence). The template's prefix property is checked once per tokenizer (models/template_check.py).
 
-The episode ends when the policy answers without a tool call, calls the `final_tool` (e.g. `answer`), or runs out
-of turns. A malformed call gets an error message back and is counted; an unknown tool, bad arguments, a raising
-tool or a timeout likewise. None of them stop the run.
+The episode ends when the policy answers without a tool call, calls the `final_tool` (e.g. `answer`), runs out
+of turns, or outgrows the model's context (`Trajectory.stop_reason` says which). A malformed call gets an error
+message back and is counted; an unknown tool, bad arguments, a raising tool or a timeout likewise. None of them
+stop the run.
+
+Context: each tool result is cut to `max_result_chars` (the task's `max_observation_chars`) with a marker the model
+reads, before it is tokenized. Before each later turn the sampler's budget (`sampler.context`, sampling/context.py)
+is checked against the grown prompt: a turn that cannot fit its max_tokens ends the episode with stop_reason
+"context" (under context_overflow=truncate, a turn with at least the budget's minimum room runs with its
+max_tokens cut). Such an episode is scored and trained on as truncated (its last turn finish_reason "length"),
+not lost. Only a first prompt that does not fit fails the sample (ContextOverflow, with the numbers).
 
 Rewards: the task's rubric scores the final answer; reward functions also receive `tool_calls` (the list of
 calls of the episode) and `num_turns` as columns. An optional `turn_reward(turn_index, text, results) -> float`
@@ -32,12 +40,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from posttrain.bounded import truncate_text
 from posttrain.envs.single_turn import _prompt_text, score_with_rubric
 from posttrain.envs.task import Task
 from posttrain.envs.tools import EnvWorkerLost, Tool, ToolResult, call_tool, parse_calls, tools_system_prompt
 from posttrain.models.template_check import ChatTemplateError, check_prefix_property_once, render_ids
 from posttrain.sampling.base import Sampler
-from posttrain.types import SampleParams, Trajectory, Turn
+from posttrain.sampling.context import ContextBudget, ContextOverflow, context_of
+from posttrain.types import Completion, SampleParams, Trajectory, Turn
 
 
 
@@ -63,9 +73,13 @@ class ToolEnv:
                  max_turns: int = 4, tool_timeout_s: float = 10.0, final_tool: str | None = None,
                  tool_role: str = "tool", system_prompt: str | None = None,
                  turn_reward: Callable[[int, str, list[ToolResult]], float] | None = None,
-                 check_template: bool = True, episode_factory: Callable[[dict[str, Any]], Any] | None = None):
+                 check_template: bool = True, episode_factory: Callable[[dict[str, Any]], Any] | None = None,
+                 max_result_chars: int | None = None):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_result_chars = max_result_chars if max_result_chars is not None else task.max_observation_chars
+        if self.max_result_chars < 1:
+            raise ValueError(f"max_observation_chars must be >= 1, got {self.max_result_chars}")
         self.task, self.tok, self.params = task, tokenizer, params
         self.tools = {t.name: t for t in (x if isinstance(x, Tool) else Tool.from_function(x) for x in tools)}
         if final_tool is not None and final_tool not in self.tools:
@@ -112,14 +126,19 @@ class ToolEnv:
         ids = render_ids(self.tok, msgs, add_generation_prompt=True)
         turns: list[Turn] = []
         calls_log: list[dict[str, Any]] = []
-        stats = {"tool_calls": 0.0, "tool_errors": 0.0, "malformed_calls": 0.0, "tool_timeouts": 0.0}
+        stats = {"tool_calls": 0.0, "tool_errors": 0.0, "malformed_calls": 0.0, "tool_timeouts": 0.0,
+                 "tool_results_truncated": 0.0}
         turn_bonus, answer = 0.0, ""
         feedback: tuple[str, int] | None = None
         final_call: dict[str, Any] | None = None
         finishing = False
+        stop_reason = "max_turns"
         try:
             for k in range(self.max_turns):
-                (c,), = await sampler.sample([ids], keep, n=1)
+                c = await sample_turn(sampler, ids, keep, first=k == 0)
+                if c is None:
+                    stop_reason = "context"
+                    break
                 turns.append(Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
                                   policy_version=c.policy_version, finish_reason=c.finish_reason,
                                   token_versions=c.token_versions))
@@ -127,6 +146,7 @@ class ToolEnv:
                 calls, errors = parse_calls(c.text)
                 answer = c.text
                 if not calls and not errors:
+                    stop_reason = "answer"
                     break
                 results: list[ToolResult] = [ToolResult(f"error: malformed tool call: {e}", ok=False) for e in errors]
                 stats["malformed_calls"] += len(errors)
@@ -149,14 +169,18 @@ class ToolEnv:
                 if self.turn_reward is not None:
                     turn_bonus += float(self.turn_reward(k, c.text, results))
                 if final is not None:
+                    stop_reason = "final_tool"
                     final_call = final
                     answer = str(next(iter(final["arguments"].values()), "")) if final["arguments"] else ""
                     break
                 if k == self.max_turns - 1:
                     break
-                msgs += [{"role": self.tool_role, "content": tokenizable(r.content)} for r in results]
+                msgs += [{"role": self.tool_role, "content": self._shown(r, stats)} for r in results]
                 ids = ids + list(c.token_ids) + self._env_tokens(msgs, len(results), c.token_ids)
+            if stop_reason == "context":
+                turns[-1] = replace(turns[-1], finish_reason="length")  # truncated: the episode had more to do
             stats["turns"] = float(len(turns))
+            stats["context_stop"] = float(stop_reason == "context")
             extra: dict[str, Any] = {}
             if episode is not None:
                 finishing = True  # from here the episode is finish's to release, whatever happens
@@ -172,7 +196,15 @@ class ToolEnv:
             raise
         return Trajectory(turns=turns, prompt_text=_prompt_text(row["prompt"]), completion_text=answer, row=row,
                           metrics={**stats, "turn_reward": turn_bonus}, extra=extra, tool_calls=calls_log, messages=msgs[1:],
-                          feedback=feedback[0] if feedback else None, feedback_turn=feedback[1] if feedback else None)
+                          feedback=feedback[0] if feedback else None, feedback_turn=feedback[1] if feedback else None,
+                          stop_reason=stop_reason)
+
+    def _shown(self, result: ToolResult, stats: dict[str, float]) -> str:
+        """A tool result as the model reads it: at most max_result_chars (a marker says how much was cut), tokenizable."""
+        text, cut = truncate_text(result.content, self.max_result_chars)
+        if cut:
+            stats["tool_results_truncated"] += 1
+        return tokenizable(text)
 
     def _episode_tools(self, episode: Any) -> dict[str, Tool]:
         tools = {t.name: t for t in (x if isinstance(x, Tool) else Tool.from_function(x) for x in episode.tools)}
@@ -188,6 +220,34 @@ class ToolEnv:
         for t in trajectories:
             if t.metrics.get("turn_reward"):
                 t.reward += t.metrics["turn_reward"]
+
+
+async def sample_turn(sampler: Sampler, ids: list[int], params: SampleParams, first: bool) -> Completion | None:
+    """One turn of a multi-turn episode within the sampler's context: its completion, or None when the turn does
+    not fit (a context stop: the caller ends the episode). A first prompt that does not fit raises ContextOverflow:
+    the sample fails with the numbers. Shared by the multi-turn envs (tool, gym text, OpenEnv)."""
+    turn_params = params if first else fit_turn(context_of(sampler), len(ids), params)
+    if turn_params is None:
+        return None
+    try:
+        (c,), = await sampler.sample([ids], turn_params, n=1)
+    except ContextOverflow:
+        if first:
+            raise
+        return None  # a sampler whose budget is tighter than the one it showed refused the turn
+    return c
+
+
+def fit_turn(budget: ContextBudget | None, prompt_tokens: int, params: SampleParams) -> SampleParams | None:
+    """The next turn's params within the episode's context budget: as they are when max_tokens fits, cut to the
+    room left under overflow=truncate, None when the turn cannot fit (the episode ends: a context stop)."""
+    if budget is None:
+        return params
+    try:
+        fitted = budget.fit(prompt_tokens, params.max_tokens)
+    except ContextOverflow:
+        return None
+    return params if fitted == params.max_tokens else replace(params, max_tokens=fitted)
 
 
 async def finish_episode(episode: Any, final_call: dict[str, Any] | None) -> EpisodeEnd:

@@ -20,6 +20,8 @@ class _FirstPrompt(Exception):
 class _PromptRecorder:
     """A sampler that answers nothing: it records the first prompt an env asks it about and stops the episode."""
 
+    context = None
+
     async def sample(self, prompts: list[list[int]], params: SampleParams, n: int = 1):
         raise _FirstPrompt(list(prompts[0]))
 

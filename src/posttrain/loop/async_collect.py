@@ -37,6 +37,7 @@ from posttrain.loop.collect import Collected, RolloutSpec, prompts_for_step
 from posttrain.loop.staleness import admissible, staleness_metrics, token_staleness_metrics
 from posttrain.obs import trace
 from posttrain.obs.timers import BusyMeter, StageTimer
+from posttrain.sampling.context import ContextBudget, context_of
 from posttrain.types import Completion, Group, SampleParams
 
 
@@ -49,6 +50,10 @@ class MeteredSampler:
     @property
     def policy_version(self) -> int:
         return self.inner.policy_version
+
+    @property
+    def context(self) -> ContextBudget | None:
+        return context_of(self.inner)
 
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
         with self.meter():

@@ -15,6 +15,7 @@ from posttrain.models.load import stop_token_ids
 from posttrain.models.lora import count_parameters
 from posttrain.models.policy import load_base_model, seed_everything, set_threads, with_lora
 from posttrain.rewards.judges.setup import configure_task_judges
+from posttrain.sampling.context import run_budget
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.sampling.precision import precision_advice
 from posttrain.types import SampleParams
@@ -71,7 +72,7 @@ def build(cfg: Config, log=print) -> Components:
     trainable, total = count_parameters(model)
     train_params, eval_params = sample_params(cfg, task)
     sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=cfg.run.seed, graphs=cfg.sampling.cuda_graphs,
-                        prefix_cache_tokens=cfg.sampling.prefix_cache_tokens)
+                        prefix_cache_tokens=cfg.sampling.prefix_cache_tokens, context=run_budget(cfg, model))
     env_workers = None
     if cfg.cluster.envs == "ray":  # each episode's tools on a Ray actor (cluster/ray_episodes.py)
         from posttrain.cluster.ray_episodes import EnvWorkers, remote_env

@@ -34,6 +34,7 @@ from posttrain.models.policy import resolve_dtype
 from posttrain.obs.timers import BusyMeter
 from posttrain.rewards.tags import JudgeTagger, RuleTagger, Taggers, load_vocabulary
 from posttrain.sampling.base import first_push
+from posttrain.sampling.context import run_budget
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.sampling.precision import low_precision_copy, should_pack
 from posttrain.training.from_config import make_trainer, run_remedies, self_teacher
@@ -71,7 +72,7 @@ def local_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[H
     sampler = HFSampler(model, c.tokenizer, stop_token_ids(c.model, c.tokenizer), seed=cfg.run.seed,
                         graphs=cfg.sampling.cuda_graphs and p == "fp32",
                         interruptible=own_copy and cfg.loop.mode == "async" and cfg.loop.interruptible,
-                        prefix_cache_tokens=cfg.sampling.prefix_cache_tokens)
+                        prefix_cache_tokens=cfg.sampling.prefix_cache_tokens, context=c.sampler.context)
     sampler.generator.set_state(c.sampler.generator.get_state())
     sampler.policy_version = c.sampler.policy_version
     return sampler, (LowPrecisionCopy(c.model, sampler, p) if own else CopyWeights(c.model, sampler))
@@ -127,7 +128,8 @@ def server_vllm_sampler(cfg: Config, c: Components, own_copy: bool, say=print) -
     spec = engine_spec(cfg, c.model, engine_model_dir(cfg, c.model, c.tokenizer, wd, log=say))
     pool = VLLMServerPool.start(spec, c.tokenizer, stop_token_ids(c.model, c.tokenizer), cc.num_servers, wd,
                                 timeout_s=cc.server_timeout_s, start_timeout_s=cc.server_start_timeout_s,
-                                max_restarts=cc.max_restarts, log=say)
+                                max_restarts=cc.max_restarts, log=say,
+                                context=run_budget(cfg, c.model, spec.max_model_len))
     sync = ServerPoolWeights(c.model, pool)
     first_push(sync, c.sampler.policy_version)  # the sampler serves what the trainer holds now
     return pool, sync

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from posttrain.sampling.context import ContextBudget
 from posttrain.types import Completion, SampleParams
 
 
@@ -14,9 +15,15 @@ class Sampler(Protocol):
     `sample(prompts_P, params, n)` returns, for each of the P prompts, n completions. Each completion carries
     its token ids, the sampler's logprob of each token (of softmax(logits / temperature)), its finish reason
     and the policy version that produced it. Implementations never re-tokenize text they were given as ids.
+
+    `context` is the budget every prompt + max_tokens must fit (sampling/context.py): a call whose prompt does not
+    fit raises ContextOverflow for that caller alone (or has its max_tokens cut), before any engine sees it.
+    Multi-turn envs read it to end an episode that outgrows it. None: the sampler does not know its context
+    (a scripted sampler in tests).
     """
 
     policy_version: int
+    context: ContextBudget | None
 
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]: ...
 

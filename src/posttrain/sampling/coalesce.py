@@ -4,6 +4,10 @@ Envs are written one episode at a time, so a step's rollouts arrive as many smal
 the same event-loop turn. `Coalescer` gathers the calls of a turn, groups them by sampling parameters, hands each
 group to `sample_rows(rows, params)` as one flat list of rows (a prompt repeated n times for n completions), and
 gives every caller back its own slice. A failure of a batch fails every call in it, nothing else.
+
+With a context budget (sampling/context.py), each caller's rows are checked before they join a batch: a prompt that
+does not fit fails its own caller with ContextOverflow (or has its max_tokens cut), and never reaches the engine,
+which would refuse the whole batch.
 """
 
 from __future__ import annotations
@@ -11,18 +15,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from posttrain.sampling.context import ContextBudget
 from posttrain.types import Completion, SampleParams
 
 SampleRows = Callable[[list[list[int]], SampleParams], Awaitable[list[Completion]]]
 
 
 class Coalescer:
-    def __init__(self, sample_rows: SampleRows):
+    def __init__(self, sample_rows: SampleRows, budget: ContextBudget | None = None):
         self.sample_rows = sample_rows
+        self.budget = budget
         self._pending: list = []
         self._flusher: asyncio.Future | None = None
 
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
+        if self.budget is not None:
+            params = self.budget.fit_call(prompts_P, params)  # this caller's rows only: raises before the batch
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending.append((prompts_P, params, n, fut))
         if self._flusher is None or self._flusher.done():

@@ -20,6 +20,7 @@ from typing import Any
 from posttrain.config.schema import Config
 from posttrain.models.load import resolve_model_path, stop_token_ids
 from posttrain.sampling.base import first_push
+from posttrain.sampling.context import run_budget
 
 
 def engine_model_dir(cfg: Config, model: Any, tokenizer: Any, work_dir: Path, log=print) -> str:
@@ -42,7 +43,7 @@ def engine_spec(cfg: Config, model: Any, model_dir: str, max_lora_rank: int = 0)
 
     v = cfg.sampling.vllm
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    limit = int(getattr(base.config, "max_position_embeddings", 4096) or 4096)
+    limit = run_budget(cfg, base).max_context  # the model's positions, or the smaller sampling.max_context
     dtype = v.dtype if v.dtype != "auto" else str(next(model.parameters()).dtype).removeprefix("torch.")
     if dtype not in ("float32", "bfloat16", "float16"):
         dtype = "float32" if not torch.cuda.is_available() else "bfloat16"
@@ -72,7 +73,8 @@ def local_vllm(cfg: Config, c: Any, say=print) -> tuple[Any, Any]:
 
     wd = work_dir(cfg)
     spec = engine_spec(cfg, c.model, engine_model_dir(cfg, c.model, c.tokenizer, wd, log=say), lora_rank(cfg))
-    engine = VLLMSampler(spec, c.tokenizer, stop_token_ids(c.model, c.tokenizer), log=say)
+    engine = VLLMSampler(spec, c.tokenizer, stop_token_ids(c.model, c.tokenizer), log=say,
+                         context=run_budget(cfg, c.model, spec.max_model_len))
     sync = EngineWeights(c.model, engine, cfg.sampling.vllm.lora, wd)
     first_push(sync, c.sampler.policy_version)  # the sampler serves what the trainer holds now
     return engine, sync

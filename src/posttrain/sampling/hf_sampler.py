@@ -19,6 +19,7 @@ import torch
 
 from posttrain.sampling.padding import left_pad
 from posttrain.sampling.coalesce import Coalescer
+from posttrain.sampling.context import ContextBudget, ContextOverflow, budget_for, text_config
 from posttrain.sampling.kv_cache import PreallocCache, cache_arg_name, cache_from_rows, row_kv
 from posttrain.sampling.logits import choose_tokens
 from posttrain.sampling.prefix_cache import PrefixStore, weights_signature
@@ -31,7 +32,7 @@ class HFSampler:
 
     def __init__(self, model: Any, tokenizer: Any, stop_token_ids: list[int], seed: int = 0,
                  compact_fraction: float = 0.75, max_batch: int = 64, merge_lora: bool = True, graphs: bool = False,
-                 interruptible: bool = False, prefix_cache_tokens: int = 0):
+                 interruptible: bool = False, prefix_cache_tokens: int = 0, context: ContextBudget | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.stop_token_ids = list(stop_token_ids)
@@ -49,7 +50,11 @@ class HFSampler:
         self._merged = False  # LoRA adapters merged into the base for the decode call in flight
         self._pieces: list[str] | None = None  # each token id's text alone, for the stop-string check
         self._cache_arg = cache_arg_name(model)
-        self._coalescer = Coalescer(lambda rows, params: asyncio.to_thread(self._sample_rows, rows, params))
+        # Never decode past the model's positions (the KV buffer is sized prompt + max_tokens; a row past them would
+        # decode garbage or allocate without bound): the model's own limit unless the run set a smaller one.
+        self.context = context if context is not None else budget_for(text_config(model))
+        self._coalescer = Coalescer(lambda rows, params: asyncio.to_thread(self._sample_rows, rows, params),
+                                    self.context)
         # The GPU decode fast path (graph_decode.py): a static KV cache, the decode step a CUDA graph. On a CPU
         # the same static-cache loop runs uncompiled (what the tests compare with the eager loop).
         self.graphs = graphs
@@ -113,6 +118,7 @@ class HFSampler:
         return await self._coalescer.sample(prompts_P, params, n)
 
     def sample_sync(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
+        params = self.context.fit_call(prompts_P, params)
         flat = self._sample_rows([p for p in prompts_P for _ in range(n)], params)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts_P))]
 
@@ -124,6 +130,9 @@ class HFSampler:
             raise ValueError("empty prompt: every prompt needs at least one token")
         if params.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        for r in rows:  # the callers fitted their rows (Coalescer, sample_sync): the decode loop's own guard
+            if len(r) + params.max_tokens > self.context.max_context:
+                raise ContextOverflow(len(r), params.max_tokens, self.context.max_context)
         whole_call = contextlib.nullcontext() if self.interruptible else self._gate.read()
         with self._call_lock, whole_call:
             if params.seed is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from posttrain.sampling.context import ContextBudget, context_of
 from posttrain.sampling.hf_sampler import cut_at_stop
 from posttrain.types import Completion, SampleParams
 
@@ -21,8 +22,9 @@ class ScriptedSampler:
     token (the model stopped at the string), which is what demonstrations for a warm start need."""
 
     def __init__(self, tokenizer: Any, texts: list[str], delay_s: float = 0.0, policy_version: int = 0,
-                 end_token_id: int | None = None, stop_ends_reply: bool = False):
+                 end_token_id: int | None = None, stop_ends_reply: bool = False, context: ContextBudget | None = None):
         self.tok = tokenizer
+        self.context = context  # None: no limit; a budget: calls are fitted to it as a real sampler's are
         self.texts = list(texts)
         self.delay_s = delay_s
         self.policy_version = policy_version
@@ -37,6 +39,8 @@ class ScriptedSampler:
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
+        if self.context is not None:
+            params = self.context.fit_call(prompts_P, params)
         text = self.texts[self.calls % len(self.texts)]
         self.calls += 1
         self.prompts += [list(p) for p in prompts_P]
@@ -62,6 +66,10 @@ class CapturingSampler:
     @policy_version.setter
     def policy_version(self, v: int) -> None:
         self.inner.policy_version = v
+
+    @property
+    def context(self) -> ContextBudget | None:
+        return context_of(self.inner)
 
     def decode(self, token_ids: list[int]) -> str:
         return self.inner.decode(token_ids)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.sampling.coalesce import Coalescer
+from posttrain.sampling.context import ContextBudget, ContextOverflow
 from posttrain.types import Completion, SampleParams
 
 log = logging.getLogger(__name__)
@@ -170,12 +171,16 @@ def completion_from(out: Any, fallback_version: int) -> Completion:
                       token_versions=versions or None, text=out.text or "")
 
 
-def check_rows(rows: list[list[int]], params: SampleParams) -> None:
-    """What every vLLM engine (in process or a server) refuses before sampling: an empty prompt, no tokens to make."""
+def check_rows(rows: list[list[int]], params: SampleParams, context: ContextBudget) -> None:
+    """What every vLLM engine (in process or a server) refuses before sampling: an empty prompt, no tokens to make,
+    a row past the context (vLLM would refuse the whole call for it; the Coalescer fitted each caller's rows)."""
     if any(len(r) == 0 for r in rows):
         raise ValueError("empty prompt: every prompt needs at least one token")
     if params.max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {params.max_tokens}")
+    longest = max((len(r) for r in rows), default=0)
+    if longest + params.max_tokens > context.max_context:
+        raise ContextOverflow(longest, params.max_tokens, context.max_context)
 
 
 _live: list[Any] = []  # the engine alive in this process (vLLM's parallel state is process-global)
@@ -184,7 +189,8 @@ _live: list[Any] = []  # the engine alive in this process (vLLM's parallel state
 class VLLMSampler:
     """The Sampler protocol over one in-process `vllm.LLM`."""
 
-    def __init__(self, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], log=print):
+    def __init__(self, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], log=print,
+                 context: ContextBudget | None = None):
         if _live:
             # Measured: a second engine in one process re-initialises vLLM's process-global parallel groups, and
             # closing either one tears them down under the other ("pipeline model parallel group is not
@@ -211,7 +217,10 @@ class VLLMSampler:
         self._lora_ids = 0
         self._version = -1
         self.expected_version: int | None = None  # what the trainer last pushed (VLLMWeights sets it)
-        self._coalescer = Coalescer(lambda rows, params: asyncio.to_thread(self._sample_rows, rows, params))
+        # The engine refuses a whole generate call for one row past max_model_len: rows are fitted per caller first.
+        self.context = context if context is not None else ContextBudget(spec.max_model_len)
+        self._coalescer = Coalescer(lambda rows, params: asyncio.to_thread(self._sample_rows, rows, params),
+                                    self.context)
         self._seed_warned = False
         self.stats = {"pushes": 0, "prefix_resets": 0}
         log(f"vllm: {spec.model_dir} in process ({'CPU' if self.cpu else 'GPU'} build {self.vllm.__version__}, "
@@ -237,6 +246,7 @@ class VLLMSampler:
         return await self._coalescer.sample(prompts_P, params, n)
 
     def sample_sync(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
+        params = self.context.fit_call(prompts_P, params)
         flat = self._sample_rows([p for p in prompts_P for _ in range(n)], params)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts_P))]
 
@@ -244,7 +254,7 @@ class VLLMSampler:
         """One completion per row; identical rows go in as one prompt with n completions (one prefill)."""
         if not rows:
             return []
-        check_rows(rows, params)
+        check_rows(rows, params, self.context)
         if params.seed is not None and not self._seed_warned:
             self._seed_warned = True
             log.warning("vllm engine: per-call seeds are ignored (the engine is seeded once at start)")
