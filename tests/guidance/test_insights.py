@@ -132,3 +132,19 @@ def test_insights_in_the_loop_log_and_survive_resume(tmp_path):
     assert recs[-1]["episode/insights/available"] > 0
     evals = [r for r in read_metrics(str(res.run_dir)) if r["kind"] == "eval"]
     assert "eval/insights/pass_rate" in evals[-1] and evals[-1]["eval/insights/pass_rate"] >= evals[-1]["eval/pass_rate"]
+
+
+def test_an_insight_prompt_past_the_context_writes_no_insight_for_that_trajectory_alone(tiny):
+    """Issue #52: one long attempt used to take the whole batched call (every trajectory's insight) down."""
+    from posttrain.guidance.insights import write_insights
+    from posttrain.sampling.context import ContextBudget
+    from posttrain.sampling.scripted import ScriptedSampler
+    from posttrain.types import SampleParams, Trajectory
+
+    _, tok = tiny
+    rows = {"prompt": [{"role": "user", "content": "2+2?"}]}
+    short = Trajectory(turns=[], completion_text="5", row=rows, feedback="wrong sum")
+    long_ = Trajectory(turns=[], completion_text="9" * 3000, row=rows, feedback="x" * 10_000)
+    sampler = ScriptedSampler(tok, ["Check the sum first."], context=ContextBudget(700))
+    got = asyncio.run(write_insights(sampler, tok, [short, long_, short], SampleParams(max_tokens=16)))
+    assert got[0] == got[2] == "Check the sum first." and got[1] is None

@@ -108,3 +108,20 @@ def test_missing_teacher_folder_is_a_clear_error(tmp_path):
 
     with pytest.raises(ModelLoadError, match="not found"):
         _train(tmp_path, "loop.steps=1", f"algorithm.teacher.model={tmp_path}/nope")
+
+
+def test_a_hint_that_would_push_a_sequence_past_the_context_gets_no_opinion(tiny):
+    """Issue #52: the teacher's hinted view is the sequence + the hint; past the model's context it is skipped."""
+    from posttrain.guidance.teacher import SelfHintTeacher
+    from posttrain.types import Sequence
+
+    _, tok = tiny
+
+    class Trainer:
+        def compute_logprobs(self, batch):
+            return [[0.0] * len(s.completion_ids) for s in batch.sequences]
+
+    seq = Sequence(prompt_ids=[5] * 90, completion_ids=[6] * 8, loss_mask=[1] * 8, sampler_logprobs=[0.0] * 8,
+                   hint="look again")
+    assert SelfHintTeacher(Trainer(), tok, max_context=None).logprobs([seq])[0] is not None
+    assert SelfHintTeacher(Trainer(), tok, max_context=100).logprobs([seq]) == [None]

@@ -26,8 +26,15 @@ import random
 from collections import OrderedDict
 from typing import Any
 
+from posttrain.bounded import truncate_text
 from posttrain.envs.feedback import attach_feedback
+from posttrain.sampling.context import ContextOverflow
 from posttrain.types import SampleParams, Trajectory
+
+# What of an attempt and its feedback the insight prompt quotes (a completion is bounded by max_tokens, a feedback
+# text, e.g. a test log, is not).
+MAX_ATTEMPT_CHARS = 4000
+MAX_FEEDBACK_CHARS = 2000
 
 WRITE_INSTRUCTION = ("Your attempt above was wrong. In one short sentence, write a TL;DR insight: advice to "
                      "yourself that would make your next attempt at this task succeed. Reply with the sentence only.")
@@ -114,22 +121,26 @@ def write_prompt(row: dict[str, Any], attempt: str, feedback: str | None) -> lis
     """The chat the policy writes an insight in: the task, its attempt, what was wrong when known."""
     prompt = row["prompt"]
     task = prompt if isinstance(prompt, str) else "\n".join(str(m.get("content", "")) for m in prompt)
-    body = f"{task}\n\nYour attempt:\n{attempt}"
-    if feedback:
-        body += f"\n\nWhat was wrong: {feedback}"
+    body = f"{task}\n\nYour attempt:\n{truncate_text(attempt, MAX_ATTEMPT_CHARS)[0]}"
+    if feedback:  # a test log or a tool's error: bounded, so the prompt stays within the context
+        body += f"\n\nWhat was wrong: {truncate_text(feedback, MAX_FEEDBACK_CHARS)[0]}"
     return [{"role": "user", "content": f"{body}\n\n{WRITE_INSTRUCTION}"}]
 
 
 async def write_insights(sampler: Any, tokenizer: Any, trajs: list[Trajectory], params: SampleParams) -> list[str | None]:
-    """One insight per trajectory, written by the policy in one batched sampler call."""
+    """One insight per trajectory, written by the policy; the calls are coalesced into one batch by the sampler. A
+    prompt that does not fit the context (ContextOverflow) writes no insight for its trajectory alone."""
     from posttrain.models.template_check import render_ids
 
     if not trajs:
         return []
     prompts = [render_ids(tokenizer, write_prompt(t.extra.get("base_row", t.row), t.completion_text, t.feedback),
                           add_generation_prompt=True) for t in trajs]
-    outs = await sampler.sample(prompts, params, n=1)
-    return [clean_insight(o[0].text) for o in outs]
+    outs = await asyncio.gather(*(sampler.sample([p], params, n=1) for p in prompts), return_exceptions=True)
+    for o in outs:
+        if isinstance(o, BaseException) and not isinstance(o, ContextOverflow):
+            raise o
+    return [None if isinstance(o, BaseException) else clean_insight(o[0][0].text) for o in outs]
 
 
 class InsightEnv:

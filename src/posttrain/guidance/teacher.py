@@ -87,8 +87,11 @@ class SelfHintTeacher:
     zero there. The teacher is the current policy, frozen for the step: as the student learns, so does the teacher.
     """
 
-    def __init__(self, trainer: Any, tokenizer: Any, max_hint_tokens: int = 64):
+    def __init__(self, trainer: Any, tokenizer: Any, max_hint_tokens: int = 64, max_context: int | None = None):
         self.trainer, self.tok, self.max_hint_tokens = trainer, tokenizer, max_hint_tokens
+        # A sequence already near the model's context has no room for the hint: no opinion on it, rather than a
+        # teacher pass past the model's positions.
+        self.max_context = max_context
         self.suffix = chat_suffix_ids(tokenizer)
         self.unaligned = 0  # hints placed at the turn start because the prompt did not end with the chat suffix
 
@@ -96,6 +99,10 @@ class SelfHintTeacher:
         """The hint's tokens, as written into the context (the stepper's hint function formats it)."""
         ids = list(self.tok(hint, add_special_tokens=False)["input_ids"])
         return ids[: self.max_hint_tokens]
+
+    def _fits(self, seq: Sequence) -> bool:
+        total = len(seq.prompt_ids) + len(seq.completion_ids) + len(self.hint_ids(seq.hint or ""))
+        return self.max_context is None or total <= self.max_context
 
     def insertion(self, seq: Sequence) -> int:
         """The index in prompt_ids + completion_ids where the hint's tokens go."""
@@ -121,7 +128,7 @@ class SelfHintTeacher:
                          sampler_logprobs=[0.0] * (len(toks) - n_prompt)), at, len(hint))
 
     def logprobs(self, sequences: list[Sequence]) -> list[list[float] | None]:
-        todo = [i for i, s in enumerate(sequences) if s.hint]
+        todo = [i for i, s in enumerate(sequences) if s.hint and self._fits(s)]
         out: list[list[float] | None] = [None] * len(sequences)
         if not todo:
             return out

@@ -26,9 +26,11 @@ from typing import Any
 
 from posttrain.algos.losses import LossParams, reinforce_loss
 from posttrain.config.schema import Config
+from posttrain.envs.isolate import safe_rollout
 from posttrain.envs.task import Task
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
 from posttrain.rewards.telemetry import drain_task_metrics
+from posttrain.sampling.context import ContextBudget, run_budget
 from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.training.sft import batches, reply_end_token
 from posttrain.training.trainer import Trainer
@@ -53,8 +55,11 @@ class WarmStartResult:
 
 
 async def demonstration_trajectories(env: Any, task: Task, tok: Any, rows: list[dict[str, Any]],
-                                     params: SampleParams) -> tuple[list[Trajectory], list[Trajectory]]:
-    """Play task.demonstrate(row) through env for each row and score it. Returns (passing, failing)."""
+                                     params: SampleParams, context: ContextBudget | None = None,
+                                     ) -> tuple[list[Trajectory], list[Trajectory]]:
+    """Play task.demonstrate(row) through env for each row and score it. Returns (passing, failing). Played within
+    the policy's `context`: a demonstration that outgrows it is left out (the trainer would read past the model's
+    positions)."""
     if task.demonstrate is None:
         raise WarmStartError(f"task {task.name!r} has no demonstrations (Task.demonstrate); warm_start.steps needs "
                              "one -- or set warm_start.steps=0")
@@ -65,15 +70,17 @@ async def demonstration_trajectories(env: Any, task: Task, tok: Any, rows: list[
         if not replies or not all(isinstance(r, str) for r in replies):
             raise WarmStartError(f"task {task.name!r}: demonstrate(row) must return a non-empty list of strings, "
                                  f"got {replies!r:.200} for row {str(row)[:200]}")
-        sampler = ScriptedSampler(tok, replies, end_token_id=end, stop_ends_reply=True)
-        traj = await env.rollout(row, sampler, params)
+        sampler = ScriptedSampler(tok, replies, end_token_id=end, stop_ends_reply=True, context=context)
+        traj = await safe_rollout(env, row, sampler, params)
         # More turns than the demonstrator wrote: the scripted replies cycled, so the episode is not the demo.
         short = (f"the env asked for {sampler.calls} replies, the demonstration has {len(replies)}"
                  if sampler.calls > len(replies) else None)
+        if traj.stop_reason == "context" or traj.failed:
+            short = traj.error or "the demonstration outgrows the model's context"
         return traj, short
 
     played = list(await asyncio.gather(*(one(r) for r in rows)))
-    trajs = [t for t, _ in played]
+    trajs = [t for t, _ in played if not t.failed]
     await env.score(trajs)
     # Scoring the demonstrations fills the rewards' own counters (a decision ledger, judge calls); they describe
     # the demonstrator, not the policy, and must not reach the next eval's or step's metrics.
@@ -96,7 +103,7 @@ async def run_warm_start(cfg: Config, model: Any, tok: Any, env: Any, task: Task
     t0 = time.perf_counter()
     rows = task.train_rows[: ws.demos] if ws.demos else list(task.train_rows)
     # Play demonstrations deterministically (temperature has no effect on a scripted policy; stop strings do).
-    ok, bad = await demonstration_trajectories(env, task, tok, rows, params)
+    ok, bad = await demonstration_trajectories(env, task, tok, rows, params, run_budget(cfg, model))
     if bad:
         t = bad[0]
         say(f"warning: {len(bad)} of {len(rows)} demonstrations fail the task's rubric and are left out "

@@ -234,7 +234,7 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
         # a feedback hint is capped by the config; insights fill up to per_task sentences; RISED lists behaviours
         cap = {"hint": a.hint_distill.max_hint_tokens, "insight": a.insights.per_task * a.insights.max_tokens + 16,
                "rised": 256}[kind]
-        teacher = SelfHintTeacher(trainer, c.tokenizer, cap)
+        teacher = SelfHintTeacher(trainer, c.tokenizer, cap, max_context=c.sampler.context.max_context)
         what = ("the feedback" if a.hint_distill.enabled else "a remedy's format hint, once a stall starts") \
             if kind == "hint" else f"its {kind} hint"
         say(f"teacher: the policy itself with {what} in context (reverse KL x {coef:g})")
