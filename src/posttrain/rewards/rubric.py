@@ -7,7 +7,8 @@ Reward functions use TRL's signature, so TRL users bring theirs unchanged:
 `completions` are strings when the task's prompts are strings, and `[{"role": "assistant", "content": ...}]`
 lists when the prompts are chat messages (TRL's conversational format). `kwargs` holds `prompts`,
 `completion_ids` and every other column of the task rows, as lists aligned with `completions`.
-`None` means "does not apply to this sample" and counts as 0 in the weighted sum.
+`None` means "does not apply to this sample" and counts as 0 in the weighted sum. NaN or infinity is no score:
+that sample fails with the reason, like a raise (never a silent 0 or an infinite reward).
 
 A function that raises does not stop the run: the rubric retries it one sample at a time and marks only the
 samples that still raise as failed (their error is kept, the trainer leaves them out, the loop counts them).
@@ -120,8 +121,7 @@ class Rubric:
             comps: dict[str, float] = {}
             total = 0.0
             for comp in self.components:
-                v = raw[comp.name][i]
-                v = 0.0 if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+                v = _value(raw[comp.name][i])
                 if comp.gate is not None:
                     gate = next(c for c in self.components if c.name == comp.gate)
                     if comps.get(gate.name, 0.0) < gate.pass_threshold:
@@ -159,7 +159,9 @@ class Rubric:
 
 
 def _value(v: float | None) -> float:
-    return 0.0 if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+    """A raw component value as a number: None (does not apply, or failed) is 0. Never NaN: `_finite_only` has
+    already failed the samples whose value was not finite."""
+    return 0.0 if v is None else float(v)
 
 
 def _func_name(f: RewardFunc, i: int) -> str:
@@ -233,6 +235,31 @@ class PartialRewardFailure(RuntimeError):
 
 def _call_isolated(comp: RewardComponent, completions: list[Any], kwargs: dict[str, list[Any]], n: int,
                    errors: list[str | None], timeout_s: float | None = None) -> list[float | None]:
+    """The component's values, each finite or None; the samples it could not score are marked in `errors`."""
+    return _finite_only(comp, _call_each(comp, completions, kwargs, n, errors, timeout_s), errors)
+
+
+def _finite_only(comp: RewardComponent, values: list[float | None], errors: list[str | None]) -> list[float | None]:
+    """A NaN or infinite value is no score: that sample fails with the reason. Read as 0 it would be a silently
+    wrong reward (a judge that broke scores like a bad answer), and an infinity would swamp its group's advantages."""
+    out: list[float | None] = []
+    for i, v in enumerate(values):
+        if v is not None and not _is_finite(v):
+            errors[i] = errors[i] or f"reward {comp.name!r} returned {v!r}, not a finite number"
+            v = None
+        out.append(v)
+    return out
+
+
+def _is_finite(v: Any) -> bool:
+    try:
+        return math.isfinite(v)
+    except (OverflowError, TypeError, ValueError):  # an int too large for a float; not a number at all
+        return False
+
+
+def _call_each(comp: RewardComponent, completions: list[Any], kwargs: dict[str, list[Any]], n: int,
+               errors: list[str | None], timeout_s: float | None = None) -> list[float | None]:
     """Call on the whole batch; if that raises, call per sample so one bad sample fails alone. A timeout
     fails the whole batch at once (retrying per sample could take n times the timeout)."""
     try:

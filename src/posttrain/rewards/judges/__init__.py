@@ -6,7 +6,8 @@ local HF model or an OpenAI-compatible endpoint, with an on-disk cache, batching
     Rubric([RewardComponent("judge", judge)])
 
 Modules: backends.py (protocol), local_hf.py, openai_backend.py, runner.py (cache, batches, timeouts,
-retries), cache.py (sqlite), pointwise.py, pairwise.py, ranking.py, agreement.py (kappa, confusion),
+retries), cache.py (sqlite), verdicts.py (strict parsing of every verdict: a judge's reply is hostile input),
+pointwise.py, pairwise.py, ranking.py, agreement.py (kappa, confusion),
 audit.py (`posttrain judge audit`), stats.py (metrics). See docs/judges.md.
 """
 

@@ -6,8 +6,9 @@
 
 Prompts are the text of one user message; the backend applies its chat template (local) or sends it as a chat
 message (OpenAI-compatible). A backend returns one result per prompt, an exception in the place of each prompt
-it could not answer, and raises only when the whole call failed. Timeouts and retries are the runner's
-(runner.py), except the HTTP timeout, which the OpenAI backend passes to its client.
+it could not answer (whatever went wrong with that one reply), and raises only when the whole call failed.
+Timeouts and retries are the runner's (runner.py), except the HTTP timeout, which the OpenAI backend passes to
+its client. What a backend returns is checked again by the judge's parser (verdicts.py): it is hostile input.
 
 Implementations: `LocalHFBackend` (local_hf.py, an in-process HF model) and `OpenAIBackend` (openai_backend.py).
 """
@@ -15,6 +16,8 @@ Implementations: `LocalHFBackend` (local_hf.py, an in-process HF model) and `Ope
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
+
+from posttrain.rewards.judges.verdicts import label_of
 
 
 @runtime_checkable
@@ -27,9 +30,9 @@ class JudgeBackend(Protocol):
 
 
 def yes_no_from_text(text: str) -> float | None:
-    """1.0 / 0.0 when an answer starts with yes / no (case, quotes and punctuation ignored), else None."""
-    word = text.strip().lstrip("\"'*`([ ").split(maxsplit=1)[0].strip(".,:;!\"'*`)]").lower() if text.strip() else ""
-    return {"yes": 1.0, "no": 0.0}.get(word)
+    """1.0 / 0.0 when the whole answer is yes / no (case, quotes, markup and end punctuation aside), else None:
+    "Yes, but no" is not a verdict (verdicts.py)."""
+    return label_of(text)
 
 
 def is_yes_token(tok: str) -> bool:

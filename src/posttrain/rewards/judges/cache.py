@@ -2,8 +2,9 @@
 
 The key is a SHA-256 of the judge's identity (backend name and model), the kind of question (pointwise yes/no,
 score, pair, ranking), the prompt template and the exact prompt text sent, so a changed template or judge model
-never reads a stale answer. Values are JSON. One file serves many runs and processes: sqlite handles the file
-locking, WAL mode lets readers and a writer work at once, and every statement has a busy timeout.
+never reads a stale answer. Values are strict JSON: NaN and infinity are never written, and read back as a miss.
+One file serves many runs and processes: sqlite handles the file locking, WAL mode lets readers and a writer work
+at once, and every statement has a busy timeout.
 
 Default location: `$POSTTRAIN_JUDGE_CACHE`, else `~/.cache/posttrain/judge_cache.sqlite`. `path=None` turns the
 cache off (every call goes to the judge).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -20,7 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from posttrain.bounded import BoundedError, loads_json
+
 ENV_VAR = "POSTTRAIN_JUDGE_CACHE"
+_MISSING = object()
+log = logging.getLogger(__name__)
 
 
 def default_cache_path() -> Path:
@@ -75,17 +81,24 @@ class JudgeCache:
                 chunk = keys[i : i + 500]
                 q = f"SELECT key, value FROM judge_cache WHERE key IN ({','.join('?' * len(chunk))})"
                 for k, v in db.execute(q, chunk):
-                    out[k] = json.loads(v)
+                    value = _loads(k, v)
+                    if value is not _MISSING:
+                        out[k] = value
         return out
 
     def put_many(self, items: dict[str, Any]) -> None:
-        if not self.enabled or not items:
+        """Store each value that is plain JSON; one that is not (NaN, infinity, an object) is left out, not an
+        error: it is asked again next time, and no run ever reads it back as an answer."""
+        if not self.enabled:
+            return
+        rows = [(k, text) for k, text in ((k, _dumps(k, v)) for k, v in items.items()) if text is not None]
+        if not rows:
             return
         with self._lock:
             db = self._db()
             now = time.time()
             db.executemany("INSERT OR REPLACE INTO judge_cache (key, value, created) VALUES (?, ?, ?)",
-                           [(k, json.dumps(v), now) for k, v in items.items()])
+                           [(k, text, now) for k, text in rows])
             db.commit()
 
     def __len__(self) -> int:
@@ -108,3 +121,22 @@ class JudgeCache:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path, self.timeout_s = state["path"], state["timeout_s"]
         self._conn, self._lock = None, threading.Lock()
+
+
+def _dumps(key: str, value: Any) -> str | None:
+    """`value` as strict JSON (no NaN or infinity, at any depth), or None when it is not plain JSON."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as e:
+        log.warning("judge cache: not storing %s: %s", key[:12], e)
+        return None
+
+
+def _loads(key: str, text: str) -> Any:
+    """A stored value, read strictly: an entry an older version wrote with NaN or infinity, or a damaged one, reads
+    as missing (asked again), never as an answer."""
+    try:
+        return loads_json(text)
+    except BoundedError as e:
+        log.warning("judge cache: ignoring entry %s: %s", key[:12], e)
+        return _MISSING

@@ -11,9 +11,11 @@ The model loads on first use, so building a task that holds a judge is cheap. Ca
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
+from posttrain.rewards.judges.errors import JudgeBadOutput
 
 
 class LocalHFBackend:
@@ -68,9 +70,7 @@ class LocalHFBackend:
                 probs = logits.softmax(-1)
                 p_yes = probs[:, yes_ids].sum(-1)
                 p_no = probs[:, no_ids].sum(-1)
-                for y, n in zip(p_yes.tolist(), p_no.tolist()):
-                    # Neither word is likely (a random model): no preference, 0.5, rather than 0/0.
-                    out.append(y / (y + n) if y + n > 1e-12 else 0.5)
+                out.extend(_yes_share(y, n) for y, n in zip(p_yes.tolist(), p_no.tolist()))
             return out
 
     def generate(self, prompts: list[str], max_tokens: int) -> list[str | Exception]:
@@ -84,6 +84,15 @@ class LocalHFBackend:
             rows = [self._render(tok, p) for p in prompts]
             outs = sampler.sample_sync(rows, SampleParams(max_tokens=max_tokens, temperature=0.0), n=1)
             return [o[0].text for o in outs]
+
+
+def _yes_share(y: float, n: float) -> float | Exception:
+    """P(Yes) / (P(Yes) + P(No)), or the failure of that prompt when the model's logits were NaN or infinite (an
+    fp16 overflow): NaN compares false, so without the check it would read as "no preference" below."""
+    if not (math.isfinite(y) and math.isfinite(n)):
+        return JudgeBadOutput(f"the judge model's P(Yes) {y!r} and P(No) {n!r} are not finite (NaN or infinite logits)")
+    # Neither word is likely (a random model): no preference, 0.5, rather than 0/0.
+    return y / (y + n) if y + n > 1e-12 else 0.5
 
 
 def _yes_no_ids(tok: Any) -> tuple[list[int], list[int]]:

@@ -9,33 +9,52 @@ top alternatives (summed over "yes"/"no" spellings) when the server returns them
 Each prompt is its own request (the chat API has no batch of conversations); a batch is sent concurrently,
 `max_concurrency` at a time. The client's own retries are off (`max_retries=0`): the runner retries, bounded, so
 one policy holds for every backend. Every request has the client timeout `timeout_s`.
+
+Every reply is hostile input until checked (`_ReplyBound`, `_reply_json`, `_at`): its body is read through a size
+cap (`max_reply_bytes`: the Content-Length header, else the bytes as they arrive, before the client buffers
+anything) and a time cap (`timeout_s` for the whole body, on top of the client's per-read timeout, which a server
+sending a byte at a time never trips), uncompressed (a gzip body could decode to any size), then parsed as strict
+JSON (bounded.py: no NaN or Infinity, nesting capped) and checked field by field. Whatever is wrong with one reply
+(the connection, its size, its JSON, its shape, an error body under HTTP 200, a log-prob that is not a finite
+number <= 0) fails only that prompt, with a reason that names it.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from posttrain.rewards.judges.backends import is_no_token, is_yes_token, yes_no_from_text
+from posttrain.bounded import BoundedError, loads_json
+from posttrain.rewards.judges.backends import is_no_token, is_yes_token
 from posttrain.rewards.judges.errors import (JudgeBadOutput, JudgeError, JudgeRequestError, JudgeTimeout,
                                              JudgeUnavailable)
+from posttrain.rewards.judges.verdicts import parse_label
+
+MAX_MODEL_NAME = 256  # a served model's name goes into cache keys and log lines
+LOGPROB_SLACK = 1e-4  # servers round; a log-prob above this is a probability over 1
 
 
 class OpenAIBackend:
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None, timeout_s: float = 30.0,
-                 max_concurrency: int = 8, top_logprobs: int = 10, http_client: Any = None):
+                 max_concurrency: int = 8, top_logprobs: int = 10, http_client: Any = None,
+                 max_reply_bytes: int = 1 << 20):
         """`base_url`: the server root or its /v1. `model`: the served model's name (default: the first of
         /v1/models, asked once). `api_key`: default $OPENAI_API_KEY, else a placeholder (local servers ignore
-        it). `http_client`: an httpx.Client to use (tests pass one with a mock transport)."""
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        it). `http_client`: an httpx.Client to use (tests pass one with a mock transport); the reply bounds are
+        added to its event hooks. `max_reply_bytes`: the largest reply body read (a chat completion with
+        top_logprobs is a few kB)."""
+        if timeout_s <= 0 or max_reply_bytes < 1024:
+            raise ValueError(f"need timeout_s > 0 and max_reply_bytes >= 1024, got {timeout_s}, {max_reply_bytes}")
         root = base_url.rstrip("/")
         self.base_url = root if root.endswith("/v1") else root + "/v1"
         self.model = model
         self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or "x"
         self.timeout_s, self.max_concurrency, self.top_logprobs = timeout_s, max_concurrency, top_logprobs
+        self.max_reply_bytes = max_reply_bytes
         self._http_client = http_client
         self._client: Any = None
 
@@ -46,7 +65,7 @@ class OpenAIBackend:
         if self.model is None:
             try:
                 self._model_name()
-            except JudgeError:
+            except Exception:  # noqa: BLE001 - the id must not raise: the calls that follow fail with the reason
                 return f"openai:{self.base_url}:?"
         return f"openai:{self.base_url}:{self.model}"
 
@@ -56,35 +75,58 @@ class OpenAIBackend:
                 import openai
             except ImportError as e:  # pragma: no cover - depends on the install
                 raise ImportError("the OpenAI judge backend needs the 'judge' extra: pip install 'posttrain[judge]'") from e
+            http = self._http_client if self._http_client is not None else openai.DefaultHttpxClient()
+            bound_replies(http, self.max_reply_bytes, self.timeout_s)
             self._client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s,
-                                         max_retries=0, http_client=self._http_client)
+                                         max_retries=0, http_client=http)
         return self._client
 
     def _model_name(self) -> str:
         if self.model is None:
-            models = self._wrap(lambda: self._openai().models.list().data)
-            if not models:
-                raise JudgeRequestError(f"{self.base_url}/models lists no model; pass model=...")
-            self.model = models[0].id
+            where = f"{self.base_url}/models"
+            raw = self._wrap(lambda: self._openai().models.with_raw_response.list(), "models")
+            body = _reply_json(raw.http_response.content, where, self.max_reply_bytes)
+            if _at(body, "data", where=where) == []:
+                raise JudgeRequestError(f"{where} lists no model; pass model=...")
+            name = _at(body, "data", 0, "id", where=where)
+            if not isinstance(name, str) or not 0 < len(name) <= MAX_MODEL_NAME:
+                raise JudgeBadOutput(f"{where}: reply.data[0].id is {_show(name)}, expected a model name "
+                                     f"(text of 1..{MAX_MODEL_NAME} characters)")
+            self.model = name
         return self.model
 
-    def _wrap(self, fn):
+    def _wrap(self, fn, what: str):
         """Call the client, mapping its exceptions onto the judge's error kinds."""
         import openai
 
+        where = f"{self.base_url}/{what}"
         try:
             return fn()
+        except JudgeError:
+            raise  # a reply bound (bound_replies), already named
         except openai.APITimeoutError as e:
-            raise JudgeTimeout(f"{self.base_url}: no answer within {self.timeout_s:g}s") from e
+            raise JudgeTimeout(f"{where}: no answer within {self.timeout_s:g}s") from e
         except openai.APIConnectionError as e:
-            raise JudgeUnavailable(f"{self.base_url}: cannot connect ({e.__cause__ or e})") from e
+            if isinstance(e.__cause__, JudgeError):  # a reply bound, through a client version that wraps it
+                raise e.__cause__ from None
+            raise JudgeUnavailable(f"{where}: cannot connect, or the connection broke ({e.__cause__ or e})") from e
         except openai.APIStatusError as e:
-            msg = f"{self.base_url}: HTTP {e.status_code}: {str(e.message)[:300]}"
+            msg = f"{where}: HTTP {e.status_code}: {str(e.message)[:300]}"
             if e.status_code in (408, 429) or e.status_code >= 500:
                 raise JudgeUnavailable(msg) from e
             raise JudgeRequestError(msg) from e
+        except openai.OpenAIError as e:  # a reply the client itself could not read
+            raise JudgeBadOutput(f"{where}: {type(e).__name__}: {str(e)[:300]}") from e
+
+    def _chat(self, prompt: str, **params: Any) -> dict:
+        """One chat completion at temperature 0: the reply's JSON object, read within the bounds."""
+        raw = self._wrap(lambda: self._openai().chat.completions.with_raw_response.create(
+            model=self.model, messages=[{"role": "user", "content": prompt}], temperature=0.0, **params),
+            "chat/completions")
+        return _reply_json(raw.http_response.content, f"{self.base_url}/chat/completions", self.max_reply_bytes)
 
     def _each(self, prompts: list[str], one) -> list[Any]:
+        self._openai()  # built (and its http client bounded) before the fan-out, not by two threads at once
         self._model_name()  # once, before the fan-out, so a dead endpoint fails the whole call at once
         if len(prompts) == 1:
             return [_catch(one, prompts[0])]
@@ -93,43 +135,162 @@ class OpenAIBackend:
 
     def yes_prob(self, prompts: list[str]) -> list[float | Exception]:
         def one(prompt: str) -> float:
-            resp = self._wrap(lambda: self._openai().chat.completions.create(
-                model=self.model, messages=[{"role": "user", "content": prompt}], max_tokens=1, temperature=0.0,
-                logprobs=True, top_logprobs=self.top_logprobs))
-            return _yes_prob_from_choice(resp.choices[0] if resp.choices else None)
+            body = self._chat(prompt, max_tokens=1, logprobs=True, top_logprobs=self.top_logprobs)
+            return _yes_prob_from_reply(body)
 
         return self._each(prompts, one)
 
     def generate(self, prompts: list[str], max_tokens: int) -> list[str | Exception]:
-        def one(prompt: str) -> str:
-            resp = self._wrap(lambda: self._openai().chat.completions.create(
-                model=self.model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens,
-                temperature=0.0))
-            if not resp.choices or resp.choices[0].message.content is None:
-                raise JudgeBadOutput(f"{self.base_url} returned no message content")
-            return resp.choices[0].message.content
-
-        return self._each(prompts, one)
+        return self._each(prompts, lambda p: _content(self._chat(p, max_tokens=max_tokens)))
 
 
 def _catch(fn, arg):
+    """One prompt's answer, or its failure: whatever goes wrong with one reply fails that prompt, not its batch."""
     try:
         return fn(arg)
     except JudgeError as e:
         return e
+    except Exception as e:  # noqa: BLE001 - an unforeseen failure on one reply (a bug or an odd reply) stays there
+        return JudgeError(f"unexpected {type(e).__name__} on a judge reply: {str(e)[:300]}")
 
 
-def _yes_prob_from_choice(choice: Any) -> float:
-    if choice is None:
-        raise JudgeBadOutput("the judge returned no choices")
-    content = getattr(getattr(choice, "logprobs", None), "content", None) or []
-    tops = getattr(content[0], "top_logprobs", None) or [] if content else []
-    p_yes = sum(math.exp(t.logprob) for t in tops if is_yes_token(t.token))
-    p_no = sum(math.exp(t.logprob) for t in tops if is_no_token(t.token))
+# ------------------------------------------------------------------------------------------ reading a reply
+
+
+def _show(v: Any) -> str:
+    """A JSON value for an error message: its type and the start of its text."""
+    return f"{type(v).__name__} {repr(v)[:60]}"
+
+
+def _reply_json(content: bytes, where: str, max_chars: int) -> dict:
+    """The reply body as a JSON object. Strict: UTF-8, JSON without NaN / Infinity, nesting capped, an object, and
+    no error object (some servers and proxies answer a failure with HTTP 200)."""
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise JudgeBadOutput(f"{where}: the reply is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    try:
+        body = loads_json(text, max_chars=max_chars)
+    except BoundedError as e:
+        raise JudgeBadOutput(f"{where}: the reply is not valid JSON ({e.reason}): {text[:80]!r}") from None
+    if not isinstance(body, dict):
+        raise JudgeBadOutput(f"{where}: the reply is a {type(body).__name__}, expected a JSON object")
+    if body.get("error") is not None:
+        err = body["error"]
+        msg = err.get("message") if isinstance(err, dict) else err
+        raise JudgeBadOutput(f"{where}: HTTP 200 with an error body: {str(msg)[:300]}")
+    return body
+
+
+def _at(value: Any, *path: str | int, at: str = "reply", where: str = "", optional: bool = False) -> Any:
+    """The value at `path` in a JSON reply (`at` names `value` in messages, `where` the endpoint). A missing or null
+    step raises JudgeBadOutput naming the path (or gives None when `optional`); a step into the wrong kind of value
+    always raises."""
+    prefix = f"{where}: " if where else ""
+    for key in path:
+        want = list if isinstance(key, int) else dict
+        if not isinstance(value, want):
+            raise JudgeBadOutput(f"{prefix}{at} is {_show(value)}, expected a{' list' if want is list else 'n object'}")
+        present = key < len(value) if isinstance(key, int) else value.get(key) is not None
+        at += f"[{key}]" if isinstance(key, int) else f".{key}"
+        if not present:
+            if optional:
+                return None
+            raise JudgeBadOutput(f"{prefix}{at} is missing")
+        value = value[key]
+    return value
+
+
+def _content(body: dict) -> str:
+    content = _at(body, "choices", 0, "message", "content")
+    if not isinstance(content, str):
+        raise JudgeBadOutput(f"reply.choices[0].message.content is {_show(content)}, expected text")
+    return content
+
+
+def _prob(logprob: Any, at: str) -> float:
+    """exp(logprob), for a log-prob that is a finite number <= 0 (within rounding)."""
+    if isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
+        raise JudgeBadOutput(f"{at}.logprob is {_show(logprob)}, expected a number")
+    try:
+        v = float(logprob)
+    except OverflowError:
+        v = math.inf
+    if not (math.isfinite(v) and v <= LOGPROB_SLACK):
+        raise JudgeBadOutput(f"{at}.logprob {logprob!r} is not a finite log-probability (<= 0)")
+    return math.exp(min(v, 0.0))
+
+
+def _yes_prob_from_reply(body: dict) -> float:
+    """P(Yes) / (P(Yes) + P(No)) over the first answer token's top alternatives; without them, the answer's text
+    must be exactly Yes or No."""
+    tops = _at(body, "choices", 0, "logprobs", "content", 0, "top_logprobs", optional=True) or []
+    if not isinstance(tops, list):
+        raise JudgeBadOutput(f"reply.choices[0].logprobs.content[0].top_logprobs is {_show(tops)}, expected a list")
+    p_yes = p_no = 0.0
+    for i, top in enumerate(tops):
+        at = f"reply.choices[0].logprobs.content[0].top_logprobs[{i}]"
+        token, p = _at(top, "token", at=at), _prob(_at(top, "logprob", at=at), at)
+        if not isinstance(token, str):
+            raise JudgeBadOutput(f"{at}.token is {_show(token)}, expected text")
+        p_yes += p if is_yes_token(token) else 0.0
+        p_no += p if is_no_token(token) else 0.0
     if p_yes + p_no > 0:
         return p_yes / (p_yes + p_no)
-    text = (choice.message.content if choice.message is not None else None) or ""
-    verdict = yes_no_from_text(text)
-    if verdict is None:
-        raise JudgeBadOutput(f"expected Yes or No, the judge answered {text[:80]!r}")
-    return verdict
+    return parse_label(_content(body))
+
+
+# ------------------------------------------------------------------------------------------ bounding a reply
+
+
+def bound_replies(client: Any, max_bytes: int, body_s: float) -> None:
+    """Add the reply bounds to an httpx (or httpx2) client's event hooks, once. The response hook runs before the
+    client reads the body, so it is the hook that reads it, within the bounds."""
+    hooks = client.event_hooks
+    if any(isinstance(h, _ReplyBound) for h in hooks.get("response", [])):
+        return
+    client.event_hooks = {**hooks, "request": [*hooks.get("request", []), _ask_identity],
+                          "response": [*hooks.get("response", []), _ReplyBound(max_bytes, body_s)]}
+
+
+def _ask_identity(request: Any) -> None:
+    # A compressed body could decode to any size from a few bytes on the wire: ask for it as it is.
+    request.headers["Accept-Encoding"] = "identity"
+
+
+class _ReplyBound:
+    """An httpx response hook: reads the body itself, at most `max_bytes` and within `body_s` seconds, then hands
+    the client the bytes read. Raises JudgeBadOutput / JudgeTimeout naming the URL."""
+
+    def __init__(self, max_bytes: int, body_s: float):
+        self.max_bytes, self.body_s = max_bytes, body_s
+
+    def __call__(self, response: Any) -> None:
+        url = str(response.request.url)
+        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise JudgeBadOutput(f"{url}: the reply is compressed (Content-Encoding: {encoding[:40]}) although "
+                                 f"identity was asked for; its decoded size cannot be bounded")
+        declared = response.headers.get("Content-Length", "").strip()
+        if len(declared) > 12 or (declared.isdigit() and int(declared) > self.max_bytes):
+            raise JudgeBadOutput(f"{url}: the reply body is {declared[:20]} bytes, over the cap of {self.max_bytes} bytes")
+        body = self._read(response.stream, url)
+        response.stream.close()  # the connection goes back to the pool; the client reads the copy below
+        response.stream = _byte_stream(response, body)
+
+    def _read(self, stream: Any, url: str) -> bytes:
+        deadline = time.monotonic() + self.body_s
+        chunks, size = [], 0
+        for chunk in stream:
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise JudgeBadOutput(f"{url}: the reply body is over the cap of {self.max_bytes} bytes")
+            if time.monotonic() > deadline:
+                raise JudgeTimeout(f"{url}: the reply body did not arrive within {self.body_s:g}s")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _byte_stream(response: Any, body: bytes) -> Any:
+    # httpx and httpx2 each accept only their own stream class: take the one of the library this response is from.
+    return importlib.import_module(type(response).__module__.partition(".")[0]).ByteStream(body)

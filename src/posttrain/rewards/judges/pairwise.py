@@ -12,6 +12,8 @@ row columns, and is a yes/no question "is A better than B?" (backend yes_prob), 
     'Task: {prompt}\\nAnswer A: {a}\\nAnswer B: {b}\\nIs answer A better than answer B? Answer Yes or No.'
 
 As a group reward (`Task.group_rewards`), a completion's score is its mean P(win) against the G - 1 others.
+Each order's answer must be a finite P(Yes) in [0, 1] (verdicts.probability), else that pair, and so the group,
+fails: a NaN would otherwise spread to every score of the group.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from posttrain.rewards.judges.errors import JudgeError
 from posttrain.rewards.judges.prompting import check_template, fill, prompt_text
 from posttrain.rewards.judges.runner import JudgeRunner
+from posttrain.rewards.judges.verdicts import probability
 from posttrain.rewards.text import completion_text
 
 log = logging.getLogger(__name__)
@@ -64,7 +67,7 @@ class PairwiseJudge:
             for x, y in ((a, b), (b, a)):
                 qs.append(fill(self.question, {**base, "a": completion_text(x), "b": completion_text(y)},
                                f"judge {self.name!r}"))
-        ans = self.runner.ask("yes_no", self.question, qs, parse=float)
+        ans = self.runner.ask("yes_no", self.question, qs, parse=probability)  # finite, in [0, 1], or a failure
         out: list[PairVerdict | Exception] = []
         flips = 0
         for i in range(len(pairs)):

@@ -6,36 +6,32 @@
 Two modes:
 - `yes_no` (default): the question is a concrete yes/no question; the score is P(Yes) / (P(Yes) + P(No)) of the
   judge's first answer token (backends.py). Reliable even for a 135M judge, and a graded reward.
-- `score`: the judge writes a number from 0 to `max_score` (free-form, parsed: the first number in the answer);
-  the reward is number / max_score. Needs a capable judge (a hosted or vLLM-served model).
+- `score`: the judge writes a number from 0 to `max_score` (parsed strictly: the answer's first line is the number,
+  optionally "score:" before it and "/max_score" after it; verdicts.py); the reward is number / max_score. Needs a
+  capable judge (a hosted or vLLM-served model).
 
-A sample whose judge call failed (endpoint down, timeout, malformed answer) fails alone: the judge raises
-`PartialRewardFailure`, which the rubric turns into failed samples without calling again.
+A sample whose judge call failed (endpoint down, timeout, malformed answer, a P(Yes) that is not a finite number in
+[0, 1]) fails alone: the judge raises `PartialRewardFailure`, which the rubric turns into failed samples without
+calling again.
 """
 
 from __future__ import annotations
 
-import re
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from posttrain.rewards.judges.errors import JudgeBadOutput
 from posttrain.rewards.judges.prompting import check_template, fill, prompt_text, row_values
 from posttrain.rewards.judges.runner import JudgeRunner
+from posttrain.rewards.judges.verdicts import parse_score, probability
 from posttrain.rewards.rubric import PartialRewardFailure
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+__all__ = ["PointwiseJudge", "parse_score"]
 
 
-def parse_score(text: Any, max_score: float) -> float:
-    """The first number in a free-form answer, divided by `max_score`; out of range or none: malformed."""
-    m = _NUMBER.search(str(text))
-    if m is None:
-        raise JudgeBadOutput(f"no score in the judge's answer {str(text)[:80]!r}")
-    v = float(m.group())
-    if not 0 <= v <= max_score:
-        raise JudgeBadOutput(f"score {v:g} outside [0, {max_score:g}] in {str(text)[:80]!r}")
-    return v / max_score
+def p_no(x: Any) -> float:
+    """The score when "Yes" is the bad answer: P(No), from a checked P(Yes)."""
+    return 1.0 - probability(x)
 
 
 @dataclass
@@ -53,8 +49,8 @@ class PointwiseJudge:
     def __post_init__(self) -> None:
         if self.mode not in ("yes_no", "score"):
             raise ValueError(f"mode must be 'yes_no' or 'score', got {self.mode!r}")
-        if self.max_score <= 0:
-            raise ValueError(f"max_score must be > 0, got {self.max_score}")
+        if not (math.isfinite(self.max_score) and self.max_score > 0):
+            raise ValueError(f"max_score must be a finite number > 0, got {self.max_score}")
         check_template(self.question, {"completion"}, f"judge {self.name!r}")
         self.__name__ = self.name  # the rubric names a component after its function's __name__
 
@@ -73,10 +69,8 @@ class PointwiseJudge:
         """One score in [0, 1] per completion, or the error that kept it from being judged."""
         if self.mode == "score":
             parse = lambda x: parse_score(x, self.max_score)  # noqa: E731
-        elif self.yes_means_pass:
-            parse = float
         else:
-            parse = lambda x: 1.0 - float(x)  # noqa: E731
+            parse = probability if self.yes_means_pass else p_no
         return self.runner.ask(self.kind, self.question, self.questions(completions, prompts, **columns), parse=parse)
 
     def __call__(self, completions: list[Any], prompts: list[Any] | None = None, **columns: list[Any]) -> list[float]:

@@ -1,35 +1,29 @@
 """Group ranking: all G completions of a prompt in one judge call, as a group reward (`Task.group_rewards`).
 
 The judge sees the candidates numbered [1]..[G] and answers with an order, best first, e.g. "3 > 1 > 2". The
-answer is parsed strictly (every candidate exactly once; `parse_ranking`); anything else is malformed output and
-fails the group. Score: best 1.0, worst 0.0, linear in rank. Free-form, so it needs a capable judge (a served or
-hosted model); the small local default does not write valid rankings reliably (docs/judges.md).
+answer's first line is parsed strictly (only candidate numbers and separators, every candidate exactly once;
+`parse_ranking` in verdicts.py); anything else is malformed output and fails the group. Score: best 1.0, worst
+0.0, linear in rank. Free-form, so it needs a capable judge (a served or hosted model); the small local default
+does not write valid rankings reliably (docs/judges.md).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from posttrain.rewards.judges.errors import JudgeBadOutput, JudgeError
+from posttrain.rewards.judges.errors import JudgeError
 from posttrain.rewards.judges.prompting import check_template, fill, prompt_text
 from posttrain.rewards.judges.runner import JudgeRunner
+from posttrain.rewards.judges.verdicts import parse_ranking
 from posttrain.rewards.text import completion_text
+
+__all__ = ["DEFAULT_RANKING_QUESTION", "RankingJudge", "parse_ranking", "rank_scores"]
 
 DEFAULT_RANKING_QUESTION = (
     "Task given to an assistant:\n{prompt}\n\nCandidate answers:\n{candidates}\n\n"
     "Rank the candidates from best to worst. Reply with only their numbers, best first, separated by '>' "
     "(for example: 2 > 1 > 3).")
-
-
-def parse_ranking(text: Any, n: int) -> list[int]:
-    """0-based candidate indices, best first, from an answer like "2 > 1 > 3" (any separators). Every
-    candidate must appear exactly once."""
-    nums = [int(x) for x in re.findall(r"\d+", str(text))]
-    if sorted(nums[:n]) != list(range(1, n + 1)):
-        raise JudgeBadOutput(f"expected a ranking of 1..{n}, the judge answered {str(text)[:100]!r}")
-    return [x - 1 for x in nums[:n]]
 
 
 def rank_scores(order: list[int]) -> list[float]:

@@ -9,9 +9,10 @@ prompt that got none. Order of work:
 3. a batch that fails as a whole (timeout, endpoint down) or prompts whose answer was a transient error are
    retried, at most `max_retries` times, after `backoff_s * 2**attempt` seconds; malformed output is final;
 4. answers are parsed (`parse`; a parse error is a malformed-output failure) and only good answers are cached,
-   so a failure is asked again on the next run.
+   so a failure is asked again on the next run; the cache itself refuses NaN and infinity (cache.py).
 
-A failed prompt fails only itself: the other prompts of its batch keep their answers.
+A failed prompt fails only itself: the other prompts of its batch keep their answers. An exception of any kind
+that a backend puts in a prompt's place (not only a JudgeError) is that prompt's failure, never an answer.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class JudgeRunner:
         """`kind`: "yes_no" (backend.yes_prob) or "generate:<max_tokens>" (backend.generate), unless `call` is
         given. `template` is the question template the prompts came from (part of the cache key)."""
         call = call or self._call_for(kind)
-        keys = [cache_key(self.backend.judge_id, kind, template, p) for p in prompts]
+        judge_id = self.backend.judge_id  # once: resolving it may ask a (dead, slow) endpoint, bounded by a timeout
+        keys = [cache_key(judge_id, kind, template, p) for p in prompts]
         cached = self.cache.get_many(list(dict.fromkeys(keys)))
         answers: dict[str, Any] = {}
         for k, v in cached.items():
@@ -62,7 +64,7 @@ class JudgeRunner:
                 pass
         todo = {k: p for k, p in zip(keys, prompts) if k not in answers}
         self.stats.add(lookups=len(prompts), cache_hits=sum(1 for k in keys if k in answers))
-        fresh = self._ask_backend(todo, call, parse)
+        fresh = self._ask_backend(todo, call, parse, judge_id)
         self.cache.put_many({k: raw for k, (raw, v) in fresh.items() if not isinstance(v, Exception)})  # raw: re-parsed on a hit
         answers.update({k: v for k, (_, v) in fresh.items()})
         out = [answers[k] for k in keys]
@@ -77,7 +79,7 @@ class JudgeRunner:
             return lambda ps: self.backend.generate(ps, n)
         raise ValueError(f"unknown judge question kind {kind!r}")
 
-    def _ask_backend(self, todo: dict[str, str], call, parse) -> dict[str, tuple[Any, Any]]:
+    def _ask_backend(self, todo: dict[str, str], call, parse, judge_id: str) -> dict[str, tuple[Any, Any]]:
         """key -> (raw answer, parsed answer or JudgeError) for every key of `todo`."""
         done: dict[str, tuple[Any, Any]] = {}
         pending = list(todo)
@@ -91,19 +93,12 @@ class JudgeRunner:
             for i in range(0, len(pending), self.batch_size):
                 batch = pending[i : i + self.batch_size]
                 for k, res in zip(batch, self._one_call(call, [todo[k] for k in batch])):
-                    if isinstance(res, JudgeError):
-                        done[k] = (None, res)
-                        if res.transient:
-                            retry.append(k)
-                        continue
-                    try:
-                        done[k] = (res, parse(res))
-                    except Exception as e:  # noqa: BLE001 - any parse error is malformed judge output
-                        done[k] = (res, e if isinstance(e, JudgeError) else JudgeBadOutput(f"{type(e).__name__}: {e}"))
+                    done[k] = _answer(res, parse)
+                    if isinstance(done[k][1], JudgeError) and done[k][1].transient:
+                        retry.append(k)
             pending = retry
         for k in pending:
-            log.warning("judge %s: giving up after %d attempts: %s", self.backend.judge_id, self.max_retries + 1,
-                        done[k][1])
+            log.warning("judge %s: giving up after %d attempts: %s", judge_id, self.max_retries + 1, done[k][1])
         return done
 
     def _one_call(self, call, prompts: list[str]) -> list[Any]:
@@ -112,8 +107,9 @@ class JudgeRunner:
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge")
         try:
             res = pool.submit(call, prompts).result(timeout=self.timeout_s)
-            if len(res) != len(prompts):
-                err: JudgeError = JudgeBadOutput(f"backend returned {len(res)} answers for {len(prompts)} prompts")
+            if not isinstance(res, (list, tuple)) or len(res) != len(prompts):
+                got = f"{len(res)} answers" if isinstance(res, (list, tuple)) else f"a {type(res).__name__}"
+                err: JudgeError = JudgeBadOutput(f"backend returned {got} for {len(prompts)} prompts")
                 res = [err] * len(prompts)
         except FuturesTimeout:
             res = [JudgeTimeout(f"judge call took longer than {self.timeout_s:g}s")] * len(prompts)
@@ -130,3 +126,14 @@ class JudgeRunner:
                 timeouts.append(r)
         self.stats.add(timeouts=len(timeouts))
         return res
+
+
+def _answer(res: Any, parse: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """(raw answer, parsed answer or JudgeError) of one prompt. An exception of any kind in the prompt's place, or
+    from its parser, fails that prompt alone; only a JudgeError may be transient (retried)."""
+    if isinstance(res, Exception):
+        return None, res if isinstance(res, JudgeError) else JudgeError(f"judge backend: {type(res).__name__}: {res}")
+    try:
+        return res, parse(res)
+    except Exception as e:  # noqa: BLE001 - any parse error is malformed judge output
+        return res, e if isinstance(e, JudgeError) else JudgeBadOutput(f"{type(e).__name__}: {e}")
