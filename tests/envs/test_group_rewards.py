@@ -65,6 +65,18 @@ def test_a_raising_or_wrong_sized_group_reward_fails_only_its_group(tiny):
     assert all(t.failed and "returned 1 scores" in t.error for t in short)
 
 
+def test_a_group_reward_that_is_not_finite_fails_its_group(tiny):
+    """Issue #52: a NaN or infinity from a group reward (a ranking judge's, a tournament's) was added to the reward."""
+    _, tok = tiny
+
+    def broken(completions, **cols):
+        return [float("nan") if "b" in completions[0] else 1.0, float("inf") if "b" in completions[0] else 0.0]
+
+    trajs = _rolled_out(tok, ["a", "a a", "b", "b b"], [broken])
+    assert [t.failed for t in trajs] == [False, False, True, True]
+    assert "not a finite number" in trajs[2].error
+
+
 def test_a_custom_task_with_a_group_reward_trains(tmp_path):
     task_file = tmp_path / "ranked.py"
     task_file.write_text(

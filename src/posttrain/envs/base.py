@@ -20,6 +20,7 @@ Callers that roll out many rows use `safe_rollout` (envs/isolate.py), and `score
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any, Protocol, runtime_checkable
 
 from posttrain.envs.feedback import attach_feedback
@@ -53,8 +54,8 @@ async def score_groups(env: Env, groups_G: list[list[Trajectory]]) -> None:
 
     A group reward is `fn(completions_G, **columns) -> list[float]` with TRL's column convention (the group's
     row columns, each a list of G values): its score goes into `reward_components[fn.__name__]` and, times its
-    weight (`Task.group_reward_weights`, default 1), into the reward. A group reward that raises or returns the
-    wrong number of scores fails that group's samples only (counted like any failed reward). An `env.score` that
+    weight (`Task.group_reward_weights`, default 1), into the reward. A group reward that raises, returns the
+    wrong number of scores or a score that is not finite fails that group's samples only (counted like any failed reward). An `env.score` that
     raises fails only the samples whose own scoring raises (envs/isolate.py)."""
     await score_isolated(env, [t for g in groups_G for t in g])
     task = getattr(env, "task", None)
@@ -78,6 +79,8 @@ async def score_groups(env: Env, groups_G: list[list[Trajectory]]) -> None:
                 scores = [float(x) for x in scores]
                 if len(scores) != len(ok):
                     raise ValueError(f"returned {len(scores)} scores for {len(ok)} completions")
+                if not all(math.isfinite(x) for x in scores):  # NaN/inf is no score (as in the rubric)
+                    raise ValueError(f"returned a score that is not a finite number: {scores}")
             except Exception as e:  # noqa: BLE001 - a broken group reward fails its samples, not the run
                 for t in ok:
                     t.failed, t.error = True, f"group reward {name} raised {type(e).__name__}: {e}"
