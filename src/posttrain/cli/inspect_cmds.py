@@ -13,44 +13,91 @@ from posttrain.cli.app import _fail, app
 @app.command("eval")
 def eval_cmd(
     model: str = typer.Option("default", "--model", help="'default', 'tiny-random', a HF folder, a run's final/ folder"),
-    task: str = typer.Option("json-extract", "--task"),
-    prompts: int = typer.Option(48, "--prompts", help="held-out prompts to evaluate"),
+    task: list[str] = typer.Option(["json-extract"], "--task", help="a task; repeat it for a suite (pass@1, pass@k "
+                                   "and maj@k per task)"),
+    prompts: int = typer.Option(48, "--prompts", help="held-out prompts to evaluate (per task)"),
     temperature: float = typer.Option(0.0, "--temperature"),
-    samples: int = typer.Option(1, "--samples", help="completions per prompt (needs --temperature > 0)"),
+    samples: int = typer.Option(1, "--samples", help="completions per prompt, the k of pass@k (needs --temperature > 0)"),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens"),
     option: list[str] = typer.Option([], "--option", "-o", help="a task option KEY=VALUE (repeatable), as "
-                                     "task.options.KEY=VALUE in train, e.g. -o rho=0.5 -o mode=reset_free"),
+                                     "task.options.KEY=VALUE in train, e.g. -o rho=0.5 -o mode=reset_free; with "
+                                     "several tasks, TASK:KEY=VALUE for one of them"),
+    answer_format: str = typer.Option("auto", "--answer-format", help="how maj@k reads an answer: auto, answer_tag, "
+                                      "boxed, last_line, last_number, none"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="write the results (every task's metrics) here"),
 ) -> None:
-    """Pass rates of a model or a trained run on a task's held-out prompts."""
+    """Pass rates of a model or a trained run on tasks' held-out prompts: one task's table, or a suite's."""
     from posttrain.config import ConfigError, load_config
     from posttrain.envs.task import TaskLoadError
     from posttrain.loop.components import build
     from posttrain.loop.evaluate import evaluate
     from posttrain.models.load import ModelLoadError
     from posttrain.obs import console as con
-
-    overrides = [f"model.name={model}", f"task.name={task}", f"sampling.eval_temperature={temperature}",
-                 f"loop.eval_prompts={prompts}", f"loop.eval_samples={samples}"]
-    if max_tokens:
-        overrides.append(f"sampling.max_tokens={max_tokens}")
-    for o in option:
-        key, eq, value = o.partition("=")
-        if not eq or not key.strip():
-            _fail(f"--option takes KEY=VALUE (a task option), got {o!r}")
-        overrides.append(f"task.options.{key.strip()}={value}")
     from posttrain.rewards.embedding import EmbeddingError
     from posttrain.rewards.reward_model import RewardModelError
 
+    options = _task_options(option, task)
+    overrides = [f"model.name={model}", f"task.name={task[0]}", f"sampling.eval_temperature={temperature}",
+                 f"loop.eval_prompts={prompts}", f"loop.eval_samples={samples}"]
+    if max_tokens:
+        overrides.append(f"sampling.max_tokens={max_tokens}")
+    overrides += [f"task.options.{k}={v}" for k, v in options[task[0]].items()]
+    errors = (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError, RewardModelError, EmbeddingError, ValueError)
     try:
         cfg = load_config(None, overrides)
         c = build(cfg, log=lambda s: typer.echo(s, err=True))
-    except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError, RewardModelError, EmbeddingError) as e:
+    except errors as e:
         _fail(str(e))
+    if len(task) > 1 or json_out is not None:
+        _eval_suite(c, task, options, prompts, samples, temperature, max_tokens, answer_format, json_out, model)
+        return
     m, _ = evaluate(c.env, c.sampler, c.task.eval_rows[:prompts], c.eval_params, samples,
                     progress=lambda s: typer.echo(s, err=True))
     m["eval/reward"] = m["eval/reward/mean"]
-    con.console.print(con.eval_table(f"{model} on {task} ({min(prompts, len(c.task.eval_rows))} held-out prompts)",
+    con.console.print(con.eval_table(f"{model} on {task[0]} ({min(prompts, len(c.task.eval_rows))} held-out prompts)",
                                      [(Path(model).name or model, m)]))
+
+
+def _task_options(option: list[str], tasks: list[str]) -> dict[str, dict[str, str]]:
+    """-o KEY=VALUE for the only (or first) task, -o TASK:KEY=VALUE for a named one of a suite."""
+    out: dict[str, dict[str, str]] = {t: {} for t in tasks}
+    for o in option:
+        key, eq, value = o.partition("=")
+        target = tasks[0]
+        for t in tasks:
+            if key.startswith(t + ":"):
+                target, key = t, key[len(t) + 1:]
+        if not eq or not key.strip():
+            _fail(f"--option takes KEY=VALUE (a task option), got {o!r}")
+        out[target][key.strip()] = value
+    return out
+
+
+def _eval_suite(c, tasks: list[str], options: dict[str, dict[str, str]], prompts: int, samples: int,
+                temperature: float, max_tokens: int | None, answer_format: str, json_out: Path | None,
+                model: str) -> None:
+    import json
+
+    import yaml
+
+    from posttrain.envs.task import TaskLoadError
+    from posttrain.loop.eval_suite import SuiteSettings, SuiteTask, run_suite
+    from posttrain.obs import console as con
+
+    try:
+        suite = [SuiteTask(c.task, prompts, answer_format, max_tokens)] + [
+            SuiteTask.load(t, {k: yaml.safe_load(v) for k, v in options[t].items()}, prompts, answer_format)
+            for t in tasks[1:]]
+    except (TaskLoadError, ValueError) as e:
+        _fail(str(e))
+    for st in suite[1:]:
+        st.max_tokens = max_tokens
+    settings = SuiteSettings(samples=samples, temperature=temperature, max_tokens=max_tokens or 128)
+    result = run_suite(suite, c.sampler, c.tokenizer, settings, progress=lambda s: typer.echo(s, err=True))
+    con.console.print(con.suite_table(f"{model}: {len(suite)} tasks, {samples} samples per prompt", result.table()))
+    if json_out is not None:
+        json_out.write_text(json.dumps({"model": model, "temperature": temperature, **result.to_json()}, indent=2))
+        typer.echo(f"wrote {json_out}", err=True)
 
 
 @app.command()

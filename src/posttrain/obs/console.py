@@ -38,6 +38,23 @@ def print_line(text: str, enabled: bool = True) -> None:
         console.file.flush()  # progress must show up live when stdout is a pipe or a file (| tee run.log)
 
 
+def suite_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    """An eval suite's rows (loop/eval_suite.py SuiteResult.table): one line per task."""
+    table = Table(title=title)
+    cols = [k for k in (rows[0] if rows else {}) if k != "task"]
+    table.add_column("task")
+    for k in cols:
+        table.add_column(k, justify="right")
+    for r in rows:
+        cells = []
+        for k in cols:
+            v = r[k]
+            cells.append("-" if v is None else f"{v * 100:.1f}%" if k.startswith(("pass@", "maj@")) else
+                         f"{v:.3f}" if isinstance(v, float) and k == "reward" else str(v))
+        table.add_row(str(r["task"]), *cells)
+    return table
+
+
 def eval_table(title: str, rows: list[tuple[str, dict[str, float]]]) -> Table:
     """rows: (label, eval metrics) in order, e.g. [("before", m0), ("after", m1)]."""
     keys = sorted({k for _, m in rows for k in m if k.startswith("eval/pass") or k == "eval/reward"})
