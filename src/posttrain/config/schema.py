@@ -215,6 +215,12 @@ class LoopConfig(_Strict):
     keep_checkpoints: int = Field(2, ge=0, description=(
         "checkpoints kept on disk (oldest removed); 0: never write one (no resume; final/ is still exported)"))
     samples_per_step: int = Field(2, ge=0, description="rollouts per step written to samples.jsonl")
+    final_model: Literal["best", "last"] = Field("best", description=(
+        "what final/ holds: the model of the held-out eval with the best loop.best_metric (ties go to the later "
+        "step; RUN_DIR/best/ keeps it as the run goes), or the last step's; the run says which step final/ is"))
+    best_metric: str = Field("eval/pass_rate", description=(
+        "the held-out metric (higher is better) that picks the best model, e.g. eval/pass_rate, eval/reward/mean, "
+        "eval/pass/<component>"))
     mode: Literal["sync", "async"] = Field("sync", description="async: rollout workers fill a queue while the trainer trains")
     max_staleness: int = Field(1, ge=0, description="async: policy versions a trained token may lag behind (admission control)")
     interruptible: bool = Field(True, description=(

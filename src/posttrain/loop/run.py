@@ -25,6 +25,7 @@ from posttrain.config.load import to_yaml
 from posttrain.cluster.ray_grading import start_grading
 from posttrain.config.schema import Config
 from posttrain.loop.components import Components, build
+from posttrain.loop.best_model import BestModel
 from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from posttrain.loop.evaluate import evaluate_async
 from posttrain.guidance.insights import evaluate_with_insights
@@ -96,6 +97,8 @@ class Run:
             self._close_cluster()
             raise
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
+        self.best = BestModel(cfg.loop.best_metric, self.run_dir / "best")
+        self.final_step: int | None = None  # the step whose model final/ holds, once exported
         self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard,
                                     sinks=tracker_sinks(cfg, self.run_dir))
         self.watch = Watch(cfg, self.logger.log, self.say,
@@ -134,6 +137,7 @@ class Run:
                     state = load_checkpoint(ckpt, c.sampler.generator)
                     stepper.load_state_dict(torch.load(ckpt / STEPPER_FILE, map_location="cpu", weights_only=False))
                     start, before = state["step"], state.get("before", {})
+                    self.best.load_state_dict(state.get("best", {}))
                     self.watch.resume(state.get("watch", {}), stepper)
                     _truncate_jsonl(self.run_dir / "metrics.jsonl", start)
                     _truncate_jsonl(self.run_dir / "samples.jsonl", start)
@@ -155,7 +159,7 @@ class Run:
                 last_eval = await self._eval(done, "after training")
                 self.watch.observe({"kind": "eval", "step": done, **last_eval}, stepper)
             if done > start or warm is not None:  # warm start only (loop.steps=0): its model is the result
-                self._save_final()
+                self._save_final(done)
         finally:
             self.logger.close()
             trace.stop()
@@ -241,6 +245,8 @@ class Run:
                 m.update(await evaluate_with_insights(
                     self.c.env, self.c.sampler, self.c.tokenizer, trajs, self.c.eval_params,
                     SampleParams(max_tokens=ic.max_tokens, temperature=ic.temperature, stop=["\n"])))
+        if self.cfg.loop.final_model == "best":
+            self.best.observe(step, m, self._save_model)
         self.logger.log({"kind": "eval", "step": step, **m})
         self.logger.log_samples(step, [{"eval": True, **r} for r in sample_records(trajs, 4, self.c.tokenizer)])
         with_insights = (f" with insights={m['eval/insights/pass_rate']:.3f}" if "eval/insights/pass_rate" in m else "")
@@ -251,12 +257,18 @@ class Run:
 
     def _checkpoint(self, stepper: Stepper, step: int, before: dict[str, float]) -> None:
         save_checkpoint(self.run_dir, step, {STEPPER_FILE: stepper.state_dict()}, self.c.sampler.generator,
-                        {"before": before, "watch": self.watch.state_dict()}, keep=self.cfg.loop.keep_checkpoints)
+                        {"before": before, "watch": self.watch.state_dict(), "best": self.best.state_dict()},
+                        keep=self.cfg.loop.keep_checkpoints)
 
-    def _save_final(self) -> None:
+    def _save_model(self, folder: Path) -> None:
+        save_hf_folder(self.c.model, self.c.tokenizer, folder)  # atomic: a crash never leaves half a folder
+
+    def _save_final(self, done: int) -> None:
         out = self.run_dir / "final"
         try:
-            save_hf_folder(self.c.model, self.c.tokenizer, out)  # atomic: a crash never leaves half a final/
+            self.final_step, note = self.best.finish(out, self._save_model, done,
+                                                     self.cfg.loop.final_model == "best")
+            self.say(note)
         except Exception as e:  # noqa: BLE001 - the checkpoint already holds the weights; report and go on
             self.say(f"warning: could not export the final model to {out}: {e}")
 
@@ -275,7 +287,9 @@ class Run:
         peak = peak_rss_mb()
         self.say(f"done in {elapsed / 60:.1f} min (peak memory {peak / 1024:.1f} GB) -> {self.run_dir}")
         summary: dict[str, Any] = {"before": before, "after": last_eval, "steps": done, "wall_seconds": elapsed,
-                                   "peak_rss_mb": peak, "diagnostics": self.watch.summary()}
+                                   "peak_rss_mb": peak, "diagnostics": self.watch.summary(),
+                                   "final": {"step": self.final_step, "model": self.cfg.loop.final_model,
+                                             "best": {"metric": self.best.metric, **self.best.state_dict()}}}
         if warm is not None:
             summary["warm_start"] = {**asdict(warm), "base_eval": base_eval}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
