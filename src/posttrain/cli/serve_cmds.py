@@ -36,28 +36,61 @@ def auto(
         raise typer.Exit(130)
     typer.echo(f"results: {result.search_dir / 'results.tsv'}" + (f"\nreport: {result.report}" if result.report else ""))
 
+API_KEY_HELP = ("clients must send 'Authorization: Bearer KEY' (/health stays open); default: $POSTTRAIN_API_KEY. "
+                "Required with a --host other than a loopback address")
+
+
+def _guard(host: str, api_key: Optional[str], max_body_mb: float, header_timeout: float, body_timeout: float):
+    """The HTTP guard from the flags; exits with the reason when binding `host` without a key, before anything
+    is loaded or bound."""
+    from posttrain.sampling.http_serve import HttpGuard, UnsafeBind, api_key_from, check_bind
+
+    key = api_key_from(api_key)
+    try:
+        check_bind(host, key)
+        return HttpGuard(api_key=key, max_body_bytes=int(max_body_mb * 2**20), header_timeout_s=header_timeout,
+                         body_timeout_s=body_timeout)
+    except (UnsafeBind, ValueError) as e:
+        _fail(str(e))
+
+
 @app.command()
 def serve(
     model: str = typer.Option("default", "--model", help="'default', 'tiny-random', a HF folder, a hub id"),
     lora: Optional[str] = typer.Option(None, "--lora", help="a LoRA adapter folder (a run's final/) to serve on its base"),
-    host: str = typer.Option("127.0.0.1", "--host", help="0.0.0.0 to accept other machines (no auth!)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="0.0.0.0 to accept other machines (needs --api-key)"),
     port: int = typer.Option(8000, "--port"),
     request_timeout: float = typer.Option(300.0, "--request-timeout", help="seconds one generation may take"),
     weights_dir: Optional[str] = typer.Option(None, "--weights-dir", help=(
         "accept POST /update_weights_from_disk: load a trainer's pushes (sampling/weight_ipc.py FileWeights) from here")),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help=API_KEY_HELP, show_default=False),
+    max_body_mb: float = typer.Option(4.0, "--max-body-mb", help="largest request body; larger answers 413"),
+    max_chars: int = typer.Option(1_000_000, "--max-chars",
+                                  help="most characters of text (messages, tools, prompts) in one request"),
+    max_n: int = typer.Option(64, "--max-n", help="most completions per prompt (n) in one request"),
+    header_timeout: float = typer.Option(10.0, "--header-timeout",
+                                         help="seconds a client has to send a request's headers"),
+    body_timeout: float = typer.Option(30.0, "--body-timeout",
+                                       help="seconds a client has to send a request's body (408)"),
 ) -> None:
     """Serve a model as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/completions, /v1/models)."""
+    guard = _guard(host, api_key, max_body_mb, header_timeout, body_timeout)
     from posttrain.models.load import ModelLoadError
-    from posttrain.sampling.http_serve import run_forever
-    from posttrain.sampling.openai_server import build_model_app
+    from posttrain.sampling import http_serve, openai_server
 
     try:
-        api = build_model_app(model, lora, request_timeout_s=request_timeout, log=lambda s: typer.echo(s, err=True),
-                              weights_dir=weights_dir)
+        limits = openai_server.RequestLimits(max_chars=max_chars, max_n=max_n)
+    except ValueError as e:
+        _fail(str(e))
+    try:
+        api = openai_server.build_model_app(model, lora, request_timeout_s=request_timeout,
+                                            log=lambda s: typer.echo(s, err=True), weights_dir=weights_dir,
+                                            limits=limits)
     except (ModelLoadError, FileNotFoundError) as e:
         _fail(str(e))
-    typer.echo(f"serving {lora or model} at http://{host}:{port}/v1", err=True)
-    run_forever(api, host, port)
+    typer.echo(f"serving {lora or model} at http://{host}:{port}/v1" + (" (API key required)" if guard.api_key else ""),
+               err=True)
+    http_serve.run_forever(api, host, port, guard=guard)
 
 
 env_app = typer.Typer(add_completion=False, help="Environments and tasks (serve over the OpenEnv protocol, ...).")
@@ -68,20 +101,31 @@ app.add_typer(env_app, name="env")
 def env_serve(
     task: str = typer.Option(..., "--task", help="a built-in task, 'path/file.py:make_task' or 'module:make_task'"),
     model: str = typer.Option("default", "--model", help="whose tokenizer and chat template render prompts"),
-    host: str = typer.Option("127.0.0.1", "--host"),
+    host: str = typer.Option("127.0.0.1", "--host", help="0.0.0.0 to accept other machines (needs --api-key)"),
     port: int = typer.Option(8001, "--port"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help=API_KEY_HELP, show_default=False),
+    max_body_mb: float = typer.Option(4.0, "--max-body-mb", help="largest HTTP request body; larger answers 413"),
+    max_action_chars: int = typer.Option(200_000, "--max-action-chars", help="most characters in one action's message"),
+    header_timeout: float = typer.Option(10.0, "--header-timeout",
+                                         help="seconds a client has to send a request's headers"),
+    body_timeout: float = typer.Option(30.0, "--body-timeout",
+                                       help="seconds a client has to send a request's body (408)"),
 ) -> None:
     """Serve a task as an OpenEnv environment (WebSocket /ws, /reset, /step, /state, /schema)."""
+    guard = _guard(host, api_key, max_body_mb, header_timeout, body_timeout)
+    if max_action_chars < 1:
+        _fail(f"--max-action-chars must be >= 1, got {max_action_chars}")
     from posttrain.envs.task import TaskLoadError
     from posttrain.models.load import ModelLoadError
-    from posttrain.sampling.http_serve import run_forever
+    from posttrain.sampling import http_serve
 
     try:
-        api = build_task_app(task, model, log=lambda s: typer.echo(s, err=True))
+        api = build_task_app(task, model, log=lambda s: typer.echo(s, err=True), max_action_chars=max_action_chars)
     except (TaskLoadError, ModelLoadError, FileNotFoundError) as e:
         _fail(str(e))
-    typer.echo(f"serving task {task} (OpenEnv protocol) at http://{host}:{port}", err=True)
-    run_forever(api, host, port)
+    typer.echo(f"serving task {task} (OpenEnv protocol) at http://{host}:{port}"
+               + (" (API key required)" if guard.api_key else ""), err=True)
+    http_serve.run_forever(api, host, port, guard=guard)
 
 
 @env_app.command("check")
@@ -165,13 +209,13 @@ def init_task(
                f"  posttrain train task.name={path}:make_task loop.steps=15")
 
 
-def build_task_app(task_name: str, model: str = "default", seed: int = 0, log=print):
+def build_task_app(task_name: str, model: str = "default", seed: int = 0, log=print, max_action_chars: int = 200_000):
     """`posttrain env serve`: a task by name (built-in, file.py:fn, module:fn) with `model`'s tokenizer."""
-    from posttrain.envs.openenv_server import create_task_app
+    from posttrain.envs import openenv_server
     from posttrain.tasks.load import load_task
     from posttrain.models.load import ensure_pad_token, load_model
 
     task = load_task(task_name, seed=seed)
     _, tok = load_model(model, seed=seed, log=log)
     ensure_pad_token(tok)
-    return create_task_app(task, tok)
+    return openenv_server.create_task_app(task, tok, max_action_chars=max_action_chars)

@@ -19,6 +19,12 @@ row's prompt, on the first observation>, "turn": k}`; the final one adds `comple
 `split` is "train" (default) or "eval". HTTP `/step` is a one-shot episode (OpenEnv's HTTP routes keep no
 state): a fresh episode on the row chosen by the request's `index`/`seed`, with the action as the first reply;
 for single-turn tasks that is the whole episode. Each session waits at most `action_timeout_s` for an action.
+
+Limits: an action's text is at most `max_action_chars` characters (longer: an error reply, or 422 over HTTP) and
+is tokenized in a worker thread, off the event loop; a message on /ws is at most the server's WebSocket cap
+(http_serve.HttpGuard.ws_max_bytes, 1 MiB: close code 1009 past it) and its JSON is parsed with
+posttrain.bounded's caps; `index` / `seed` must be integers and `split` "train" or "eval" (else an error reply,
+or 422 over HTTP). Body size, header and body timeouts and the API key are the HTTP server's (http_serve).
 """
 
 from __future__ import annotations
@@ -29,11 +35,13 @@ import logging
 import uuid
 from typing import Any
 
-from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from posttrain.bounded import BoundedError, loads_json
+from posttrain.sampling.http_serve import schema_error_message
 from posttrain.types import Completion, SampleParams, Trajectory
 
 log = logging.getLogger(__name__)
@@ -49,9 +57,11 @@ class StepBody(BaseModel):
 class EnvSession:
     """One episode of `env` played by a remote client. It is the Sampler the env calls."""
 
-    def __init__(self, env: Any, tokenizer: Any, row: dict[str, Any], action_timeout_s: float):
+    def __init__(self, env: Any, tokenizer: Any, row: dict[str, Any], action_timeout_s: float,
+                 max_action_chars: int = 200_000):
         self.env, self.tok, self.row = env, tokenizer, row
         self.action_timeout_s = action_timeout_s
+        self.max_action_chars = max_action_chars
         self.episode_id = uuid.uuid4().hex
         self.policy_version = 0
         self.step_count = 0
@@ -73,10 +83,13 @@ class EnvSession:
                     obs["task_prompt"] = self.row.get("prompt")
                 await self._obs.put({"observation": obs, "reward": None, "done": False})
                 text = await asyncio.wait_for(self._actions.get(), self.action_timeout_s)
-                ids = [int(i) for i in self.tok(text, add_special_tokens=False)["input_ids"]]
+                ids = await asyncio.to_thread(self._encode, text)  # off the loop: other sessions go on
                 group.append(Completion(ids, [0.0] * len(ids), "stop", self.policy_version, text=text))
             out.append(group)
         return out
+
+    def _encode(self, text: str) -> list[int]:
+        return [int(i) for i in self.tok(text, add_special_tokens=False)["input_ids"]]
 
     async def _run(self) -> None:
         try:
@@ -105,9 +118,14 @@ class EnvSession:
             raise RuntimeError("call reset before step")
         if self.done:
             raise RuntimeError("the episode is done; call reset")
+        if not isinstance(action, dict):
+            raise ValueError(f"action must be {{'message': str}}, got {type(action).__name__}")
         text = action.get("message")
         if not isinstance(text, str):
-            raise ValueError(f"action must be {{'message': str}}, got {json.dumps(action)[:200]}")
+            raise ValueError(f"action must be {{'message': str}}, got {json.dumps(action, default=str)[:200]}")
+        if len(text) > self.max_action_chars:
+            raise ValueError(f"the action's message has {len(text)} characters; this server takes at most "
+                             f"{self.max_action_chars}")
         self.step_count += 1
         await self._actions.put(text)
         return await self._next()
@@ -126,22 +144,42 @@ class RowPicker:
         self._next = 0
 
     def pick(self, data: dict[str, Any]) -> dict[str, Any]:
-        rows = self.rows.get(data.get("split", "train"))
+        """The row `data` names (ValueError for a choice that names none)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"reset data must be an object, got {type(data).__name__}")
+        split = data.get("split", "train")
+        rows = self.rows.get(split) if isinstance(split, str) else None
         if rows is None:
-            raise ValueError(f"split must be 'train' or 'eval', got {data.get('split')!r}")
+            raise ValueError(f"split must be 'train' or 'eval', got {str(split)[:50]!r}")
         key = data.get("index", data.get("seed"))
         if key is None:
             key, self._next = self._next, self._next + 1
-        return rows[int(key) % len(rows)]
+        return rows[_row_index(key) % len(rows)]
+
+
+def _row_index(key: Any) -> int:
+    """`index` / `seed` as an int: an integer, or a string or float that is one (as int() reads them)."""
+    if isinstance(key, bool) or not isinstance(key, (int, float, str)):
+        raise ValueError(f"index and seed must be integers, got {type(key).__name__}")
+    try:
+        return int(key)
+    except (ValueError, OverflowError):
+        raise ValueError(f"index and seed must be integers, got {str(key)[:50]!r}") from None
 
 
 def create_env_app(env: Any, tokenizer: Any, train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]] | None = None,
-                   name: str = "posttrain-env", description: str = "", action_timeout_s: float = 600.0) -> FastAPI:
+                   name: str = "posttrain-env", description: str = "", action_timeout_s: float = 600.0,
+                   max_action_chars: int = 200_000) -> FastAPI:
+    """`max_action_chars`: the most characters an action's message may have."""
     picker = RowPicker(train_rows, eval_rows or [])
     app = FastAPI(title=f"{name} (OpenEnv protocol)")
 
+    @app.exception_handler(RequestValidationError)
+    async def _schema(_: Request, e: RequestValidationError) -> JSONResponse:  # the values are not echoed back
+        return JSONResponse(status_code=422, content={"detail": schema_error_message(e)[0]})
+
     def new_session(data: dict[str, Any]) -> EnvSession:
-        return EnvSession(env, tokenizer, picker.pick(data), action_timeout_s)
+        return EnvSession(env, tokenizer, picker.pick(data), action_timeout_s, max_action_chars)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -165,11 +203,11 @@ def create_env_app(env: Any, tokenizer: Any, train_rows: list[dict[str, Any]], e
 
     @app.post("/reset")
     async def reset(data: dict[str, Any] | None = None) -> Any:
-        return await _one_shot(new_session(data or {}), None)
+        return await _one_shot(lambda: new_session(data or {}), None)
 
     @app.post("/step")
     async def step(body: StepBody) -> Any:
-        return await _one_shot(new_session(body.model_extra or {}), body.action)
+        return await _one_shot(lambda: new_session(body.model_extra or {}), body.action)
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
@@ -177,7 +215,12 @@ def create_env_app(env: Any, tokenizer: Any, train_rows: list[dict[str, Any]], e
         session: EnvSession | None = None
         try:
             while True:
-                raw = await websocket.receive_text()
+                frame = await websocket.receive()
+                if frame["type"] == "websocket.disconnect":
+                    break
+                raw = frame.get("text")
+                if raw is None:  # a binary frame: read as UTF-8 text
+                    raw = (frame.get("bytes") or b"").decode("utf-8", errors="replace")
                 try:
                     msg = loads_json(raw)  # a client's message: size and depth capped (deep nesting recursed)
                     kind = msg.get("type")
@@ -215,18 +258,25 @@ def create_env_app(env: Any, tokenizer: Any, train_rows: list[dict[str, Any]], e
     return app
 
 
-async def _one_shot(session: EnvSession, action: dict[str, Any] | None) -> Any:
+async def _one_shot(make_session: Any, action: dict[str, Any] | None) -> Any:
+    """One HTTP episode: 422 for a request that names no row or holds a bad action, 504 when the env took too
+    long, 500 when the env failed."""
+    session: EnvSession | None = None
     try:
+        session = make_session()
         out = await session.reset()
         if action is not None and not out["done"]:
             out = await session.step(action)
         return out
     except ValueError as e:
         return JSONResponse(status_code=422, content={"detail": str(e)})
-    except (RuntimeError, asyncio.TimeoutError) as e:
+    except asyncio.TimeoutError:
+        return JSONResponse(status_code=504, content={"detail": "the environment did not answer in time"})
+    except RuntimeError as e:
         return JSONResponse(status_code=500, content={"detail": str(e) or type(e).__name__})
     finally:
-        session.close()
+        if session is not None:
+            session.close()
 
 
 def _ws_error(message: str, code: str) -> dict[str, Any]:

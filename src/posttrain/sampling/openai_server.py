@@ -15,7 +15,20 @@ the exact prompt ids, completion ids and logprobs; see recorder.py for how calls
 
 Every sampler call has a timeout (`request_timeout_s`): a timeout answers 504 and is counted in
 `app.state.stats["timeouts"]` and logged. The sampler keeps working on a timed-out batch in its thread (Python
-cannot stop it), but no caller waits for it. Bad requests answer 400 (or FastAPI's 422 for schema errors).
+cannot stop it), but no caller waits for it.
+
+Limits, checked before any work starts (`RequestLimits`; the HTTP ones, body size, header and body timeouts and
+the API key, are http_serve.HttpGuard's): message count and the request's characters, `n`, prompts per
+/v1/completions call, the stop list, temperature (0, or 1e-4 to `max_temperature`) and top_p (in (0, 1]) finite,
+and each prompt + max_tokens within the sampler's context (`sampler.context`, sampling/context.py): past it the
+answer is 400 with code `context_length_exceeded`, as OpenAI's, or under `context.overflow == "truncate"`
+max_tokens cut to fit. A request that sets no max_tokens gets the server's default, cut to what the prompt leaves.
+Whether a prompt fits is known without tokenizing it when its text is longer than the context times the
+tokenizer's longest token. Rendering the chat template and tokenizing run in worker threads (two), never on the
+event loop, so /health keeps answering while a long prompt is prepared.
+
+Errors are OpenAI's shape, `{"error": {"message", "type", "code"}}`: 400 for a refused request, 422 for a body
+that does not fit the schema (the message names the fields and never echoes their values), 504 for a timeout.
 """
 
 from __future__ import annotations
@@ -23,34 +36,64 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from posttrain.sampling.base import Sampler
 from posttrain.sampling.chat_prompt import ChatRenderer
+from posttrain.sampling.context import ContextBudget, ContextOverflow
+from posttrain.sampling.http_serve import schema_error_message
 from posttrain.sampling.recorder import RecordedCall, RolloutRecorder
 from posttrain.sampling.tool_calls import parse_tool_calls
 from posttrain.types import Completion, SampleParams
 
 log = logging.getLogger(__name__)
 ROLLOUT_HEADER = "x-rollout-id"
+# 0 means greedy; a positive temperature below this is refused: logits / temperature overflows float32 near 1e-37
+# (1e-300 gave NaN logprobs, then a 500 writing them), and nothing useful lies between 0 and 1e-4.
+MIN_TEMPERATURE = 1e-4
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may ask for (checked before any work starts; each refusal says which limit)."""
+
+    max_messages: int = 1024  # messages in one chat request
+    max_chars: int = 1_000_000  # characters of text in one request: messages, tools, text prompts
+    max_n: int = 64  # completions per prompt (a GRPO group of up to 64 in one request)
+    max_prompts: int = 64  # prompts in one /v1/completions call (OpenAISampler sends at most 64)
+    max_stop: int = 16  # stop strings
+    max_stop_chars: int = 1000  # their characters, together
+    max_temperature: float = 2.0  # OpenAI's range is [0, 2]
+
+    def __post_init__(self):
+        for name in ("max_messages", "max_chars", "max_n", "max_prompts", "max_stop", "max_stop_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RequestLimits.{name} must be >= 1, got {getattr(self, name)}")
+        if not MIN_TEMPERATURE <= self.max_temperature < math.inf:
+            raise ValueError(f"RequestLimits.max_temperature must be finite and >= {MIN_TEMPERATURE}")
 
 
 class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="allow")  # unknown OpenAI fields (user, presence_penalty, ...) are ignored
+    # Unknown OpenAI fields (user, presence_penalty, ...) are ignored; NaN and infinities are schema errors.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     model: str | None = None
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    n: int = Field(1, ge=1, le=256)
+    top_k: int = Field(0, ge=0, lt=2**31)
+    n: int = Field(1, ge=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)  # what torch.Generator.manual_seed takes
     stream: bool = False
     rollout_id: str | None = None
     return_token_ids: bool = False
@@ -82,21 +125,43 @@ class ServerState:
     request_timeout_s: float
     default_max_tokens: int
     renderer: ChatRenderer
+    limits: RequestLimits = field(default_factory=RequestLimits)
+    max_token_chars: int | None = None  # the longest token's characters: a prompt has >= chars / this tokens
+    cpu: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="serve-cpu"))
     stats: dict[str, int] = field(default_factory=lambda: {"requests": 0, "timeouts": 0, "errors": 0})
+
+    @property
+    def context(self) -> ContextBudget | None:
+        return getattr(self.sampler, "context", None)
+
+    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` in a worker thread: the event loop (and /health) keeps answering meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(self.cpu, fn, *args)
 
 
 class BadRequest(ValueError):
-    pass
+    """A request this server refuses: 400 with `code` (OpenAI's string code when there is one)."""
+
+    def __init__(self, message: str, code: str | int = 400):
+        super().__init__(message)
+        self.code = code
+
+
+class ContextLengthExceeded(BadRequest):
+    def __init__(self, message: str):
+        super().__init__(message, "context_length_exceeded")
 
 
 def create_app(sampler: Sampler, tokenizer: Any, model_name: str = "posttrain", recorder: RolloutRecorder | None = None,
                request_timeout_s: float = 300.0, default_max_tokens: int = 512,
-               weights_dir: str | None = None) -> FastAPI:
+               weights_dir: str | None = None, limits: RequestLimits | None = None) -> FastAPI:
     """The FastAPI app. `app.state.posttrain` is the ServerState; `app.state.recorder` the RolloutRecorder.
     `weights_dir`: enables POST /update_weights_from_disk, which loads what a trainer's FileWeights wrote there
-    (only from that folder: a request names no path, so the endpoint cannot read arbitrary files)."""
+    (only from that folder: a request names no path, so the endpoint cannot read arbitrary files). `limits`:
+    what one request may ask for (the HTTP-level limits and the API key belong to the server, http_serve)."""
     st = ServerState(sampler, tokenizer, model_name, recorder or RolloutRecorder(), request_timeout_s,
-                     default_max_tokens, ChatRenderer(tokenizer))
+                     default_max_tokens, ChatRenderer(tokenizer), limits or RequestLimits(),
+                     _max_token_chars(tokenizer))
     app = FastAPI(title="posttrain OpenAI-compatible server")
     app.state.posttrain = st
     app.state.recorder = st.recorder
@@ -141,14 +206,17 @@ def list_models(st: ServerState) -> dict[str, Any]:
 
 async def chat_completions(st: ServerState, body: ChatRequest, header_rid: str | None) -> Any:
     _reject_unsupported(body.stream, False)
+    _check_sampling(st, body)
+    if len(body.messages) > st.limits.max_messages:
+        raise BadRequest(f"{len(body.messages)} messages; this server takes at most {st.limits.max_messages} "
+                         "(RequestLimits.max_messages)")
+    if body.tools is not None and len(body.tools) > st.limits.max_messages:
+        raise BadRequest(f"{len(body.tools)} tools; this server takes at most {st.limits.max_messages} "
+                         "(RequestLimits.max_messages)")
     rid = header_rid or body.rollout_id
-    try:
-        prev = st.recorder.last(rid) if rid else None
-        prompt_ids = (st.renderer.splice(prev, body.messages, body.tools) if prev else None) \
-            or st.renderer.render(body.messages, body.tools)
-    except (ValueError, TypeError, KeyError) as e:  # bad messages, or the template rejected them
-        raise BadRequest(f"cannot render messages with the chat template: {e}") from None
-    max_tokens = body.max_completion_tokens or body.max_tokens or st.default_max_tokens
+    prev = st.recorder.last(rid) if rid else None
+    asked = body.max_completion_tokens or body.max_tokens
+    prompt_ids, max_tokens = await st.off_loop(_chat_prompt, st, body, prev, asked)
     (comps,) = await _sample(st, [prompt_ids], _params(body, max_tokens), body.n)
     choices = []
     for i, c in enumerate(comps):
@@ -179,9 +247,12 @@ async def chat_completions(st: ServerState, body: ChatRequest, header_rid: str |
 
 async def completions(st: ServerState, body: CompletionRequest, header_rid: str | None) -> Any:
     _reject_unsupported(body.stream, body.echo)
+    _check_sampling(st, body)
     rid = header_rid or body.rollout_id
-    prompts_P = _completion_prompts(st, body.prompt)
-    groups = await _sample(st, prompts_P, _params(body, body.max_tokens), body.n)
+    asked = body.max_tokens if "max_tokens" in body.model_fields_set else None
+    prompts_P, max_tokens = await st.off_loop(_completion_prompts, st, body.prompt, asked or body.max_tokens,
+                                              asked is not None)
+    groups = await _sample(st, prompts_P, _params(body, max_tokens), body.n)
     choices = []
     for p, (prompt_ids, comps) in enumerate(zip(prompts_P, groups)):
         for j, c in enumerate(comps):
@@ -220,7 +291,101 @@ def _params(body: _Sampling, max_tokens: int) -> SampleParams:
                         stop=stop, seed=body.seed)
 
 
-def _completion_prompts(st: ServerState, prompt: Any) -> list[list[int]]:
+def _check_sampling(st: ServerState, body: _Sampling) -> None:
+    """The sampling parameters against the limits (the schema already made them finite and typed)."""
+    lim = st.limits
+    if body.n > lim.max_n:
+        raise BadRequest(f"n={body.n}; this server samples at most {lim.max_n} completions per prompt "
+                         "(posttrain serve --max-n)")
+    if body.temperature > lim.max_temperature or 0 < body.temperature < MIN_TEMPERATURE:
+        raise BadRequest(f"temperature={body.temperature}: use 0 (greedy) or a value in [{MIN_TEMPERATURE}, "
+                         f"{lim.max_temperature}]")
+    stops = [body.stop] if isinstance(body.stop, str) else (body.stop or [])
+    if len(stops) > lim.max_stop:
+        raise BadRequest(f"{len(stops)} stop strings; this server takes at most {lim.max_stop}")
+    if sum(len(x) for x in stops) > lim.max_stop_chars:
+        raise BadRequest(f"the stop strings have {sum(len(x) for x in stops)} characters together; this server "
+                         f"takes at most {lim.max_stop_chars}")
+
+
+def _text_chars(value: Any, cap: int) -> int:
+    """Characters of every string (keys included) in a JSON value, walked without recursion; stops counting past
+    `cap`."""
+    total, stack = 0, [value]
+    while stack and total <= cap:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += len(v)
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return total
+
+
+def _check_chars(st: ServerState, chars: int, what: str) -> None:
+    if chars > st.limits.max_chars:
+        raise BadRequest(f"the {what} have more than {st.limits.max_chars} characters (posttrain serve --max-chars)")
+
+
+def _fits_by_length(st: ServerState, chars: int, max_tokens: int, explicit: bool) -> None:
+    """Refuse, without tokenizing, a text certainly too long for the context: it has at least chars / (the
+    longest token's characters) tokens."""
+    budget = st.context
+    if budget is None or not st.max_token_chars:
+        return
+    at_least = -(-chars // st.max_token_chars)
+    wanted = max_tokens if explicit else 1
+    try:
+        budget.fit(at_least, wanted)
+    except ContextOverflow:
+        raise ContextLengthExceeded(
+            f"this model's maximum context length is {budget.max_context} tokens; the prompt alone has "
+            f"{chars} characters, at least {at_least} tokens, and the completion asks for {wanted}. Shorten the "
+            "prompt or lower max_tokens") from None
+
+
+def _fit_max_tokens(st: ServerState, prompts_P: list[list[int]], max_tokens: int, explicit: bool) -> int:
+    """The max_tokens the call samples with: as asked when it fits the context; cut to fit under
+    `overflow == "truncate"` (ContextBudget.fit); the server's default (not `explicit`) cut to what the longest
+    prompt leaves; else ContextLengthExceeded."""
+    budget = st.context
+    if budget is None or not prompts_P:
+        return max_tokens
+    longest = max(len(p) for p in prompts_P)
+    if not explicit and budget.room(longest) >= 1:
+        return min(max_tokens, budget.room(longest))
+    try:
+        return budget.fit(longest, max_tokens)
+    except ContextOverflow:
+        raise ContextLengthExceeded(
+            f"this model's maximum context length is {budget.max_context} tokens; the request asks for "
+            f"{longest + max_tokens} ({longest} in the prompt, {max_tokens} in the completion). Shorten the prompt "
+            "or lower max_tokens") from None
+
+
+def _chat_prompt(st: ServerState, body: ChatRequest, prev: Any, asked: int | None) -> tuple[list[int], int]:
+    """(prompt ids, max_tokens) of a chat request: in a worker thread (the char count, the template, the
+    tokenizer)."""
+    _check_chars(st, _text_chars(body.messages, st.limits.max_chars) + _text_chars(body.tools, st.limits.max_chars),
+                 "messages and tools")
+    max_tokens = asked or st.default_max_tokens
+    try:
+        text = st.renderer.text(body.messages, body.tools, add_generation_prompt=True)
+        _fits_by_length(st, len(text), max_tokens, asked is not None)
+        prompt_ids = (st.renderer.splice(prev, body.messages, body.tools) if prev else None) or st.renderer.encode(text)
+    except BadRequest:
+        raise
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - bad messages, or the template rejected them (jinja's own errors too)
+        raise BadRequest(f"cannot render messages with the chat template: {type(e).__name__}: {e}") from None
+    return prompt_ids, _fit_max_tokens(st, [prompt_ids], max_tokens, asked is not None)
+
+
+def _completion_prompts(st: ServerState, prompt: Any, max_tokens: int, explicit: bool) -> tuple[list[list[int]], int]:
+    """(prompts as token ids, max_tokens) of a /v1/completions request: in a worker thread."""
     if isinstance(prompt, str):
         prompts: list[Any] = [prompt]
     elif prompt and all(isinstance(x, int) for x in prompt):
@@ -229,6 +394,14 @@ def _completion_prompts(st: ServerState, prompt: Any) -> list[list[int]]:
         prompts = list(prompt)
     if not prompts:
         raise BadRequest("prompt is empty")
+    if len(prompts) > st.limits.max_prompts:
+        raise BadRequest(f"{len(prompts)} prompts in one call; this server takes at most {st.limits.max_prompts}")
+    _check_chars(st, sum(len(p) for p in prompts if isinstance(p, str)), "text prompts")
+    for p in prompts:  # every prompt checked before any is tokenized
+        if isinstance(p, str):
+            _fits_by_length(st, len(p), max_tokens, explicit)
+        else:
+            _fit_max_tokens(st, [p], max_tokens, explicit)
     vocab = len(st.tokenizer)
     out = []
     for p in prompts:
@@ -239,7 +412,17 @@ def _completion_prompts(st: ServerState, prompt: Any) -> list[list[int]]:
         if bad:
             raise BadRequest(f"prompt token ids out of range [0, {vocab}): {bad[:5]}")
         out.append(ids)
-    return out
+    return out, _fit_max_tokens(st, out, max_tokens, explicit)
+
+
+def _max_token_chars(tokenizer: Any) -> int | None:
+    """The most characters one token of `tokenizer` stands for (its vocabulary's longest entry: a byte-level
+    entry has one character per byte, so this bounds the characters of text too); None when unknown."""
+    try:
+        longest = max((len(t) for t in tokenizer.get_vocab()), default=0)
+    except Exception:  # noqa: BLE001 - a tokenizer without a vocabulary to read: no early check
+        return None
+    return longest or None
 
 
 async def _sample(st: ServerState, prompts_P: list[list[int]], params: SampleParams, n: int) -> list[list[Completion]]:
@@ -251,6 +434,9 @@ async def _sample(st: ServerState, prompts_P: list[list[int]], params: SamplePar
         log.warning("sampler call timed out after %.1fs (%d timeouts so far)", st.request_timeout_s,
                     st.stats["timeouts"])
         raise _HTTPError(504, f"sampling timed out after {st.request_timeout_s}s") from None
+    except ContextOverflow as e:  # the sampler's own check (a budget tighter than the one read here)
+        st.stats["errors"] += 1
+        raise ContextLengthExceeded(str(e)) from None
     except ValueError as e:  # the sampler rejected the request (empty prompt, bad max_tokens, ...)
         st.stats["errors"] += 1
         raise BadRequest(str(e)) from None
@@ -279,14 +465,23 @@ def _envelope(obj: str, st: ServerState, prompts_P: list[list[int]], groups: lis
                       "total_tokens": n_prompt + n_completion}}
 
 
-def _error(status: int, message: str, kind: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "code": status}})
+def _error(status: int, message: str, kind: str, code: str | int | None = None,
+           param: str | None = None) -> JSONResponse:
+    err: dict[str, Any] = {"message": message, "type": kind, "code": status if code is None else code}
+    if param is not None:
+        err["param"] = param
+    return JSONResponse(status_code=status, content={"error": err})
 
 
 def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(BadRequest)
     async def _bad_request(_: Request, e: BadRequest) -> JSONResponse:
-        return _error(400, str(e), "invalid_request_error")
+        return _error(400, str(e), "invalid_request_error", e.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _schema(_: Request, e: RequestValidationError) -> JSONResponse:
+        message, param = schema_error_message(e)
+        return _error(422, message, "invalid_request_error", param=param)
 
     @app.exception_handler(_HTTPError)
     async def _http_error(_: Request, e: _HTTPError) -> JSONResponse:
@@ -299,7 +494,8 @@ def add_error_handlers(app: FastAPI) -> None:
 
 
 def build_model_app(model: str, lora: str | None = None, dtype: str = "float32", seed: int = 0,
-                    request_timeout_s: float = 300.0, log=print, weights_dir: str | None = None) -> FastAPI:
+                    request_timeout_s: float = 300.0, log=print, weights_dir: str | None = None,
+                    limits: RequestLimits | None = None) -> FastAPI:
     """`posttrain serve`: load a model (or a LoRA adapter folder on its base) and serve it with an HFSampler."""
     from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
     from posttrain.sampling.hf_sampler import HFSampler
@@ -307,4 +503,5 @@ def build_model_app(model: str, lora: str | None = None, dtype: str = "float32",
     net, tok = load_model(lora or model, dtype, seed=seed, log=log)
     ensure_pad_token(tok)
     sampler = HFSampler(net, tok, stop_token_ids(net, tok), seed=seed)
-    return create_app(sampler, tok, model_name=model, request_timeout_s=request_timeout_s, weights_dir=weights_dir)
+    return create_app(sampler, tok, model_name=model, request_timeout_s=request_timeout_s, weights_dir=weights_dir,
+                      limits=limits)
