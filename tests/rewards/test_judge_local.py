@@ -45,3 +45,18 @@ def test_pairwise_on_local_model(backend, tmp_path):
     assert len(scores) == 3 and all(0 <= s <= 1 for s in scores)
     m = pj.drain_metrics()
     assert m["judge/pairs"] == 3 and 0 <= m["judge/position_flips"] <= 3
+
+
+def test_a_judge_prompt_past_the_judge_models_context_fails_alone():
+    """Issue #52: a long completion quoted in a judge prompt went past the judge model's positions; in generate()
+    one such prompt failed every prompt of the call."""
+    from posttrain.rewards.judges.errors import JudgeBadOutput
+    from posttrain.rewards.judges.local_hf import LocalHFBackend
+
+    judge = LocalHFBackend("tiny-random")
+    long_ = "Is this right? " + "x" * 3000  # the tiny model has 1024 positions, about a token a character
+    probs = judge.yes_prob(["Is 2+2=4?", long_, "Is the sky blue?"])
+    assert isinstance(probs[1], JudgeBadOutput) and "does not fit" in str(probs[1])
+    assert all(isinstance(p, float) and 0.0 <= p <= 1.0 for p in (probs[0], probs[2]))
+    texts = judge.generate(["Rate this: ok", long_], max_tokens=4)
+    assert isinstance(texts[0], str) and isinstance(texts[1], JudgeBadOutput)

@@ -61,8 +61,13 @@ class LocalHFBackend:
             yes_ids, no_ids = self._yes_no  # type: ignore[misc]
             out: list[float | Exception] = []
             pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+            rendered = self._fitted(model, tok, prompts, 1)
             for i in range(0, len(prompts), self.max_batch):
-                rows = [self._render(tok, p) for p in prompts[i : i + self.max_batch]]
+                chunk = rendered[i : i + self.max_batch]
+                rows = [r for r in chunk if not isinstance(r, Exception)]
+                if not rows:
+                    out.extend(chunk)
+                    continue
                 ids, mask, pos = left_pad(rows, pad, max(len(r) for r in rows), next(model.parameters()).device)
                 with torch.inference_mode():
                     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos,
@@ -70,7 +75,8 @@ class LocalHFBackend:
                 probs = logits.softmax(-1)
                 p_yes = probs[:, yes_ids].sum(-1)
                 p_no = probs[:, no_ids].sum(-1)
-                out.extend(_yes_share(y, n) for y, n in zip(p_yes.tolist(), p_no.tolist()))
+                shares = iter([_yes_share(y, n) for y, n in zip(p_yes.tolist(), p_no.tolist())])
+                out.extend(r if isinstance(r, Exception) else next(shares) for r in chunk)
             return out
 
     def generate(self, prompts: list[str], max_tokens: int) -> list[str | Exception]:
@@ -81,9 +87,27 @@ class LocalHFBackend:
         with self._lock:
             model, tok = self._load()
             sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=self.seed, max_batch=self.max_batch)
-            rows = [self._render(tok, p) for p in prompts]
-            outs = sampler.sample_sync(rows, SampleParams(max_tokens=max_tokens, temperature=0.0), n=1)
-            return [o[0].text for o in outs]
+            rendered = self._fitted(model, tok, prompts, max_tokens)
+            rows = [r for r in rendered if not isinstance(r, Exception)]
+            outs = iter(sampler.sample_sync(rows, SampleParams(max_tokens=max_tokens, temperature=0.0), n=1)
+                        if rows else [])
+            return [r if isinstance(r, Exception) else next(outs)[0].text for r in rendered]
+
+    def _fitted(self, model: Any, tok: Any, prompts: list[str], new_tokens: int) -> list[list[int] | Exception]:
+        """Each prompt rendered, or the failure of that prompt alone when it and its `new_tokens` do not fit the
+        judge model's context (a long completion quoted in a judge prompt; one such prompt failed the batch)."""
+        from posttrain.sampling.context import ContextOverflow, budget_for, text_config
+
+        budget = budget_for(text_config(model))
+        out: list[list[int] | Exception] = []
+        for p in prompts:
+            ids = self._render(tok, p)
+            try:
+                budget.fit(len(ids), new_tokens)
+                out.append(ids)
+            except ContextOverflow as e:
+                out.append(JudgeBadOutput(f"the judge prompt does not fit the judge model: {e}"))
+        return out
 
 
 def _yes_share(y: float, n: float) -> float | Exception:
