@@ -14,6 +14,7 @@ from posttrain.config import ConfigError, load_config
 from posttrain.loop import train
 from posttrain.loop.pg_stepper import PolicyGradientStepper
 from posttrain.obs import read_metrics
+from posttrain.sampling.context import ContextOverflow
 from posttrain.types import SampleParams
 
 FAST = ["model.name=tiny-random", "model.threads=1", "task.name=count-a", "logging.tensorboard=false",
@@ -97,7 +98,7 @@ def test_pool_checks_versions_and_retires_actors_past_max_restarts(tmp_path, two
     own error is raised, not retried; a dead actor with no replacements left is retired and the other takes its
     share; with none left the call fails with the pool's error."""
     model, tok = tiny
-    pool = RaySamplerPool.start(_cfg(tmp_path, "cluster.max_restarts=0"), tok)
+    pool = RaySamplerPool.start(_cfg(tmp_path, "cluster.max_restarts=0", "sampling.max_context=256"), tok)
     sync = ObjectStoreWeights(model, pool)
     params = SampleParams(max_tokens=4, temperature=1.0)
     prompts = [tok(f"say a {i}")["input_ids"] for i in range(4)]
@@ -113,6 +114,18 @@ def test_pool_checks_versions_and_retires_actors_past_max_restarts(tmp_path, two
 
         with pytest.raises(ValueError, match="empty prompt"):
             asyncio.run(pool.sample([[]], params))
+
+        # Issue #52: a prompt past the actors' context (sampling.max_context) fails its own caller, before the
+        # actors see it; the caller coalesced with it is served.
+        assert pool.context.max_context == 256
+
+        async def mixed():
+            return await asyncio.gather(pool.sample(prompts[:2], params, n=2), pool.sample([[5] * 300], params),
+                                        return_exceptions=True)
+
+        short, long_ = asyncio.run(mixed())
+        assert [len(g) for g in short] == [2, 2]
+        assert isinstance(long_, ContextOverflow) and long_.max_context == 256
 
         two_nodes.kill(pool.slots[0].handle)
         out = asyncio.run(pool.sample(prompts, params, n=2))
