@@ -59,6 +59,9 @@ class ClusterConfig(_Strict):
         "server: the OpenAI-compatible server rollouts are sampled from (posttrain serve --weights-dir DIR, or vLLM / "
         "SGLang with a reload endpoint); it must return token ids and per-token logprobs"))
     server_model: str | None = Field(None, description="server: the served model's name (default: the first of /v1/models)")
+    server_api_key: str | None = Field(None, description=(
+        "server: the key sent as `Authorization: Bearer` on sampling and weight-reload requests (posttrain serve "
+        "--api-key); default: the environment's POSTTRAIN_API_KEY"))
     weights_dir: str | None = Field(None, description=(
         "server: a folder the trainer writes weights.safetensors to and the server reloads from at every sync"))
     num_servers: int = Field(1, ge=1, description=(

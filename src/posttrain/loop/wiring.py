@@ -11,6 +11,7 @@ A factory gets the config, the run's components (loop/components.py) and the run
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -34,7 +35,7 @@ from posttrain.models.policy import resolve_dtype
 from posttrain.obs.timers import BusyMeter
 from posttrain.rewards.tags import JudgeTagger, RuleTagger, Taggers, load_vocabulary
 from posttrain.sampling.base import first_push
-from posttrain.sampling.context import run_budget
+from posttrain.sampling.context import run_budget, text_config
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.sampling.precision import low_precision_copy, should_pack
 from posttrain.training.from_config import make_trainer, run_remedies, self_teacher
@@ -102,8 +103,12 @@ def server_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[
     from posttrain.sampling.openai_sampler import OpenAISampler
 
     cc = cfg.cluster
-    sampler = OpenAISampler(cc.server_url, model=cc.server_model, tokenizer=c.tokenizer, timeout_s=cc.server_timeout_s)
-    sync = VersionedPush(ServerWeights(c.model, cc.weights_dir, cc.server_url, timeout_s=cc.server_timeout_s), sampler)
+    key = cc.server_api_key or os.environ.get("POSTTRAIN_API_KEY")
+    sampler = OpenAISampler(cc.server_url, model=cc.server_model, tokenizer=c.tokenizer, timeout_s=cc.server_timeout_s,
+                            api_key=key or "x", vocab_size=getattr(text_config(c.model), "vocab_size", None),
+                            context=run_budget(cfg, c.model))
+    sync = VersionedPush(ServerWeights(c.model, cc.weights_dir, cc.server_url, timeout_s=cc.server_timeout_s,
+                                       api_key=key), sampler)
     first_push(sync, c.sampler.policy_version)  # the server serves what the trainer holds now
     return sampler, sync
 

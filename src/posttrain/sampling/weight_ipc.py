@@ -268,9 +268,11 @@ def read_file_weights(directory: str | Path, model: Any) -> int:
 class ServerWeights:
     """Push to an OpenAI-compatible inference server: write the file, then ask the server to reload it."""
 
-    def __init__(self, model: Any, directory: str | Path, url: str, timeout_s: float = 60.0, retries: int = 2):
+    def __init__(self, model: Any, directory: str | Path, url: str, timeout_s: float = 60.0, retries: int = 2,
+                 api_key: str | None = None):
         self.files, self.url = FileWeights(model, directory), url.rstrip("/")
         self.timeout_s, self.retries = timeout_s, retries
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     def push(self, version: int) -> dict[str, float]:
         import httpx
@@ -281,7 +283,8 @@ class ServerWeights:
 
         def attempt(timeout_s: float) -> bool:
             try:
-                r = httpx.post(f"{self.url}/update_weights_from_disk", json={}, timeout=timeout_s)
+                r = httpx.post(f"{self.url}/update_weights_from_disk", json={}, timeout=timeout_s,
+                               headers=self.headers)
             except httpx.HTTPError:
                 return False
             if r.status_code != 200:
