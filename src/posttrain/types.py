@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# The column a mixture's rows carry (tasks/mixture.py): which of its tasks a row came from. Metrics break pass
+# rates and rewards down by it (obs/rollout_stats.py).
+TASK_COLUMN = "mixture_task"
+
+
 @dataclass
 class SampleParams:
     """How to sample. `temperature=0` means greedy. Logprobs are always of softmax(logits / temperature)."""

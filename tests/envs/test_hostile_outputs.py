@@ -49,6 +49,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "arith": {"n_train": 2, "n_eval": 0},
     "ttrl": {"n_train": 2, "n_eval": 0},
     "decision-routing": {"n_train": 2, "n_eval": 0},
+    "mixture": {"tasks": [{"name": "count-a", "options": {"n_train": 2, "n_eval": 0}},
+                          {"name": "reversal", "options": {"n_train": 2, "n_eval": 0, "max_turns": 3}}]},
 }
 SANDBOX_TASKS = {"code-tests", "feature-deletion", "coding-agent"}
 # A reward function that raised on the text (the rubric writes "reward 'name' raised Type: ...").

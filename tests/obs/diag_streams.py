@@ -36,6 +36,11 @@ def _no_signal(r, s):  # the issue's stall: every sample earns the same partial 
     r.update({"groups/zero_variance_frac": 1.0, "reward/mean": 0.3, "reward/std": 0.0, "pass_rate": 0.0})
 
 
+def _task_stalled(r, s):  # a mixture: task a learns, task b is stuck at partial credit with no pass
+    r.update({"task/a/reward": 0.2 + 0.05 * s, "task/a/pass_rate": min(1.0, 0.05 * s),
+              "task/b/reward": 0.3, "task/b/pass_rate": 0.0})
+
+
 def _never_fires(r, s):
     r.update({"groups/zero_variance_frac": 1.0, "reward/mean": 0.0, "reward/std": 0.0, "pass_rate": 0.0})
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from diag_streams import (STALL_AT, _blowup, _collapse, _failing, _is_spike, _kl_spike, _memory, _low_entropy_still_learning,
-                          _never_fires, _no_signal, _plateau_stream, _runaway, _saturated, _skipped, _truncation,
+                          _never_fires, _no_signal, _task_stalled, _plateau_stream, _runaway, _saturated, _skipped, _truncation,
                           stream)
 
 from posttrain.config.schema import DiagnosticsConfig
@@ -20,6 +20,7 @@ def run(records, cfg=None) -> list[DiagnosticEvent]:
 
 CASES = {
     "no_signal": (stream(bad=_no_signal), STALL_AT),
+    "task_stalled": (stream(bad=_task_stalled), STALL_AT),
     "saturated": (stream(bad=_saturated), STALL_AT),
     "plateau_no_pass": (_plateau_stream(), STALL_AT),
     "entropy_collapse": (stream(bad=_collapse), STALL_AT),

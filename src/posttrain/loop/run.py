@@ -281,6 +281,9 @@ class Run:
             cols = [("before", before), ("after", last_eval)]
         title = f"held-out ({len(self.eval_rows)} prompts): {' vs '.join(c for c, _ in cols)}"
         con.console.print(con.eval_table(title, cols)) if self.cfg.logging.console else None
+        per_task = con.task_table("held-out by task", cols)
+        if per_task is not None and self.cfg.logging.console:
+            con.console.print(per_task)
         verdicts = self.watch.report(self.run_dir)
         if verdicts:
             self.say(verdicts)

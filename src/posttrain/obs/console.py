@@ -38,6 +38,26 @@ def print_line(text: str, enabled: bool = True) -> None:
         console.file.flush()  # progress must show up live when stdout is a pipe or a file (| tee run.log)
 
 
+def task_table(title: str, cols: list[tuple[str, dict[str, float]]]) -> Table | None:
+    """A mixture's held-out pass rate and reward per task, one column per eval (`eval/task/<name>/...` keys);
+    None when the evals hold no per-task keys (a run of one task)."""
+    names = sorted({k[len("eval/task/"):].rsplit("/", 1)[0] for _, m in cols for k in m if k.startswith("eval/task/")})
+    if not names:
+        return None
+    table = Table(title=title)
+    table.add_column("task")
+    for label, _ in cols:
+        table.add_column(f"pass {label}", justify="right")
+    for label, _ in cols:
+        table.add_column(f"reward {label}", justify="right")
+    for n in names:
+        passes = [m.get(f"eval/task/{n}/pass_rate") for _, m in cols]
+        rewards = [m.get(f"eval/task/{n}/reward") for _, m in cols]
+        table.add_row(n, *[f"{v * 100:.1f}%" if v is not None else "-" for v in passes],
+                      *[f"{v:.3f}" if v is not None else "-" for v in rewards])
+    return table
+
+
 def suite_table(title: str, rows: list[dict[str, Any]]) -> Table:
     """An eval suite's rows (loop/eval_suite.py SuiteResult.table): one line per task."""
     table = Table(title=title)

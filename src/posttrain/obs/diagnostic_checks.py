@@ -245,6 +245,28 @@ def heldout_divergence(h: History, cfg: DiagnosticsConfig) -> Finding | None:
                    {"heldout_best": best, "heldout_now": now, "train_reward_then": r_best, "train_reward_now": r_now})
 
 
+@diagnostic("task_stalled")
+def task_stalled(h: History, cfg: DiagnosticsConfig) -> Finding | None:
+    """A mixture (tasks/mixture.py): one task's reward stopped rising and none of its samples passed over the last
+    plateau window of steps it was drawn in, while the run as a whole goes on. Names the task(s)."""
+    w = cfg.plateau_window
+    names = sorted({k[len("task/"):].rsplit("/", 1)[0] for k in h.keys() if k.startswith("task/")})
+    stalled = {}
+    for n in names:
+        r, p = h.last(f"task/{n}/reward", w), h.last(f"task/{n}/pass_rate", w)
+        if r and p and max(p) == 0.0 and not any(math.isnan(x) for x in r):
+            gain = _slope(r) * (w - 1)
+            if gain < cfg.plateau_min_gain:
+                stalled[n] = (r[-1], gain)
+    if not stalled or len(stalled) == len(names):  # all of them: `plateau_no_pass` / `no_signal` say it for the run
+        return None
+    which = ", ".join(f"{n} (reward {r:.2f}, {g:+.3f} over its last {w} steps)" for n, (r, g) in stalled.items())
+    return Finding(f"task stalled in the mixture: {which}; none of its samples passed",
+                   "the other tasks learn, this one does not: check its rewards alone (posttrain env check --task), "
+                   "give it partial credit or a format hint, raise its weight, or train it on its own first",
+                   {"tasks_stalled": float(len(stalled))})
+
+
 def _train_reward_near(h: History, step: int, n: int) -> float:
     """Mean train reward over the n steps up to `step` (the first n steps for step 0, the eval before training)."""
     recs = [t for t in h.train if "reward/mean" in t]

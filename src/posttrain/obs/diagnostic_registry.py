@@ -64,6 +64,10 @@ class History:
         """Every train value of key, in order (non-numbers read as nan). Do not modify the returned list."""
         return self._series.get(key, [])
 
+    def keys(self) -> list[str]:
+        """Every train metric seen so far."""
+        return list(self._series)
+
     def last(self, key: str, n: int) -> list[float]:
         """The last n values of key, or [] when there are fewer than n (a condition needs n steps of evidence)."""
         s = self.series(key)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from posttrain.types import Trajectory
+from posttrain.types import TASK_COLUMN, Trajectory
 
 
 def rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, float]:
@@ -38,12 +38,29 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, floa
         m[f"{prefix}pass_rate/guided"] = sum(t.passed for t in guided) / len(guided)
         if plain:
             m[f"{prefix}pass_rate/unguided"] = sum(t.passed for t in plain) / len(plain)
+    m.update(per_task_metrics(trajs, prefix))
     for key in sorted({k for t in trajs for k in t.metrics}):
         m[f"{prefix}episode/{key}"] = statistics.fmean(t.metrics.get(key, 0.0) for t in trajs)
     names = [k for k in (ok[0].reward_components if ok else {})]
     for name in names:
         vals = [t.reward_components.get(name, 0.0) for t in ok]
         m[f"{prefix}reward/{name}"] = statistics.fmean(vals)
+    return m
+
+
+def per_task_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, float]:
+    """A mixture's samples by task (their rows' TASK_COLUMN): `task/<name>/pass_rate`, `reward`, `samples`."""
+    by: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        name = t.row.get(TASK_COLUMN)
+        if name is not None:
+            by.setdefault(str(name), []).append(t)
+    m: dict[str, float] = {}
+    for name, ts in sorted(by.items()):
+        ok = [t.reward for t in ts if not t.failed]
+        m[f"{prefix}task/{name}/pass_rate"] = sum(t.passed for t in ts) / len(ts)
+        m[f"{prefix}task/{name}/reward"] = statistics.fmean(ok) if ok else 0.0
+        m[f"{prefix}task/{name}/samples"] = float(len(ts))
     return m
 
 

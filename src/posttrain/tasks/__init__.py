@@ -21,6 +21,7 @@ BUILTIN_TASKS: dict[str, str] = {
     "ttrl": "posttrain.tasks.ttrl",
     "decision-routing": "posttrain.tasks.decision_routing",
     "drawing": "posttrain.tasks.drawing",
+    "mixture": "posttrain.tasks.mixture",
 }
 
 
