@@ -96,3 +96,24 @@ def test_posttrain_eval_runs_a_three_task_suite_and_writes_json(tmp_path):
     r = subprocess.run([sys.executable, "-m", "posttrain.cli", "eval", "--model", "tiny-random", "--task", "count-a",
                         "--task", "count-a", "--samples", "8"], capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "eval_temperature" in r.stderr  # k samples of a greedy eval: refused
+
+
+def test_a_run_evaluates_its_suite_before_during_and_after_training(tmp_path):
+    from posttrain.config import load_config
+    from posttrain.loop import train
+
+    cfg = load_config(None, ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false",
+                             "logging.console=false", "loop.eval_prompts=2", "loop.steps=2", "loop.save_every=0",
+                             "eval_suite.tasks=[{name: count-a}, {name: arith}]", "eval_suite.every=1",
+                             "eval_suite.samples=4", "eval_suite.prompts=2", f"run.output_dir={tmp_path}"])
+    res = train(cfg)
+    recs = [json.loads(line) for line in (res.run_dir / "metrics.jsonl").read_text().splitlines()]
+    suite = [r for r in recs if r.get("kind") == "suite"]
+    assert [r["step"] for r in suite] == [0, 1, 2]  # the base model, every step, the end
+    for r in suite:
+        for task in ("count-a", "arith"):
+            assert 0.0 <= r[f"suite/{task}/pass@1"] <= r[f"suite/{task}/pass@4"] <= 1.0
+            assert f"suite/{task}/maj@4" in r
+    summary = json.loads((res.run_dir / "summary.json").read_text())
+    assert set(summary["suite"]) == {"before", "after"} and summary["suite"]["after"] == {
+        k: v for k, v in suite[-1].items() if k.startswith("suite/")}

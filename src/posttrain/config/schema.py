@@ -12,6 +12,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from posttrain.config.algorithm import (  # noqa: F401 - re-exported: the schema is one namespace
     ALGORITHM_PRESETS, AlgorithmConfig, ESConfig, HintDistillConfig, InsightsConfig, RisedConfig, TeacherConfig)
 from posttrain.config.cluster import ClusterConfig, SamplerResources  # noqa: F401 - re-exported
+from posttrain.config.eval_suite import EvalSuiteConfig
 from posttrain.config.diagnostics import DiagnosticsConfig, RemediesConfig  # noqa: F401 - re-exported
 from posttrain.config.strict import _Strict
 
@@ -290,6 +291,7 @@ class Config(_Strict):
     logging: LoggingConfig = LoggingConfig()
     judge: JudgeConfig = JudgeConfig()
     diagnostics: DiagnosticsConfig = DiagnosticsConfig()
+    eval_suite: EvalSuiteConfig = EvalSuiteConfig()
     cluster: ClusterConfig = ClusterConfig()
     debug: DebugConfig = DebugConfig()
 

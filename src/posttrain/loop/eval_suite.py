@@ -130,5 +130,11 @@ def run_suite(tasks: list[SuiteTask], sampler: Sampler, tokenizer: Any, settings
     return asyncio.run(run_suite_async(tasks, sampler, tokenizer, settings, progress))
 
 
+def suite_tasks(cfg: Any, seed: int = 0) -> list[SuiteTask]:
+    """The tasks of a config's `eval_suite` section, loaded once for the run."""
+    return [SuiteTask.load(t["name"], t.get("options") or {}, int(t.get("prompts", cfg.prompts)), cfg.answer_format,
+                           seed) for t in cfg.tasks]
+
+
 def with_prompts(tasks: list[SuiteTask], prompts: int) -> list[SuiteTask]:
     return [replace(t, prompts=prompts) for t in tasks]

@@ -27,6 +27,7 @@ from posttrain.config.schema import Config
 from posttrain.loop.components import Components, build
 from posttrain.loop.best_model import BestModel
 from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from posttrain.loop.eval_suite import SuiteSettings, run_suite_async, suite_tasks
 from posttrain.loop.evaluate import evaluate_async
 from posttrain.guidance.insights import evaluate_with_insights
 from posttrain.types import SampleParams
@@ -98,7 +99,10 @@ class Run:
             raise
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
         self.best = BestModel(cfg.loop.best_metric, self.run_dir / "best")
-        self.final_step: int | None = None  # the step whose model final/ holds, once exported
+        self.suite = suite_tasks(cfg.eval_suite, cfg.run.seed)  # other tasks, pass@k (loop/eval_suite.py)
+        self.final_step: int | None = None
+        self.suite_before: dict[str, float] = {}
+        self.suite_after: dict[str, float] = {}  # the step whose model final/ holds, once exported
         self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard,
                                     sinks=tracker_sinks(cfg, self.run_dir))
         self.watch = Watch(cfg, self.logger.log, self.say,
@@ -147,6 +151,8 @@ class Run:
                 if not before and eval_before:
                     before = await self._eval(0, "before training" if warm is None else "after the warm start")
                     self.watch.observe({"kind": "eval", "step": 0, **before}, stepper)
+                if start == 0:
+                    self.suite_before = await self._suite(0)
                 done = await self._train(stepper, start, before)
             finally:
                 await stepper.close()  # stops rollout workers before the final eval
@@ -158,6 +164,7 @@ class Run:
                     self._checkpoint(stepper, done, before)
                 last_eval = await self._eval(done, "after training")
                 self.watch.observe({"kind": "eval", "step": done, **last_eval}, stepper)
+                self.suite_after = await self._suite(done)
             if done > start or warm is not None:  # warm start only (loop.steps=0): its model is the result
                 self._save_final(done)
         finally:
@@ -193,6 +200,8 @@ class Run:
             if cfg.loop.eval_every and done % cfg.loop.eval_every == 0 and done < cfg.loop.steps:
                 m_eval = await self._eval(done, "held-out")
                 self.watch.observe({"kind": "eval", "step": done, **m_eval}, stepper)
+            if cfg.eval_suite.every and done % cfg.eval_suite.every == 0 and done < cfg.loop.steps:
+                await self._suite(done)
             if cfg.loop.keep_checkpoints and cfg.loop.save_every and done % cfg.loop.save_every == 0:
                 self._checkpoint(stepper, done, before)
             if cfg.loop.time_budget_s and time.perf_counter() - t_train >= cfg.loop.time_budget_s:
@@ -255,6 +264,22 @@ class Run:
         m["eval/reward"] = m["eval/reward/mean"]
         return m
 
+    async def _suite(self, step: int) -> dict[str, float]:
+        """The eval suite (eval_suite.tasks) on the policy now: one `suite` record and a table."""
+        if not self.suite:
+            return {}
+        s = self.cfg.eval_suite
+        settings = SuiteSettings(samples=s.samples, temperature=s.temperature,
+                                 max_tokens=self.c.eval_params.max_tokens)
+        with trace.span("eval_suite", worker="trainer", step=step):
+            result = await run_suite_async(self.suite, self.c.sampler, self.c.tokenizer, settings, progress=self.say)
+        m = result.flat_metrics()
+        self.logger.log({"kind": "suite", "step": step, **m})
+        if self.cfg.logging.console:
+            con.console.print(con.suite_table(f"eval suite at step {step} ({s.samples} samples per prompt)",
+                                              result.table()))
+        return m
+
     def _checkpoint(self, stepper: Stepper, step: int, before: dict[str, float]) -> None:
         save_checkpoint(self.run_dir, step, {STEPPER_FILE: stepper.state_dict()}, self.c.sampler.generator,
                         {"before": before, "watch": self.watch.state_dict(), "best": self.best.state_dict()},
@@ -293,6 +318,8 @@ class Run:
                                    "peak_rss_mb": peak, "diagnostics": self.watch.summary(),
                                    "final": {"step": self.final_step, "model": self.cfg.loop.final_model,
                                              "best": {"metric": self.best.metric, **self.best.state_dict()}}}
+        if self.suite:
+            summary["suite"] = {"before": self.suite_before, "after": self.suite_after}
         if warm is not None:
             summary["warm_start"] = {**asdict(warm), "base_eval": base_eval}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -1,0 +1,33 @@
+"""The `eval_suite:` section: other tasks evaluated during a run, k samples per prompt (loop/eval_suite.py)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator, model_validator
+
+from posttrain.config.strict import _Strict
+
+
+class EvalSuiteConfig(_Strict):
+    tasks: list[dict] = Field(default_factory=list, description=(
+        "tasks evaluated with pass@1 / pass@k / maj@k beside the training task, e.g. [{name: count-a}, {name: "
+        "reasoning_gym:leg_counting, options: {eval_size: 32}}]; empty: no suite"))
+    every: int = Field(0, ge=0, description="run the suite every N steps as well (0: before and after training only)")
+    samples: int = Field(8, ge=1, description="k: completions per prompt")
+    prompts: int = Field(32, ge=1, description="held-out prompts per task")
+    temperature: float = Field(0.7, ge=0.0, description="sampling temperature of the suite (> 0 when samples > 1)")
+    answer_format: str = Field("auto", description="how maj@k reads an answer (rewards/extract.py)")
+
+    @field_validator("tasks")
+    @classmethod
+    def _named(cls, v: list[dict]) -> list[dict]:
+        for i, t in enumerate(v):
+            if not isinstance(t, dict) or "name" not in t or set(t) - {"name", "options", "prompts"}:
+                raise ValueError(f"eval_suite.tasks[{i}] must be {{name, options?, prompts?}}, got {t!r:.200}")
+        return v
+
+    @model_validator(mode="after")
+    def _sampled(self) -> EvalSuiteConfig:
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError(f"eval_suite.samples={self.samples} at temperature 0 repeats one completion; set "
+                             "eval_suite.temperature > 0 (e.g. 0.7) or samples=1")
+        return self
