@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -44,76 +43,20 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from posttrain.sampling.base import Sampler
 from posttrain.sampling.chat_prompt import ChatRenderer
 from posttrain.sampling.context import ContextBudget, ContextOverflow
-from posttrain.sampling.http_serve import schema_error_message
+from posttrain.sampling.openai_requests import (  # noqa: F401 - the request API is re-exported from here
+    MIN_TEMPERATURE, BadRequest, ChatRequest, CompletionRequest, ContextLengthExceeded, HTTPError, RequestLimits,
+    _Sampling, add_error_handlers)
 from posttrain.sampling.recorder import RecordedCall, RolloutRecorder
 from posttrain.sampling.tool_calls import parse_tool_calls
 from posttrain.types import Completion, SampleParams
 
 log = logging.getLogger(__name__)
 ROLLOUT_HEADER = "x-rollout-id"
-# 0 means greedy; a positive temperature below this is refused: logits / temperature overflows float32 near 1e-37
-# (1e-300 gave NaN logprobs, then a 500 writing them), and nothing useful lies between 0 and 1e-4.
-MIN_TEMPERATURE = 1e-4
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class RequestLimits:
-    """What one request may ask for (checked before any work starts; each refusal says which limit)."""
-
-    max_messages: int = 1024  # messages in one chat request
-    max_chars: int = 1_000_000  # characters of text in one request: messages, tools, text prompts
-    max_n: int = 64  # completions per prompt (a GRPO group of up to 64 in one request)
-    max_prompts: int = 64  # prompts in one /v1/completions call (OpenAISampler sends at most 64)
-    max_stop: int = 16  # stop strings
-    max_stop_chars: int = 1000  # their characters, together
-    max_temperature: float = 2.0  # OpenAI's range is [0, 2]
-
-    def __post_init__(self):
-        for name in ("max_messages", "max_chars", "max_n", "max_prompts", "max_stop", "max_stop_chars"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"RequestLimits.{name} must be >= 1, got {getattr(self, name)}")
-        if not MIN_TEMPERATURE <= self.max_temperature < math.inf:
-            raise ValueError(f"RequestLimits.max_temperature must be finite and >= {MIN_TEMPERATURE}")
-
-
-class _Sampling(BaseModel):
-    # Unknown OpenAI fields (user, presence_penalty, ...) are ignored; NaN and infinities are schema errors.
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
-    model: str | None = None
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0, lt=2**31)
-    n: int = Field(1, ge=1)
-    stop: str | list[str] | None = None
-    seed: int | None = Field(None, ge=-(2**63), lt=2**64)  # what torch.Generator.manual_seed takes
-    stream: bool = False
-    rollout_id: str | None = None
-    return_token_ids: bool = False
-    return_tokens_as_token_ids: bool = False
-
-
-class ChatRequest(_Sampling):
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    tools: list[dict[str, Any]] | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
-
-
-class CompletionRequest(_Sampling):
-    prompt: str | list[int] | list[str] | list[list[int]]
-    max_tokens: int = Field(16, ge=1)
-    logprobs: int | None = Field(None, ge=0, le=20)
-    echo: bool = False
 
 
 @dataclass
@@ -137,19 +80,6 @@ class ServerState:
     async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` in a worker thread: the event loop (and /health) keeps answering meanwhile."""
         return await asyncio.get_running_loop().run_in_executor(self.cpu, fn, *args)
-
-
-class BadRequest(ValueError):
-    """A request this server refuses: 400 with `code` (OpenAI's string code when there is one)."""
-
-    def __init__(self, message: str, code: str | int = 400):
-        super().__init__(message)
-        self.code = code
-
-
-class ContextLengthExceeded(BadRequest):
-    def __init__(self, message: str):
-        super().__init__(message, "context_length_exceeded")
 
 
 def create_app(sampler: Sampler, tokenizer: Any, model_name: str = "posttrain", recorder: RolloutRecorder | None = None,
@@ -433,19 +363,13 @@ async def _sample(st: ServerState, prompts_P: list[list[int]], params: SamplePar
         st.stats["timeouts"] += 1
         log.warning("sampler call timed out after %.1fs (%d timeouts so far)", st.request_timeout_s,
                     st.stats["timeouts"])
-        raise _HTTPError(504, f"sampling timed out after {st.request_timeout_s}s") from None
+        raise HTTPError(504, f"sampling timed out after {st.request_timeout_s}s") from None
     except ContextOverflow as e:  # the sampler's own check (a budget tighter than the one read here)
         st.stats["errors"] += 1
         raise ContextLengthExceeded(str(e)) from None
     except ValueError as e:  # the sampler rejected the request (empty prompt, bad max_tokens, ...)
         st.stats["errors"] += 1
         raise BadRequest(str(e)) from None
-
-
-class _HTTPError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
 
 
 def _token_strs(st: ServerState, ids: list[int], body: _Sampling) -> list[str]:
@@ -463,34 +387,6 @@ def _envelope(obj: str, st: ServerState, prompts_P: list[list[int]], groups: lis
             "choices": choices, "policy_version": min((c.policy_version for g in groups for c in g), default=0),
             "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
                       "total_tokens": n_prompt + n_completion}}
-
-
-def _error(status: int, message: str, kind: str, code: str | int | None = None,
-           param: str | None = None) -> JSONResponse:
-    err: dict[str, Any] = {"message": message, "type": kind, "code": status if code is None else code}
-    if param is not None:
-        err["param"] = param
-    return JSONResponse(status_code=status, content={"error": err})
-
-
-def add_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(BadRequest)
-    async def _bad_request(_: Request, e: BadRequest) -> JSONResponse:
-        return _error(400, str(e), "invalid_request_error", e.code)
-
-    @app.exception_handler(RequestValidationError)
-    async def _schema(_: Request, e: RequestValidationError) -> JSONResponse:
-        message, param = schema_error_message(e)
-        return _error(422, message, "invalid_request_error", param=param)
-
-    @app.exception_handler(_HTTPError)
-    async def _http_error(_: Request, e: _HTTPError) -> JSONResponse:
-        return _error(e.status, str(e), "timeout" if e.status == 504 else "server_error")
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, e: Exception) -> JSONResponse:  # a bug: answer 500, keep serving
-        log.exception("unhandled error in request")
-        return _error(500, f"{type(e).__name__}: {e}", "server_error")
 
 
 def build_model_app(model: str, lora: str | None = None, dtype: str = "float32", seed: int = 0,
