@@ -30,6 +30,10 @@ USER_MODULE_PREFIX = "posttrain_user_task_"
 
 def load_task(name: str, options: dict[str, Any] | None = None, seed: int = 0) -> Task:
     options = dict(options or {})
+    if name.startswith("verifiers:"):  # a verifiers environment (tasks/verifiers_task.py)
+        from posttrain.tasks.verifiers_task import load_verifiers_task
+
+        return load_verifiers_task(name, options, seed)
     if name in BUILTIN_TASKS:
         factory = builtin_task_factory(name)
     elif ":" in name:

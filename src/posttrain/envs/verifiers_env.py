@@ -1,0 +1,447 @@
+"""Run a `verifiers` (0.4, `verifiers.v1`) environment as a posttrain env (`task.name=verifiers:...`,
+docs/verifiers.md).
+
+Its tasks become the rows (each row carries the task's wire data in `TASK_COLUMN`), its rewards the rubric
+(`verifiers_rubric`), and every model call it makes reaches the policy through posttrain's token-capturing
+OpenAI-compatible endpoint, the one AgentEnv serves (`AgentEnv.server_for`): the trajectory is built from the
+exact prompt ids, completion ids and sampler logprobs the server recorded, never from re-tokenized text.
+
+One rollout (`VerifiersEnv.rollout`):
+  * the row's task is rebuilt from its wire data and played by the verifiers Env (`Env.run_episode`), inside
+    `Env.serving()` (held open in a task of its own, one per event loop), under `timeout_s`;
+  * the seats that would run verifiers' default program (the `bash` harness in a Prime sandbox) or its tool-less
+    `null` chat loop run `PosttrainChatHarness` instead: the same chat loop, in process, non-streaming, with MCP
+    tools, each env message cut to `max_observation_chars` (bounded.truncate_text) and each call bounded;
+  * each trainable seat's calls carry their own rollout id (`<rollout>/<trace id>`), so the server records them
+    apart; the first trainable trace that made a model call is the trajectory (its turns are its model calls,
+    the env's messages between them loss-masked, as AgentEnv's);
+  * verifiers scores the trace (its `@vf.reward`s, weights kept); `score()` reads those scores through the task's
+    rubric. An exception, an error on the trace or the timeout fails that sample only, with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import math
+import sys
+import types
+import uuid
+from contextlib import AsyncExitStack
+from typing import Any
+
+import openai
+import verifiers.v1 as vf
+from verifiers.v1.dialects.chat import message_to_wire
+from verifiers.v1.errors import MODEL_TRANSPORT_ERROR_EXIT_CODE
+from verifiers.v1.harnesses.utils.mcp import call_mcp, connect_mcp
+from verifiers.v1.runtimes import ProgramResult
+
+from posttrain.bounded import truncate_text
+from posttrain.envs.agent import AgentEnv
+from posttrain.envs.single_turn import score_with_rubric
+from posttrain.envs.task import Task
+from posttrain.rewards.rubric import RewardComponent, Rubric
+from posttrain.sampling.base import Sampler
+from posttrain.types import SampleParams, Trajectory, Turn
+
+log = logging.getLogger(__name__)
+
+TASK_COLUMN = "verifiers_task"  # a row's verifiers task, as its wire data (TaskData.model_dump)
+REWARDS_COLUMN = "verifiers_rewards"  # a rollout's recorded rewards: {name: {"score", "weight"}}
+OTHER_REWARDS = "verifiers_other"  # rubric component: rewards not known before the rollout (keyed results, finalize)
+HARNESS_ID = "posttrain_chat"
+ERROR_CHARS = 500  # of an error message kept on a failed trajectory
+
+# The rollout id of the rollout running in this context: the harness tags a trainable seat's calls with it.
+_ROLLOUT: contextvars.ContextVar[str | None] = contextvars.ContextVar("posttrain_verifiers_rollout", default=None)
+
+
+# ---- the harness -------------------------------------------------------------------------------------------
+
+
+class PosttrainChatHarnessConfig(vf.HarnessConfig):
+    id: str = HARNESS_ID
+    max_observation_chars: int = 8000  # of one env message (prompt, user turn, tool result) the model reads
+    max_calls: int = 16  # model calls in one segment (a tool loop that never answers ends here)
+    request_timeout_s: float = 120.0  # one model call
+
+
+class PosttrainChatHarness(vf.Harness[PosttrainChatHarnessConfig]):
+    """verifiers' tool-less chat loop (`null`) with MCP tools, run in process: verifiers' own runs it as a uv
+    script (network to install it) and streams (the posttrain server answers whole). "The interception is the
+    contract, not the process" (verifiers.v1.harness): every call goes through `endpoint` with `secret`."""
+
+    APPENDS_SYSTEM_PROMPT = True
+    SUPPORTS_MCP = True
+    SUPPORTS_RESUME = True  # a resumed segment is relaunched on the whole conversation, like `null`
+    EXECUTES_CODE = False
+    NEEDS_CONTAINER = False
+
+    async def launch(self, ctx: vf.ModelContext, trace: vf.Trace, runtime: Any, endpoint: str, secret: str,
+                     mcp_urls: dict[str, str], data: vf.TaskData, tool_interception_url: str | None = None
+                     ) -> ProgramResult:
+        cfg = self.config
+        messages = self._messages(data)
+        async with AsyncExitStack() as stack:
+            tools, dispatch, servers = await self._tools(mcp_urls, stack)
+            client = openai.AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0,
+                                        timeout=cfg.request_timeout_s + 5, default_headers=_rollout_header(trace))
+            stack.push_async_callback(client.close)
+            for _ in range(cfg.max_calls):
+                try:
+                    r = await client.chat.completions.create(model=ctx.model, messages=messages,
+                                                             **({"tools": tools} if tools else {}))
+                except openai.APIConnectionError as e:  # incl. timeouts: verifiers reads this code as transport
+                    return ProgramResult(MODEL_TRANSPORT_ERROR_EXIT_CODE, "", str(e))
+                except openai.APIStatusError as e:  # a refused turn (a limit, a @stop) ends the run cleanly
+                    return ProgramResult(0 if trace.stop_condition else 1, "", str(e))
+                message = r.choices[0].message
+                messages.append(message.model_dump(exclude_none=True))
+                if not message.tool_calls:
+                    return ProgramResult(0, message.content or "", "")
+                for call in message.tool_calls:
+                    messages.append(await self._tool_message(call, dispatch, servers))
+        return ProgramResult(0, "", "")
+
+    def _messages(self, data: vf.TaskData) -> list[dict[str, Any]]:
+        """The conversation to send, every message but the model's own cut to `max_observation_chars` (the same
+        cut each call, so the conversation stays a prefix of the next one)."""
+        system, prompt = self.resolve_prompt(data)
+        msgs = [{"role": "system", "content": system}] if system else []
+        if isinstance(prompt, str):
+            msgs.append({"role": "user", "content": prompt})
+        else:
+            msgs += [message_to_wire(m) for m in prompt or []]
+        return [m if m.get("role") == "assistant" else self._bounded(m) for m in msgs]
+
+    def _bounded(self, message: dict[str, Any]) -> dict[str, Any]:
+        cap = self.config.max_observation_chars
+        content = message.get("content")
+        if isinstance(content, str):
+            return {**message, "content": truncate_text(content, cap)[0]}
+        if isinstance(content, list):
+            parts = [{**p, "text": truncate_text(p["text"], cap)[0]} if isinstance(p.get("text"), str) else p
+                     for p in content if isinstance(p, dict)]
+            return {**message, "content": parts}
+        return message
+
+    async def _tools(self, mcp_urls: dict[str, str], stack: AsyncExitStack):
+        if not mcp_urls:
+            return [], {}, {}
+        spec = {"mcpServers": {n: {"url": u, "timeout": self.config.tool_timeout} for n, u in mcp_urls.items()}}
+        return await asyncio.wait_for(connect_mcp(spec, stack), self.config.tool_timeout)
+
+    async def _tool_message(self, call: Any, dispatch: dict, servers: dict) -> dict[str, Any]:
+        """The tool's result, or the error, as the model reads it back: never an exception out of the loop."""
+        function = getattr(call, "function", None)  # a custom (non-function) tool call has none
+        name = getattr(function, "name", "") or "?"
+        try:
+            args = json.loads(getattr(function, "arguments", None) or "{}")
+            if name not in dispatch:
+                raise ValueError(f"unknown tool {name!r}")
+            if not isinstance(args, dict):
+                raise ValueError("tool arguments must be a JSON object")
+            content = await asyncio.wait_for(call_mcp(servers, dispatch, name, args), self.config.tool_timeout)
+        except asyncio.TimeoutError:
+            content = f"error: tool {name!r} took longer than {self.config.tool_timeout}s"
+        except Exception as e:  # noqa: BLE001 - a failing tool is an observation for the model
+            content = f"error: {type(e).__name__}: {e}"
+        return self._bounded({"role": "tool", "tool_call_id": call.id, "name": name, "content": content})
+
+
+def _rollout_header(trace: vf.Trace) -> dict[str, str]:
+    """The server records a call under its X-Rollout-Id; only trainable seats' calls are recorded (a modeled user
+    or a judge seat is the env, not the policy being trained)."""
+    rid = _ROLLOUT.get()
+    if rid is None or (trace.agent is not None and not trace.agent.trainable):
+        return {}
+    return {"X-Rollout-Id": f"{rid}/{trace.id}"}
+
+
+def register_plugin_module(name: str, *classes: type) -> str:
+    """Make `classes` a verifiers plugin named `name` in this process (a module in sys.modules exporting them via
+    `__all__`, which is what verifiers' loader imports a taskset, env or harness id as). Returns `name`."""
+    module = types.ModuleType(name)
+    for cls in classes:
+        setattr(module, cls.__name__, cls)
+    module.__all__ = [cls.__name__ for cls in classes]
+    sys.modules[name] = module
+    return name
+
+
+register_plugin_module(HARNESS_ID, PosttrainChatHarness)
+
+
+# ---- building the verifiers env ------------------------------------------------------------------------------
+
+
+def with_posttrain_seats(config: vf.EnvConfig, harness: dict[str, Any], max_turns: int) -> vf.EnvConfig:
+    """`config` with every seat that runs verifiers' default program (no harness pinned, and the taskset ships
+    none: `bash`) or its `null` chat loop switched to PosttrainChatHarness (`harness`: its knobs) in the local
+    subprocess runtime (instead of a Prime sandbox), and every seat's model turns bounded by `max_turns` where the
+    env sets no bound. Seats pinning another harness (a shell, a coding agent, a browser), or falling back to one
+    the taskset ships, keep it: those need their program installed, usually a container."""
+    default_is_bash = vf.default_harness_id(config.taskset.id) == "bash"
+    update = {}
+    for name, seat in config:
+        if not isinstance(seat, vf.AgentConfig):
+            continue
+        changes: dict[str, Any] = {"max_turns": seat.max_turns or max_turns}
+        pinned = seat.harness.id if seat.harness is not None else None
+        if (pinned is None and default_is_bash) or pinned in ("null", HARNESS_ID):
+            changes["harness"] = PosttrainChatHarnessConfig(**harness)
+            if isinstance(seat.runtime, vf.PrimeConfig):
+                changes["runtime"] = vf.SubprocessConfig()
+        update[name] = seat.model_copy(update=changes)
+    return config.model_copy(update=update)
+
+
+def vf_task_of(env: vf.Env, row: dict[str, Any]) -> vf.Task:
+    """The verifiers task a row carries, rebuilt from its wire data (as verifiers rebuilds a task from a trace)."""
+    task_cls = env.taskset.task_type()
+    return task_cls(task_cls.data_type().model_validate(row[TASK_COLUMN]), env.taskset.config.task)
+
+
+def task_row(task: vf.Task) -> dict[str, Any]:
+    """A posttrain row for a verifiers task: its prompt (shown in reports; the env sends the task's own) and its
+    wire data."""
+    prompt = task.data.prompt
+    if not isinstance(prompt, str):
+        prompt = [message_to_wire(m) for m in prompt] if prompt else ""
+    return {"prompt": prompt, TASK_COLUMN: task.data.model_dump(mode="json", exclude_none=True)}
+
+
+# ---- the rubric ------------------------------------------------------------------------------------------------
+
+
+def reward_weights(task: vf.Task) -> dict[str, float]:
+    """The task's rewards in the order verifiers runs them (highest priority, then name), with their weights: its
+    `@vf.reward` methods and plugged rewards, then its judges."""
+    out = {fn.__name__: float(getattr(fn, "_vf_weight", 1.0)) for fn in task.hooks("reward")}
+    for judge in task.plugged_judges():
+        out.setdefault(judge.reward_name, float(judge.config.weight))
+    return out
+
+
+def verifiers_rubric(task: vf.Task, pass_reward: str | None = None) -> Rubric:
+    """One component per reward of the verifiers task (the score verifiers recorded, weight kept), plus
+    `verifiers_other` (the weighted sum of rewards only known once a rollout ran: keyed results, an env's
+    finalize), so the reward is verifiers' own total. A sample passes when `pass_reward` (default: the first
+    reward verifiers runs) scores >= 1."""
+    weights = reward_weights(task)
+    comps = [RewardComponent(name, _score_of(name), weight=w) for name, w in weights.items()]
+    comps.append(RewardComponent(OTHER_REWARDS, _other_rewards(set(weights)), weight=1.0))
+    headline = pass_reward or (next(iter(weights)) if weights else OTHER_REWARDS)
+    if headline not in weights and headline != OTHER_REWARDS:
+        raise ValueError(f"pass_reward {headline!r} is not a reward of this verifiers task: {sorted(weights)}")
+    return Rubric(comps, pass_component=headline)
+
+
+def _score_of(name: str):
+    def score(completions: list[Any], verifiers_rewards: list[Any] | None = None, **_: Any) -> list[float | None]:
+        recorded = verifiers_rewards or [None] * len(completions)
+        return [((r or {}).get(name) or {}).get("score") for r in recorded]
+
+    score.__name__ = name
+    return score
+
+
+def _other_rewards(known: set[str]):
+    def verifiers_other(completions: list[Any], verifiers_rewards: list[Any] | None = None, **_: Any) -> list[float]:
+        recorded = verifiers_rewards or [None] * len(completions)
+        return [sum(v["score"] * v["weight"] for k, v in (r or {}).items() if k not in known) for r in recorded]
+
+    return verifiers_other
+
+
+# ---- the env -----------------------------------------------------------------------------------------------------
+
+
+class VerifiersEnv:
+    """A posttrain Env playing `vf_env`'s tasks (see the module docstring). `task`: the posttrain task (its rubric
+    scores what verifiers recorded, `verifiers_rubric`). `timeout_s` bounds one whole episode, `request_timeout_s`
+    one model call (the server's sampler timeout); `max_tokens` is the server's default when a call sets none."""
+
+    def __init__(self, vf_env: vf.Env, task: Task, tokenizer: Any = None, timeout_s: float = 300.0,
+                 request_timeout_s: float = 120.0, max_tokens: int | None = None, model_name: str = "policy"):
+        self.vf_env = vf_env
+        self.task = task
+        self.timeout_s = timeout_s
+        self.max_tokens = max_tokens or task.max_tokens or 512
+        self.model_name = model_name
+        # AgentEnv's endpoint, one per (event loop, sampler): the same token-capturing server an agent gets.
+        self._endpoint = AgentEnv(_no_agent, tokenizer=tokenizer, timeout_s=timeout_s,
+                                  request_timeout_s=request_timeout_s, model_name=model_name,
+                                  max_tokens=self.max_tokens)
+        self._serving: list[tuple[Any, vf.Env, asyncio.Future, asyncio.Event, asyncio.Task]] = []
+        self.stats = {"rollouts": 0, "failed": 0, "timeouts": 0, "dropped_calls": 0}
+
+    async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
+        rid = uuid.uuid4().hex
+        episode, error, records, served = None, None, {}, []
+        token = _ROLLOUT.set(rid)
+        try:
+            episode = await asyncio.wait_for(self._episode(row, sampler, params, served), self.timeout_s)
+        except asyncio.TimeoutError:
+            self.stats["timeouts"] += 1
+            error = f"verifiers episode timed out after {self.timeout_s}s"
+        except Exception as e:  # noqa: BLE001 - a broken env fails its sample, not the run
+            error = f"verifiers env raised {type(e).__name__}: {str(e)[:ERROR_CHARS]}"
+        finally:
+            _ROLLOUT.reset(token)
+            if served:  # also when cancelled: the server keeps no record of a finished rollout
+                records = _pop_records(served[0], rid)
+        traj = self._trajectory(row, episode, records, sampler, error)
+        self.stats["rollouts"] += 1
+        if traj.failed:
+            self.stats["failed"] += 1
+            log.warning("verifiers rollout failed: %s", traj.error)
+        return traj
+
+    async def score(self, trajectories: list[Trajectory]) -> None:
+        ok = [t for t in trajectories if not t.failed]
+        score_with_rubric(self.task, ok, lambda t: {REWARDS_COLUMN: t.extra.get(REWARDS_COLUMN, {})})
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        for lp, _, _, stop, holder in list(self._serving):
+            if lp is loop:
+                stop.set()
+                await asyncio.gather(holder, return_exceptions=True)
+        self._serving = [e for e in self._serving if e[0] is not loop]
+        await self._endpoint.close()
+
+    # ---- one episode -----------------------------------------------------------------------------------------
+    async def _episode(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None,
+                       served: list[Any]) -> Any:
+        """The endpoint, the env serving, then the episode: all of it under the rollout's timeout. `served` gets
+        the endpoint's app (its recorder holds the calls)."""
+        srv, app = await self._endpoint.server_for(sampler)
+        served.append(app)
+        env = await self._env_serving()
+        return await env.run_episode(vf_task_of(env, row), self._context(srv.url, params))
+
+    def _context(self, url: str, params: SampleParams | None) -> vf.ModelContext:
+        """The model the env's seats call: the posttrain endpoint, sampling as the run asks (verifiers imposes
+        these on every call; a seat's own sampling settings still win, as in verifiers)."""
+        p = params or SampleParams(max_tokens=self.max_tokens)
+        sampling: dict[str, Any] = {"temperature": p.temperature, "top_p": p.top_p, "max_tokens": p.max_tokens}
+        if p.top_k:
+            sampling["top_k"] = p.top_k
+        if p.stop:
+            sampling["stop"] = list(p.stop)
+        client = vf.EvalClientConfig(base_url=url + "/v1", api_key_var="POSTTRAIN_VERIFIERS_UNUSED_KEY")
+        return vf.ModelContext(model=self.model_name, client=client, sampling=vf.SamplingConfig(**sampling))
+
+    def _trajectory(self, row: dict[str, Any], episode: Any, records: dict[str, Any], sampler: Sampler,
+                    error: str | None) -> Trajectory:
+        trace, record = _trained(episode, records) if episode is not None else (None, None)
+        traj = record.trajectory(row) if record is not None else None
+        if traj is None:
+            traj = Trajectory(turns=[Turn([], [], [], sampler.policy_version)], row=dict(row))
+        error = error or _episode_error(episode, trace)
+        dropped = record.dropped_calls if record is not None else 0
+        self.stats["dropped_calls"] += dropped
+        traj.metrics.update({"verifiers/calls": float(len(record.calls) if record else 0),
+                             "verifiers/dropped_calls": float(dropped),
+                             "verifiers/untrained_traces": float(_untrained(episode, trace))})
+        if trace is not None and error is None:
+            _apply_trace(traj, trace)
+        if error is not None:
+            traj.failed, traj.error, traj.reward, traj.passed = True, error, 0.0, False
+        return traj
+
+    # ---- serving, one per event loop -------------------------------------------------------------------------
+    async def _env_serving(self) -> vf.Env:
+        """The verifiers env serving in this loop (`Env.serving()`: shared tool servers, the interception pool,
+        the env's start/stop), held open by a task of its own so it is entered and left in one task. A loop gets
+        its own copy of the env (built from the same config): serving state lives on the env object."""
+        loop = asyncio.get_running_loop()
+        self._serving = [e for e in self._serving if not e[0].is_closed() and not _failed(e[2])]
+        entry = next((e for e in self._serving if e[0] is loop), None)
+        if entry is None:
+            env = self.vf_env if not self._serving else type(self.vf_env)(self.vf_env.config)
+            ready, stop = loop.create_future(), asyncio.Event()
+            entry = (loop, env, ready, stop, asyncio.ensure_future(_hold_serving(env, ready, stop)))
+            self._serving.append(entry)
+        await asyncio.shield(entry[2])
+        return entry[1]
+
+
+async def _hold_serving(env: vf.Env, ready: asyncio.Future, stop: asyncio.Event) -> None:
+    try:
+        async with env.serving():
+            ready.set_result(None)
+            await stop.wait()
+    except Exception as e:  # noqa: BLE001 - handed to the rollouts waiting for it; the next one tries again
+        if not ready.done():
+            ready.set_exception(e)
+        else:
+            log.warning("verifiers env serving ended with %s: %s", type(e).__name__, e)
+    finally:
+        if not ready.done():
+            ready.cancel()
+
+
+def _failed(fut: asyncio.Future) -> bool:
+    return fut.done() and (fut.cancelled() or fut.exception() is not None)
+
+
+async def _no_agent(client: Any, row: dict[str, Any]) -> None:
+    raise RuntimeError("VerifiersEnv uses AgentEnv's endpoint only")
+
+
+def _pop_records(app: Any, rid: str) -> dict[str, Any]:
+    """Every call recorded under this rollout, by trace id."""
+    recorder = app.state.recorder
+    return {key.split("/", 1)[1]: recorder.pop(key) for key in recorder.rollout_ids() if key.startswith(rid + "/")}
+
+
+def _trained(episode: Any, records: dict[str, Any]) -> tuple[Any, Any]:
+    """The trace trained on, and its recorded calls: the first trainable trace that called the model."""
+    for trace in episode.traces:
+        record = records.get(trace.id)
+        if record is not None and record.calls:
+            return trace, record
+    return None, None
+
+
+def _untrained(episode: Any, trained: Any) -> int:
+    """Trainable traces of the episode not trained on (a multi-agent env with several policy seats)."""
+    if episode is None:
+        return 0
+    return sum(1 for t in episode.traces if t is not trained and (t.agent is None or t.agent.trainable))
+
+
+def _episode_error(episode: Any, trace: Any) -> str | None:
+    """Why an episode cannot be trained on, or None."""
+    if episode is None:
+        return None
+    # Without a trained trace (its only call failed: nothing was recorded), any trace's error is the reason.
+    traces = [trace] if trace is not None else episode.traces
+    errors = list(episode.errors) + [e for t in traces if not t.ok for e in t.errors]
+    if errors:
+        e = errors[-1]
+        return f"verifiers rollout failed: {e.type}: {e.message[:ERROR_CHARS]}"
+    if trace is None:
+        return "the verifiers env made no model call for the policy"
+    unscored = sorted(k for k, r in trace.rewards.items() if r is None)
+    if unscored:  # e.g. a scoring timeout: a reward of 0 there would be a guess, not a score
+        return f"verifiers did not score {', '.join(unscored)} (stopped: {trace.stop_condition})"
+    return None
+
+
+def _apply_trace(traj: Trajectory, trace: Any) -> None:
+    """What verifiers recorded on the trace: its rewards (scored later by the rubric), metrics, final reply."""
+    traj.extra[REWARDS_COLUMN] = {k: {"score": r.score, "weight": r.weight}
+                                  for k, r in trace.rewards.items() if r is not None}
+    traj.metrics.update({f"verifiers/{k}": float(v) for k, v in trace.metrics.items()
+                         if isinstance(v, (int, float)) and math.isfinite(v)})
+    traj.metrics["verifiers/turns"] = float(trace.num_turns)
+    traj.completion_text = trace.last_reply
+    traj.messages = [m.model_dump(exclude_none=True) for m in trace.messages]
+    if trace.stop_condition == "max_turns":
+        traj.stop_reason = "max_turns"

@@ -1,0 +1,190 @@
+"""`task.name=verifiers:<spec>`: a `verifiers` (v1) environment as a posttrain task (docs/verifiers.md).
+
+    verifiers:<taskset-id>           an installed taskset package, loaded by verifiers' own loader
+                                     (`vf.environment_class`, `vf.resolve_env_config`): task.options are the env's
+                                     config, verifiers' `[env]` block (`taskset: {...}`, `agent: {...}`, `id`, ...)
+    verifiers:path/to/env.py         a file that is a verifiers plugin module (`__all__` exports its Taskset
+                                     subclass, and its Env subclass when it has one); options as above
+    verifiers:path/to/file.py:fn     fn(**task.options) returns a `vf.Env`, a `vf.Taskset` (played by verifiers'
+    verifiers:package.module:fn      SingleAgentEnv) or a (Taskset, Env subclass) pair
+
+posttrain's own options, taken out before the rest go to verifiers: `n_train` / `n_eval` (how many tasks; an
+infinite taskset needs n_train), `eval` (options for the held-out tasks' env, merged over the others, e.g.
+`{taskset: {split: test}}`; without it `n_eval` (default 10%, at most 64) tasks are held out at random),
+`max_tokens`, `timeout_s` (one episode, default 300), `request_timeout_s` (one model call, default 120),
+`max_turns` (model calls per seat where the env sets no limit, default 16), `max_observation_chars` (of one env
+message, default 8000), `pass_reward` (the reward whose score >= 1 is a pass; default the first verifiers runs).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+from posttrain.envs.task import Task, TaskLoadError
+
+PREFIX = "verifiers:"
+OWN_OPTIONS = ("n_train", "n_eval", "eval", "max_tokens", "timeout_s", "request_timeout_s", "max_turns",
+               "max_observation_chars", "pass_reward")
+MAX_HELD_OUT = 64
+
+
+def load_verifiers_task(name: str, options: dict[str, Any] | None = None, seed: int = 0) -> Task:
+    try:
+        import verifiers.v1  # noqa: F401 - the optional dependency, checked before anything else
+    except ImportError as e:
+        raise TaskLoadError(f"task {name!r} needs verifiers: pip install 'posttrain[verifiers]' ({e})") from None
+    from posttrain.envs.verifiers_env import VerifiersEnv, verifiers_rubric, vf_task_of
+
+    spec = name.removeprefix(PREFIX)
+    own = {k: v for k, v in (options or {}).items() if k in OWN_OPTIONS}
+    rest = {k: v for k, v in (options or {}).items() if k not in OWN_OPTIONS}
+    env = _build(spec, rest, own)
+    train = _rows(env, own.get("n_train"), "n_train")
+    if "eval" in own:
+        evals = _rows(_build(spec, _merged(rest, dict(own["eval"] or {})), own), own.get("n_eval"), "n_eval")
+    else:
+        train, evals = _hold_out(train, own.get("n_eval"), seed)
+    if not train:
+        raise TaskLoadError(f"verifiers env {spec!r} has no tasks")
+    try:
+        rubric = verifiers_rubric(vf_task_of(env, train[0]), own.get("pass_reward"))
+    except ValueError as e:
+        raise TaskLoadError(str(e)) from None
+    timeout_s, request_timeout_s = float(own.get("timeout_s", 300)), float(own.get("request_timeout_s", 120))
+
+    def env_factory(task: Task, tokenizer: Any, params: Any) -> VerifiersEnv:
+        return VerifiersEnv(env, task, tokenizer, timeout_s=timeout_s, request_timeout_s=request_timeout_s,
+                            max_tokens=task.max_tokens)
+
+    return Task(name=name, train_rows=train, eval_rows=evals, rubric=rubric, env_factory=env_factory,
+                description=f"verifiers environment {env.config.env_id}", max_tokens=own.get("max_tokens"),
+                max_observation_chars=int(own.get("max_observation_chars", 8000)))
+
+
+# ---- the verifiers env a spec names --------------------------------------------------------------------------
+
+
+def _build(spec: str, options: dict[str, Any], own: dict[str, Any]) -> Any:
+    """The verifiers Env for `spec`, its seats running posttrain's chat harness (envs/verifiers_env.py)."""
+    from pydantic import ValidationError
+
+    from posttrain.envs.verifiers_env import with_posttrain_seats
+
+    harness = {"max_observation_chars": int(own.get("max_observation_chars", 8000)),
+               "request_timeout_s": float(own.get("request_timeout_s", 120))}
+    try:
+        env_cls, config, taskset = _resolve(spec, options)
+        env = env_cls(with_posttrain_seats(config, harness, int(own.get("max_turns", 16))))
+    except (ImportError, ValidationError, TypeError, ValueError, AttributeError) as e:
+        raise TaskLoadError(f"verifiers env {spec!r}: {type(e).__name__}: {e}") from None
+    if taskset is not None:
+        env.taskset = taskset  # the author's own object (the env built an equal one from its config)
+    return env
+
+
+def _resolve(spec: str, options: dict[str, Any]) -> tuple[type, Any, Any]:
+    """(Env class, env config, the Taskset object to keep or None) for a spec."""
+    import verifiers.v1 as vf
+
+    target, _, attr = spec.rpartition(":")
+    if not target:  # no function: an installed taskset id, or a plugin file
+        return (*_from_id(_plugin_file(spec) if spec.endswith(".py") else spec, options), None)
+    out = _function(target, attr)(**options)
+    if isinstance(out, vf.Env):
+        return type(out), out.config, None
+    taskset, env_cls = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
+    if not isinstance(taskset, vf.Taskset) or not (env_cls is None or issubclass(env_cls, vf.Env)):
+        raise TypeError(f"{target}:{attr} must return a verifiers Env, a Taskset or (Taskset, Env subclass), "
+                        f"got {type(out).__name__}")
+    from posttrain.envs.verifiers_env import register_plugin_module
+
+    classes = (type(taskset),) if env_cls is None else (type(taskset), env_cls)
+    ts_id = register_plugin_module(_plugin_name(type(taskset)), *classes)
+    data = {"taskset": {**taskset.config.model_dump(), "id": ts_id}}
+    return (*_from_id(ts_id, data), taskset)
+
+
+def _from_id(taskset_id: str, options: dict[str, Any]) -> tuple[type, Any]:
+    """Verifiers' own loader: the env class the taskset (or `options['id']`) names, and its validated config."""
+    import verifiers.v1 as vf
+
+    data = _merged(options, {"taskset": {"id": taskset_id}})
+    return vf.environment_class(taskset_id, data.get("id") or ""), vf.resolve_env_config(data)
+
+
+def _plugin_file(path: str) -> str:
+    """Import a plugin file under an id verifiers' loader finds (a module in sys.modules); return the id."""
+    module = _import_file(Path(path).expanduser())
+    return module.__name__
+
+
+def _function(target: str, attr: str) -> Any:
+    if target.endswith(".py") or "/" in target:
+        module = _import_file(Path(target).expanduser())
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as e:
+            raise TaskLoadError(f"cannot import module {target!r}: {e}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise TaskLoadError(f"{target} has no function {attr!r}")
+    return fn
+
+
+def _import_file(path: Path) -> Any:
+    if not path.exists():
+        raise TaskLoadError(f"verifiers env file not found: {path}")
+    name = f"posttrain_vf_file_{abs(hash(str(path.resolve()))):x}"  # lower case: verifiers lower-cases plugin ids
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise TaskLoadError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - report any import-time failure of user code clearly
+        del sys.modules[name]
+        raise TaskLoadError(f"importing {path} failed: {type(e).__name__}: {e}") from e
+    return module
+
+
+def _plugin_name(cls: type) -> str:
+    return f"posttrain_vf_{cls.__name__.lower()}_{id(cls):x}"
+
+
+# ---- rows ----------------------------------------------------------------------------------------------------
+
+
+def _rows(env: Any, n: int | None, option: str) -> list[dict[str, Any]]:
+    from posttrain.envs.verifiers_env import task_row
+
+    taskset = env.taskset
+    if not taskset.bounded and not n:
+        raise TaskLoadError(f"{type(taskset).__name__} is an infinite taskset: set task.options.{option}")
+    return [task_row(t) for t in (taskset.take(int(n)) if n else taskset)]
+
+
+def _hold_out(rows: list[dict[str, Any]], n_eval: int | None, seed: int) -> tuple[list, list]:
+    """(train, held-out): `n_eval` rows (default 10%, at most 64) drawn with `seed`, as tasks/load.py does."""
+    if len(rows) < 2:
+        return rows, []
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    k = min(int(n_eval), len(rows) - 1) if n_eval is not None else min(MAX_HELD_OUT, max(1, len(rows) // 10))
+    return [rows[i] for i in order[k:]], [rows[i] for i in order[:k]]
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` merged into `base`, nested dicts merged key by key."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
