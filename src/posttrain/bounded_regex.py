@@ -5,6 +5,8 @@ bounded host-side work on model text is in bounded.py; errors are its `BoundedEr
                                         (the `regex` module expands `a{1000000}` to ~270 MB)
     search_lines(pattern, lines, t)     compile AND match that regex in a worker subprocess (RLIMIT_AS, RLIMIT_CPU,
                                         killed past its wall-clock budget, restarted on the next call)
+    WorkerPool(script, what)            the pool of such workers for any worker script that speaks the same JSON
+                                        lines (the `math` reward's checker, rewards/_math_worker.py)
 
 Nothing here keeps a cache that model text can grow. Imports only the stdlib (the worker imports `regex`).
 """
@@ -108,19 +110,23 @@ _WORKER = Path(__file__).with_name("_regex_worker.py")
 
 
 class _Worker:
-    """One worker subprocess and its pipes. Used by one thread at a time (the pool hands it out)."""
+    """One worker subprocess and its pipes. Used by one thread at a time (the pool hands it out). `script` is the
+    worker's file, run as `python -I script PARENT_PID MEMORY_BYTES CPU_S`: it says `ready`, then answers one JSON
+    line per JSON request line (the regex worker here, the math checker in rewards/_math_worker.py)."""
 
-    def __init__(self, memory_bytes: int, cpu_s: int, start_timeout_s: float):
+    def __init__(self, memory_bytes: int, cpu_s: int, start_timeout_s: float, script: Path = _WORKER,
+                 what: str = "regex worker"):
+        self.what = what
         if not sys.executable:
-            raise BoundedError("no Python interpreter to run the regex worker")
+            raise BoundedError(f"no Python interpreter to run the {what}")
         # `-I`: no environment variables, user site or script directory reach the worker; it is a fresh
         # interpreter (exec), never a fork of the trainer with its memory and threads.
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", str(_WORKER), str(os.getpid()), str(memory_bytes), str(cpu_s)],
+                [sys.executable, "-I", str(script), str(os.getpid()), str(memory_bytes), str(cpu_s)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, close_fds=True)
         except OSError as e:  # out of processes or file descriptors: the search fails, not the caller
-            raise BoundedError(f"the regex worker could not start ({e.strerror or e})") from None
+            raise BoundedError(f"the {what} could not start ({e.strerror or e})") from None
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.win, self.rout = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         os.set_blocking(self.win, False)
@@ -132,7 +138,7 @@ class _Worker:
             ready = None
         if ready != b"ready":
             self.kill()
-            raise BoundedError("the regex worker did not start")
+            raise BoundedError(f"the {what} did not start")
 
     def alive(self) -> bool:
         return not self.killed and self.proc.poll() is None
@@ -160,27 +166,28 @@ class _Worker:
             pass
         self.kill()
 
-    def call(self, request: dict[str, Any], deadline: float, max_reply: int) -> dict[str, Any]:
+    def call(self, request: dict[str, Any], deadline: float, max_reply: int, died: str = "",
+             late: str = "") -> dict[str, Any]:
         """Send one request and read its reply by `deadline`; the worker is killed if it misses the deadline or
-        answers nonsense (the caller drops a dead worker)."""
+        answers nonsense (the caller drops a dead worker). `died` / `late`: the messages for those two cases."""
         self.calls += 1
         try:
             self._write_all((json.dumps(request) + "\n").encode(), deadline)
             line = self._read_line(deadline, max_reply)
         except OSError:  # a broken pipe, EOF: it is gone
             self.kill()
-            raise WorkerDied("the regex worker died (the pattern needed too much memory or CPU)") from None
+            raise WorkerDied(died or f"the {self.what} died") from None
         if line is None:
             self.kill()
-            raise BoundedTimeout("the regex took too long")
+            raise BoundedTimeout(late or f"the {self.what} took too long")
         try:
             reply = loads_json(line.decode("utf-8", "replace"), max_chars=max_reply)
         except BoundedError:
             self.kill()
-            raise BoundedError("the regex worker sent a bad reply") from None
+            raise BoundedError(f"the {self.what} sent a bad reply") from None
         if not isinstance(reply, dict):
             self.kill()
-            raise BoundedError("the regex worker sent a bad reply")
+            raise BoundedError(f"the {self.what} sent a bad reply")
         return reply
 
     @staticmethod
@@ -231,17 +238,20 @@ class RegexHits:
     total: int  # every matching line
 
 
-class RegexPool:
-    """Worker subprocesses that compile and match model-written regexes outside the trainer's memory and time.
+class WorkerPool:
+    """Worker subprocesses that do bounded work on model text outside the trainer's memory and time: one JSON
+    request, one JSON reply (`_Worker`). RegexPool below runs `_regex_worker.py`; the `math` reward runs
+    rewards/_math_worker.py on the same pool.
 
-    Thread-safe: up to `size` searches run at once, each on its own worker; more wait for one (at most
-    `wait_s`). A worker that misses its deadline, dies (RLIMIT_AS, RLIMIT_CPU) or answers nonsense is killed and
-    replaced on the next call; one that served `recycle_after` searches is replaced too, so nothing it held
-    accumulates. The host side keeps no pattern or compiled object."""
+    Thread-safe: up to `size` calls run at once, each on its own worker; more wait for one (at most `wait_s`). A
+    worker that misses its deadline (the call's budget + `grace_s`), dies (RLIMIT_AS, RLIMIT_CPU) or answers
+    nonsense is killed and replaced on the next call; one that served `recycle_after` calls is replaced too, so
+    nothing it held accumulates."""
 
-    def __init__(self, size: int = 2, memory_bytes: int = REGEX_MEMORY_BYTES, cpu_s: int = REGEX_CPU_S,
-                 grace_s: float = REGEX_GRACE_S, start_timeout_s: float = 30.0, wait_s: float = 60.0,
-                 recycle_after: int = 1000):
+    def __init__(self, script: Path, what: str, size: int = 2, memory_bytes: int = REGEX_MEMORY_BYTES,
+                 cpu_s: int = REGEX_CPU_S, grace_s: float = REGEX_GRACE_S, start_timeout_s: float = 30.0,
+                 wait_s: float = 60.0, recycle_after: int = 1000):
+        self.script, self.what = script, what
         self.memory_bytes, self.cpu_s, self.grace_s = memory_bytes, cpu_s, grace_s
         self.start_timeout_s, self.wait_s, self.recycle_after = start_timeout_s, wait_s, recycle_after
         self._slots = threading.BoundedSemaphore(size)
@@ -250,33 +260,29 @@ class RegexPool:
         self._pid = os.getpid()
         self.started = 0  # workers started, for tests and metrics
 
-    def search(self, pattern: str, lines: Sequence[str], timeout_s: float, ignore_case: bool = False,
-               max_hits: int = 100, precheck: bool = True) -> RegexHits:
-        """Which of `lines` `pattern` matches (regex module semantics, `search`), within `timeout_s` of matching
-        time. Raises BoundedError: a refused or invalid pattern, a worker out of memory; BoundedTimeout past the
-        budget. `precheck=False` skips `check_pattern` (tests of the worker's own limits)."""
-        if precheck:
-            check_pattern(pattern)
-        request = {"pattern": pattern, "lines": list(lines), "timeout": float(timeout_s),
-                   "ignore_case": bool(ignore_case), "max_hits": int(max_hits)}
+    def request(self, request: dict[str, Any], budget_s: float, max_reply: int, died: str = "",
+                late: str = "") -> dict[str, Any]:
+        """The worker's reply to `request`, which may take `budget_s` (+ grace) on the worker. Raises
+        BoundedTimeout past it (`late`), WorkerDied (`died`) when the worker died twice, BoundedError when every
+        worker stayed busy for `wait_s`."""
         if not self._slots.acquire(timeout=self.wait_s):
-            raise BoundedTimeout("every regex worker is busy")
+            raise BoundedTimeout(f"every {self.what} is busy")
         try:
             try:
-                reply = self._call(request, timeout_s, max_hits)
+                return self._call(request, budget_s, max_reply, died, late)
             except WorkerDied:
                 # An idle worker can die between calls (killed from outside, the OOM killer) and look alive
-                # until the kernel reaps it: one more try on a fresh one. A pattern that kills the worker
+                # until the kernel reaps it: one more try on a fresh one. A request that kills the worker
                 # itself fails twice and is reported.
-                reply = self._call(request, timeout_s, max_hits, fresh=True)
+                return self._call(request, budget_s, max_reply, died, late, fresh=True)
         finally:
             self._slots.release()
-        return _hits(reply, timeout_s, self.memory_bytes)
 
-    def _call(self, request: dict[str, Any], timeout_s: float, max_hits: int, fresh: bool = False) -> dict[str, Any]:
+    def _call(self, request: dict[str, Any], budget_s: float, max_reply: int, died: str, late: str,
+              fresh: bool = False) -> dict[str, Any]:
         worker = self._take(fresh)
         try:
-            reply = worker.call(request, time.monotonic() + timeout_s + self.grace_s, 2048 + 12 * max_hits)
+            reply = worker.call(request, time.monotonic() + budget_s + self.grace_s, max_reply, died, late)
             if reply.get("error") == "memory":
                 worker.kill()  # it exits after a MemoryError; never hand it out again
             return reply
@@ -291,7 +297,7 @@ class RegexPool:
                 if w.alive():
                     return w
                 w.kill()
-        w = _Worker(self.memory_bytes, self.cpu_s, self.start_timeout_s)
+        w = _Worker(self.memory_bytes, self.cpu_s, self.start_timeout_s, self.script, self.what)
         with self._lock:
             self.started += 1
         return w
@@ -316,6 +322,31 @@ class RegexPool:
         if os.getpid() == self._pid:
             for w in idle:
                 w.close()
+
+
+class RegexPool(WorkerPool):
+    """Workers that compile and match model-written regexes (`_regex_worker.py`); the host side keeps no pattern
+    or compiled object."""
+
+    def __init__(self, size: int = 2, memory_bytes: int = REGEX_MEMORY_BYTES, cpu_s: int = REGEX_CPU_S,
+                 grace_s: float = REGEX_GRACE_S, start_timeout_s: float = 30.0, wait_s: float = 60.0,
+                 recycle_after: int = 1000):
+        super().__init__(_WORKER, "regex worker", size, memory_bytes, cpu_s, grace_s, start_timeout_s, wait_s,
+                         recycle_after)
+
+    def search(self, pattern: str, lines: Sequence[str], timeout_s: float, ignore_case: bool = False,
+               max_hits: int = 100, precheck: bool = True) -> RegexHits:
+        """Which of `lines` `pattern` matches (regex module semantics, `search`), within `timeout_s` of matching
+        time. Raises BoundedError: a refused or invalid pattern, a worker out of memory; BoundedTimeout past the
+        budget. `precheck=False` skips `check_pattern` (tests of the worker's own limits)."""
+        if precheck:
+            check_pattern(pattern)
+        request = {"pattern": pattern, "lines": list(lines), "timeout": float(timeout_s),
+                   "ignore_case": bool(ignore_case), "max_hits": int(max_hits)}
+        reply = self.request(request, timeout_s, 2048 + 12 * max_hits,
+                             died="the regex worker died (the pattern needed too much memory or CPU)",
+                             late="the regex took too long")
+        return _hits(reply, timeout_s, self.memory_bytes)
 
 
 def _hits(reply: dict[str, Any], timeout_s: float, memory_bytes: int) -> RegexHits:

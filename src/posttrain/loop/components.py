@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posttrain.config.schema import Config
-from posttrain.tasks.load import apply_subset, load_task
+from posttrain.tasks.from_config import task_from_config
 from posttrain.envs.base import make_env
 from posttrain.envs.task import Task, prepare_task
 from posttrain.models.load import stop_token_ids
@@ -48,14 +48,7 @@ def sample_params(cfg: Config, task: Task) -> tuple[SampleParams, SampleParams]:
 def build(cfg: Config, log=print) -> Components:
     set_threads(cfg)
     seed_everything(cfg.run.seed)
-    task = load_task(cfg.task.name, cfg.task.options, seed=cfg.run.seed)
-    if cfg.task.subset:
-        task = apply_subset(task, cfg.task.subset)
-    if cfg.task.rewards:  # rewards named in the config, e.g. a reward model (rewards/from_config.py)
-        from posttrain.rewards.from_config import add_rewards
-
-        task.rubric = add_rewards(task.rubric, cfg.task.rewards)
-    task.rubric.timeout_s = cfg.task.reward_timeout_s
+    task = task_from_config(cfg.task, seed=cfg.run.seed)  # task.dataset or task.name, + task.rewards and subset
     if "cache" in cfg.judge.model_fields_set:  # set in the config: it wins over the caches the task's judges chose
         configure_task_judges(task, cfg.judge.cache)
     prepare_task(task, log)  # one-off work before anything scores, e.g. repair tasks' baselines (tasks/baselines.py)

@@ -78,7 +78,7 @@ class Run:
         self.cfg, self.resume = cfg, resume
         self.t_start = time.perf_counter()
         _check_names(cfg)  # a typo in an algorithm name fails before a run dir or minutes of model loading
-        self.run_dir = Path(run_dir or make_run_dir(cfg.run.output_dir, cfg.run.name, cfg.task.name))
+        self.run_dir = Path(run_dir or make_run_dir(cfg.run.output_dir, cfg.run.name, cfg.task.label))
         self.say = partial(con.print_line, enabled=cfg.logging.console)
         if not resume:
             write_run_info(self.run_dir, to_yaml(cfg), cfg.run.seed)

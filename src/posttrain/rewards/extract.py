@@ -6,6 +6,7 @@
     extract_answer(text, "last_line")   the last non-empty line
     extract_answer(text, "last_number") the last number (sign, decimals, thousands commas, a fraction a/b)
     extract_answer(text, "none")        the whole text, stripped
+    has_answer(text, how)               whether the text gives its answer in that format (the `format` reward)
 
 Every reward that compares an answer (rewards/named.py, reasoning-gym's scorers) calls this instead of parsing
 the text its own way, so `task.answer_format` changes them all at once. Model text is hostile: every method looks
@@ -20,8 +21,8 @@ from collections.abc import Callable
 MAX_SCAN_CHARS = 20_000  # an answer sits at the end; a megabyte of preamble is not read
 MAX_ANSWER_CHARS = 2_000  # what any method returns at most
 
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _OPEN_TAG = re.compile(r"<answer>", re.IGNORECASE)
+_CLOSE_TAG = re.compile(r"</answer>", re.IGNORECASE)
 # A number: sign, digits with optional thousands commas, decimals, an optional /denominator. No nested
 # quantifiers over the same characters: linear on any input.
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?|[-+]?\.\d+")
@@ -38,14 +39,24 @@ def _clip(s: str | None) -> str | None:
     return s[:MAX_ANSWER_CHARS] if s else None
 
 
+def _last(pattern: re.Pattern[str], text: str, end: int | None = None) -> re.Match[str] | None:
+    found = None
+    for found in pattern.finditer(text, 0, len(text) if end is None else end):
+        pass
+    return found
+
+
 def answer_tag(text: str) -> str | None:
-    """The content of the last complete <answer>...</answer>; an opened tag never closed gives what follows it."""
+    """The content of the last complete <answer>...</answer> (from the last closing tag back to the opening tag
+    nearest it); without one, an opened tag never closed gives what follows it. Two linear scans: a lazy
+    `<answer>(.*?)</answer>` would rescan the text from every one of ten thousand opening tags."""
     t = _tail(text)
-    found = _ANSWER_TAG.findall(t)
-    if found:
-        return _clip(found[-1])
-    opened = list(_OPEN_TAG.finditer(t))
-    return _clip(t[opened[-1].end():]) if opened else None
+    close = _last(_CLOSE_TAG, t)
+    opened = _last(_OPEN_TAG, t, close.start()) if close else None
+    if close and opened:
+        return _clip(t[opened.end():close.start()])
+    opened = _last(_OPEN_TAG, t)
+    return _clip(t[opened.end():]) if opened else None
 
 
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -106,6 +117,21 @@ def extract_answer(text: str, how: str = "auto") -> str | None:
     except KeyError:
         raise ValueError(f"unknown answer format {how!r}; known: {', '.join(EXTRACTORS)}") from None
     return fn(text if isinstance(text, str) else str(text))
+
+
+def has_answer(text: str, how: str = "auto") -> bool:
+    """Whether `text` gives its answer in the format `how` (the `format` reward): answer_tag a closed
+    <answer>...</answer> with something in it, boxed a closed \\boxed{...} with something in it, auto either of the
+    two (not the last-line fallback: any text has a last line); the other formats, an answer they can read."""
+    text = text if isinstance(text, str) else str(text)
+    if how == "auto":
+        return has_answer(text, "answer_tag") or has_answer(text, "boxed")
+    if how == "answer_tag":
+        t = _tail(text)
+        close = _last(_CLOSE_TAG, t)
+        opened = _last(_OPEN_TAG, t, close.start()) if close else None
+        return bool(close and opened and t[opened.end():close.start()].strip())
+    return extract_answer(text, how) is not None
 
 
 def completion_text(completion: object) -> str:

@@ -79,7 +79,7 @@ def run_worker(cfg: Config) -> None:
     from posttrain.models.lora import apply_lora
     from posttrain.algos import LOSSES
     from posttrain.algos.loss_terms import with_terms
-    from posttrain.tasks.load import load_task
+    from posttrain.tasks.from_config import task_from_config
     from posttrain.training.distributed import init_group, worker_loop
 
     rank, world = launched_rank(), world_size(cfg)
@@ -94,7 +94,7 @@ def run_worker(cfg: Config) -> None:
     ensure_pad_token(tok)
     if cfg.lora.enabled:
         model = apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules)
-    task = load_task(cfg.task.name, cfg.task.options, seed=cfg.run.seed)
+    task = task_from_config(cfg.task, seed=cfg.run.seed)  # a dataset task too: its max_tokens is the run's
     max_tokens = cfg.sampling.max_tokens or task.max_tokens or 128
     init_group(rank, world, cfg.trainer.dist_timeout_s)
     trainer = rank_trainer(cfg, model, tok.pad_token_id, world)

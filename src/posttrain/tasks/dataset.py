@@ -1,0 +1,323 @@
+"""A task from data, by config alone (`task.dataset`): rows from a file, a folder or a `datasets` dataset, the
+prompt from a column or a template, and the rewards named in `task.rewards` (rewards/named.py).
+
+    posttrain train task.dataset=examples/data/arith.jsonl task.prompt_column=question 'task.rewards=[{fn: math}]'
+
+Where the rows come from (never the network):
+    a file            .jsonl, .json (a list of objects), .parquet, .csv, .arrow: one split, `train`
+    a folder          files named by split (train.jsonl, test.parquet, train-00000-of-00002.parquet), or a
+                      `datasets` save_to_disk folder (a DatasetDict: its splits; a Dataset: `train`)
+    a dataset name    one in the local Hugging Face cache, loaded offline (NAME or NAME:CONFIG)
+
+Each row keeps its columns (the reward functions get them by name, TRL's convention) and gets `prompt`: the
+`task.prompt_column` (a string, or a list of chat messages) or `task.prompt_template` formatted with the row, with
+`task.system_prompt` before it. Every problem is a TaskLoadError in one line naming the data and what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import random
+import re
+import string
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from posttrain.config.schema import TaskConfig
+from posttrain.envs.task import Task, TaskLoadError
+from posttrain.rewards.from_config import RewardConfigError, check_columns, rubric_from_specs
+
+Rows = list[dict[str, Any]]
+
+
+# ------------------------------------------------------------------------------------------------- reading files
+
+
+def _read_jsonl(path: Path) -> Rows:
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise TaskLoadError(f"task.dataset {path}:{n}: not valid JSON ({e.msg}); each line must be one "
+                                        "JSON object") from None
+    return rows
+
+
+def _read_json(path: Path) -> Rows:
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise TaskLoadError(f"task.dataset {path}: not valid JSON ({e.msg} at line {e.lineno}); a .json file holds "
+                            "a list of row objects (one object per line: name it .jsonl)") from None
+    if not isinstance(rows, list):
+        raise TaskLoadError(f"task.dataset {path}: a .json file must hold a list of row objects, got "
+                            f"{type(rows).__name__}")
+    return rows
+
+
+def _read_parquet(path: Path) -> Rows:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def _read_csv(path: Path) -> Rows:
+    with path.open(encoding="utf-8", newline="") as f:
+        return [dict(r) for r in csv.DictReader(f)]
+
+
+def _read_arrow(path: Path) -> Rows:
+    """An Arrow IPC file: the stream format `datasets` writes (data-00000-of-00001.arrow), or the file format."""
+    import pyarrow as pa
+
+    try:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_stream(source).read_all().to_pylist()
+    except pa.ArrowInvalid:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_file(source).read_all().to_pylist()
+
+
+READERS: dict[str, Callable[[Path], Rows]] = {".jsonl": _read_jsonl, ".json": _read_json, ".parquet": _read_parquet,
+                                              ".csv": _read_csv, ".arrow": _read_arrow}
+_KINDS = ", ".join(READERS)
+
+
+def read_file(path: Path) -> Rows:
+    """The rows of one data file; TaskLoadError when its extension is unknown or it cannot be read."""
+    reader = READERS.get(path.suffix.lower())
+    if reader is None:
+        raise TaskLoadError(f"task.dataset {path}: unknown extension {path.suffix or '(none)'!r}; use a {_KINDS} "
+                            "file, a folder of them, or a datasets save_to_disk folder")
+    try:
+        rows = reader(path)
+    except TaskLoadError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, ImportError) as e:  # pyarrow's errors are ValueErrors
+        raise TaskLoadError(f"task.dataset {path}: cannot read it as {path.suffix} ({type(e).__name__}: "
+                            f"{_first_line(e)})") from None
+    bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise TaskLoadError(f"task.dataset {path}: row {bad} is a {type(rows[bad]).__name__}, not an object with "
+                            "columns")
+    return rows
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:200]
+
+
+# ------------------------------------------------------------------------------------------------------- sources
+
+
+def _split_of(path: Path) -> str:
+    """A data file's split, from its name as the Hub lays them out: train.jsonl, test-00000-of-00001.parquet."""
+    return re.split(r"[-.]", path.name, maxsplit=1)[0]
+
+
+def _folder_files(folder: Path) -> dict[str, list[Path]]:
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in READERS
+                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    out: dict[str, list[Path]] = {}
+    for p in files:
+        out.setdefault(_split_of(p), []).append(p)
+    return out
+
+
+def _is_saved_dataset(folder: Path) -> bool:
+    return (folder / "dataset_dict.json").exists() or (folder / "state.json").exists()
+
+
+def _datasets_splits(obj: Any) -> dict[str, Callable[[], Rows]]:
+    if hasattr(obj, "column_names") and hasattr(obj, "to_list") and not isinstance(obj, dict):
+        return {"train": obj.to_list}  # a Dataset: one split
+    return {name: ds.to_list for name, ds in obj.items()}  # a DatasetDict
+
+
+def _load_saved(folder: Path) -> dict[str, Callable[[], Rows]]:
+    from datasets import load_from_disk
+
+    try:
+        return _datasets_splits(load_from_disk(str(folder)))
+    except (OSError, ValueError) as e:
+        raise TaskLoadError(f"task.dataset {folder}: cannot load this datasets folder ({_first_line(e)})") from None
+
+
+@contextlib.contextmanager
+def _offline() -> Iterator[None]:
+    """`datasets` and the Hub client offline while the block runs: a cached dataset loads, nothing is fetched."""
+    import datasets
+    import huggingface_hub.constants as hub
+
+    saved = (datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE, os.environ.get("HF_DATASETS_OFFLINE"))
+    datasets.config.HF_HUB_OFFLINE = hub.HF_HUB_OFFLINE = True
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE = saved[0], saved[1]
+        if saved[2] is None:
+            os.environ.pop("HF_DATASETS_OFFLINE", None)
+        else:
+            os.environ["HF_DATASETS_OFFLINE"] = saved[2]
+
+
+def _load_cached(name: str, cache_dir: str | None = None) -> dict[str, Callable[[], Rows]]:
+    from datasets import load_dataset
+
+    repo, _, config = name.removeprefix("hf:").partition(":")
+    try:
+        with _offline():
+            return _datasets_splits(load_dataset(repo, config or None, cache_dir=cache_dir))
+    except Exception as e:  # noqa: BLE001 - datasets raises many kinds; all mean "not here offline"
+        raise TaskLoadError(f"task.dataset {name!r} is not a file or folder, nor a dataset in the local Hugging Face "
+                            f"cache ({type(e).__name__}); posttrain never downloads: on a machine with network run "
+                            f"datasets.load_dataset({repo!r}).save_to_disk(DIR) and set task.dataset=DIR") from None
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or Path(name).suffix.lower() in READERS or os.sep in name and \
+        Path(name.split(os.sep)[0]).exists()
+
+
+def dataset_splits(dataset: str, cache_dir: str | None = None) -> dict[str, Callable[[], Rows]]:
+    """split name -> a function reading that split's rows, for whatever `task.dataset` names."""
+    path = Path(dataset).expanduser()
+    if path.is_file():
+        return {"train": lambda: read_file(path)}
+    if path.is_dir():
+        if _is_saved_dataset(path):
+            return _load_saved(path)
+        files = _folder_files(path)
+        if not files:
+            raise TaskLoadError(f"task.dataset {path}: the folder holds no {_KINDS} file and is not a datasets "
+                                "save_to_disk folder")
+        return {split: (lambda ps=ps: [r for p in ps for r in read_file(p)]) for split, ps in files.items()}
+    if _looks_like_path(dataset):
+        raise TaskLoadError(f"task.dataset {dataset}: no such file or folder")
+    return _load_cached(dataset, cache_dir)
+
+
+# -------------------------------------------------------------------------------------------------------- prompts
+
+
+def _columns(rows: Rows) -> list[str]:
+    seen: dict[str, None] = {}
+    for r in rows:
+        seen.update(dict.fromkeys(r))
+    return list(seen)
+
+
+def template_fields(template: str, where: str, columns: list[str]) -> list[str]:
+    """The columns a prompt template names; TaskLoadError for a bad template or a column that is not there."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as e:
+        raise TaskLoadError(f"task.prompt_template: {e}; write a literal brace doubled ({{{{ or }}}})") from None
+    for f in fields:
+        if not f.isidentifier():
+            raise TaskLoadError(f"task.prompt_template: {{{f}}} is not a column name (a template names columns as "
+                                "{question}; a literal brace is doubled: \\boxed{{}})")
+        if f not in columns:
+            raise TaskLoadError(f"task.prompt_template names the column {f!r}, which {where} does not have; its "
+                                f"columns: {', '.join(columns)}")
+    return fields
+
+
+def _is_chat(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
+
+
+def _prompt_value(row: dict[str, Any], i: int, tc: TaskConfig, where: str) -> str | list[dict[str, str]]:
+    if tc.prompt_template is not None:
+        return tc.prompt_template.format(**row)
+    value = row.get(tc.prompt_column)
+    if isinstance(value, str) or _is_chat(value):
+        return value
+    kind = "a list that is not chat messages ({role, content} objects)" if isinstance(value, list) else \
+        f"a {type(value).__name__}"
+    raise TaskLoadError(f"task.dataset {where}: row {i}'s {tc.prompt_column!r} is {kind}; a prompt is a string or "
+                        "a list of chat messages: pick another task.prompt_column, or build the prompt with "
+                        "task.prompt_template, e.g. 'Solve: {" + tc.prompt_column + "}'")
+
+
+def make_prompt(row: dict[str, Any], i: int, tc: TaskConfig, where: str) -> str | list[dict[str, str]]:
+    """The row's prompt: the column or the template, as chat when asked (task.chat, task.system_prompt)."""
+    prompt = _prompt_value(row, i, tc, where)
+    if isinstance(prompt, str) and (tc.chat or tc.system_prompt is not None):
+        prompt = [{"role": "user", "content": prompt}]
+    if tc.system_prompt is not None and isinstance(prompt, list) and prompt[0]["role"] != "system":
+        prompt = [{"role": "system", "content": tc.system_prompt}, *prompt]  # a row's own system message wins
+    return prompt
+
+
+def _check_prompt_columns(tc: TaskConfig, columns: list[str], where: str) -> None:
+    if tc.prompt_template is not None:
+        template_fields(tc.prompt_template, where, columns)
+    elif tc.prompt_column not in columns:
+        raise TaskLoadError(f"task.dataset {where} has no column {tc.prompt_column!r} (task.prompt_column); its "
+                            f"columns: {', '.join(columns)}; set task.prompt_column to one of them, or "
+                            "task.prompt_template, e.g. 'Solve: {" + columns[0] + "}'")
+
+
+# ---------------------------------------------------------------------------------------------------- the task
+
+
+def _split_rows(splits: dict[str, Callable[[], Rows]], split: str, key: str, where: str,
+                max_rows: int | None) -> Rows:
+    if split not in splits:
+        raise TaskLoadError(f"task.dataset {where} has no split {split!r} ({key}); its splits: "
+                            f"{', '.join(splits)}")
+    rows = splits[split]()[:max_rows]
+    if not rows:
+        raise TaskLoadError(f"task.dataset {where}: the {split!r} split is empty")
+    return rows
+
+
+def _held_out(rows: Rows, fraction: float | None, seed: int) -> tuple[Rows, Rows]:
+    """(train, eval): `fraction` of the rows held out at random (seeded), by default 10% and at most 64, as
+    load_task does for a task without eval rows."""
+    if len(rows) < 2:
+        raise TaskLoadError(f"task.dataset has {len(rows)} row: too few to hold any out; add rows or set "
+                            "task.eval_split")
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    n = min(64, max(1, len(rows) // 10)) if fraction is None else min(len(rows) - 1, max(1, round(len(rows) * fraction)))
+    return [rows[i] for i in order[n:]], [rows[i] for i in order[:n]]
+
+
+def _rows_with_prompts(rows: Rows, tc: TaskConfig, where: str) -> Rows:
+    return [{**r, "prompt": make_prompt(r, i, tc, where)} for i, r in enumerate(rows)]
+
+
+def load_dataset_task(tc: TaskConfig, seed: int = 0, cache_dir: str | None = None) -> Task:
+    """The task `tc.dataset` describes: its rows with prompts, held-out rows, and the rubric of `tc.rewards`."""
+    assert tc.dataset is not None
+    where = tc.dataset
+    if not tc.rewards:
+        raise TaskLoadError(f"task.dataset {where} has no reward: name one, e.g. task.rewards=[{{fn: math}}] "
+                            "(answer_column: answer by default; docs/datasets.md lists them)")
+    splits = dataset_splits(tc.dataset, cache_dir)
+    train = _split_rows(splits, tc.split, "task.split", where, tc.max_rows)
+    if tc.eval_split is not None:
+        evals = _split_rows(splits, tc.eval_split, "task.eval_split", where, tc.max_rows)
+    else:
+        train, evals = _held_out(train, tc.eval_fraction, seed)
+    columns = _columns(train + evals)
+    _check_prompt_columns(tc, columns, where)
+    try:
+        rubric = rubric_from_specs(tc.rewards, tc.answer_format)
+        check_columns(rubric, [*columns, "prompt"])
+    except RewardConfigError as e:
+        raise TaskLoadError(f"task.dataset {where}: {e}") from None
+    return Task(name=f"dataset:{tc.label}", train_rows=_rows_with_prompts(train, tc, where),
+                eval_rows=_rows_with_prompts(evals, tc, where), rubric=rubric,
+                description=f"rows of {where}, rewards {', '.join(c.name for c in rubric.components)}")
