@@ -117,3 +117,16 @@ def test_a_run_evaluates_its_suite_before_during_and_after_training(tmp_path):
     summary = json.loads((res.run_dir / "summary.json").read_text())
     assert set(summary["suite"]) == {"before", "after"} and summary["suite"]["after"] == {
         k: v for k, v in suite[-1].items() if k.startswith("suite/")}
+
+
+def test_posttrain_eval_takes_a_task_from_data_first_in_a_suite(tmp_path):
+    data = tmp_path / "sums.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(20)))
+    out = tmp_path / "suite.json"
+    r = subprocess.run([sys.executable, "-m", "posttrain.cli", "eval", "--model", "tiny-random", "--task", "count-a",
+                        "--set", f"task.dataset={data}", "--set", "task.rewards=[{fn: math}]",
+                        "--set", "task.prompt_column=question", "--prompts", "2", "--samples", "2",
+                        "--temperature", "1.0", "--max-tokens", "4", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [t["task"] for t in json.loads(out.read_text())["tasks"]] == ["dataset:sums", "count-a"]

@@ -10,11 +10,15 @@ import typer
 from posttrain.cli.app import _fail, app
 
 
+DATA = "<task.dataset>"  # the first task of an eval whose config builds it from data
+
+
 @app.command("eval")
 def eval_cmd(
     model: str = typer.Option("default", "--model", help="'default', 'tiny-random', a HF folder, a run's final/ folder"),
-    task: list[str] = typer.Option(["json-extract"], "--task", help="a task; repeat it for a suite (pass@1, pass@k "
-                                   "and maj@k per task)"),
+    task: list[str] = typer.Option([], "--task", help="a task (default json-extract); repeat it for a suite "
+                                   "(pass@1, pass@k and maj@k per task); with --set task.dataset=..., tasks after "
+                                   "the data's"),
     prompts: int = typer.Option(48, "--prompts", help="held-out prompts to evaluate (per task)"),
     temperature: float = typer.Option(0.0, "--temperature"),
     samples: int = typer.Option(1, "--samples", help="completions per prompt, the k of pass@k (needs --temperature > 0)"),
@@ -25,6 +29,8 @@ def eval_cmd(
     answer_format: str = typer.Option("auto", "--answer-format", help="how maj@k reads an answer: auto, answer_tag, "
                                       "boxed, last_line, last_number, none"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write the results (every task's metrics) here"),
+    set_: list[str] = typer.Option([], "--set", help="a config override KEY=VALUE (repeatable), e.g. --set "
+                                   "task.dataset=data.jsonl --set 'task.rewards=[{fn: math}]' for a task from data"),
 ) -> None:
     """Pass rates of a model or a trained run on tasks' held-out prompts: one task's table, or a suite's."""
     from posttrain.config import ConfigError, load_config
@@ -36,18 +42,22 @@ def eval_cmd(
     from posttrain.rewards.embedding import EmbeddingError
     from posttrain.rewards.reward_model import RewardModelError
 
+    from_data = any(s.startswith("task.dataset=") for s in set_)  # the first task is the data's, not a name
+    task = ([DATA] if from_data else []) + (list(task) or ([] if from_data else ["json-extract"]))
     options = _task_options(option, task)
-    overrides = [f"model.name={model}", f"task.name={task[0]}", f"sampling.eval_temperature={temperature}",
-                 f"loop.eval_prompts={prompts}", f"loop.eval_samples={samples}"]
+    overrides = [f"model.name={model}", f"sampling.eval_temperature={temperature}",
+                 f"loop.eval_prompts={prompts}", f"loop.eval_samples={samples}"] + ([] if from_data else [f"task.name={task[0]}"])
     if max_tokens:
         overrides.append(f"sampling.max_tokens={max_tokens}")
-    overrides += [f"task.options.{k}={v}" for k, v in options[task[0]].items()]
+    overrides += [f"task.options.{k}={v}" for k, v in options[task[0]].items()] + list(set_)
     errors = (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError, RewardModelError, EmbeddingError, ValueError)
     try:
         cfg = load_config(None, overrides)
         c = build(cfg, log=lambda s: typer.echo(s, err=True))
     except errors as e:
         _fail(str(e))
+    task[0] = c.task.name  # the data's task is named after its file
+    options[task[0]] = options.pop(DATA, options.get(task[0], {}))
     if len(task) > 1 or json_out is not None:
         _eval_suite(c, task, options, prompts, samples, temperature, max_tokens, answer_format, json_out, model)
         return
