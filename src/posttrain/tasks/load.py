@@ -1,4 +1,4 @@
-"""Load a task by name: a built-in, `path/to/file.py:make_task`, or `package.module:make_task`.
+"""Load a task by name: a built-in, `reasoning_gym:<dataset>`, `path/to/file.py:make_task`, or `package.module:make_task`.
 
 The factory returns a Task, or a dict / tuple with the prompts and reward functions:
     {"train": rows_or_dataset, "eval": rows_or_dataset (optional), "rewards": [fn, ...], "weights": [...]}
@@ -12,6 +12,7 @@ Rows may be a list of dicts or a `datasets.Dataset`. Without eval rows, 10% of t
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import sys
@@ -26,6 +27,7 @@ from posttrain.rewards.rubric import Rubric
 # The module name a task file is imported under (not importable by that name elsewhere: cluster/ray_episodes.py
 # ships such modules' code by value).
 USER_MODULE_PREFIX = "posttrain_user_task_"
+REASONING_GYM_PREFIX = "reasoning_gym:"
 
 
 def load_task(name: str, options: dict[str, Any] | None = None, seed: int = 0) -> Task:
@@ -36,11 +38,15 @@ def load_task(name: str, options: dict[str, Any] | None = None, seed: int = 0) -
         return load_verifiers_task(name, options, seed)
     if name in BUILTIN_TASKS:
         factory = builtin_task_factory(name)
+    elif name.startswith(REASONING_GYM_PREFIX):  # any reasoning-gym dataset (tasks/reasoning_gym.py)
+        from posttrain.tasks import reasoning_gym
+
+        factory = functools.partial(reasoning_gym.make_task, name[len(REASONING_GYM_PREFIX):])
     elif ":" in name:
         factory = _load_factory(name)
     else:
         raise TaskLoadError(f"unknown task {name!r}: use a built-in ({', '.join(BUILTIN_TASKS)}), "
-                            "'path/to/file.py:make_task' or 'package.module:make_task'")
+                            "'reasoning_gym:<dataset>', 'path/to/file.py:make_task' or 'package.module:make_task'")
     try:
         out = factory(**options)
     except TypeError as e:

@@ -1,0 +1,587 @@
+"""`reasoning_gym:<dataset>`: any of reasoning-gym's procedural datasets as a task, scored by its own scorer.
+
+    task.name=reasoning_gym:leg_counting  task.options={min_animals: 1, max_animals: 2, train_size: 500}
+    task.name=reasoning_gym:composite     task.options.datasets={chain_sum: {weight: 2}, gcd: {config: {...}}}
+
+Options: posttrain's own (POSTTRAIN_OPTIONS below); every other key is the dataset's config (reasoning-gym's config
+dataclass for that dataset; `size` is an alias of `train_size`, `seed` seeds the dataset). Train and held-out rows
+are one dataset split by index (reasoning-gym seeds item i with seed + i, so the two ranges never share a random
+stream), and held-out questions that also appear in training are dropped.
+
+Rubric: `rg_score`, the dataset's own `score_answer` on the extracted answer (0..1, partial credit where the dataset
+gives it; a sample passes at 1.0), plus `format` (the requested answer format is present) with a small weight.
+Reward functions see only row columns, so a row carries its entry (`rg_entry`, JSON that keeps tuples and non-string
+keys) and the spec that re-creates its dataset (`rg_spec`); the dataset object is built once per process and spec
+(a small LRU cache), which also makes the reward work in another process (Ray env workers).
+
+Model text is hostile and some scorers evaluate it (`eval` in four list-parsing scorers, sympy's `parse_expr` in
+five expression scorers): the answer is cut to MAX_ANSWER_CHARS, such scorers only see answers that pass a syntax
+allowlist (`screen`), and every call runs in a thread with a timeout. A scorer that raises, times out or is
+screened scores 0 for that sample; it never fails the batch.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import functools
+import json
+import math
+import re
+import threading
+import time
+import warnings
+from typing import Any
+
+from posttrain.envs.smoke_checks import SmokeCheck
+from posttrain.envs.task import Task, TaskLoadError
+from posttrain.rewards.extract import completion_text, extract_answer, has_answer
+from posttrain.rewards.rubric import RewardComponent, Rubric
+
+INSTALL_HINT = "pip install 'posttrain[reasoning-gym]'"
+MAX_ANSWER_CHARS = 2000  # what a scorer sees at most of the extracted answer
+SCORE_TIMEOUT_S = 5.0  # one score_answer call
+BATCH_TIMEOUT_S = 30.0  # one reward call (a batch), under the rubric's reward_timeout_s (60 s by default)
+MAX_STUCK_THREADS = 4  # timed-out scorer threads still running; past this, scoring is skipped (0) until they end
+CACHE_SIZE = 16  # datasets kept per process
+
+POSTTRAIN_OPTIONS = ("train_size", "eval_size", "seed", "system_prompt", "answer_format", "fallback", "max_tokens",
+                     "format_weight", "score_timeout_s", "datasets")
+
+# How each answer format is asked for (appended to the system prompt) and written (demonstrations, tests).
+_INSTRUCTIONS = {
+    "answer_tag": "Give your final answer between <answer> and </answer> tags, e.g. <answer>42</answer>.",
+    "auto": "Give your final answer between <answer> and </answer> tags, e.g. <answer>42</answer>.",
+    "boxed": "Give your final answer as \\boxed{answer}, e.g. \\boxed{42}.",
+    "last_line": "Give your final answer alone on the last line.",
+    "last_number": "End your reply with the final answer as a number.",
+    "none": "Reply with the final answer only, nothing else.",
+}
+DEFAULT_SYSTEM_PROMPT = "Answer the question. Think briefly if you need to."
+
+
+def format_answer(answer: str, answer_format: str = "answer_tag") -> str:
+    """`answer` written the way `answer_format` asks for it: what a model that got it right replies."""
+    if answer_format in ("answer_tag", "auto"):
+        return f"<answer>{answer}</answer>"
+    if answer_format == "boxed":
+        return f"\\boxed{{{answer}}}"
+    return answer
+
+
+# ------------------------------------------------------------------------------------------ entries as JSON text
+
+def dumps_entry(entry: Any) -> str:
+    """An entry as JSON that `loads_entry` turns back into equal Python values: tuples, sets and dicts with
+    non-string keys are tagged (scorers compare metadata tuples, e.g. arc_agi's grids; graph_color keys by int)."""
+    return json.dumps(_tag(entry), sort_keys=True)
+
+
+def loads_entry(text: str) -> Any:
+    return json.loads(text, object_hook=_untag)
+
+
+def _tag(x: Any) -> Any:
+    if isinstance(x, dict):
+        if all(isinstance(k, str) for k in x) and not any(k.startswith("__rg_") for k in x):
+            return {k: _tag(v) for k, v in x.items()}
+        return {"__rg_items__": [[_tag(k), _tag(v)] for k, v in x.items()]}
+    if isinstance(x, tuple):
+        return {"__rg_tuple__": [_tag(v) for v in x]}
+    if isinstance(x, (set, frozenset)):
+        return {"__rg_set__": [_tag(v) for v in x]}
+    if isinstance(x, list):
+        return [_tag(v) for v in x]
+    if hasattr(x, "tolist"):  # numpy arrays and scalars
+        return _tag(x.tolist())
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    return str(x)  # nothing in reasoning-gym 0.1.25's entries gets here
+
+
+def _untag(d: dict) -> Any:
+    if len(d) == 1:
+        (k, v), = d.items()
+        if k == "__rg_tuple__":
+            return tuple(v)
+        if k == "__rg_set__":
+            return set(v)
+        if k == "__rg_items__":
+            return {(tuple(a) if isinstance(a, list) else a): b for a, b in v}
+    return d
+
+
+# ------------------------------------------------------------------------------------------- datasets and specs
+
+def _rg():
+    try:
+        import reasoning_gym
+    except ImportError:
+        raise TaskLoadError(f"reasoning-gym is not installed: {INSTALL_HINT}") from None
+    return reasoning_gym
+
+
+def _registry() -> dict[str, tuple[type, type]]:
+    _rg()
+    from reasoning_gym.factory import DATASETS
+
+    return DATASETS
+
+
+def _check_name(name: str) -> None:
+    known = _registry()
+    if name in known:
+        return
+    near = difflib.get_close_matches(name, list(known), n=5, cutoff=0.5)
+    hint = f"nearest: {', '.join(near)}" if near else f"{len(known)} datasets, e.g. {', '.join(sorted(known)[:8])}"
+    raise TaskLoadError(f"reasoning-gym has no dataset {name!r} ({hint}); "
+                        "list them: python -c 'from reasoning_gym.factory import DATASETS; print(sorted(DATASETS))'")
+
+
+def config_keys(name: str) -> list[str]:
+    """The config keys dataset `name` takes (its config dataclass's fields, less seed and size)."""
+    _, config_cls = _registry()[name]
+    return [f.name for f in dataclasses.fields(config_cls) if f.name not in ("seed", "size")]
+
+
+def _check_config(name: str, config: dict[str, Any], where: str) -> None:
+    bad = sorted(set(config) - set(config_keys(name)) - {"seed", "size"})
+    if bad:
+        raise TaskLoadError(f"{where}: reasoning-gym dataset {name!r} has no option {', '.join(map(repr, bad))}; its "
+                            f"options: {', '.join(config_keys(name)) or '(none)'}; posttrain's: "
+                            f"{', '.join(o for o in POSTTRAIN_OPTIONS if o != 'datasets')}")
+
+
+def _create(spec: dict[str, Any]):
+    """The dataset a spec names: {"name", "config"} (the composite's config lists its datasets)."""
+    cfg = dict(spec["config"])
+    if spec["name"] != "composite":
+        return _rg().create_dataset(spec["name"], **cfg)
+    from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
+
+    subs = [DatasetSpec(d["name"], float(d["weight"]), dict(d["config"])) for d in cfg.pop("datasets")]
+    return CompositeDataset(CompositeConfig(datasets=subs, **cfg))
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def dataset_for(spec_json: str):
+    """The dataset of a row's `rg_spec`, built once per process and spec (reward functions see only columns)."""
+    return _create(json.loads(spec_json))
+
+
+def _build(spec: dict[str, Any]):
+    """dataset_for, with reasoning-gym's own refusals (a bad value, a failed validate) as TaskLoadError."""
+    try:
+        return dataset_for(json.dumps(spec, sort_keys=True))
+    except TaskLoadError:
+        raise
+    except (TypeError, ValueError, AssertionError, KeyError) as e:
+        raise TaskLoadError(f"reasoning_gym:{spec['name']}: reasoning-gym refused the config "
+                            f"{spec['config']}: {type(e).__name__}: {e or '(a failed check)'}") from None
+
+
+def _composite_specs(datasets: Any) -> list[dict[str, Any]]:
+    """task.options.datasets: {name: {weight: w, config: {...}}} (or a list of {name, weight, config})."""
+    if isinstance(datasets, dict):
+        datasets = [{"name": k, **(v or {})} for k, v in datasets.items()]
+    if not isinstance(datasets, list) or not datasets or not all(isinstance(d, dict) for d in datasets):
+        raise TaskLoadError("reasoning_gym:composite needs task.options.datasets={name: {weight: w, config: {...}}}")
+    out = []
+    for d in datasets:
+        extra = set(d) - {"name", "weight", "config"}
+        if extra:
+            raise TaskLoadError(f"reasoning_gym:composite: dataset entry {d.get('name')!r} has unknown keys "
+                                f"{sorted(extra)}; each takes weight and config")
+        name, weight, config = d.get("name"), d.get("weight", 1.0), dict(d.get("config") or {})
+        if name == "composite":
+            raise TaskLoadError("reasoning_gym:composite: a composite cannot hold another composite")
+        _check_name(str(name))
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not weight > 0:
+            raise TaskLoadError(f"reasoning_gym:composite: {name!r} weight must be a positive number, got {weight!r}")
+        _check_config(name, config, f"reasoning_gym:composite datasets.{name}.config")
+        out.append({"name": name, "weight": float(weight), "config": config})
+    return out
+
+
+def _spec(dataset: str, config: dict[str, Any], size: int, seed: int) -> dict[str, Any]:
+    if dataset == "composite":
+        extra = set(config) - {"datasets"}
+        if extra:
+            raise TaskLoadError(f"reasoning_gym:composite: unknown options {sorted(extra)}; each dataset's own "
+                                "config goes under datasets.<name>.config")
+        return {"name": "composite", "config": {"size": size, "seed": seed,
+                                                "datasets": _composite_specs(config.get("datasets"))}}
+    _check_name(dataset)
+    _check_config(dataset, config, f"reasoning_gym:{dataset}")
+    return {"name": dataset, "config": {**config, "size": size, "seed": seed}}
+
+
+# ------------------------------------------------------------------------------------------- screening answers
+
+# Scorers that `eval` the answer (reading a Python list back): they may see only a Python literal, a bare name, or
+# text that is no Python expression at all (eval raises on it, and the scorer's own except gives 0).
+EVALS_LITERAL = frozenset({"string_insertion", "spiral_matrix", "binary_matrix", "n_queens"})
+# Scorers that run sympy's parse_expr (an eval after token transforms) and then int() / float() the result: only
+# arithmetic on integers (int(exp(10**100)) would compute a googol-digit number).
+EVALS_ARITHMETIC = frozenset({"countdown", "puzzle24"})
+# Scorers that parse_expr the answer and compare or differentiate it symbolically: arithmetic, single-letter
+# symbols, a few functions (not Integral: diff(Integral(f)) is f, so an unsolved integral would pass), and powers
+# that stay small (9**9**9 runs in C, past any thread timeout).
+EVALS_SYMBOLIC = frozenset({"polynomial_multiplication", "simple_integration", "intermediate_integration"})
+
+_LITERAL_NODES = (ast.Expression, ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.USub,
+                  ast.UAdd, ast.Load)
+_ARITHMETIC_NODES = (ast.Expression, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div,
+                     ast.USub, ast.UAdd)
+_SYMBOLIC_NODES = _ARITHMETIC_NODES + (ast.Name, ast.Load, ast.Call, ast.Pow)
+_FUNCTIONS = frozenset({"sin", "cos", "tan", "cot", "sec", "csc", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+                        "exp", "log", "ln", "sqrt", "Abs", "abs"})
+_CONSTANTS = frozenset({"pi", "E", "I", "oo"})
+_MAX_EXPONENT = 32  # one power's constant exponent (the datasets' own answers stay under 11)
+_MAX_EXPONENT_SUM = 256  # all of them: (x+1)**32 * (x+1)**32 * ... combines into one power
+_MAX_DEPTH = 64
+# A number written with an exponent of 100 or more: Fraction('1e999999999') (coin_flip) and sympy's Float compute
+# 10**999999999 in C, holding the interpreter lock, so no thread timeout stops them. No answer needs one.
+_BIG_EXPONENT = re.compile(r"[0-9.][eE]\s*[-+]?\s*0*[0-9]{3}")
+# NaN compares false with everything: complex_arithmetic's min(1.0, exp(-distance)) scores 'nan' 1.0.
+_NAN = re.compile(r"(?<![A-Za-z])nan(?![A-Za-z])", re.IGNORECASE)
+
+
+def _parse_expr(text: str) -> ast.Expression | None:
+    """The expression `eval(text)` would run (eval strips leading spaces and tabs), or None when it is no Python
+    expression. Bounded by MAX_ANSWER_CHARS and the parser's own nesting limit."""
+    try:
+        return ast.parse(text.lstrip(" \t"), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _nodes(tree: ast.AST | None) -> list[ast.AST] | None:
+    """Every node of `tree`, or None when there is none or it nests deeper than _MAX_DEPTH (a deep tree can
+    overflow the C stack of the scorer's compile or sympy's recursive walks). Iterative: no recursion here."""
+    if tree is None:
+        return None
+    out, todo = [], [(tree, 0)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > _MAX_DEPTH:
+            return None
+        out.append(node)
+        todo.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return out
+
+
+def _literal_ok(text: str) -> bool:
+    tree = _parse_expr(text)
+    if tree is None or isinstance(tree.body, ast.Name):  # eval raises, or only looks a word up (ABBA)
+        return True
+    nodes = _nodes(tree)
+    return nodes is not None and all(isinstance(n, _LITERAL_NODES) for n in nodes)
+
+
+def _number(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+
+
+def _arithmetic_ok(text: str) -> bool:
+    """Only what parse_expr reads as plain Python arithmetic (its transforms, 5! or 0.[3], are refused)."""
+    nodes = _nodes(_parse_expr(text))
+    return nodes is not None and all(isinstance(n, _ARITHMETIC_NODES) and (not isinstance(n, ast.Constant)
+                                                                          or _number(n)) for n in nodes)
+
+
+def _small_exponent(node: ast.AST) -> float | None:
+    """The size of an exponent that keeps numbers small (a name counts 1; a constant up to _MAX_EXPONENT; -e; e/f
+    of those), else None."""
+    if isinstance(node, ast.Name):
+        return 1.0
+    if _number(node):
+        return abs(node.value) if abs(node.value) <= _MAX_EXPONENT else None
+    if isinstance(node, ast.UnaryOp):
+        return _small_exponent(node.operand)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        top, bottom = _small_exponent(node.left), _small_exponent(node.right)
+        return top if top is not None and bottom is not None else None
+    return None
+
+
+def _symbolic_node_ok(n: ast.AST) -> bool:
+    if not isinstance(n, _SYMBOLIC_NODES) or (isinstance(n, ast.Constant) and not _number(n)):
+        return False
+    if isinstance(n, ast.Name):
+        return len(n.id) == 1 or n.id in _CONSTANTS or n.id in _FUNCTIONS
+    if isinstance(n, ast.Call):
+        return not n.keywords and isinstance(n.func, ast.Name) and n.func.id in _FUNCTIONS
+    return True
+
+
+def _symbolic_ok(text: str) -> bool:
+    nodes = _nodes(_parse_expr(text))
+    if nodes is None or not all(_symbolic_node_ok(n) for n in nodes):
+        return False
+    total = 0.0
+    for n in nodes:
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow):
+            size = _small_exponent(n.right)
+            if size is None or any(isinstance(m, ast.Pow) for m in ast.walk(n.left)):
+                return False  # (9**32)**32**... still builds a huge number: one power per path
+            total += size
+    return total <= _MAX_EXPONENT_SUM
+
+
+def screen(dataset: str, answer: str, reference: Any = None) -> bool:
+    """Whether `dataset`'s scorer may see `answer` (False: it scores 0 without being called). The reference answer
+    itself always may: the dataset wrote it (intermediate_integration's can hold an unevaluated Integral)."""
+    if isinstance(reference, str) and answer.strip() == reference.strip():
+        return True
+    if _BIG_EXPONENT.search(answer) or (_NAN.search(answer) and not _NAN.search(str(reference or ""))):
+        return False
+    if dataset in EVALS_LITERAL:
+        return _literal_ok(answer)
+    if dataset in EVALS_ARITHMETIC:
+        return _arithmetic_ok(answer)
+    if dataset in EVALS_SYMBOLIC:
+        return _symbolic_ok(answer)
+    return True
+
+
+# ------------------------------------------------------------------------------------------------------ scoring
+
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:/\d+)?")  # a reference answer that is one number (fallback: last number)
+_STUCK: set[threading.Thread] = set()  # scorer threads that ran past their timeout (Python cannot stop them)
+_STUCK_LOCK = threading.Lock()  # reward calls run in the rubric's threads, several at once
+
+
+def _stuck() -> int:
+    with _STUCK_LOCK:
+        _STUCK.difference_update([t for t in _STUCK if not t.is_alive()])
+        return len(_STUCK)
+
+
+def _run_with_timeout(fn, timeout_s: float) -> tuple[str, Any]:
+    """("ok", value) | ("error", exception) | ("timeout", None): fn() in a daemon thread, waited on for timeout_s."""
+    box: list[tuple[str, Any]] = []
+
+    def target() -> None:
+        try:
+            box.append(("ok", fn()))
+        except BaseException as e:  # noqa: BLE001 - a scorer on hostile text may raise anything
+            box.append(("error", e))
+
+    t = threading.Thread(target=target, name="rg-score", daemon=True)
+    t.start()
+    t.join(max(timeout_s, 0.0))
+    if t.is_alive():
+        with _STUCK_LOCK:
+            _STUCK.add(t)
+        return "timeout", None
+    return box[0]
+
+
+class ScoreAnswer:
+    """The headline reward: the dataset's own score_answer on the extracted answer, in [0, 1], 0 for no answer or a
+    scorer that raises, times out or may not see the answer. Counts those cases for the step's metrics."""
+
+    __name__ = "rg_score"
+
+    def __init__(self, answer_format: str = "answer_tag", fallback: bool = True,
+                 timeout_s: float = SCORE_TIMEOUT_S, batch_timeout_s: float = BATCH_TIMEOUT_S):
+        self.answer_format, self.fallback = answer_format, fallback
+        self.timeout_s, self.batch_timeout_s = timeout_s, batch_timeout_s
+        self.counts = {"timeouts": 0, "errors": 0, "screened": 0, "skipped": 0}
+
+    def extract(self, text: str, reference: Any = None) -> str | None:
+        """The answer in the requested format; without one (and with `fallback`), the last number when the
+        reference is a number ("... so the total is 14."), else a box or the last line: what a small model that
+        ignored the format wrote last."""
+        got = extract_answer(text, self.answer_format)
+        if got is None and self.fallback:
+            numeric = isinstance(reference, str) and _NUMBER.fullmatch(reference.strip()) is not None
+            got = extract_answer(text, "last_number" if numeric else "auto")
+        return got[:MAX_ANSWER_CHARS] if got is not None else None
+
+    def __call__(self, completions, rg_entry, rg_spec, answer=None, **kwargs) -> list[float]:
+        deadline = time.monotonic() + self.batch_timeout_s
+        refs = answer if answer is not None else [None] * len(completions)
+        return [self.score_one(self.extract(completion_text(c), ref), e, s, deadline)
+                for c, e, s, ref in zip(completions, rg_entry, rg_spec, refs)]
+
+    def score_one(self, answer: str | None, entry_json: str, spec_json: str, deadline: float | None = None) -> float:
+        if answer is None:
+            return 0.0
+        entry = loads_entry(entry_json)
+        dataset = dataset_for(spec_json)  # outside the timeout: a first build may load data files
+        if not screen(entry.get("metadata", {}).get("source_dataset", ""), answer, entry.get("answer")):
+            self.counts["screened"] += 1
+            return 0.0
+        left = self.timeout_s if deadline is None else min(self.timeout_s, deadline - time.monotonic())
+        if left <= 0 or _stuck() >= MAX_STUCK_THREADS:
+            self.counts["skipped"] += 1
+            return 0.0
+        status, value = _run_with_timeout(lambda: dataset.score_answer(answer, entry), left)
+        if status != "ok":
+            self.counts["timeouts" if status == "timeout" else "errors"] += 1
+            return 0.0
+        try:
+            v = float(value)
+        except (TypeError, ValueError, OverflowError):
+            self.counts["errors"] += 1
+            return 0.0
+        return min(max(v, 0.0), 1.0) if math.isfinite(v) else 0.0
+
+    def drain_metrics(self) -> dict[str, float]:
+        out = {f"reasoning_gym/score_{k}": float(v) for k, v in self.counts.items() if v}
+        self.counts = dict.fromkeys(self.counts, 0)
+        return out
+
+
+class FormatPresent:
+    """Shaping: 1.0 when the reply gives its answer in the requested format (a closed, non-empty <answer> tag by
+    default; extract.has_answer), else 0."""
+
+    __name__ = "format"
+
+    def __init__(self, answer_format: str = "answer_tag"):
+        self.answer_format = "answer_tag" if answer_format == "auto" else answer_format
+
+    def __call__(self, completions, **kwargs) -> list[float]:
+        return [float(has_answer(completion_text(c), self.answer_format)) for c in completions]
+
+
+# --------------------------------------------------------------------------------------------------------- rows
+
+def _system_prompt(system_prompt: str | None, answer_format: str) -> str:
+    """The system message: a named reasoning-gym prompt (SYSTEM_PROMPTS: default, direct, ...) as it is, or text
+    (ours by default) followed by how to write the answer."""
+    from reasoning_gym.utils import SYSTEM_PROMPTS
+
+    if system_prompt in SYSTEM_PROMPTS:  # they all ask for <answer> tags
+        tags = answer_format in ("answer_tag", "auto")
+        return SYSTEM_PROMPTS[system_prompt].strip() + ("" if tags else "\n" + _INSTRUCTIONS[answer_format])
+    base = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+    return f"{base}\n{_INSTRUCTIONS[answer_format]}".strip()
+
+
+def _row(entry: dict[str, Any], system: str, spec_json: str) -> dict[str, Any]:
+    messages = [{"role": "system", "content": system}] if system else []
+    answer = entry.get("answer")
+    return {"prompt": messages + [{"role": "user", "content": str(entry["question"])}],
+            "answer": answer if isinstance(answer, str) else None,
+            "rg_dataset": str(entry.get("metadata", {}).get("source_dataset", "")),
+            "rg_entry": dumps_entry(entry), "rg_spec": spec_json}
+
+
+EVAL_POOL = 10  # held-out candidates looked at, per held-out row asked for (only a small problem space needs many)
+
+
+def _split(dataset, train_size: int, eval_size: int) -> tuple[list[dict], list[dict]]:
+    """Items [0, train_size) train; held-out from the items after them, skipping questions training also has
+    (a small problem space repeats itself) and repeats among themselves."""
+    train = [dataset[i] for i in range(train_size)]
+    seen = {e["question"] for e in train}
+    evals: list[dict] = []
+    for i in range(train_size, train_size + EVAL_POOL * eval_size):
+        if len(evals) == eval_size:
+            break
+        e = dataset[i]
+        if e["question"] not in seen:
+            seen.add(e["question"])
+            evals.append(e)
+    return train, evals
+
+
+# ---------------------------------------------------------------------------------------------------- the task
+
+def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise TaskLoadError(f"reasoning_gym: {name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _positive_number(name: str, value: Any, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= 0 if allow_zero else value > 0):
+        raise TaskLoadError(f"reasoning_gym: {name} must be a number {'>=' if allow_zero else '>'} 0, got {value!r}")
+    return float(value)
+
+
+def _options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(posttrain's options with defaults, the dataset's config)."""
+    config = {k: v for k, v in options.items() if k not in POSTTRAIN_OPTIONS}
+    if "size" in config:  # reasoning-gym's name for it
+        if "train_size" in options:
+            raise TaskLoadError("reasoning_gym: give train_size or size, not both")
+        options = {**options, "train_size": config.pop("size")}
+    opts = {"train_size": 1000, "eval_size": 64, "seed": 0, "system_prompt": None, "answer_format": "answer_tag",
+            "fallback": True, "max_tokens": 256, "format_weight": 0.1, "score_timeout_s": SCORE_TIMEOUT_S}
+    opts.update({k: v for k, v in options.items() if k in POSTTRAIN_OPTIONS and k != "datasets"})
+    if "datasets" in options:
+        config["datasets"] = options["datasets"]
+    _positive_int("train_size", opts["train_size"])
+    _positive_int("eval_size", opts["eval_size"], 0)
+    _positive_int("seed", opts["seed"], 0)
+    _positive_int("max_tokens", opts["max_tokens"])
+    _positive_number("format_weight", opts["format_weight"], allow_zero=True)
+    _positive_number("score_timeout_s", opts["score_timeout_s"])
+    if opts["answer_format"] not in _INSTRUCTIONS:
+        raise TaskLoadError(f"reasoning_gym: answer_format {opts['answer_format']!r} is not one of "
+                            f"{', '.join(_INSTRUCTIONS)}")
+    return opts, config
+
+
+def _warn_about(dataset_name: str, dataset, entries: list[dict[str, Any]]) -> None:
+    """Say so when rows can never pass (a reference longer than what extraction keeps) or every reply passes (a
+    scorer that accepts nonsense: game_of_life_halting in 0.1.25 passes any non-empty answer)."""
+    long = sum(isinstance(e.get("answer"), str) and len(e["answer"]) > MAX_ANSWER_CHARS for e in entries)
+    if long:
+        warnings.warn(f"reasoning_gym:{dataset_name}: {long} of {len(entries)} reference answers are longer than "
+                      f"{MAX_ANSWER_CHARS} characters, which answer extraction cuts: those rows cannot pass; make the "
+                      "dataset's config easier", stacklevel=3)
+    probe = entries[:8]
+    if probe and all(_score_safely(dataset, "?", e) >= 1.0 for e in probe):
+        warnings.warn(f"reasoning_gym:{dataset_name}: its scorer passes the answer '?' on every row tried: its pass "
+                      "rate measures nothing", stacklevel=3)
+
+
+def _score_safely(dataset, answer: str, entry: dict[str, Any]) -> float:
+    status, value = _run_with_timeout(lambda: dataset.score_answer(answer, entry), SCORE_TIMEOUT_S)
+    return float(value) if status == "ok" and isinstance(value, (int, float)) else 0.0
+
+
+def _smoke_checks(rows: list[dict[str, Any]], answer_format: str) -> list[SmokeCheck]:
+    """The reference answer, written as asked, passes (when the dataset has one it can score); an empty reply fails."""
+    checks = [SmokeCheck("an empty reply fails", row=rows[0], completion="", expect="fail")]
+    ref = next((r for r in rows if r["answer"] and len(r["answer"]) <= MAX_ANSWER_CHARS), None)
+    if ref is not None:
+        checks.insert(0, SmokeCheck("the reference answer passes", row=ref,
+                                    completion=format_answer(ref["answer"], answer_format)))
+    return checks
+
+
+def make_task(dataset: str, **options: Any) -> Task:
+    """A reasoning-gym dataset (or `composite`) as a Task; see the module docstring for the options."""
+    _rg()
+    opts, config = _options(options)
+    n_train, n_eval, fmt = opts["train_size"], opts["eval_size"], opts["answer_format"]
+    spec = _spec(dataset, config, n_train + EVAL_POOL * n_eval, opts["seed"])
+    built = _build(spec)
+    train, evals = _split(built, n_train, n_eval)
+    _warn_about(dataset, built, train + evals)
+    if n_eval and not evals:
+        raise TaskLoadError(f"reasoning_gym:{dataset}: every held-out question also appears in training (the "
+                            "config's problem space is that small); lower train_size or widen the config")
+    if len(evals) < n_eval:
+        warnings.warn(f"reasoning_gym:{dataset}: only {len(evals)} of the {n_eval} held-out rows asked for are "
+                      "questions training does not have (a small problem space)", stacklevel=2)
+    system, spec_json = _system_prompt(opts["system_prompt"], fmt), json.dumps(spec, sort_keys=True)
+    train_rows = [_row(e, system, spec_json) for e in train]
+    eval_rows = [_row(e, system, spec_json) for e in evals]
+    score = ScoreAnswer(fmt, bool(opts["fallback"]), float(opts["score_timeout_s"]))
+    rubric = Rubric([RewardComponent("rg_score", score), RewardComponent("format", FormatPresent(fmt),
+                                                                          weight=float(opts["format_weight"]))],
+                    pass_component="rg_score")
+    demonstrate = (lambda row: [format_answer(row["answer"], fmt)] if row.get("answer") else [])
+    return Task(name=f"reasoning_gym:{dataset}", train_rows=train_rows, eval_rows=eval_rows, rubric=rubric,
+                description=f"reasoning-gym {dataset}, scored by its own score_answer",
+                max_tokens=opts["max_tokens"], demonstrate=demonstrate,
+                smoke_checks=_smoke_checks(train_rows, fmt))
