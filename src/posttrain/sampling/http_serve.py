@@ -329,7 +329,9 @@ class InLoopServer:
         self.guard = guard or HttpGuard()
         if self.guard.api_key is None and not is_loopback(host):
             log.warning("serving on %s without an API key: anything that can reach it can use it", host)
-        config = uvicorn_config(app, host, port, log_level, self.guard, lifespan="on", access_log=False)
+        # No lifespan: the apps served in a loop have no startup or shutdown work, and a run that ends without
+        # stop() (asyncio.run cancelling what is left) would log the lifespan task's CancelledError as an error.
+        config = uvicorn_config(app, host, port, log_level, self.guard, lifespan="off", access_log=False)
         self.server = _NoSignals(config)
         self.host = host
         self.port = port
