@@ -393,3 +393,43 @@ def test_a_tool_result_with_a_lone_surrogate_is_tokenized(tok):
     env = ToolEnv(task, tok, SampleParams(max_tokens=16), task.tools, max_turns=2)
     traj = asyncio.run(env.rollout(rows[0], HostileSampler(tok, [call("echo", {"text": "hi"}), "done"])))
     assert len(traj.turns) == 2 and traj.messages[2]["content"] == "hi\ufffd"
+
+
+# ---- what comes back from tools and envs: any size, any content, within the context (issue #52) -----------------
+
+TOOL_RESULTS = st.one_of(HOSTILE_STRINGS, JSON_VALUES.map(lambda v: v if isinstance(v, str) else json.dumps(v)),
+                         st.integers(min_value=1, max_value=5 * MB).map(lambda n: "z" * n))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(results=st.lists(TOOL_RESULTS, min_size=1, max_size=4), budget=st.integers(min_value=1500, max_value=6000),
+       overflow=st.sampled_from(["fail", "truncate"]))
+def test_hostile_tool_results_are_bounded_and_keep_every_turn_within_the_context(tok, results, budget, overflow):
+    """A tool answers with whatever the strategy draws (megabytes, nesting, lone surrogates, NULs), turn after turn:
+    the episode never raises, every turn's prompt + max_tokens fits the sampler's budget, each result reaches the
+    model cut to max_observation_chars, and the episode ends by its turns, its answer or a context stop."""
+    from posttrain.envs.task import Task
+    from posttrain.envs.tool_env import ToolEnv
+    from posttrain.rewards.rubric import RewardComponent, Rubric
+    from posttrain.sampling.context import ContextBudget
+    from posttrain.sampling.scripted import ScriptedSampler
+
+    answers = iter(results * 20)
+
+    def read() -> str:
+        """Read the next page."""
+        return next(answers)
+
+    rows = [{"prompt": [{"role": "user", "content": "read"}]}]
+    task = Task("t", rows, rows, Rubric([RewardComponent("any", lambda completions, **_: [0.0] * len(completions))]),
+                tools=[read], max_turns=8, max_observation_chars=500)
+    env = ToolEnv(task, tok, SampleParams(max_tokens=16), task.tools, max_turns=8)
+    first = len(env.initial_messages(rows[0])[0]["content"])
+    ctx = ContextBudget(first + budget, overflow=overflow)
+    sampler = ScriptedSampler(tok, ['<tool_call>{"name": "read", "arguments": {}}</tool_call>'], context=ctx)
+    t0 = time.monotonic()
+    traj = asyncio.run(env.rollout(rows[0], sampler))
+    assert time.monotonic() - t0 < PER_SAMPLE_S
+    assert traj.stop_reason in ("context", "max_turns")
+    assert all(len(t.prompt_ids) + 16 <= ctx.max_context for t in traj.turns)
+    assert all(len(m["content"]) <= 500 for m in traj.messages if m["role"] == "tool")
