@@ -46,7 +46,7 @@ from fastapi import FastAPI, Request
 
 from posttrain.sampling.base import Sampler
 from posttrain.sampling.chat_prompt import ChatRenderer
-from posttrain.sampling.context import ContextBudget, ContextOverflow
+from posttrain.sampling.context import ContextBudget, ContextOverflow, context_of
 from posttrain.sampling.openai_requests import (  # noqa: F401 - the request API is re-exported from here
     MIN_TEMPERATURE, BadRequest, ChatRequest, CompletionRequest, ContextLengthExceeded, HTTPError, RequestLimits,
     _Sampling, add_error_handlers)
@@ -75,7 +75,7 @@ class ServerState:
 
     @property
     def context(self) -> ContextBudget | None:
-        return getattr(self.sampler, "context", None)
+        return context_of(self.sampler)
 
     async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` in a worker thread: the event loop (and /health) keeps answering meanwhile."""
