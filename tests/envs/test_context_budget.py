@@ -216,3 +216,12 @@ def test_truncate_text_marks_what_it_cut():
     text, cut = truncate_text("y" * 1000, 100)
     assert len(text) <= 100 and text.startswith("y") and f"[truncated: {cut} more characters]" in text
     assert len(text) - len(text.split("\n...")[0]) + (1000 - cut) <= 100 + 40
+
+
+def test_the_config_sets_the_cut_of_tool_results():
+    from posttrain.config import load_config
+    from posttrain.tasks.from_config import task_from_config
+
+    cfg = load_config(None, ["task.name=search-qa", "task.max_observation_chars=300"])
+    assert task_from_config(cfg.task).max_observation_chars == 300
+    assert task_from_config(load_config(None, ["task.name=search-qa"]).task).max_observation_chars == 8000

@@ -102,6 +102,9 @@ class TaskConfig(_Strict):
         "task.dataset: the share of the train split held out (seeded by run.seed); default: 10%, at most 64 rows"))
     max_rows: int | None = Field(None, ge=1, description="task.dataset: read at most this many rows of each split")
     reward_timeout_s: float = Field(60.0, gt=0.0, description="seconds one reward-function call may take; past it the samples count as failed")
+    max_observation_chars: int | None = Field(None, ge=1, description=(
+        "multi-turn tasks: the most characters of one tool result or env observation the model reads back (the rest "
+        "cut with a marker); default: the task's own (8000 unless it says); docs/limits.md"))
     subset: str | None = Field(None, description=(
         "a JSON file {\"train\": [row indices], \"eval\": [row indices]} keeping only those rows of the task, e.g. "
         "the rows where the model's pass@16 is 0 (bench/feedback.py select writes one)"))

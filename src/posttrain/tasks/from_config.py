@@ -26,6 +26,8 @@ def task_from_config(tc: TaskConfig, seed: int = 0) -> Task:
     if tc.subset:
         task = apply_subset(task, tc.subset)
     task.rubric.timeout_s = tc.reward_timeout_s
+    if tc.max_observation_chars is not None:  # the config wins over the task's own cut of tool results
+        task.max_observation_chars = tc.max_observation_chars
     return task
 
 
