@@ -22,400 +22,39 @@ none; default the task's `task.answer_format`), and compares it with a gold colu
 
 `NAMED_REWARDS` is the registry (name -> RewardSpec: options dataclass, pure scoring function); `named_reward`
 builds one, checking every option's name and type (RewardConfigError, with the nearest known name).
+
+This module holds the reward classes (NamedReward, MathReward and its worker pool), the registry and the building;
+the options dataclasses and their type checks are in rewards/named_options.py, the pure scoring functions in
+rewards/answer_scores.py. The names callers import from here (`__all__`) all still come from here, those two
+modules' among them, re-exported.
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
-import difflib
-import math
-import re
 import threading
-import types
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from posttrain.bounded import BoundedError, loads_json
-from posttrain.rewards.extract import EXTRACTORS, completion_text, extract_answer, has_answer
+from posttrain.rewards.answer_scores import (GoldError, _compile_regex, _Counted, _gold, score_choice,
+                                             score_contains, score_exact, score_format, score_json_schema,
+                                             score_length, score_numeric, score_regex)
+# Re-exported: tests import these from here, where they lived before answer_scores.py was split off.
+from posttrain.rewards.answer_scores import choice_letter, parse_number  # noqa: F401 - re-exported
+from posttrain.rewards.extract import completion_text, extract_answer
+from posttrain.rewards.named_options import (ChoiceOptions, ContainsOptions, ExactOptions, FormatOptions,
+                                             JsonSchemaOptions, LengthOptions, MathOptions, NumericOptions,
+                                             RegexOptions, RewardConfigError, _fits, _type_name, _validator,
+                                             nearest_name)
 from posttrain.rewards.rubric import PartialRewardFailure
 
-
-class RewardConfigError(ValueError):
-    """A reward named in the config (or by `named_reward`) that cannot be built: an unknown name, a bad option."""
-
-
-class GoldError(ValueError):
-    """A row whose gold answer the reward cannot use (the data's fault, not the model's): that sample fails."""
-
-
-# ------------------------------------------------------------------------------------------------------- options
-
-
-@dataclass(frozen=True)
-class AnswerOptions:
-    """What every answer-comparing reward takes: the gold column and how the answer is read from the text."""
-
-    answer_column: str = "answer"
-    answer_format: str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.answer_format not in EXTRACTORS:
-            raise RewardConfigError(f"answer_format {self.answer_format!r} is not one of {', '.join(EXTRACTORS)}"
-                                    + nearest_name(self.answer_format, EXTRACTORS))
-
-    def columns(self) -> dict[str, str]:
-        """option -> the row column it names (checked against the data before training)."""
-        return {"answer_column": self.answer_column}
-
-
-@dataclass(frozen=True)
-class MathOptions(AnswerOptions):
-    timeout_s: float = 2.0  # one answer's parse + verify; past it the answer scores 0 (and is counted)
-    batch_timeout_s: float = 30.0  # one call's answers together; those left unchecked score 0 (counted)
-    max_answer_chars: int = 1000  # a longer extracted answer scores 0 unparsed
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _positive(timeout_s=self.timeout_s, batch_timeout_s=self.batch_timeout_s,
-                  max_answer_chars=self.max_answer_chars)
-
-
-@dataclass(frozen=True)
-class ExactOptions(AnswerOptions):
-    strip: bool = True
-    case_insensitive: bool = False
-    normalize_whitespace: bool = True  # runs of whitespace compare as one space
-
-
-@dataclass(frozen=True)
-class NumericOptions(AnswerOptions):
-    abs_tol: float = 1e-6
-    rel_tol: float = 1e-6
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not (self.abs_tol >= 0 and self.rel_tol >= 0 and math.isfinite(self.abs_tol + self.rel_tol)):
-            raise RewardConfigError(f"abs_tol and rel_tol must be finite and >= 0, got {self.abs_tol}, {self.rel_tol}")
-
-
-@dataclass(frozen=True)
-class ContainsOptions(AnswerOptions):
-    case_insensitive: bool = False
-
-
-@dataclass(frozen=True)
-class ChoiceOptions(AnswerOptions):
-    letters: str = "ABCDEFGHIJ"  # the options' letters; a gold integer i is letters[i] (0-based, as MMLU's)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.letters or not all("A" <= c <= "Z" for c in self.letters) or len(set(self.letters)) != len(
-                self.letters):
-            raise RewardConfigError(f"letters must be distinct capital letters, got {self.letters!r}")
-
-
-@dataclass(frozen=True)
-class RegexOptions:
-    pattern: str  # Python `regex` syntax; compiled once when the reward is built
-    answer_format: str = "auto"
-    ignore_case: bool = False
-    fullmatch: bool = False  # the whole answer must match (default: the pattern anywhere in it)
-    max_chars: int = 20_000  # the answer is cut to this before matching
-    timeout_s: float = 1.0  # one match; past it the sample scores 0 (counted)
-
-    def __post_init__(self) -> None:
-        AnswerOptions.__post_init__(self)  # type: ignore[arg-type]
-        _positive(max_chars=self.max_chars, timeout_s=self.timeout_s)
-
-    def columns(self) -> dict[str, str]:
-        return {}
-
-
-@dataclass(frozen=True)
-class JsonSchemaOptions:
-    schema: dict | None = None  # a JSON Schema, or:
-    schema_column: str | None = None  # the row column holding each row's schema (a dict or JSON text)
-    answer_format: str = "auto"  # auto: <answer> tags, else the last ``` fenced block, else the whole text
-    max_chars: int = 100_000
-
-    def __post_init__(self) -> None:
-        AnswerOptions.__post_init__(self)  # type: ignore[arg-type]
-        _positive(max_chars=self.max_chars)
-        if (self.schema is None) == (self.schema_column is None):
-            raise RewardConfigError("json_schema needs exactly one of `schema` (a JSON Schema) or `schema_column`")
-        if self.schema is not None:
-            _validator(self.schema, RewardConfigError)
-
-    def columns(self) -> dict[str, str]:
-        return {"schema_column": self.schema_column} if self.schema_column else {}
-
-
-@dataclass(frozen=True)
-class FormatOptions:
-    answer_format: str = "auto"  # the format required; auto: <answer> tags or a \boxed{}
-
-    def __post_init__(self) -> None:
-        AnswerOptions.__post_init__(self)  # type: ignore[arg-type]
-
-    def columns(self) -> dict[str, str]:
-        return {}
-
-
-@dataclass(frozen=True)
-class LengthOptions:
-    target: int  # the length aimed at, in `unit`s
-    unit: Literal["chars", "words", "tokens"] = "words"
-    mode: Literal["at_most", "around"] = "at_most"  # at_most: shorter is fine; around: both sides cost
-    tolerance: int | None = None  # how far from the target the score reaches 0 (default: the target)
-
-    def __post_init__(self) -> None:
-        _positive(target=self.target, **({} if self.tolerance is None else {"tolerance": self.tolerance}))
-
-    def columns(self) -> dict[str, str]:
-        return {}
-
-
-def _positive(**values: float) -> None:
-    for k, v in values.items():
-        if not v > 0 or not math.isfinite(v):
-            raise RewardConfigError(f"{k} must be > 0, got {v}")
-
-
-# ------------------------------------------------------------------------------------------------ pure scoring
-
-# Each scorer: (completion text, the row's columns it reads, options, prepared state) -> a score. Pure: the state is
-# built once from the options (a compiled pattern, a schema validator) and never changed.
-
-
-def _gold(row: dict[str, Any], column: str) -> Any:
-    gold = row.get(column)
-    if gold is None or (isinstance(gold, str) and not gold.strip()):
-        raise GoldError(f"the row's {column!r} is empty: no gold answer to compare with")
-    return gold
-
-
-def _norm(s: str, o: ExactOptions | ContainsOptions) -> str:
-    if getattr(o, "strip", True):
-        s = s.strip()
-    if getattr(o, "normalize_whitespace", True):
-        s = " ".join(s.split())
-    return s.casefold() if o.case_insensitive else s
-
-
-def score_exact(text: str, row: dict[str, Any], o: ExactOptions, state: Any = None) -> float:
-    """1.0 when the extracted answer equals the gold column's text (after strip / whitespace / case options)."""
-    gold = str(_gold(row, o.answer_column))
-    answer = extract_answer(text, o.answer_format)
-    return float(answer is not None and _norm(answer, o) == _norm(gold, o))
-
-
-def score_contains(text: str, row: dict[str, Any], o: ContainsOptions, state: Any = None) -> float:
-    """1.0 when the gold column's text appears in the extracted answer (answer_format: none searches the whole
-    completion)."""
-    gold = _norm(str(_gold(row, o.answer_column)), o)
-    answer = extract_answer(text, o.answer_format)
-    return float(answer is not None and gold in _norm(answer, o))
-
-
-_NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:[eE][-+]?\d{1,3})?|[-+]?\.\d+(?:[eE][-+]?\d{1,3})?"
-_WHOLE_NUMBER = re.compile(rf"({_NUM})(?:/({_NUM}))?(%)?")
-_ANY_NUMBER = re.compile(rf"({_NUM})(?:\s*/\s*({_NUM}))?(\s*%)?")
-_FRAC = re.compile(r"\\[dt]?frac\{([^{}]{1,40})\}\{([^{}]{1,40})\}")
-_TEX_NOISE = re.compile(r"\\[,!;: ]|\\text\{\s*\}|\\left|\\right|\{,\}|\\\$|\$")
-MAX_NUMBER_CHARS = 100  # digits past this are no answer anyone writes; float() on them is wasted work
-
-
-def _value(num: str) -> Fraction | None:
-    if len(num) > MAX_NUMBER_CHARS:
-        return None
-    try:
-        f = float(num.replace(",", ""))
-    except ValueError:
-        return None
-    return Fraction(f) if math.isfinite(f) else None
-
-
-def _readings(m: re.Match[str]) -> list[float]:
-    """The values a matched number may mean: a percent reads as both x/100 and x ("50%" is 0.5 or "50 percent")."""
-    num, den = _value(m.group(1)), _value(m.group(2)) if m.group(2) else Fraction(1)
-    if num is None or not den:
-        return []
-    v = float(num / den)
-    return [v / 100, v] if m.group(3) else [v]
-
-
-def parse_number(text: str) -> list[float]:
-    """The readings of the number `text` states: what follows its last "=" if it has one ("3 + 4 = 7" -> 7), as one
-    number if it is one ("1,234", "-3/4", "\\frac{3}{4}", "$5", "50\\%"), else the only number among words ("x is 12
-    cm" -> 12). Empty when there is none or several ("10**10**10": an expression, not a number); never a non-finite
-    value."""
-    s = _FRAC.sub(r"\1/\2", text.replace("\\%", "%"))
-    s = _TEX_NOISE.sub("", s).rsplit("=", 1)[-1].strip().rstrip(".")
-    whole = _WHOLE_NUMBER.fullmatch(s.replace(" ", ""))
-    if whole:
-        return _readings(whole)
-    found = []
-    for m in _ANY_NUMBER.finditer(s):
-        found.append(m)
-        if len(found) > 1:
-            return []
-    return _readings(found[0]) if found else []
-
-
-def score_numeric(text: str, row: dict[str, Any], o: NumericOptions, state: Any = None) -> float:
-    """1.0 when the number in the extracted answer is within abs_tol / rel_tol of the gold number."""
-    raw = _gold(row, o.answer_column)
-    golds = [float(raw)] if isinstance(raw, (int, float)) and not isinstance(raw, bool) else parse_number(str(raw))
-    golds = [g for g in golds if math.isfinite(g)]
-    if not golds:
-        raise GoldError(f"the row's {o.answer_column!r} ({str(raw)[:40]!r}) is not a number")
-    answer = extract_answer(text, o.answer_format)
-    got = parse_number(answer) if answer is not None else []
-    return float(any(math.isclose(a, g, rel_tol=o.rel_tol, abs_tol=o.abs_tol) for a in got for g in golds))
-
-
-def _choice_patterns(letters: str) -> list[re.Pattern[str]]:
-    """Most explicit first. No two unbounded runs of the same characters sit side by side (linear on any text)."""
-    L = f"([{re.escape(letters)}])"
-    return [re.compile(rf"(?i:answer)(?:\s+(?i:is))?\s*(?:[:\-]\s*)?[(\[*]*{L}(?![A-Za-z])"),  # The answer is (C)
-            re.compile(rf"\\boxed\{{{L}\}}"),  # \boxed{C}
-            re.compile(rf"\*\*\(?{L}\)?\*\*"),  # **C** / **(C)**
-            re.compile(rf"\({L}\)"),  # (C)
-            re.compile(rf"(?:^|\s){L}[).:](?!\S)"),  # C) / C. / C: standing alone
-            re.compile(rf"\W*{L}\W*")]  # the whole answer is the letter (fullmatch)
-
-
-def choice_letter(text: str, letters: str = "ABCDEFGHIJ") -> str | None:
-    """The option letter `text` picks, or None: "The answer is (C)", "Answer: C", "**C**", "(C)", "C)", "C"."""
-    *found_in, whole = _choice_patterns(letters)
-    for pattern in found_in:
-        last = None
-        for last in pattern.finditer(text):
-            pass
-        if last:
-            return last.group(1)
-    m = whole.fullmatch(text)
-    return m.group(1) if m else None
-
-
-def _gold_letter(raw: Any, o: ChoiceOptions) -> str:
-    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw < len(o.letters):
-        return o.letters[raw]
-    s = str(raw).strip().strip("()").strip().upper()
-    if len(s) != 1 or s not in o.letters:
-        raise GoldError(f"the row's {o.answer_column!r} ({str(raw)[:40]!r}) is not one of the letters "
-                        f"{o.letters} or an index 0-{len(o.letters) - 1}")
-    return s
-
-
-def score_choice(text: str, row: dict[str, Any], o: ChoiceOptions, state: Any = None) -> float:
-    """1.0 when the option letter picked in the extracted answer is the gold letter (or gold index)."""
-    gold = _gold_letter(_gold(row, o.answer_column), o)
-    answer = extract_answer(text, o.answer_format)
-    return float(answer is not None and choice_letter(answer, o.letters) == gold)
-
-
-def _compile_regex(o: RegexOptions) -> Any:
-    import regex
-
-    try:
-        return regex.compile(o.pattern, regex.IGNORECASE if o.ignore_case else 0)
-    except regex.error as e:
-        raise RewardConfigError(f"pattern {o.pattern!r} is not a valid regular expression: {e}") from None
-
-
-def score_regex(text: str, row: dict[str, Any], o: RegexOptions, rx: Any) -> float:
-    """1.0 when the extracted answer matches `pattern` (anywhere, or whole with fullmatch); the text is cut to
-    max_chars and a match past timeout_s scores 0."""
-    answer = extract_answer(text, o.answer_format)
-    if answer is None:
-        return 0.0
-    match = rx.fullmatch if o.fullmatch else rx.search
-    try:
-        return float(match(answer[:o.max_chars], timeout=o.timeout_s) is not None)
-    except TimeoutError:
-        raise _Counted("timeouts", 0.0) from None
-
-
-def _validator(schema: Any, error: type[Exception]) -> Any:
-    import jsonschema
-
-    if not isinstance(schema, dict):
-        raise error(f"a JSON Schema must be an object, got {type(schema).__name__}")
-    cls = jsonschema.validators.validator_for(schema)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as e:
-        raise error(f"invalid JSON Schema: {e.message}") from None
-    return cls(schema)
-
-
-def json_text(text: str, how: str) -> str | None:
-    """The JSON part of a completion. auto: <answer> tags, else the last ``` fenced block, else the whole text."""
-    if how != "auto":
-        return extract_answer(text, how)
-    tagged = extract_answer(text, "answer_tag")
-    if tagged is not None:
-        return tagged
-    close = text.rfind("```")
-    start = text.rfind("```", 0, close) if close > 0 else -1
-    if start >= 0:
-        body = text[start + 3:close]
-        first, nl, rest = body.partition("\n")
-        return rest if nl and first.strip().isalnum() else body  # ```json\n{...}``` drops the language tag
-    return text
-
-
-def score_json_schema(text: str, row: dict[str, Any], o: JsonSchemaOptions, validator: Any) -> float:
-    """1.0 when the answer parses as JSON (bounded: size, depth, no NaN) and validates against the schema."""
-    if o.schema_column:
-        schema = _gold(row, o.schema_column)
-        if isinstance(schema, str):
-            try:
-                schema = loads_json(schema)
-            except BoundedError as e:
-                raise GoldError(f"the row's {o.schema_column!r} is not JSON: {e}") from None
-        validator = _validator(schema, GoldError)
-    raw = json_text(text, o.answer_format)
-    if raw is None or len(raw) > o.max_chars:
-        return 0.0
-    try:
-        value = loads_json(raw, max_chars=o.max_chars)
-    except BoundedError:
-        return 0.0
-    return float(validator.is_valid(value))
-
-
-def score_format(text: str, row: dict[str, Any], o: FormatOptions, state: Any = None) -> float:
-    """1.0 when the completion gives its answer in the format asked for: answer_tag a closed <answer> tag, boxed a
-    closed \\boxed{}, auto either of the two; the other formats need only an answer they can read."""
-    return float(has_answer(text, o.answer_format))
-
-
-def score_length(text: str, row: dict[str, Any], o: LengthOptions, state: Any = None) -> float:
-    """1.0 at the target length (at_most: or under it), falling linearly to 0.0 `tolerance` units away."""
-    if o.unit == "tokens":
-        ids = row.get("completion_ids")
-        if ids is None:
-            raise GoldError("unit: tokens needs the completion's token ids, which this caller did not pass")
-        n = len(ids)
-    else:
-        n = len(text) if o.unit == "chars" else len(text.split())
-    over = max(n - o.target, 0) if o.mode == "at_most" else abs(n - o.target)
-    return max(0.0, 1.0 - over / (o.tolerance or o.target))
-
-
-class _Counted(Exception):
-    """A scorer's way to say "this score, and count it under `key`" (a regex timeout)."""
-
-    def __init__(self, key: str, value: float):
-        super().__init__(key)
-        self.key, self.value = key, value
+__all__ = ["NAMED_REWARDS", "GoldError", "MathReward", "NamedReward", "RewardConfigError", "RewardSpec",
+           "choice_letter", "math_pool", "missing_column_message", "named_reward", "nearest_name", "parse_number",
+           "parse_options", "takes_answer_format"]
 
 
 # ------------------------------------------------------------------------------------------ the reward functions
@@ -616,35 +255,6 @@ NAMED_REWARDS: dict[str, RewardSpec] = {
 
 
 # ------------------------------------------------------------------------------------------------ building them
-
-
-def nearest_name(name: str, known: Sequence[str]) -> str:
-    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _type_name(hint: Any) -> str:
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) is Literal:
-        return " or ".join(repr(a) for a in args)
-    if args:
-        return " or ".join(_type_name(a) for a in args)
-    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        return value in typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, a) for a in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
 
 
 def parse_options(fn: str, raw: dict[str, Any]) -> Any:
