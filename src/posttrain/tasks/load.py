@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 from posttrain.envs.task import Task, TaskLoadError
 from posttrain.tasks import BUILTIN_TASKS, builtin_task_factory
+from posttrain.tasks.user_files import import_user_file
 from posttrain.rewards.rubric import Rubric
 
 
@@ -60,18 +59,7 @@ def _load_factory(spec: str):
         raise TaskLoadError(f"task {spec!r} must end with ':function_name'")
     if target.endswith(".py") or "/" in target:
         path = Path(target).expanduser()
-        if not path.exists():
-            raise TaskLoadError(f"task file not found: {path}")
-        mod_name = f"{USER_MODULE_PREFIX}{abs(hash(str(path.resolve())))}"
-        mspec = importlib.util.spec_from_file_location(mod_name, path)
-        if mspec is None or mspec.loader is None:
-            raise TaskLoadError(f"cannot import {path}")
-        module = importlib.util.module_from_spec(mspec)
-        sys.modules[mod_name] = module
-        try:
-            mspec.loader.exec_module(module)
-        except Exception as e:  # noqa: BLE001 - report any import-time failure of user code clearly
-            raise TaskLoadError(f"importing {path} failed: {type(e).__name__}: {e}") from e
+        module = import_user_file(path, f"{USER_MODULE_PREFIX}{abs(hash(str(path.resolve())))}", "task file")
     else:
         try:
             module = importlib.import_module(target)

@@ -19,13 +19,12 @@ message, default 8000), `pass_reward` (the reward whose score >= 1 is a pass; de
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
 from posttrain.envs.task import Task, TaskLoadError
+from posttrain.tasks.user_files import import_user_file
 
 PREFIX = "verifiers:"
 OWN_OPTIONS = ("n_train", "n_eval", "eval", "max_tokens", "timeout_s", "request_timeout_s", "max_turns",
@@ -138,22 +137,8 @@ def _function(target: str, attr: str) -> Any:
 
 
 def _import_file(path: Path) -> Any:
-    if not path.exists():
-        raise TaskLoadError(f"verifiers env file not found: {path}")
     name = f"posttrain_vf_file_{abs(hash(str(path.resolve()))):x}"  # lower case: verifiers lower-cases plugin ids
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise TaskLoadError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001 - report any import-time failure of user code clearly
-        del sys.modules[name]
-        raise TaskLoadError(f"importing {path} failed: {type(e).__name__}: {e}") from e
-    return module
+    return import_user_file(path, name, "verifiers env file", reuse=True)
 
 
 def _plugin_name(cls: type) -> str:
