@@ -291,6 +291,49 @@ def engines(plt) -> str:
     return _save(fig, "engines")
 
 
+def tasks_suite(plt) -> str:
+    """Held-out pass before/after per reasoning-gym dataset and framework, seeds as dots (bench/tasks_suite.py);
+    beside it, held-out pass vs training seconds where TRL ran too (what "time to TRL's final level" reads)."""
+    import numpy as np
+
+    runs = _load("tasks_suite.json")["runs"]
+    datasets = list(dict.fromkeys(r["dataset"] for r in runs))
+    arms = [("posttrain", "#2c7fb8", "#a6bddb"), ("trl", "#d95f0e", "#fdbe85")]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [2, 1]})
+    x, w = np.arange(len(datasets)), 0.2
+    for j, (fw, dark, light) in enumerate(arms):
+        for k, (which, color) in enumerate([(0, light), (-1, dark)]):
+            pos = x + (2 * j + k - 1.5) * w
+            vals = [[r["evals"][which]["pass"] for r in runs if r["dataset"] == d and r["framework"] == fw]
+                    for d in datasets]
+            ax.bar(pos, [np.mean(v) if v else np.nan for v in vals], w, color=color,
+                   label=f"{fw} {'before' if which == 0 else 'after'}")
+            for p_, v in zip(pos, vals):
+                ax.plot([p_] * len(v), v, "k.", ms=3)
+    ax.set_xticks(x, datasets, fontsize=7, rotation=20)
+    ax.set_ylabel("held-out pass (greedy)")
+    ax.set_ylim(0, 1)
+    seeds = sorted({r["seed"] for r in runs})
+    ax.set_title(f"before / after {max(len(r['steps']) for r in runs)} steps, seeds {seeds} (dots: one seed each)")
+    ax.legend(fontsize=7, frameon=False, ncol=2)
+    cmap = plt.get_cmap("tab10")
+    trl_sets = sorted({r["dataset"] for r in runs if r["framework"] == "trl"})
+    for i, d in enumerate(trl_sets or datasets):  # no TRL run yet: posttrain's curves on every dataset
+        for fw, style in (("posttrain", "-"), ("trl", "--")):
+            for r in (r for r in runs if r["dataset"] == d and r["framework"] == fw):
+                t = np.cumsum([s["seconds"] for s in r["steps"]])
+                xs = [0.0 if e["step"] == 0 else t[e["step"] - 1] for e in r["evals"]]
+                ax2.plot(xs, [e["pass"] for e in r["evals"]], style, color=cmap(i), lw=1.2, marker=".",
+                         label=f"{d} {fw}" if r["seed"] == seeds[0] else None)
+    ax2.set_xlabel("training seconds (evals excluded)")
+    ax2.set_ylabel("held-out pass")
+    ax2.set_title("held-out pass vs time\n(solid: posttrain, dashed: TRL)")
+    ax2.set_ylim(0, 1)
+    ax2.legend(fontsize=6, frameon=False, ncol=2)
+    fig.tight_layout()
+    return _save(fig, "tasks_suite")
+
+
 def _save(fig, name: str) -> str:
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.png"
@@ -301,7 +344,8 @@ def _save(fig, name: str) -> str:
     return str(path)
 
 
-PLOTS = [algorithms, async_vs_sync, vs_trl, sandbox, gpu, reversal, sampler_precision, remedy_partial_credit, engines]
+PLOTS = [algorithms, async_vs_sync, vs_trl, sandbox, gpu, reversal, sampler_precision, remedy_partial_credit, engines,
+         tasks_suite]
 
 
 def check() -> list[str]:
