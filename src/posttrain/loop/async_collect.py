@@ -62,6 +62,11 @@ class MeteredSampler:
     def decode(self, token_ids: list[int]) -> str:
         return self.inner.decode(token_ids)
 
+    def drain_metrics(self) -> dict[str, float]:
+        """The wrapped sampler's counters (prefix reuse, in-flight pushes), drained into the step's metrics."""
+        drain = getattr(self.inner, "drain_metrics", None)
+        return drain() if callable(drain) else {}
+
 
 class AsyncCollector:
     def __init__(self, cfg: Config, rollouts: RolloutSpec, meters: dict[str, BusyMeter]):
@@ -86,6 +91,11 @@ class AsyncCollector:
     @property
     def version(self) -> int:
         return self.rollouts.sampler.policy_version
+
+    @property
+    def sampler(self) -> Any:
+        """The rollout sampler (the stepper drains its metrics as the sync collector's)."""
+        return self.rollouts.sampler
 
     # ---- producers ---------------------------------------------------------------------------------------
     def _start(self, step: int) -> None:

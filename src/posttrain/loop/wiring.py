@@ -125,6 +125,7 @@ def local_vllm_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any,
 def server_vllm_sampler(cfg: Config, c: Components, own_copy: bool, say=print) -> tuple[Any, Any]:
     """cluster.num_servers vLLM servers, started and supervised here; weights pushed to each every step."""
     from posttrain.cluster.vllm_servers import ServerPoolWeights, VLLMServerPool
+    from posttrain.sampling.weight_transfer import group_backend
     from posttrain.sampling.engines import engine_model_dir, engine_spec, work_dir
 
     cc = cfg.cluster
@@ -134,7 +135,10 @@ def server_vllm_sampler(cfg: Config, c: Components, own_copy: bool, say=print) -
     pool = VLLMServerPool.start(spec, c.tokenizer, stop_token_ids(c.model, c.tokenizer), cc.num_servers, wd,
                                 timeout_s=cc.server_timeout_s, start_timeout_s=cc.server_start_timeout_s,
                                 max_restarts=cc.max_restarts, log=say,
-                                context=run_budget(cfg, c.model, spec.max_model_len))
+                                context=run_budget(cfg, c.model, spec.max_model_len),
+                                transport="shared_memory" if cc.weight_transport == "auto" else cc.weight_transport,
+                                in_flight=cfg.sampling.vllm.weight_update == "in_flight",
+                                group_backend=group_backend(), bucket_mb=cc.weight_bucket_mb)
     sync = ServerPoolWeights(c.model, pool)
     first_push(sync, c.sampler.policy_version)  # the sampler serves what the trainer holds now
     return pool, sync

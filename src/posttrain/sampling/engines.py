@@ -74,7 +74,8 @@ def local_vllm(cfg: Config, c: Any, say=print) -> tuple[Any, Any]:
     wd = work_dir(cfg)
     spec = engine_spec(cfg, c.model, engine_model_dir(cfg, c.model, c.tokenizer, wd, log=say), lora_rank(cfg))
     engine = VLLMSampler(spec, c.tokenizer, stop_token_ids(c.model, c.tokenizer), log=say,
-                         context=run_budget(cfg, c.model, spec.max_model_len))
+                         context=run_budget(cfg, c.model, spec.max_model_len),
+                         in_flight=cfg.sampling.vllm.weight_update == "in_flight")
     sync = EngineWeights(c.model, engine, cfg.sampling.vllm.lora, wd)
     first_push(sync, c.sampler.policy_version)  # the sampler serves what the trainer holds now
     return engine, sync

@@ -16,9 +16,14 @@ this module adds is what RL needs from it:
   its kernel layout; on the CPU build the model's own `load_weights` cannot, because the CPU linear layers hold
   repacked weights), then resets the prefix cache: without the reset, prompts whose KV was cached under the old
   weights come back with the old weights' tokens. Under LoRA only the adapter moves (`load_adapter`, vLLM's LoRA).
-- **One version per call.** A weight push and a `generate` call take turns on one lock, so every completion of a
-  call comes from one policy version; the version is the engine's own record of what it loaded
-  (`get_weight_version`), set after the reload, so a completion's stamp says what actually produced it.
+- **One version per call, or updates in flight.** By default a weight push and a `generate` call take turns on one
+  lock, so every completion of a call comes from one policy version. With `in_flight=True`
+  (sampling.vllm.weight_update=in_flight) a push made while a call generates is applied by the generating thread
+  between two engine steps (a token boundary): the weights change, the running requests are preempted so their KV
+  is recomputed under the new weights, and the same requests continue, no request dropped or restarted. Either
+  way the version is the engine's own record of what it loaded (`get_weight_version`), set after the reload, and
+  vLLM stamps each token with the version that sampled it (`weight_versions` spans), so a completion that spans a
+  push says so token by token.
 - **The process stays ours.** vLLM's CPU worker replaces `torch.set_num_threads` with a no-op and binds OpenMP
   threads to cores; colocated with the trainer that would freeze the trainer's thread count, so both are put back
   after the engine starts (and the engine is told not to bind).
@@ -186,11 +191,20 @@ def check_rows(rows: list[list[int]], params: SampleParams, context: ContextBudg
 _live: list[Any] = []  # the engine alive in this process (vLLM's parallel state is process-global)
 
 
+@dataclass
+class _PendingPush:
+    """A weight change waiting for the generating thread's next step; `done` is set when applied or failed."""
+
+    change: Any
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
 class VLLMSampler:
     """The Sampler protocol over one in-process `vllm.LLM`."""
 
     def __init__(self, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], log=print,
-                 context: ContextBudget | None = None):
+                 context: ContextBudget | None = None, in_flight: bool = False, push_timeout_s: float = 600.0):
         if _live:
             # Measured: a second engine in one process re-initialises vLLM's process-global parallel groups, and
             # closing either one tears them down under the other ("pipeline model parallel group is not
@@ -212,7 +226,15 @@ class VLLMSampler:
         finally:  # the CPU worker swaps torch.set_num_threads for a no-op; the trainer in this process needs it
             torch.set_num_threads = set_threads
             torch.set_num_threads(threads)
-        self._lock = threading.Lock()  # a push and a generate call take turns
+        self._lock = threading.Lock()  # a push and a generate call take turns (in flight: a push made outside a call)
+        # In flight: a push made while a call generates is queued here and applied by the generating thread at its
+        # next engine step (`_step_hook`); `_generating` says whether such a thread exists to apply it.
+        self.in_flight, self.push_timeout_s = in_flight, push_timeout_s
+        self._cv = threading.Lock()
+        self._generating = False
+        self._pending: list[_PendingPush] = []
+        self.steps = 0  # engine steps taken (a step: one token for every running request)
+        self._hook_steps()
         self._lora: Any = None  # the LoRARequest the engine serves, if any
         self._lora_ids = 0
         self._version = -1
@@ -222,7 +244,7 @@ class VLLMSampler:
         self._coalescer = Coalescer(lambda rows, params: asyncio.to_thread(self._sample_rows, rows, params),
                                     self.context)
         self._seed_warned = False
-        self.stats = {"pushes": 0, "prefix_resets": 0}
+        self.stats = {"pushes": 0, "prefix_resets": 0, "in_flight_pushes": 0}
         log(f"vllm: {spec.model_dir} in process ({'CPU' if self.cpu else 'GPU'} build {self.vllm.__version__}, "
             f"{spec.dtype}, {'compiled' if spec.compile else 'eager'})")
 
@@ -267,9 +289,16 @@ class VLLMSampler:
             self._check_version()
             version = self._version
             sps = [sampling_params(self.vllm, params, len(idx), self.stop_token_ids) for idx in uniq.values()]
-            with self._engine_threads():
-                outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in uniq], sps,
-                                         use_tqdm=False, lora_request=self._lora)
+            with self._cv:
+                self._generating = True
+            try:
+                with self._engine_threads():
+                    outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in uniq], sps,
+                                             use_tqdm=False, lora_request=self._lora)
+            finally:
+                with self._cv:
+                    self._generating = False
+                self._apply_pending(running=False)  # a push queued after the last step
         result: list[Completion | None] = [None] * len(rows)
         for idx, out in zip(uniq.values(), outs):
             for i, o in zip(idx, out.outputs):
@@ -285,15 +314,19 @@ class VLLMSampler:
             worker.model_runner.reload_weights(weights_iterator=iter(items))
             return True
 
-        with self._lock, self._engine_threads():
-            self.llm.collective_rpc(reload)
-            self._after_change(version)
+        def change(running: bool) -> None:
+            with self._engine_threads():
+                self.llm.collective_rpc(reload)
+                self._after_change(version, running)
+
+        self._change(change)
 
     def load_adapter(self, folder: str | Path, version: int) -> None:
         """A LoRA adapter folder (peft's save_pretrained) as `version`: a new adapter id, so no cached copy of an
         older adapter under the same id can be served; the previous one is dropped from the engine."""
         from vllm.lora.request import LoRARequest
 
+        # Always between calls: a request holds its LoRARequest, so a new adapter serves new requests only.
         with self._lock:
             old = self._lora
             self._lora_ids += 1
@@ -301,7 +334,53 @@ class VLLMSampler:
             if old is not None:
                 with contextlib.suppress(Exception):
                     self.llm.llm_engine.remove_lora(old.lora_int_id)
-            self._after_change(version)
+            self._after_change(version, running=False)
+
+    # ---- in-flight updates -----------------------------------------------------------------------------------
+    def _change(self, change: Any) -> None:
+        """Apply a weight change: queued for the generating thread when a call is generating and updates are in
+        flight (bounded wait), otherwise now, between calls."""
+        pending = None
+        if self.in_flight:
+            with self._cv:
+                if self._generating:
+                    pending = _PendingPush(change)
+                    self._pending.append(pending)
+        if pending is None:
+            with self._lock:  # a call that started meanwhile finishes first: the push then lands between calls
+                change(False)
+            return
+        if not pending.done.wait(self.push_timeout_s):
+            raise TimeoutError(f"the vLLM engine did not take an in-flight weight push within {self.push_timeout_s:g}s")
+        if pending.error is not None:
+            raise pending.error
+
+    def _hook_steps(self) -> None:
+        """Every engine step of a `generate` call first applies the pushes queued since the last one: the token
+        boundary where an in-flight update lands. An attribute on this engine object only; vLLM's class is
+        untouched."""
+        engine = self.llm.llm_engine
+        step = engine.step
+
+        def step_with_updates(*args: Any, **kwargs: Any) -> Any:
+            if self._pending:  # read without the lock: a push queued just after is taken at the next step
+                self._apply_pending(running=True)
+            self.steps += 1
+            return step(*args, **kwargs)
+
+        engine.step = step_with_updates
+
+    def _apply_pending(self, running: bool) -> None:
+        with self._cv:
+            todo, self._pending = self._pending, []
+        for p in todo:
+            try:
+                p.change(running)
+                self.stats["in_flight_pushes"] += int(running)
+            except BaseException as e:  # noqa: BLE001 - handed to the pushing thread, which raises it
+                p.error = e
+            finally:
+                p.done.set()
 
     @contextlib.contextmanager
     def _engine_threads(self):
@@ -317,8 +396,10 @@ class VLLMSampler:
             if now != self.threads:
                 torch.set_num_threads(now)
 
-    def _after_change(self, version: int) -> None:
-        self.llm.reset_prefix_cache()  # mandatory: cached KV was computed by the old weights
+    def _after_change(self, version: int, running: bool) -> None:
+        # Mandatory: cached KV was computed by the old weights. With requests running (in flight) they are preempted
+        # by the reset and their KV is recomputed under the new weights when they continue.
+        self.llm.reset_prefix_cache(reset_running_requests=running)
         self.stats["prefix_resets"] += 1
         self.stats["pushes"] += 1
         self._set_engine_version(version)
@@ -337,19 +418,21 @@ class VLLMSampler:
         """vLLM's prefix-cache counters since the last drain, under the own sampler's names: prompt tokens whose KV
         was reused (a multi-turn episode's earlier turns, a group's shared prompt) and tokens prefilled anyway.
         The CPU build caches whole blocks of 128 tokens, so shorter prefixes never hit there."""
+        flight = {"sampling/in_flight_pushes": float(self.stats["in_flight_pushes"])} if self.in_flight else {}
+        self.stats["in_flight_pushes"] = 0
         now = {}
         with contextlib.suppress(Exception):  # metrics are an aid: an engine without them reports nothing
             for m in self.llm.get_metrics():
                 if m.name in ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"):
                     now[m.name] = float(getattr(m, "value", 0.0))
         if not now:
-            return {}
+            return flight
         last, self._counters = getattr(self, "_counters", {}), now
         hits = now.get("vllm:prefix_cache_hits", 0.0) - last.get("vllm:prefix_cache_hits", 0.0)
         queries = now.get("vllm:prefix_cache_queries", 0.0) - last.get("vllm:prefix_cache_queries", 0.0)
         if queries <= 0:
-            return {}
-        return {"sampling/prefix_reused_tokens": hits, "sampling/prefill_tokens": queries - hits}
+            return flight
+        return {**flight, "sampling/prefix_reused_tokens": hits, "sampling/prefill_tokens": queries - hits}
 
     def close(self) -> None:
         """Shut the engine down (its memory and vLLM's process state), so another can start in this process."""

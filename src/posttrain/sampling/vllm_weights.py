@@ -57,13 +57,20 @@ def hf_state(model: Any, aliases: bool = True) -> dict[str, torch.Tensor]:
     return out
 
 
+def with_output_layer(state: dict[str, torch.Tensor], tied: bool) -> dict[str, torch.Tensor]:
+    """A tied model's output layer under its own name too (by reference): vLLM's in-place reload unties lm_head from
+    the embedding, so a push must carry both."""
+    if tied and "model.embed_tokens.weight" in state and "lm_head.weight" not in state:
+        return {**state, "lm_head.weight": state["model.embed_tokens.weight"]}
+    return state
+
+
 def servable_state(state: dict[str, torch.Tensor], dtype: str, tied: bool) -> dict[str, torch.Tensor]:
     """Full HF-named weights as a vLLM server reloads them from a file: cast to the server's `dtype` (it reads no
     more bytes than it keeps), contiguous on the CPU, and with a tied model's output layer under its own name
     (vLLM's reload unties lm_head from the embedding, so both must be there); safetensors refuses two names on one
     storage, so a second name gets a copy."""
-    if tied and "model.embed_tokens.weight" in state and "lm_head.weight" not in state:
-        state = {**state, "lm_head.weight": state["model.embed_tokens.weight"]}
+    state = with_output_layer(state, tied)
     cast = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
     out, seen = {}, set()
     for n, t in state.items():
@@ -106,7 +113,6 @@ class EngineWeights:
 
     def push(self, version: int) -> dict[str, float]:
         t0 = time.perf_counter()
-        self.engine.expected_version = version
         if self.adapter:
             folder = self.work_dir / f"adapter-v{version}"  # type: ignore[operator]
             self.model.save_pretrained(folder)  # peft: the adapter alone
@@ -119,6 +125,9 @@ class EngineWeights:
         else:
             self.engine.load_weights(hf_state(self.model), version)
             extra = {}
+        # Set after the load: set before, a call starting between the two would see the engine "miss" a push that
+        # had not landed yet.
+        self.engine.expected_version = version
         if self.engine.policy_version != version:  # the engine's own record, not ours
             from posttrain.sampling.vllm_engine import StaleEngineError
 
