@@ -21,6 +21,14 @@ consecutive steps are in flight, so on a latency-bound env the speed-up over syn
 runs the other regime instead: no env latency and long generations (count-a, 256 new tokens, so a generation
 outlasts a training step): sync, async k = 1 with whole-generation syncs, async k = 1 with interruptible syncs;
 writes bench/results/async_generation_bound.md.
+
+    python bench/async_vs_sync.py --vllm-in-flight [--gen-steps 20] [--gen-tokens 256] [--seeds 0 1 2]
+
+vLLM in process (sampling.engine=vllm, the CPU build), the same generation-bound count-a, async k = 1: a push that
+waits for the requests in flight (`sampling.vllm.weight_update=wait`) against one that lands between tokens
+(`in_flight`), per seed: the sampler's idle fraction, trained tokens/s, the trainer's idle fraction, pushes that
+landed in flight, and the share of trained sequences that span two versions. The model is tiny-random at hidden
+size 128 (the CPU attention has no head size 16). Writes bench/results/vllm_in_flight.{json,md}.
 """
 
 from __future__ import annotations
@@ -156,6 +164,61 @@ def generation_bound(args) -> str:
     return "\n".join(lines)
 
 
+def vllm_in_flight(args) -> str:
+    """Wait vs in-flight weight updates on the in-process vLLM engine, async k = 1, --seeds (module docstring)."""
+    import shutil
+    import tempfile
+
+    from posttrain.models.tiny import tiny_random_model
+
+    folder = Path(tempfile.mkdtemp()) / "tiny128"
+    model, tok = tiny_random_model(seed=0, hidden_size=128)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    rows = []
+    for update in ("wait", "in_flight"):
+        for seed in args.seeds:
+            name = f"vllm-{update}-s{seed}"
+            over = [f"model.name={folder}", "task.name=count-a", f"loop.steps={args.gen_steps}",
+                    "loop.prompts_per_step=4", "algorithm.num_generations=8", "trainer.lr=3e-3",
+                    f"sampling.max_tokens={args.gen_tokens}", "loop.mode=async", "loop.max_staleness=1",
+                    "sampling.engine=vllm", "sampling.vllm.kv_cache_gb=0.25", f"sampling.vllm.weight_update={update}",
+                    "loop.eval_before=false", "loop.eval_prompts=4", "logging.tensorboard=false",
+                    "logging.console=false", "loop.save_every=0", "loop.keep_checkpoints=0", f"run.seed={seed}",
+                    f"run.output_dir={args.out_dir}", f"run.name={name}", f"model.threads={args.threads}",
+                    "diagnostics.remedies.enabled=false"]
+            shutil.rmtree(Path(args.out_dir) / name, ignore_errors=True)
+            res = train(load_config(None, over))
+            recs = [r for r in read_metrics(str(res.run_dir)) if r["kind"] == "train"][1:]  # step 1: warm-up
+            rows.append({"update": update, "seed": seed,
+                         "sampler_idle": statistics.fmean(r.get("async/sampler_idle_frac", 0.0) for r in recs),
+                         "trainer_idle": statistics.fmean(r.get("async/trainer_idle_frac", 0.0) for r in recs),
+                         "tok_s": sum(r["tokens/trained"] for r in recs) / sum(r["time/step"] for r in recs),
+                         "sync_s": statistics.median(r.get("time/weight_sync", 0.0) for r in recs),
+                         "in_flight_pushes": sum(r.get("sampling/in_flight_pushes", 0.0) for r in recs),
+                         "mixed": statistics.fmean(r.get("async/mixed_version_frac", 0.0) for r in recs),
+                         "reward_last5": statistics.fmean(r["reward/mean"] for r in recs[-5:])})
+            print(rows[-1], flush=True)
+    Path(args.results).mkdir(parents=True, exist_ok=True)
+    (Path(args.results) / "vllm_in_flight.json").write_text(json.dumps(rows, indent=1))
+
+    def ms(update: str, key: str) -> str:
+        xs = [r[key] for r in rows if r["update"] == update]
+        return f"{statistics.fmean(xs):.3g} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.2g}"
+
+    lines = [f"vLLM in process (CPU build), tiny-random h128, count-a, {args.gen_tokens} new tokens, "
+             f"{args.gen_steps} steps x 4 prompts x G=8, async max_staleness=1, seeds {args.seeds}; "
+             "mean ± sd over seeds of per-run means over steps 2..", "",
+             "| weight_update | sampler idle | trainer idle | trained tok/s | weight sync s (median) | pushes in flight "
+             "| sequences spanning 2 versions | reward, last 5 steps |", "|---|---|---|---|---|---|---|---|"]
+    for u in ("wait", "in_flight"):
+        lines.append(f"| {u} | {ms(u, 'sampler_idle')} | {ms(u, 'trainer_idle')} | {ms(u, 'tok_s')} | "
+                     f"{ms(u, 'sync_s')} | {ms(u, 'in_flight_pushes')} | {ms(u, 'mixed')} | {ms(u, 'reward_last5')} |")
+    md = "\n".join(lines)
+    (Path(args.results) / "vllm_in_flight.md").write_text(md + "\n")
+    return md
+
+
 def time_to_reward(r: dict, target: float, window: int = 5) -> float | None:
     """Training seconds until the mean reward over `window` consecutive steps first reaches `target` (None: never)."""
     rewards, walls = r["rewards"], r["step_walls"]
@@ -183,8 +246,13 @@ def main(argv=None) -> None:
     p.add_argument("--gen-steps", type=int, default=20)
     p.add_argument("--gen-tokens", type=int, default=256)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--vllm-in-flight", action="store_true",
+                   help="instead: vLLM in process, async, weight_update=wait vs in_flight, per seed")
     args = p.parse_args(argv)
     DELAY_S = args.delay
+    if args.vllm_in_flight:
+        print(vllm_in_flight(args), flush=True)
+        return
     if args.generation_bound:
         md = generation_bound(args)
         print(md, flush=True)

@@ -19,6 +19,12 @@ reloaded in place), in <stem>_vllm.{json,md}. vLLM runs eager unless `--vllm-com
 torch.compile and CUDA graphs, minutes to start). Without vLLM installed it says so and stops after the own
 engine's table; on a CPU it runs vLLM's CPU build (`--device cpu --small --engine vllm` is the smoke run).
 
+With `--weight-group`, the weights of the same model, in bf16, pushed through posttrain's weight group
+(sampling/weight_transfer.py, what vLLM servers and Ray actors on other hosts receive): the trainer (rank 0) and a
+receiver process (rank 1) that loads every tensor into its own copy on its GPU. Two or more GPUs: NCCL, the
+receiver on the second GPU. One GPU: NCCL needs a GPU per rank, so the group is gloo and the receiver copies to the
+same GPU (the CPU path, with the host-to-device copy). Rows: seconds per push (median of 5) and GB/s.
+
 Prints a markdown table and writes bench/results/gpu.{json,md}. Reference on an H200 with plain transformers and
 TRL 1.16 (from the scale-out issue): HF generate 941 tok/s at batch 64 and 3,736 at 256; TRL GRPO 9.7 s per
 64 x 256 step.
@@ -264,9 +270,60 @@ def bench_vllm(model, vocab: int, batches, new_tokens: int, prompt_len: int, dev
     return rows
 
 
+def _group_receiver(port: int, backend: str, device: str, layout: str, repeats: int, q) -> None:
+    from posttrain.sampling import weight_transfer as wt
+
+    specs, buckets, _ = wt.parse_layout(layout)
+    store = wt.open_store("127.0.0.1", port, 2, 1, 300)
+    group = wt.open_group(backend, store, "bench", 1, 2, 300)
+    into = {s.name: torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=device) for s in specs}
+    recv_dev = device if backend == "nccl" else "cpu"
+    for _ in range(repeats):
+        for name, t in wt.iter_received(group, specs, buckets, recv_dev):
+            into[name].copy_(t, non_blocking=True)
+        sync(device)
+        q.put("done")
+
+
+def bench_weight_group(model, device: str, repeats: int = 5) -> list[tuple[str, float]]:
+    """Seconds per push of the model's weights (bf16) through the weight group to another process (docstring)."""
+    import multiprocessing as mp
+    import statistics
+
+    from posttrain.sampling import weight_transfer as wt
+
+    gpus = torch.cuda.device_count() if device.startswith("cuda") else 0
+    backend, recv_device = ("nccl", "cuda:1") if gpus >= 2 else ("gloo", device)
+    state = {n: p.detach() for n, p in model.named_parameters()}
+    specs = wt.engine_specs(state, "bfloat16")
+    buckets = wt.plan_buckets(specs, 64 * 2**20)
+    flat = wt.FlatWeights(specs)
+    store = wt.open_store("127.0.0.1", 0, 2, 0, 300)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_group_receiver, args=(store.port, backend, recv_device,
+                                                     wt.layout_json(specs, buckets), repeats, q))
+    proc.start()
+    group = wt.open_group(backend, store, "bench", 0, 2, 300)
+    send_device = device if backend == "nccl" else "cpu"
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        flat.fill(state)  # the cast into the flat copy is part of every push
+        wt.send_flat(group, flat.data, buckets, send_device)
+        q.get(timeout=600)
+        times.append(time.perf_counter() - t0)
+    proc.join(timeout=60)
+    flat.close()
+    med = statistics.median(times)
+    gb = wt.total_bytes(specs) / 1e9
+    return [(f"weight group push s ({backend}, bf16, {gb:.2f} GB, to {recv_device})", med),
+            (f"weight group GB/s ({backend})", gb / med)]
+
+
 def fmt(k: str, v: float) -> str:
-    """One decimal, as ever; vLLM's rows (push seconds, ratios) get three below 10."""
-    return f"{v:.3f}" if k.startswith("vLLM") and abs(v) < 10 else f"{v:,.1f}"
+    """One decimal, as ever; vLLM's and the weight group's rows (push seconds, ratios) get three below 10."""
+    return f"{v:.3f}" if k.startswith(("vLLM", "weight group")) and abs(v) < 10 else f"{v:,.1f}"
 
 
 def main() -> None:
@@ -281,6 +338,7 @@ def main() -> None:
     ap.add_argument("--engine", choices=("own", "vllm"), default="own",
                     help="vllm: also vLLM in process on the same model (start, tok/s, full-weight push)")
     ap.add_argument("--vllm-compile", action="store_true", help="vLLM with torch.compile + CUDA graphs (not eager)")
+    ap.add_argument("--weight-group", action="store_true", help="also push the weights through the weight group")
     args = ap.parse_args()
     dev = args.device
     dtype = torch.bfloat16 if dev.startswith("cuda") else torch.float32
@@ -310,6 +368,8 @@ def main() -> None:
             rows.append(("TRL step / posttrain step (>1: posttrain faster)", t / steps[0]))
             if len(steps) > 1:
                 rows.append(("TRL step / posttrain step with CUDA graphs", t / steps[1]))
+    if args.weight_group:
+        rows += bench_weight_group(model, dev)
     missing = None
     if args.engine == "vllm":
         vllm_rows = bench_vllm(model, cfg.vocab_size, batches, new, plen, dev, dtype, args.vllm_compile)
