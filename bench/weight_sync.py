@@ -1,6 +1,7 @@
-"""Weight sync from a trainer process to a sampler process, by transport: median seconds of 5 pushes.
+"""Weight sync from a trainer process to the engines that sample, by transport: median seconds of 5 pushes.
 
-    python bench/weight_sync.py [--model default] [--repeats 5] [--lora-r 16]
+    python bench/weight_sync.py [--model default] [--repeats 5] [--lora-r 16] [--parts own vllm ray]
+                                [--dtypes float32 bfloat16]
 
 For each transport the trainer changes its weights, pushes them, and the time is taken until the sampler process
 holds them (it confirms over a queue; the confirmation's own latency, about a millisecond, is included):
@@ -11,8 +12,19 @@ holds them (it confirms over a queue; the confirmation's own latency, about a mi
 - file (FileWeights, safetensors + rename) and the sampler's read of it
 - LoRA adapter-only: shared memory with only the adapter tensors (rank --lora-r on all linear layers)
 
-Prints a table, writes bench/results/weight_sync.{json,md}. Goals (scale-out issue): shared memory <= 0.3 s for
-the default model's ~538 MB of fp32 weights; LoRA adapter-only <= 50 ms.
+`--parts vllm` adds pushes into real vLLM servers (cluster/vllm_servers.py, posttrain-started, the CPU build here),
+1 and 2 of them, per engine dtype, through each of the pool's transports (cluster/server_loads.py): file
+(safetensors written, each server reloads it), shared memory (one cast copy every server loads in place) and group
+(the same copy broadcast over a gloo group the servers joined). A server push is timed from the call to the pool's
+return: pause, load, prefix-cache reset, version label and check, resume, on every server. Servers are pushed
+merged full weights under LoRA (so a LoRA run costs what a full one does there, plus the merge).
+
+`--parts ray` adds pushes into 2 Ray sampler actors (the own sampler, cluster/ray_sampler.py) on a local Ray:
+object store, shared memory and the group (cluster/ray_weights.py), full and LoRA.
+
+Prints a table, writes bench/results/weight_sync.{json,md} (rows of the parts not run are kept from the last run).
+Goals: shared memory <= 0.3 s for the default model's ~538 MB of fp32 weights into a process; a push to 2 vLLM
+engines under 0.5 s; LoRA adapter-only under 0.1 s.
 """
 
 from __future__ import annotations
@@ -25,11 +37,14 @@ import multiprocessing as mp
 import os
 import socket
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ray_weights_bench.py (the ray part)
 
 from posttrain.sampling.weight_ipc import (BroadcastReceiver, BroadcastWeights, FileWeights, SharedMemoryWeights,
                                        SharedWeightsReceiver, read_file_weights, trainable_state)
@@ -186,37 +201,98 @@ def bench_file(model, model_name, repeats):
             proc.join(timeout=120)
 
 
+# ---- vLLM servers ------------------------------------------------------------------------------------------
+def bench_vllm_servers(model, tokenizer, dtype: str, repeats: int, work: Path) -> list[dict]:
+    """One pool of 2 servers per dtype; the 1-server rows set server 1 aside (the `retired` flag the pool's live
+    list reads; not killed) so both counts use the same processes."""
+    from posttrain.cluster.server_loads import LOADS
+    from posttrain.cluster.vllm_servers import VLLMServerPool
+    from posttrain.sampling.vllm_engine import EngineSpec
+    from posttrain.sampling.vllm_weights import hf_state, write_model_folder
+
+    folder = write_model_folder(model, tokenizer, work / f"model-{dtype}")
+    spec = EngineSpec(model_dir=str(folder), dtype=dtype, max_model_len=512, kv_cache_gb=0.25)
+    pool = VLLMServerPool.start(spec, tokenizer, [tokenizer.eos_token_id], num_servers=2, work_dir=work / dtype,
+                                timeout_s=300, start_timeout_s=600, env={"OMP_NUM_THREADS": "1"},
+                                log=lambda s: print("  " + s, flush=True))
+    rows, version = [], 0
+    try:
+        for kind in ("file", "shared_memory", "group"):
+            own, pool.loads = pool.loads, LOADS[kind](pool)
+            for n in (1, 2):
+                pool.slots[1].retired = n == 1
+                times = []
+                for _ in range(repeats + 1):  # the first push lays out the flat copy / opens the group: untimed
+                    nudge(model)
+                    version += 1
+                    t0 = time.perf_counter()
+                    pool.push(hf_state(model), version)
+                    times.append(time.perf_counter() - t0)
+                pool.slots[1].retired = False
+                mb = sum(s.nbytes for s in pool.loads.flat.specs) / 1e6 if getattr(pool.loads, "flat", None) else (
+                    (pool.weights_dir / "model.safetensors").stat().st_size / 1e6)
+                rows.append(row(f"{pool.loads.kind}", f"vLLM server x{n}", dtype, mb, times[1:]))
+            pool.loads.close()
+            pool.loads = own
+    finally:
+        pool.close()
+    return rows
+
+
+def row(path: str, engine: str, dtype: str, mb: float, times: list[float]) -> dict:
+    r = {"transport": path, "engine": engine, "dtype": dtype, "megabytes": round(mb, 1),
+         "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "repeats": len(times)}
+    print(f"{engine:<22} {path:<26} {dtype:<9} {mb:8.1f} MB  median {r['median_s']:.4f} s  "
+          f"[{min(times):.4f}, {max(times):.4f}]", flush=True)
+    return r
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="default")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--lora-r", type=int, default=16)
+    ap.add_argument("--parts", nargs="+", choices=["own", "vllm", "ray"], default=["own", "vllm", "ray"])
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], help="engine dtypes (vllm part)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = load(args.model, 0)
     mb = sum(t.numel() * t.element_size() for t in trainable_state(model).values()) / 1e6
     lora = load(args.model, args.lora_r)
     lora_mb = sum(t.numel() * t.element_size() for t in trainable_state(lora).values()) / 1e6
-    rows = []
-    for name, size, fn in [
-        ("in-process copy", mb, lambda: bench_copy(model, args.repeats)),
-        ("shared memory", mb, lambda: bench_shm(model, args.model, 0, args.repeats)),
-        ("broadcast (gloo)", mb, lambda: bench_broadcast(model, args.model, args.repeats)),
-        ("file (safetensors)", mb, lambda: bench_file(model, args.model, args.repeats)),
-        (f"LoRA r={args.lora_r}, shared memory", lora_mb, lambda: bench_shm(lora, args.model, args.lora_r,
-                                                                             args.repeats)),
-        (f"LoRA r={args.lora_r}, in-process copy", lora_mb, lambda: bench_copy(lora, args.repeats)),
-    ]:
-        times = fn()
-        rows.append({"transport": name, "megabytes": round(size, 1), "median_s": statistics.median(times),
-                     "min_s": min(times), "max_s": max(times), "repeats": len(times)})
-        print(f"{name:<34} {size:8.1f} MB  median {rows[-1]['median_s']:.4f} s  "
-              f"[{min(times):.4f}, {max(times):.4f}]", flush=True)
-    md = ["| transport | MB | median s | min s | max s |", "|---|---:|---:|---:|---:|"]
-    md += [f"| {r['transport']} | {r['megabytes']} | {r['median_s']:.4f} | {r['min_s']:.4f} | {r['max_s']:.4f} |"
-           for r in rows]
+    old = json.loads((RESULTS / "weight_sync.json").read_text()) if (RESULTS / "weight_sync.json").exists() else {}
+    rows = [r for r in old.get("rows", []) if r.get("part", "own") not in args.parts]
+    if "own" in args.parts:
+        for name, size, fn in [
+            ("in-process copy", mb, lambda: bench_copy(model, args.repeats)),
+            ("shared memory", mb, lambda: bench_shm(model, args.model, 0, args.repeats)),
+            ("broadcast (gloo)", mb, lambda: bench_broadcast(model, args.model, args.repeats)),
+            ("file (safetensors)", mb, lambda: bench_file(model, args.model, args.repeats)),
+            (f"LoRA r={args.lora_r}, shared memory", lora_mb, lambda: bench_shm(lora, args.model, args.lora_r,
+                                                                                 args.repeats)),
+            (f"LoRA r={args.lora_r}, in-process copy", lora_mb, lambda: bench_copy(lora, args.repeats)),
+        ]:
+            rows.append({**row(name, "own sampler process", "float32", size, fn()), "part": "own"})
+    if "vllm" in args.parts:
+        from posttrain.models import load_model
+
+        _, tok = load_model(args.model, log=lambda s: None)
+        with tempfile.TemporaryDirectory() as d:
+            for dtype in args.dtypes:
+                rows += [{**r, "part": "vllm"} for r in bench_vllm_servers(model, tok, dtype, args.repeats, Path(d))]
+    if "ray" in args.parts:
+        from ray_weights_bench import bench_ray_actors
+
+        rows += [{**r, "part": "ray"} for r in bench_ray_actors(args.model, args.lora_r, args.repeats)]
+    order = {"own": 0, "vllm": 1, "ray": 2}
+    rows.sort(key=lambda r: order[r.get("part", "own")])
+    md = ["| engine | transport | dtype | MB | median s | min s | max s |", "|---|---|---|---:|---:|---:|---:|"]
+    md += [f"| {r.get('engine', 'own sampler process')} | {r['transport']} | {r.get('dtype', 'float32')} | "
+           f"{r['megabytes']} | {r['median_s']:.4f} | {r['min_s']:.4f} | {r['max_s']:.4f} |" for r in rows]
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "weight_sync.json").write_text(json.dumps({"model": args.model, "rows": rows,
+    from posttrain.obs.machine import cpu_line
+
+    (RESULTS / "weight_sync.json").write_text(json.dumps({"model": args.model, "rows": rows, "machine": cpu_line(),
                                                           "load_avg": os.getloadavg()}, indent=2))
     (RESULTS / "weight_sync.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))

@@ -3,6 +3,8 @@
     pool = RaySamplerPool.start(cfg, tokenizer)     connect (or start) Ray, reserve a placement group, start actors
     await pool.sample(prompts_P, params, n)          rows split across the live actors, reassembled in order
     pool.load_weights(ref, version)                  every live actor loads the object-store state (ray_weights.py)
+    pool.use_weights(load_one)                       another transport (ray_weights.py MemoryWeights) says how one
+                                                     actor loads what the pool serves: replacements and stale actors
     pool.close()                                     actors, placement group, and Ray if this run started it
 
 Each actor (sampler_worker.py) holds its own copy of the policy, placed in its own placement-group bundle (spread
@@ -23,6 +25,7 @@ import asyncio
 import contextlib
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +66,12 @@ class RaySamplerPool:
         self.policy_version = -1  # nothing pushed yet; the WeightSync's first push sets it
         self.restarts = 0
         self.slots: list[Slot] = []
-        self._weights: tuple[Any, int] | None = None  # (object ref, version) every actor must serve
-        self._lock = threading.RLock()  # slot replacement: the sync runs in a thread in async mode
+        self._weights: tuple[Any, int] | None = None  # object store: (ref, version); the ref keeps the object alive
+        # Loads the weights the pool serves into one actor (raises if it cannot): set by the weight transport at
+        # each push, before the actors load, so an actor replaced mid-push or later loads the current version.
+        self._load_one: Callable[[Slot], None] | None = None
+        # Slot replacement, and MemoryWeights for a whole push: the sync runs in a thread in async mode.
+        self._lock = threading.RLock()
         self._remote = self.ray.remote(SamplerWorker)
         self.context: ContextBudget | None = None  # the actors' (start reads it from them)
         self._coalescer = Coalescer(self.sample_rows)
@@ -141,6 +148,7 @@ class RaySamplerPool:
         hangs is replaced and loads it as it starts). Afterwards the pool serves `version`."""
         with self._lock:
             self._weights = (ref, version)
+            self._load_one = lambda slot: self._get(slot.handle.load_weights.remote(ref, version), "load weights")
         ray_exc = self.ray.exceptions
         for _ in range(self.cc.max_restarts + 2):
             calls = [(s, s.handle, s.handle.load_weights.remote(ref, version)) for s in self.live_slots()]
@@ -151,12 +159,20 @@ class RaySamplerPool:
                 except (ray_exc.RayActorError, ray_exc.GetTimeoutError) as e:
                     failed.append((slot, handle, "timeout" if isinstance(e, TimeoutError) else "dead"))
             for slot, handle, why in failed:
-                self._recover(slot, handle, why)  # a replacement loads self._weights before it serves
+                self._recover(slot, handle, why)  # a replacement loads `ref` (self._load_one) before it serves
             if not failed:
                 self.policy_version = version
                 return
         raise SamplerPoolError(f"sampler actors did not load policy version {version} in "
                                f"{self.cc.max_restarts + 2} rounds of {self.cc.actor_timeout_s:g}s")
+
+    def use_weights(self, load_one: Callable[[Slot], None]) -> None:
+        """How one actor loads the weights the pool serves from now on (`load_one(slot)` raises when it cannot),
+        for a transport that is not `load_weights`: a replacement loads through it before it serves, and so does
+        an actor caught serving an old version. The transport sets `policy_version` once its live actors loaded."""
+        with self._lock:
+            self._weights = None
+            self._load_one = load_one
 
     # ---- failure ---------------------------------------------------------------------------------------------
     def _recover(self, slot: Slot, failed: Any, why: str) -> Slot:
@@ -190,11 +206,10 @@ class RaySamplerPool:
 
     def _reload(self, slot: Slot) -> bool:
         """Load the weights the pool serves into one actor; False if it dies or does not answer in time."""
-        if self._weights is None:
+        if self._load_one is None:  # nothing pushed yet
             return True
-        ref, version = self._weights
         try:
-            self._get(slot.handle.load_weights.remote(ref, version), "load weights")
+            self._load_one(slot)
             return True
         except Exception:  # noqa: BLE001 - the caller replaces or retires the actor
             return False
@@ -213,7 +228,11 @@ class RaySamplerPool:
         res = self.cc.sampler_resources
         strategy = PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=rank)
         # max_restarts=0: the pool replaces dead actors itself, so it knows to reload weights and re-issue rows.
+        # In-flight updates on a vLLM actor: a weight load must run while a sample call generates (the engine applies
+        # it between tokens), so such an actor takes two calls at once; the engine orders them itself.
+        in_flight = self.cfg.sampling.engine == "vllm" and self.cfg.sampling.vllm.weight_update == "in_flight"
         return self._remote.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_restarts=0,
+                                    max_concurrency=2 if in_flight else 1,
                                     scheduling_strategy=strategy).remote(self.cfg, rank, incarnation)
 
     def _get(self, refs: Any, what: str) -> Any:

@@ -4,15 +4,24 @@ builds the trainer's (models/policy.py `load_base_model` + `with_lora`), behind 
 A plain class: ray_sampler.py wraps it with `ray.remote`, so this module imports no Ray and is tested without it.
 Ray runs one method of an actor at a time, so a weight load never lands in the middle of a decode and every
 completion carries the one policy version it was sampled with.
+
+Weights arrive three ways (cluster/ray_weights.py): `load_weights` (a state from the object store),
+`load_from_shared` (a view of the trainer's shared-memory block, when this actor is on the trainer's node) and
+`join_weight_group` then `load_from_group` (a bucketed broadcast from the trainer over a gloo group). The join and the
+receive are separate calls because the group outlives one push: it is joined once and received from at every push
+until the trainer rebuilds it. A receive collects every tensor before loading any, so a broadcast that fails midway
+leaves the sampler on its previous version, whole.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import torch
 
 from posttrain.config.schema import Config
+from posttrain.sampling import weight_transfer as wt
 from posttrain.types import Completion, SampleParams
 
 
@@ -36,6 +45,8 @@ class SamplerWorker:
             model = with_lora(cfg, model).eval()
             self.sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=seed, context=run_budget(cfg, model))
         self.sampler.policy_version = -1  # serves nothing the driver pushed until its first load_weights
+        self._group: Any = None  # the weight group this actor last joined, and its name
+        self._group_name = ""
 
     def ready(self) -> dict[str, Any]:
         """Where this actor runs (the node id lets tests and logs see the placement) and what it serves."""
@@ -46,6 +57,40 @@ class SamplerWorker:
 
     def load_weights(self, state: dict[str, torch.Tensor], version: int) -> int:
         """The trainer's trainable tensors (the adapter alone under LoRA), as `version`."""
+        self.sampler.load_weights(state, version)
+        return version
+
+    def load_from_shared(self, layout_json: str, version: int) -> int:
+        """Same node as the trainer: every tensor of the layout read from its shared-memory block (`shm` in the
+        layout) and copied into the sampler; the views are dropped before the block is unmapped."""
+        specs, _, extra = wt.parse_layout(layout_json)
+        with wt.shared_views(extra["shm"], specs) as items:
+            self.sampler.load_weights(dict(items), version)
+        return version
+
+    def join_weight_group(self, args_json: str) -> dict[str, Any]:
+        """Join the trainer's weight group (it is rank 0 and hosts the store at host:port); blocks until every
+        member joined or `timeout_s` passed. Replaces the group joined before, whose sockets close with it."""
+        a = json.loads(args_json)
+        self._group, self._group_name = None, ""
+        store = wt.open_store(a["host"], a["port"], a["world"], a["rank"], a["timeout_s"])
+        self._group = wt.open_group("gloo", store, a["name"], a["rank"], a["world"], a["timeout_s"])
+        self._group_name = a["name"]
+        return {"name": a["name"], "rank": a["rank"]}
+
+    def load_from_group(self, layout_json: str, version: int) -> int:
+        """Receive the trainer's broadcast of the layout over the group named in it, then load it as `version`.
+        A failed receive (a peer died, the group's timeout passed) drops the group: the trainer rebuilds it."""
+        specs, buckets, extra = wt.parse_layout(layout_json)
+        if self._group is None or extra["name"] != self._group_name:
+            raise RuntimeError(f"not a member of weight group {extra['name']!r} (joined: {self._group_name!r})")
+        try:
+            # Views of the received buckets: the state is held once here (as the object store path holds it)
+            # and the sampler copies it in only when all of it arrived.
+            state = dict(wt.iter_received(self._group, specs, buckets))
+        except BaseException:
+            self._group, self._group_name = None, ""
+            raise
         self.sampler.load_weights(state, version)
         return version
 
@@ -66,4 +111,5 @@ def _vllm_engine(cfg: Config, model: Any, tok: Any, seed: int) -> Any:
 
     spec = engine_spec(cfg, model, engine_model_dir(cfg, model, tok, work_dir(cfg), log=lambda *_: None))
     return VLLMSampler(replace(spec, seed=seed), tok, stop_token_ids(model, tok), log=lambda *_: None,
-                       context=run_budget(cfg, model, spec.max_model_len))
+                       context=run_budget(cfg, model, spec.max_model_len),
+                       in_flight=cfg.sampling.vllm.weight_update == "in_flight")

@@ -82,14 +82,18 @@ def local_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[H
 @SAMPLER_BACKENDS.register("ray")
 def ray_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, Any]:
     """Sampler actors on Ray (cluster/), each with its own copy of the policy, so both loop modes are served; the
-    object-store transport loads the trainer's weights into them now and at every sync. Ray is imported here
-    only, so the local backend never starts it."""
+    weight transport (cluster/ray_weights.py) loads the trainer's weights into them now and at every sync. Ray is
+    imported here only, so the local backend never starts it."""
     from posttrain.cluster.ray_sampler import RaySamplerPool
-    from posttrain.cluster.ray_weights import ObjectStoreWeights
+    from posttrain.cluster.ray_weights import ray_weight_sync
 
     pool = RaySamplerPool.start(cfg, c.tokenizer)
-    sync = ObjectStoreWeights(c.model, pool, full_hf=cfg.sampling.engine == "vllm")
-    first_push(sync, c.sampler.policy_version)  # the sampler serves what the trainer holds now
+    try:  # cluster.weight_transport: shared memory on this node, the group elsewhere, or the object store
+        sync = ray_weight_sync(cfg, c.model, pool)
+        first_push(sync, c.sampler.policy_version)  # the sampler serves what the trainer holds now
+    except BaseException:
+        pool.close()  # a refused transport or a failed first push must not leave the actors running
+        raise
     return pool, sync
 
 
