@@ -150,6 +150,11 @@ class SyncCollector:
         # what each prompt's groups did, and learns from this step's groups.
         self.selector: Any = None
 
+    @property
+    def sampler(self) -> Sampler:
+        """The rollout sampler: the stepper drains its counters (prefix cache, vLLM) into each step's record."""
+        return self.rollouts.sampler
+
     def adjust(self, overrides: Any) -> None:
         self.rollouts = self.configured.adjusted(overrides)
 
