@@ -227,3 +227,23 @@ class GroupLoad(_FlatLoad):
 
 
 LOADS: dict[str, type] = {"file": FileLoad, "shared_memory": SharedLoad, "group": GroupLoad}
+
+
+class ServerPoolWeights:
+    """WeightSync (loop/weight_sync.py) for a VLLMServerPool: every push sends the trainer's full weights under HF
+    checkpoint names; a peft model is merged (W + scale * B @ A, out of place: `hf_state`), since the servers are
+    pushed whole weights, and `reload_weights` wants every parameter."""
+
+    def __init__(self, model: Any, pool: VLLMServerPool):
+        self.model, self.pool = model, pool
+
+    def push(self, version: int) -> dict[str, float]:
+        from posttrain.sampling.vllm_weights import hf_state
+
+        t0 = time.perf_counter()
+        m = self.pool.push(hf_state(self.model), version)
+        return {**m, "time/weight_sync": time.perf_counter() - t0, **self.pool.metrics()}
+
+    def close(self) -> None:
+        """The servers live as long as the transport that feeds them."""
+        self.pool.close()

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +135,14 @@ class ServerPoolError(RuntimeError):
 
 class _ServerFailed(ServerPoolError):
     """One server did not do what was asked (dead, hung, a 5xx, a wrong answer): the caller restarts it."""
+
+
+@dataclass
+class Slot:
+    """A place for one server; the server in it is replaced when it dies or hangs."""
+
+    rank: int
+    server: Server
+    incarnation: int = 0  # restarts so far
+    retired: bool = False
+    lock: threading.RLock = field(default_factory=threading.RLock)  # a push and a restart of this slot take turns

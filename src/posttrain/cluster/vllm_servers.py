@@ -6,11 +6,8 @@ supervises (cluster.backend=server with sampling.engine=vllm).
     pool.push(state, version)                      every live server reloads the trainer's weights as `version`
     pool.close()                                   every server's process group killed
 
-How weights reach the servers (`transport`, cluster/server_loads.py): `shared_memory` (default: the servers run on
-this host) copies the trainer's weights, cast to the servers' dtype, into one shared block that every server loads
-in place; `group` broadcasts that same flat copy over a torch.distributed group (gloo on CPU, NCCL on GPU) the
-servers join, the path for engines on other hosts; `file` writes a safetensors file each server reloads (the path
-for a server that cannot run posttrain's worker extension).
+How weights reach the servers (`transport`: shared_memory, group or file) is cluster/server_loads.py; starting a
+server and its wire format, cluster/vllm_server_launch.py.
 
 Why servers and not one engine in this process: each server holds its own copy of the policy and its own KV cache,
 so sampling scales past one engine and a crash in vLLM does not take the trainer down with it. What that costs is
@@ -28,13 +25,11 @@ supervision, which is what this module is:
 - **Every completion's version is checked.** A completion must come from a version the pool served at the call's
   start or pushed since; anything else means the server missed a push (a reload lost, a server restarted behind
   our back). That server is given the current weights again and its rows are sampled again, never returned.
-- **Weight push.** The trainer's full weights (HF checkpoint names) are written once to a safetensors file in one
-  folder (atomically: a temp file, then a rename), and each server, paused so that no completion straddles two
-  versions (`/pause?mode=wait`: in-flight requests finish on the old weights, new ones wait), runs the worker's
-  `reload_weights` on that folder (`/collective_rpc`), resets its prefix cache (mandatory: KV cached under the old
-  weights would otherwise be reused for prompts of a cache block or more), sets its version label
-  (`/update_weight_version`), is checked (`/weight_info`) and resumed. Always the same folder: a reload from a path
-  repoints the server's model path there.
+- **Weight push.** The trainer's full weights (HF checkpoint names) go where the servers read them
+  (server_loads.py), and each server, paused (`/pause?mode=wait`: in-flight requests finish on the old weights, new
+  ones wait; `mode=keep` with in-flight updates), loads them in place, resets its prefix cache (mandatory: KV cached
+  under the old weights would otherwise be reused), sets its version label (`/update_weight_version`), is checked
+  (`/weight_info`) and resumed.
 - **Failure.** A server that dies, or does not answer a request within `timeout_s`, is killed and started again
   (on a new port), given the current weights, and its share of the rows is sampled again; after `max_restarts`
   restarts a slot is retired and the live servers take its share; with none left the call fails. A server that
@@ -49,95 +44,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-import itertools
-import json
-import os
-import sys
 import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from posttrain.cluster.server_processes import (Server, ServerPoolError, _ServerFailed, close_servers, free_port,
-                                                kill_group, log_tail, spawn_supervised)
+from posttrain.cluster.server_loads import DEFAULT_BUCKET_MB, LOADS, ServerPoolWeights  # noqa: F401 - re-exported
+from posttrain.cluster.server_processes import Server, ServerPoolError, Slot, _ServerFailed, close_servers, kill_group
+from posttrain.cluster.vllm_server_launch import (completion_from_choice, generate_body, server_args,  # noqa: F401
+                                                  spawn_server, split, ties_embeddings, version_label, wait_ready)
 from posttrain.sampling.coalesce import Coalescer
+from posttrain.sampling.context import ContextBudget
+from posttrain.sampling.vllm_engine import EngineSpec, VLLMUnavailable, check_rows
 from posttrain.sampling.vllm_weights import with_output_layer
 from posttrain.sampling.weight_gate import WeightGate
-from posttrain.cluster.server_loads import DEFAULT_BUCKET_MB, LOADS
-from posttrain.sampling.context import ContextBudget
-from posttrain.sampling.vllm_engine import EngineSpec, VLLMUnavailable, check_rows, token_versions
 from posttrain.types import Completion, SampleParams
 
 
-# Environment every server gets. DEV_MODE exposes /collective_rpc, /reset_prefix_cache, /pause, /resume and the
-# weight-version endpoints that a push needs.
-SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1",
-              "VLLM_CONFIGURE_LOGGING": "1"}
-# Set by the in-process engine (vllm_engine.IN_PROCESS_ENV) when both run in one trainer process; a server must not
-# inherit them (its API server talks to an engine-core process).
-_IN_PROCESS_ONLY = ("VLLM_ENABLE_V1_MULTIPROCESSING",)
-
 class _BadRequest(RuntimeError):
     """The server refused the request itself (HTTP 4xx): the caller's request is wrong, retrying cannot help."""
-
-
-@dataclass
-class Slot:
-    """A place for one server; the server in it is replaced when it dies or hangs."""
-
-    rank: int
-    server: Server
-    incarnation: int = 0  # restarts so far
-    retired: bool = False
-    lock: threading.RLock = field(default_factory=threading.RLock)  # a push and a restart of this slot take turns
-
-
-def split(n: int, k: int) -> list[tuple[int, int]]:
-    """[start, stop) spans cutting n rows into k contiguous, near-equal shares (empty ones dropped)."""
-    bounds = [round(i * n / k) for i in range(k + 1)]
-    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
-
-
-# Boolean settings whose `--no-x` form the server accepts; any other False is left out (a store_true flag such as
-# --disable-log-stats has no --no- form, and leaving it out is what False means).
-_NEGATABLE = {"enable_prefix_caching", "enforce_eager", "enable_lora", "enable_sleep_mode", "trust_remote_code"}
-
-
-def server_args(spec: EngineSpec, cpu: bool) -> list[str]:
-    """The server's command-line flags: the same settings the in-process engine gets (`EngineSpec.llm_kwargs`),
-    written as vLLM's CLI spells them (`--x v`, booleans as `--x` / `--no-x`, dicts as JSON)."""
-    args: list[str] = []
-    for key, value in spec.llm_kwargs(cpu).items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            if value or key in _NEGATABLE:
-                args.append(flag if value else "--no-" + key.replace("_", "-"))
-        elif isinstance(value, (dict, list)):
-            args += [flag, json.dumps(value)]
-        elif value is not None:
-            args += [flag, str(value)]
-    return args
-
-
-def _ties_embeddings(model_dir: str) -> bool:
-    """Whether the served model's config ties the output layer to the embedding (HF's default is to tie)."""
-    try:
-        cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return bool(cfg.get("tie_word_embeddings", cfg.get("text_config", {}).get("tie_word_embeddings", True)))
-
-
-def _version_label(v: Any) -> int:
-    try:
-        return int(v)
-    except (TypeError, ValueError):  # vLLM's "default": the weights it started with, nothing pushed
-        return -1
 
 
 class VLLMServerPool:
@@ -171,7 +100,7 @@ class VLLMServerPool:
         import torch
 
         self.cpu = not torch.cuda.is_available()  # vLLM's CPU build is the one installed where torch has no CUDA
-        self._tied = _ties_embeddings(spec.model_dir)
+        self._tied = ties_embeddings(spec.model_dir)
         spec.check(self.cpu)
         self.slots: list[Slot] = []
         self.restarts = 0
@@ -216,7 +145,7 @@ class VLLMServerPool:
             servers = [pool._spawn(r, 0) for r in range(num_servers)]
             pool.slots.extend(Slot(r, s) for r, s in enumerate(servers))
             for s in servers:
-                pool._wait_ready(s, t0 + start_timeout_s)
+                wait_ready(s, pool._http, t0 + start_timeout_s, start_timeout_s)
             log(f"vllm servers: {num_servers} up in {time.monotonic() - t0:.1f}s on ports "
                 f"{[s.port for s in servers]} ({spec.model_dir}, {spec.dtype}, weights by {pool.loads.kind}"
                 f"{', updated in flight' if pool.in_flight else ''}; logs in {pool.logs_dir})")
@@ -312,13 +241,7 @@ class VLLMServerPool:
 
     async def _generate(self, client: httpx.AsyncClient, server: Server, prompt: list[int], n: int,
                         params: SampleParams) -> list[Completion]:
-        sp: dict[str, Any] = {"n": n, "max_tokens": params.max_tokens, "temperature": params.temperature,
-                              "top_p": params.top_p, "top_k": params.top_k if params.top_k else -1,
-                              "stop_token_ids": self.stop_token_ids, "logprobs": 0, "skip_special_tokens": True}
-        if params.stop:
-            sp["stop"] = list(params.stop)
-        # Never a per-request seed: it stops the CPU engine (vLLM 0.32); the servers are seeded at start.
-        body = {"token_ids": [int(t) for t in prompt], "sampling_params": sp, "output_mode": "text"}
+        body = generate_body(prompt, n, params, self.stop_token_ids)
         try:
             r = await client.post(f"{server.url}/inference/v1/generate", json=body)
         except httpx.TimeoutException:
@@ -332,27 +255,16 @@ class VLLMServerPool:
         choices = sorted(r.json().get("choices") or [], key=lambda c: c.get("index", 0))
         if len(choices) != n:
             raise _ServerFailed(f"{server.url} returned {len(choices)} completions, asked for {n}")
-        return [self._completion(c) for c in choices]
-
-    def _completion(self, choice: dict[str, Any]) -> Completion:
-        ids = [int(t) for t in choice.get("token_ids") or []]
-        content = (choice.get("logprobs") or {}).get("content") or []
-        logps = [float(c["logprob"]) for c in content]
-        if len(logps) != len(ids):
-            raise _ServerFailed(f"vLLM returned {len(logps)} log-probs for {len(ids)} tokens")
-        # A token no span covers gets -2, never a pushed version: an engine that stops stamping is caught, not
-        # trusted. A completion without tokens has nothing to check and takes the version served now.
-        versions = token_versions(choice.get("weight_versions"), len(ids), -2)
-        return Completion(token_ids=ids, logprobs=logps,
-                          finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
-                          policy_version=versions[0] if versions else self.policy_version,
-                          token_versions=versions or None, text=choice.get("text") or "")
+        try:
+            return [completion_from_choice(c, self.policy_version) for c in choices]
+        except ValueError as e:  # a malformed reply is the server's failure
+            raise _ServerFailed(f"{server.url}: {e}") from None
 
     # ---- weights ---------------------------------------------------------------------------------------------
     def push(self, state: dict[str, Any], version: int) -> dict[str, float]:
         """Every live server serves `state` (full weights, HF checkpoint names) as `version` when this returns. A
         server that fails its push is restarted and loads the weights as it starts; past its restarts it is
-        retired. Timings: the file write, the servers' reload (all at once), the whole push."""
+        retired. Timings: the write, the servers' loads (all at once), the whole push."""
         return self._push(state, int(version))
 
     def _push(self, state: dict[str, Any] | None, version: int) -> dict[str, float]:
@@ -420,7 +332,7 @@ class VLLMServerPool:
                 raise _ServerFailed(f"{server.url}: the prefix cache could not be reset")
             self._post(server, "/update_weight_version", {"new_version": str(label)})
             served = self._get(server, "/weight_info").get("weight_version")
-            if _version_label(served) != label:
+            if version_label(served) != label:
                 raise _ServerFailed(f"{server.url} reports weight version {served!r} after a push of {label}")
         finally:
             with contextlib.suppress(_ServerFailed):
@@ -486,7 +398,7 @@ class VLLMServerPool:
             try:
                 server = self._spawn(slot.rank, slot.incarnation)
                 slot.server = server
-                self._wait_ready(server, time.monotonic() + self.start_timeout_s)
+                wait_ready(server, self._http, time.monotonic() + self.start_timeout_s, self.start_timeout_s)
                 self._sync_server(server, self._fresh_load)  # it started from the model folder
             except _ServerFailed as e:  # could not start or load in time: the others carry on
                 self._retire(slot, f"restart failed: {e}")
@@ -512,48 +424,8 @@ class VLLMServerPool:
 
     # ---- processes -------------------------------------------------------------------------------------------
     def _spawn(self, rank: int, incarnation: int) -> Server:
-        """A server process (not yet ready), in its own process group under the watchdog, logging to a file."""
-        port = free_port()
-        log_path = self.logs_dir / f"server{rank}.{incarnation}.log"
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
-               "--enable-scale-out", *server_args(self.spec, self.cpu), *self.loads.server_flags]
-        env = {k: v for k, v in os.environ.items() if k not in _IN_PROCESS_ONLY}
-        env.update(SERVER_ENV)
-        env.update(self.extra_env)
-        cores = self._cores(rank)
-        if cores and "VLLM_CPU_OMP_THREADS_BIND" not in env:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = cores
-        return spawn_supervised(cmd, env, port, log_path, cwd=self.work_dir)
-
-    def _cores(self, rank: int) -> str | None:
-        """CPU build, several servers: server `rank`'s share of this process's cores (vLLM's CPU worker otherwise
-        binds every server's threads to the same cores of a NUMA node). None: vLLM's own binding."""
-        if not self.cpu or self.num_servers == 1:
-            return None
-        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        if len(cores) < self.num_servers:
-            return "nobind" if cores else None
-        a, b = split(len(cores), self.num_servers)[rank]
-        return ",".join(str(c) for c in cores[a:b])
-
-    def _wait_ready(self, server: Server, deadline: float) -> None:
-        """Until /health answers 200; a server that exits, or is not up by `deadline` (time.monotonic), fails
-        with the end of its log."""
-        while True:
-            if not server.alive():
-                raise _ServerFailed(f"vLLM server on port {server.port} exited during start (code "
-                                    f"{server.proc.returncode}); end of {server.log_path}:\n"
-                                    f"{log_tail(server.log_path)}")
-            try:
-                if self._http.get(server.url + "/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                kill_group(server)
-                raise _ServerFailed(f"vLLM server on port {server.port} did not start in {self.start_timeout_s:g}s; "
-                                    f"end of {server.log_path}:\n{log_tail(server.log_path)}")
-            time.sleep(0.5)
+        return spawn_server(self.spec, self.cpu, rank, incarnation, self.num_servers, self.logs_dir, self.work_dir,
+                            self.extra_env, self.loads.server_flags)
 
     def metrics(self) -> dict[str, float]:
         return {"cluster/server_restarts": float(self.restarts), "cluster/servers_alive": float(len(self.live_slots()))}
@@ -573,23 +445,3 @@ class VLLMServerPool:
         self._finalizer()
         self._http.close()
         self.loads.close()  # the shared block unlinked
-
-
-class ServerPoolWeights:
-    """WeightSync (loop/weight_sync.py) for a VLLMServerPool: every push sends the trainer's full weights under HF
-    checkpoint names; a peft model is merged (W + scale * B @ A, out of place: `hf_state`), since the servers are
-    pushed whole weights, and `reload_weights` wants every parameter."""
-
-    def __init__(self, model: Any, pool: VLLMServerPool):
-        self.model, self.pool = model, pool
-
-    def push(self, version: int) -> dict[str, float]:
-        from posttrain.sampling.vllm_weights import hf_state
-
-        t0 = time.perf_counter()
-        m = self.pool.push(hf_state(self.model), version)
-        return {**m, "time/weight_sync": time.perf_counter() - t0, **self.pool.metrics()}
-
-    def close(self) -> None:
-        """The servers live as long as the transport that feeds them."""
-        self.pool.close()
