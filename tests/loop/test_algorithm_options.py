@@ -1,5 +1,6 @@
 """Every algorithm preset and option runs through the real loop on tiny-random and logs its metrics."""
 
+import functools
 import math
 
 import pytest
@@ -21,9 +22,40 @@ def _run(tmp_path, *extra):
     return recs
 
 
+def _spy(monkeypatch, registry, kind: str, called: dict[str, set[str]]) -> None:
+    """Every function of `registry` records its name under `kind` when the loop calls it."""
+    for name in registry.names():
+        fn = registry[name]
+
+        @functools.wraps(fn)
+        def spy(*args, _fn=fn, _name=name, **kwargs):
+            called[kind].add(_name)
+            return _fn(*args, **kwargs)
+
+        monkeypatch.setitem(registry._items, name, spy)
+
+
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "reinforce_pp", "cispo", "gspo", "dapo"])
-def test_every_preset_runs(tmp_path, name):
+def test_every_preset_runs_with_its_own_estimator_loss_and_aggregation(tmp_path, monkeypatch, name):
+    """The loop calls the preset's advantage estimator, policy loss and aggregation, and no other: a stepper that
+    ignored `algorithm.loss` (or the others) fails here."""
+    from posttrain.algos.advantages import ADVANTAGES
+    from posttrain.algos.aggregation import AGGREGATIONS
+    from posttrain.algos.losses import LOSSES
+    from posttrain.config.algorithm import ALGORITHM_PRESETS
+
+    a = load_config(None, FAST + [f"algorithm.name={name}"]).algorithm
+    for key in ("loss", "advantage", "aggregation"):  # the preset is what the config resolves to
+        if key in ALGORITHM_PRESETS[name]:
+            assert getattr(a, key) == ALGORITHM_PRESETS[name][key]
+    called: dict[str, set[str]] = {"advantage": set(), "loss": set(), "aggregation": set()}
+    _spy(monkeypatch, ADVANTAGES, "advantage", called)
+    _spy(monkeypatch, LOSSES, "loss", called)
+    _spy(monkeypatch, AGGREGATIONS, "aggregation", called)
     _run(tmp_path, f"algorithm.name={name}", "sampling.temperature=1.0")
+    # GSPO's loss is per sequence and aggregates per sequence whatever the setting (algos/losses.py gspo)
+    aggregation = "seq-mean-token-mean" if a.loss == "gspo" else a.aggregation
+    assert called == {"advantage": {a.advantage}, "loss": {a.loss}, "aggregation": {aggregation}}, called
 
 
 @pytest.mark.parametrize("mode", ["loss", "reward"])
@@ -60,8 +92,22 @@ def test_overlong_filter_and_soft_penalty(tmp_path):
     assert all(r["dapo/overlong_penalty_mean"] <= 0 for r in recs)
 
 
-def test_muon_optimizer_in_the_loop(tmp_path):
+def test_muon_optimizer_in_the_loop(tmp_path, monkeypatch):
+    """The run's trainer steps with Muon (its matrices) and AdamW (the rest), and Muon's update changes them: a
+    loop that ignored `trainer.optimizer` fails here."""
+    import posttrain.training.trainer as trainer_module
+    from posttrain.training.optimizers import build_optimizers
+
+    built = []
+
+    def recording(*args, **kwargs):
+        built.append(build_optimizers(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(trainer_module, "build_optimizers", recording)
     _run(tmp_path, "trainer.optimizer=muon")
+    kinds = {type(o).__name__ for opts in built for o in opts}
+    assert any("Muon" in k for k in kinds), kinds
 
 
 def test_bad_algorithm_settings_are_clear_errors():

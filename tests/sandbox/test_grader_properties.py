@@ -85,8 +85,31 @@ def test_pytest_judge_never_raises(raw, hashes):
 
 @FAST
 @given(expected=json_values, got=json_values)
-def test_values_equal_never_raises(expected, got):
-    assert values_equal(expected, got) in (True, False)
+def test_values_equal_never_raises_and_answers_a_bool(expected, got):
+    assert type(values_equal(expected, got)) is bool  # not a truthy 1 or 0: a grade is pass or fail
+
+
+def _has_nan(v) -> bool:
+    if isinstance(v, float):
+        return v != v
+    if isinstance(v, list):
+        return any(map(_has_nan, v))
+    if isinstance(v, dict):
+        return any(map(_has_nan, v.values()))
+    return False
+
+
+@FAST
+@given(value=json_values)
+def test_values_equal_accepts_the_value_itself_and_refuses_another_type(value):
+    import copy
+
+    if not _has_nan(value):  # NaN equals nothing, itself included
+        assert values_equal(value, copy.deepcopy(value)) is True
+    assert values_equal(value, [value]) is False  # the same value one level deeper is another answer
+    assert values_equal([value], value) is False
+    if isinstance(value, bool):  # JSON true is not the number 1
+        assert values_equal(value, int(value)) is False and values_equal(int(value), value) is False
 
 
 @FAST
