@@ -158,10 +158,9 @@ class VLLMConfig(_Strict):
     lora: Literal["adapter", "merged"] = Field("adapter", description=(
         "with lora.enabled: push the adapter alone (vLLM's LoRA) or the merged full weights each step"))
     weight_update: Literal["wait", "in_flight"] = Field("wait", description=(
-        "how a weight push meets the requests an engine is generating: wait (they finish on the old weights first, "
-        "so each completion has one version) or in_flight (generation pauses between tokens, the weights change, the "
-        "same requests continue on the new ones; each token records the version that sampled it and the loss "
-        "corrects per token). in_flight pays with loop.mode=async, where the sampler no longer drains for a push"))
+        "how a push meets the requests an engine is generating: wait (they finish on the old weights first: one "
+        "version per completion) or in_flight (generation pauses between tokens and the same requests continue on "
+        "the new weights, each token stamped with its version; the loss corrects per token); for loop.mode=async"))
     extra: dict = Field(default_factory=dict, description="more vllm.LLM / server keyword arguments, passed through as given")
 
 

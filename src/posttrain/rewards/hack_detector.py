@@ -8,8 +8,9 @@ solutions raise no flag) and lets the rubric zero the reward before the policy l
 
     detect_code(code)          -> list[HackFlag]   (ast; a regex fallback when the code does not parse)
     detect_files(files)        -> list[HackFlag]   (paths a solution writes: tests, conftest, .pth ...)
-    GuardedRubric / guard()    a Rubric whose flagged samples get reward 0 and do not pass; the
+    rewards/hack_guard.py      guard(): a Rubric whose flagged samples get reward 0 and do not pass; the
                                `hack_flagged` component (weight 0) makes the flag rate a logged metric
+    rewards/hack_strings.py    what a string expression evaluates to, statically (test paths built in pieces)
 
 The grader runs outside the sandbox (DESIGN: grading happens outside; never trust what sandboxed code
 prints); this detector is a second line that also catches hacks the sandbox lets through.
@@ -18,15 +19,13 @@ prints); this detector is a second line that also catches hacks the sandbox lets
 from __future__ import annotations
 
 import ast
-import posixpath
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from posttrain.bounded import BoundedError, parse_python, walk
-from posttrain.rewards.rubric import RewardComponent, Rubric, Score
-from posttrain.rewards.text import completion_text
+from posttrain.rewards.hack_paths import TEST_COMPONENT, TEST_PATH, TEST_REF, path_reason
+from posttrain.rewards.hack_strings import UNKNOWN, StringFolder
 
 KINDS = ("test_file_access", "early_exit", "introspection", "hook_file_write", "test_framework_patch",
          "eq_override", "builtins_patch")
@@ -41,16 +40,8 @@ INTROSPECTION_CALLS = {"sys._getframe", "sys._current_frames", "inspect.currentf
 FRAME_ATTRS = {"f_back", "f_locals", "f_globals", "tb_frame", "gi_frame", "cr_frame"}
 TEST_MODULES = {"pytest", "_pytest", "unittest", "doctest", "pluggy"}
 HOOK_FILE = re.compile(r"(^|[/\\])(conftest\.py|sitecustomize\.py|usercustomize\.py)$|\.pth$")
-TEST_PATH = re.compile(r"(^|[/\\])(tests?[/\\]|test_[\w.-]*\.py$|[\w-]*_test\.py$|conftest)")
 
-# ---- reading the answer: the tests, the test runner's arguments, the test module -----------------------------------
-# A string anywhere that names a test path, the process table, or pytest's variable with the current test's id.
-TEST_REF = re.compile(r"[/\\]tests?\Z|(?:^|[/\\])test_[\w.-]{0,100}\.py\b|/proc/|PYTEST_CURRENT_TEST")
-# One path component that is a test file or directory (only where a string is used as a path).
-TEST_COMPONENT = re.compile(r"tests?|conftest(?:\.py)?|pytest\.ini|test_.*|.*_tests?(?:\.py)?", re.IGNORECASE)
-# A path pattern built with unknown parts ('*') that matches where tests live but no ordinary source path.
-TEST_PROBES = ("/tests/test_solution.py", "tests/test_solution.py", "test_solution.py", "/tests", "tests")
-OTHER_PROBES = ("/src/lib_module.py", "src/lib_module.py", "lib_module.py", "/src", "src")
+# ---- reading the answer: the tests (which paths are theirs: hack_paths.py), the runner's arguments, the test module --
 # Names whose use reads what the test runner knows: source of loaded code, its arguments, its modules.
 ANSWER_NAMES = {
     "sys.modules": "sys.modules (holds the test module)", "sys.argv": "the command line (names the test files)",
@@ -80,10 +71,6 @@ READ_COMMANDS = {"cat", "ls", "find", "grep", "head", "tail", "less", "more", "s
 ENCODED = {"chr", "bytes", "bytearray", "decode", "fromhex", "b64decode", "b32decode", "b16decode", "a85decode",
            "b85decode", "unhexlify", "codecs.decode"}
 CODE_CALLS = {"exec", "eval", "compile", "builtins.exec", "builtins.eval"}
-UNKNOWN = "\0"  # a part of a folded string not known statically (no path holds a NUL); a glob '*' when matched
-_PERCENT = re.compile(r"%(?:\((\w{1,30})\))?[-#0 +]{0,5}\d{0,5}(?:\.\d{0,5})?[a-zA-Z]")  # '%s', '%(x)s'
-_BRACES = re.compile(r"\{(\w{0,30})(?:[!:][^{}]{0,40})?\}")  # '{}', '{0}', '{name}', '{:>4}'
-MAX_FOLD_DEPTH = 40  # a folded string expression deeper than this is unknown (and the fold never recurses far)
 MAX_EXEC_NESTING = 2  # exec("exec('...')"): strings checked as code this many levels down
 MAX_CODE_CHARS = 256_000  # larger code is checked by the (linear) regexes only
 
@@ -125,61 +112,6 @@ def is_flagged(code: str | None) -> bool:
     return bool(code) and bool(detect_code(code or ""))
 
 
-def _glob_match(pattern: str, text: str) -> bool:
-    """fnmatch semantics ('*' any run, '?' and a '[...]' set any one character: conservative), without a regex
-    or fnmatch's cache of compiled patterns: a table over pattern x text, both short here."""
-    pattern = re.sub(r"\[[^\]]{0,50}\]", "?", pattern[:300])
-    row = [True] + [False] * len(text)
-    for c in pattern:
-        if c == "*":
-            nxt = [False] * (len(text) + 1)
-            nxt[0] = row[0]
-            for j in range(1, len(text) + 1):
-                nxt[j] = nxt[j - 1] or row[j]
-        else:
-            nxt = [False] + [row[j] and (c == "?" or c == text[j]) for j in range(len(text))]
-        row = nxt
-        if not any(row):
-            return False
-    return row[-1]
-
-
-def _path_reason(path: str, listing: bool = False) -> str | None:
-    """Why a string used as a path reads the tests (None: it does not). Parts not known statically are UNKNOWN,
-    which matches like a glob's '*'. `listing`: the path is a directory or glob pattern being listed, where the
-    working directory, `/` and the parent are where test files are found."""
-    raw = path[:1000].replace("\\", "/")
-    p = raw.replace(UNKNOWN, "*")
-    if TEST_REF.search(p) or TEST_PATH.search(p):
-        return "test path"
-    wild = any(c in p for c in "*?[")
-    if wild and any(_glob_match(p, t) for t in TEST_PROBES) and not any(_glob_match(p, o) for o in OTHER_PROBES):
-        return "pattern that matches the tests"
-    parts = [c for c in p.split("/") if c]
-    if any(len(c) < 256 and not any(w in c for w in "*?[") and TEST_COMPONENT.fullmatch(c) for c in parts):
-        return "test path"
-    if listing:
-        known = []
-        for c in raw.split("/"):
-            if UNKNOWN in c:  # a computed directory: not known to be where the tests are
-                return None
-            if any(w in c for w in "*?["):
-                break
-            known.append(c)
-        d = posixpath.normpath("/".join(known) or ".") if known != [""] else "/"
-        if d in (".", "/", "..") or d.startswith("../"):
-            return f"lists {d} (where the tests are)"
-    return None
-
-
-def _dirname(path: str) -> str:
-    """`Path(path).parent` / `os.path.dirname`, where the parent of the working directory is '..'."""
-    if path.startswith("/") and not path.strip("/"):
-        return "/"
-    stripped = path.rstrip("/")
-    return ".." if stripped in ("", ".") else posixpath.dirname(stripped) or "."
-
-
 class _Visitor:
     """Checks one node at a time (the caller walks the tree without recursion), resolving import aliases so
     `from os import _exit as q; q(0)` reads as `os._exit`, and simple string constants so `p = '/te' + 'sts';
@@ -187,8 +119,9 @@ class _Visitor:
 
     def __init__(self, nesting: int = 0) -> None:
         self.flags: list[HackFlag] = []
-        self.aliases: dict[str, str] = {}
-        self.strings: dict[str, str] = {}  # name -> its folded string value (last assignment wins)
+        self.folder = StringFolder()
+        self.aliases = self.folder.aliases  # import aliases, shared with the folder
+        self.strings = self.folder.strings  # name -> its folded string value (last assignment wins)
         self.nesting = nesting
 
     def visit(self, node: ast.AST) -> None:
@@ -200,135 +133,10 @@ class _Visitor:
         self.flags.append(HackFlag(kind, detail.replace(UNKNOWN, "*"), getattr(node, "lineno", None)))
 
     def _name(self, node: ast.AST) -> str | None:
-        """Dotted name of a Name/Attribute chain with the first part de-aliased (`s.exit` -> `sys.exit`)."""
-        parts: list[str] = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name):
-            return None
-        parts.append(self.aliases.get(node.id, node.id))
-        return ".".join(reversed(parts))
+        return self.folder.name(node)
 
-    # ---- strings: what an expression evaluates to, as far as it can be known statically -------------------------
-
-    def _fold(self, node: ast.AST, depth: int = 0) -> str | None:
-        """The string `node` evaluates to, parts not known statically as UNKNOWN; None when nothing is known."""
-        if depth > MAX_FOLD_DEPTH:
-            return None
-        if isinstance(node, ast.Constant):
-            v = node.value
-            return v if isinstance(v, str) else v.decode("latin-1") if isinstance(v, bytes) else None
-        if isinstance(node, ast.Name):
-            return "./solution.py" if node.id == "__file__" else self.strings.get(node.id)
-        if isinstance(node, ast.JoinedStr):
-            return self._concat([v.value if isinstance(v, ast.FormattedValue) else v for v in node.values], "", depth)
-        if isinstance(node, ast.BinOp):
-            return self._fold_binop(node, depth)
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
-            s, step = self._fold(node.value, depth + 1), node.slice.step
-            if s is not None and isinstance(step, ast.UnaryOp) and isinstance(step.operand, ast.Constant) \
-                    and step.operand.value == 1 and isinstance(step.op, ast.USub):
-                return s[::-1]
-            return s
-        if isinstance(node, ast.Attribute):
-            return self._fold_attribute(node, depth)
-        if isinstance(node, ast.Call):
-            return self._fold_call(node, depth)
-        return None
-
-    def _concat(self, parts: list[ast.AST], sep: str, depth: int) -> str | None:
-        folded = [self._fold(p, depth + 1) for p in parts]
-        if all(f is None for f in folded):
-            return None
-        return sep.join(UNKNOWN if f is None else f for f in folded)
-
-    def _fold_binop(self, node: ast.BinOp, depth: int) -> str | None:
-        if isinstance(node.op, ast.Add):
-            return self._concat([node.left, node.right], "", depth)
-        if isinstance(node.op, ast.Div):  # pathlib: Path(a) / 'b'
-            return self._concat([node.left, node.right], "/", depth)
-        if isinstance(node.op, ast.Mod):
-            left = self._fold(node.left, depth + 1)
-            right = node.right
-            named = {k.value: v for k, v in zip(right.keys, right.values) if isinstance(k, ast.Constant)
-                     and isinstance(k.value, str)} if isinstance(right, ast.Dict) else None
-            values = right.elts if isinstance(right, ast.Tuple) else [] if named is not None else [right]
-            return None if left is None else self._substitute(_PERCENT, left, values, depth, named)
-        return None
-
-    def _substitute(self, placeholder: re.Pattern[str], template: str, values: list[ast.AST], depth: int,
-                    named: dict[str, ast.AST] | None = None) -> str:
-        """`template` with its placeholders ('%s', '{}', '{0}', '{name}') filled by the folded `values` (in order,
-        or by index) and `named` ('*' for what is unknown): "'/%s/x' % 'tests'" is '/tests/x'."""
-        folded = [self._fold(v, depth + 1) for v in values[:20]]
-        by_name = {k: self._fold(v, depth + 1) for k, v in list((named or {}).items())[:20]}
-        it = iter(folded)
-
-        def fill(m: re.Match[str]) -> str:
-            key = m.group(1)
-            if not key:
-                value = next(it, None)
-            elif key.isdigit():
-                value = folded[int(key)] if int(key) < len(folded) else None
-            else:
-                value = by_name.get(key)
-            return UNKNOWN if value is None else value
-
-        return placeholder.sub(fill, template[:10_000])
-
-    def _fold_attribute(self, node: ast.Attribute, depth: int) -> str | None:
-        name = self._name(node)
-        if name in ("os.sep", "os.path.sep"):
-            return "/"
-        if name in ("os.curdir", "os.path.curdir"):
-            return "."
-        if node.attr in ("parent", "parents"):
-            inner = self._fold(node.value, depth + 1)
-            return None if inner is None else _dirname(inner)
-        return None
-
-    def _fold_call(self, node: ast.Call, depth: int) -> str | None:
-        name = self._name(node.func) or ""
-        if name in ("os.getcwd", "Path.cwd", "pathlib.Path.cwd", "os.getcwdb"):
-            return "."
-        if name in ("os.path.join", "posixpath.join", "pathlib.Path", "Path", "pathlib.PurePath", "PurePath",
-                    "pathlib.PosixPath", "PosixPath", "str", "os.fspath", "os.path.abspath", "os.path.realpath",
-                    "os.path.normpath", "os.path.expanduser"):
-            return self._concat(node.args, "/", depth) if node.args else "."
-        if name in ("os.path.dirname", "posixpath.dirname") and node.args:
-            inner = self._fold(node.args[0], depth + 1)
-            return None if inner is None else _dirname(inner)
-        if name == "chr" and node.args and isinstance(node.args[0], ast.Constant) \
-                and isinstance(node.args[0].value, int) and 0 <= node.args[0].value < 0x110000:
-            return chr(node.args[0].value)
-        if not isinstance(node.func, ast.Attribute):
-            return None
-        return self._fold_method(node, node.func.attr, depth)
-
-    def _fold_method(self, node: ast.Call, method: str, depth: int) -> str | None:
-        receiver = node.func.value  # type: ignore[attr-defined]
-        if method == "join" and node.args and isinstance(node.args[0], (ast.List, ast.Tuple)):
-            sep = self._fold(receiver, depth + 1)
-            return self._concat(list(node.args[0].elts), UNKNOWN if sep is None else sep, depth)
-        if method == "join" and node.args:
-            return UNKNOWN
-        base = self._fold(receiver, depth + 1)
-        if base is None:
-            return None
-        if method == "format":
-            named = {k.arg: k.value for k in node.keywords if k.arg}
-            return self._substitute(_BRACES, base, list(node.args), depth, named)
-        if method == "joinpath":
-            parts = [self._fold(a, depth + 1) for a in node.args]
-            return "/".join([base] + [UNKNOWN if f is None else f for f in parts])
-        if method == "replace" and len(node.args) == 2:
-            old, new = (self._fold(a, depth + 1) for a in node.args)
-            return base.replace(old, new) if old and new is not None and len(base) < 1000 else base
-        if method in ("lower", "upper", "strip", "lstrip", "rstrip", "resolve", "absolute", "expanduser",
-                      "as_posix", "casefold"):
-            return getattr(base, method)() if method in ("lower", "upper", "casefold") else base
-        return None
+    def _fold(self, node: ast.AST) -> str | None:
+        return self.folder.fold(node)
 
     def _encoded(self, node: ast.AST) -> bool:
         """Whether a path expression decodes something (chr, bytes, base64, hex), called or passed (`map(chr,
@@ -356,7 +164,7 @@ class _Visitor:
             self._flag("test_file_access", "path decoded from encoded data", node)
             return
         s = self._fold(arg)
-        reason = _path_reason(s, listing) if s is not None else None
+        reason = path_reason(s, listing) if s is not None else None
         if reason:
             self._flag("test_file_access", f"{reason}: {s[:60]!r}", node)
 
@@ -368,7 +176,7 @@ class _Visitor:
             if READ_COMMANDS & set(tokens):
                 self._flag("test_file_access", f"shell command that reads files: {folded[:60]!r}", node)
             for t in tokens:
-                reason = _path_reason(t) if t else None
+                reason = path_reason(t) if t else None
                 if reason:
                     self._flag("test_file_access", f"{reason}: {t[:60]!r}", node)
 
@@ -386,7 +194,7 @@ class _Visitor:
             pattern = self._fold(node.args[0]) if node.args else None
             if receiver is not None:
                 full = receiver if pattern is None else f"{receiver}/{pattern}"
-                reason = _path_reason(full, listing=method in LIST_METHODS)
+                reason = path_reason(full, listing=method in LIST_METHODS)
                 if reason:
                     self._flag("test_file_access", f"{reason}: {full[:60]!r}", node)
             elif pattern is not None:
@@ -594,41 +402,3 @@ def _dedupe(flags: list[HackFlag]) -> list[HackFlag]:
 
 
 # ----------------------------------------------------------------------------------------------- rubric wiring
-
-CodeOf = Callable[[str], "str | None"]
-
-
-def hack_component(code_of: CodeOf, name: str = "hack_flagged") -> RewardComponent:
-    """A weight-0 component that scores 1.0 for a flagged sample: its mean (`reward/hack_flagged`) is the
-    flag rate. `code_of(text)` pulls the code out of a completion (None: no code, nothing to flag)."""
-
-    def hack_flagged(completions: list[Any], **kwargs: Any) -> list[float]:
-        return [1.0 if is_flagged(code_of(completion_text(c))) else 0.0 for c in completions]
-
-    hack_flagged.__name__ = name
-    # pass_threshold 1.0: `pass/hack_flagged` is the flag rate too (a pass here means "was flagged").
-    return RewardComponent(name, hack_flagged, weight=0.0, pass_threshold=1.0)
-
-
-@dataclass
-class GuardedRubric(Rubric):
-    """A Rubric whose samples flagged by `hack_name` get reward 0 and do not pass."""
-
-    hack_name: str = "hack_flagged"
-
-    def score(self, completions: list[Any], rows: list[dict[str, Any]], **extra: list[Any]) -> list[Score]:
-        scores = super().score(completions, rows, **extra)
-        others = [c for c in self.components if c.name != self.hack_name]
-        for s in scores:
-            if self.pass_component is None:  # "every component passes" must not include the flag itself
-                s.passed = not s.failed and all(s.components[c.name] >= c.pass_threshold for c in others)
-            if s.components.get(self.hack_name, 0.0) >= 1.0:
-                s.reward, s.passed = 0.0, False
-        return scores
-
-
-def guard(rubric: Rubric, code_of: CodeOf, name: str = "hack_flagged") -> GuardedRubric:
-    """`rubric` plus the hack component, with flagged samples zeroed."""
-    return GuardedRubric(components=[*rubric.components, hack_component(code_of, name)],
-                         pass_component=rubric.pass_component, normalize=rubric.normalize,
-                         timeout_s=rubric.timeout_s, hack_name=name)

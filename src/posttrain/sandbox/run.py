@@ -248,6 +248,72 @@ def _namespaced_command(cfg: SandboxConfig, backend: str, interp, layout: Layout
     return cmd, launch_fds, stdin
 
 
+def _stage(stage: str, backend: str, uid: int | None, files: dict[str, str | bytes] | None,
+           inputs: dict[str, str | bytes] | None, tests: dict[str, str | bytes] | None,
+           hide_tests: bool) -> tuple[str, str | None, Layout]:
+    """The run's files under `stage`: `in/` (an /etc for the run's user, the inputs, the files under `files/`),
+    `tests/` when given (hidden from the solution's uid in a two-process run), and the layout the command sees
+    (the unsafe backend works in copies under `stage`; the namespaced ones mount NS_LAYOUT)."""
+    stage_in, stage_tests = os.path.join(stage, "in"), os.path.join(stage, "tests") if tests is not None else None
+    os.makedirs(stage_in, mode=0o755)
+    os.chmod(stage_in, 0o755)
+    name = "sandbox" if uid is not None else "user"
+    u, g = (uid, uid) if uid is not None else (os.getuid(), os.getgid())
+    staged: dict[str, str | bytes] = {"etc/passwd": f"root:x:0:0::/:/bin/false\n{name}:x:{u}:{g}::/:/bin/false\n",
+                                      "etc/group": f"root:x:0:\n{name}:x:{g}:\n"}
+    staged.update(inputs or {})
+    staged.update({f"files/{k}": v for k, v in (files or {}).items()})
+    write_tree(stage_in, staged)
+    if stage_tests is not None:
+        os.makedirs(stage_tests, mode=0o755)
+        write_tree(stage_tests, tests or {})
+        if hide_tests and uid is not None:
+            hide_tree(stage_tests, uid)
+    if backend != "unsafe":
+        return stage_in, stage_tests, NS_LAYOUT
+    layout = Layout(work=f"{stage}/work", tmp=f"{stage}/tmp", inputs=stage_in, tests=stage_tests or "")
+    shutil.copytree(os.path.join(stage_in, "files"), layout.work, dirs_exist_ok=True) \
+        if os.path.isdir(os.path.join(stage_in, "files")) else os.makedirs(layout.work)
+    os.makedirs(layout.tmp)
+    if uid is not None:
+        _chown_tree(layout.work, uid)
+        _chown_tree(layout.tmp, uid)
+    return stage_in, stage_tests, layout
+
+
+def _run_cgroup(cfg: SandboxConfig, unavailable: dict[str, str]) -> RunCgroup | None:
+    """The run's own cgroup (memory and pids caps) where cgroups work here; otherwise None and why in
+    `unavailable`."""
+    why = cgroups.probe() if can_switch_uid() else "cgroups need root here"
+    if why is None:
+        try:
+            return RunCgroup.create(cfg.run_memory_mb << 20, 2 * cfg.max_procs + 16)
+        except OSError as e:
+            why = f"cannot create the run's cgroup: {e}"
+    unavailable["cgroup"] = why
+    return None
+
+
+def _result(proc: subprocess.Popen, sinks: dict[int, _Sink], timed_out: bool, t0: float, backend: str,
+            uid: int | None, cg: RunCgroup | None, unavailable: dict[str, str]) -> RunResult:
+    """The finished (or killed) run as a RunResult: its capped output, exit code (signals as 128 + n, the way bwrap
+    and sh report them), whether it timed out, was killed or ran out of memory."""
+    try:
+        rc = proc.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        rc = None
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = sinks[proc.stdout.fileno()], sinks[proc.stderr.fileno()]
+    if rc is not None and rc < 0:
+        rc = 128 - rc
+    died_by_signal = rc is not None and 128 < rc <= 128 + 64
+    return RunResult(stdout=out.data.decode("utf-8", "replace"), stderr=err.data.decode("utf-8", "replace"),
+                     exit_code=rc, timed_out=timed_out, killed=timed_out or died_by_signal,
+                     duration_s=round(time.monotonic() - t0, 4), isolation=backend, stdout_truncated=out.truncated,
+                     stderr_truncated=err.truncated, uid=uid, oom_killed=cg is not None and cg.oom_killed(),
+                     unavailable=unavailable)
+
+
 def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: SandboxConfig, *,
                   inputs: dict[str, str | bytes] | None = None, tests: dict[str, str | bytes] | None = None,
                   result_channel: bool = False, argv_fn=None,
@@ -285,31 +351,8 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
             box_dir = mounted[0] if mounted and backend == "bwrap" else None
             if backend == "unshare":
                 unavailable.pop("inode_cap", None)  # the unshare script mounts its own capped tmpfs
-        stage_in, stage_tests = os.path.join(stage, "in"), os.path.join(stage, "tests") if tests is not None else None
-        os.makedirs(stage_in, mode=0o755)
-        os.chmod(stage_in, 0o755)
-        name = "sandbox" if uid is not None else "user"
-        u, g = (uid, uid) if uid is not None else (os.getuid(), os.getgid())
-        staged: dict[str, str | bytes] = {"etc/passwd": f"root:x:0:0::/:/bin/false\n{name}:x:{u}:{g}::/:/bin/false\n",
-                                          "etc/group": f"root:x:0:\n{name}:x:{g}:\n"}
-        staged.update(inputs or {})
-        staged.update({f"files/{k}": v for k, v in (files or {}).items()})
-        write_tree(stage_in, staged)
-        if stage_tests is not None:
-            os.makedirs(stage_tests, mode=0o755)
-            write_tree(stage_tests, tests or {})
-            if companion_fn is not None and uid is not None:
-                hide_tree(stage_tests, uid)
-        if backend == "unsafe":
-            layout = Layout(work=f"{stage}/work", tmp=f"{stage}/tmp", inputs=stage_in, tests=stage_tests or "")
-            shutil.copytree(os.path.join(stage_in, "files"), layout.work, dirs_exist_ok=True) \
-                if os.path.isdir(os.path.join(stage_in, "files")) else os.makedirs(layout.work)
-            os.makedirs(layout.tmp)
-            if uid is not None:
-                _chown_tree(layout.work, uid)
-                _chown_tree(layout.tmp, uid)
-        else:
-            layout = NS_LAYOUT
+        stage_in, stage_tests, layout = _stage(stage, backend, uid, files, inputs, tests,
+                                               hide_tests=companion_fn is not None)
         if argv_fn is not None:
             argv = argv_fn(layout)
         companion_argv = companion_fn(layout) if companion_fn is not None else None
@@ -344,15 +387,9 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
             cmd, launch_fds, stdin = _namespaced_command(cfg, backend, interp, layout, stage, stage_in, stage_tests,
                                                          box_dir, main, companion, bpf, write_fd, rpc_pair)
         pass_fds += launch_fds
-        why_cg = cgroups.probe() if can_switch_uid() else "cgroups need root here"
-        if why_cg is None:
-            try:
-                cg = RunCgroup.create(cfg.run_memory_mb << 20, 2 * cfg.max_procs + 16)
-                cmd = cg.wrap(cmd)
-            except OSError as e:
-                why_cg = f"cannot create the run's cgroup: {e}"
-        if why_cg is not None:
-            unavailable["cgroup"] = why_cg
+        cg = _run_cgroup(cfg, unavailable)
+        if cg is not None:
+            cmd = cg.wrap(cmd)
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=stdin if stdin >= 0 else subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE,
@@ -367,20 +404,8 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
             sinks[read_fd] = _Sink(cfg.max_result_bytes)
         timed_out = _pump(proc, sinks, cfg.timeout_s, getattr(_cancel, "event", None))
         _kill_group(proc)  # whatever is left of the launcher's group; the namespace died with its pid 1
-        try:
-            rc = proc.wait(timeout=KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            rc = None
-        out, err = sinks[proc.stdout.fileno()], sinks[proc.stderr.fileno()]
+        res = _result(proc, sinks, timed_out, t0, backend, uid, cg, unavailable)
         result_bytes = bytes(sinks[read_fd].data) if read_fd >= 0 else b""
-        if rc is not None and rc < 0:
-            rc = 128 - rc  # report signals the way bwrap and sh do
-        died_by_signal = rc is not None and 128 < rc <= 128 + 64
-        res = RunResult(stdout=out.data.decode("utf-8", "replace"), stderr=err.data.decode("utf-8", "replace"),
-                        exit_code=rc, timed_out=timed_out, killed=timed_out or died_by_signal,
-                        duration_s=round(time.monotonic() - t0, 4), isolation=backend, stdout_truncated=out.truncated,
-                        stderr_truncated=err.truncated, uid=uid, oom_killed=cg is not None and cg.oom_killed(),
-                        unavailable=unavailable)
         return res, result_bytes, hash_tree(stage_tests) if stage_tests is not None else {}
     finally:
         if proc is not None:

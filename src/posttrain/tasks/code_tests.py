@@ -30,7 +30,7 @@ from typing import Any
 from posttrain.aio import run_sync
 from posttrain.bounded import BoundedError, clip, parse_python
 from posttrain.envs.task import Task
-from posttrain.rewards.hack_detector import guard
+from posttrain.rewards.hack_guard import guard
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.rewards.text import completion_text
 

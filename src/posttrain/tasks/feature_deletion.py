@@ -35,7 +35,7 @@ from posttrain.tasks.baselines import BaselineStore
 from posttrain.envs.task import Task
 from posttrain.aio import run_sync
 from posttrain.tasks.code_tests import all_code, extract_code
-from posttrain.rewards.hack_detector import guard
+from posttrain.rewards.hack_guard import guard
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.rewards.repair_grades import Baseline, check_repair_reward, issue_rewards
 from posttrain.rewards.text import completion_text

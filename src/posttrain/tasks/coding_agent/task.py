@@ -26,7 +26,7 @@ from posttrain.tasks.coding_agent import data
 from posttrain.tasks.coding_agent.episode import RepoEpisode
 from posttrain.tasks.coding_agent.repo import hack_flags
 from posttrain.envs.task import Task
-from posttrain.rewards.hack_detector import GuardedRubric
+from posttrain.rewards.hack_guard import GuardedRubric
 from posttrain.rewards.rubric import RewardComponent
 from posttrain.rewards.repair_grades import Baseline, check_repair_reward, issue_rewards
 from posttrain.sampling.tool_calls import BLOCK, fenced_block
