@@ -1,6 +1,60 @@
-"""posttrain: reinforcement-learning post-training for language models and LLM agents."""
+"""posttrain: reinforcement-learning post-training for language models and LLM agents.
+
+    posttrain.train(...)                      a whole run from a config (the CLI's `posttrain train`)
+
+The pieces a loop of your own is built from are importable from here too, in the order one step uses them
+(examples/minimal_loop.py is a GRPO loop from these alone):
+
+    load_model, ensure_pad_token, stop_token_ids         the policy and its tokenizer
+    load_task, Task, SingleTurnEnv, score_groups        rows, an env that rolls them out, the rubric's rewards
+    HFSampler, SampleParams, Completion, Sampler        sampling (the own decode loop; the Sampler protocol)
+    Trajectory, Turn, Group, Sequence, Batch            what a rollout produces and what trains
+    build_batch, BatchOptions, sequences_from_groups   group advantages and the trained part of a batch
+    Trainer, LOSSES, ADVANTAGES, LossParams             forward_backward + optim_step, the registries
+    WeightSync, SharedWeights, CopyWeights             the sampler serves the trainer's weights as a version
+    Config, load_config                                 the configuration
+
+They are imported on first use: `import posttrain` itself loads no torch (the CLI starts fast).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+# name -> the module it lives in; resolved on first access (PEP 562)
+_EXPORTS = {
+    "load_model": "posttrain.models", "ensure_pad_token": "posttrain.models", "stop_token_ids": "posttrain.models",
+    "load_task": "posttrain.tasks.load", "Task": "posttrain.envs.task",
+    "SingleTurnEnv": "posttrain.envs.single_turn", "score_groups": "posttrain.envs.base",
+    "HFSampler": "posttrain.sampling.hf_sampler", "Sampler": "posttrain.sampling.base",
+    "SampleParams": "posttrain.types", "Completion": "posttrain.types", "Trajectory": "posttrain.types",
+    "Turn": "posttrain.types", "Group": "posttrain.types", "Sequence": "posttrain.types", "Batch": "posttrain.types",
+    "build_batch": "posttrain.loop.batch", "BatchOptions": "posttrain.loop.batch",
+    "sequences_from_groups": "posttrain.loop.batch",
+    "Trainer": "posttrain.training.trainer", "LOSSES": "posttrain.algos", "ADVANTAGES": "posttrain.algos",
+    "LossParams": "posttrain.algos",
+    "WeightSync": "posttrain.loop.weight_sync", "SharedWeights": "posttrain.loop.weight_sync",
+    "CopyWeights": "posttrain.loop.weight_sync",
+    "Config": "posttrain.config", "load_config": "posttrain.config",
+}
+
+__all__ = ["train", "__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'posttrain' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access skips this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
 
 
 def train(config=None, **overrides):
