@@ -101,7 +101,7 @@ class Trajectory:
     # What went wrong, in words (a failing test, a schema violation, a tool error), from the task's `feedback`
     # function or the env itself, and the index of the turn it is about (None: the last turn). Hint-conditioned
     # self-distillation (algorithm.hint_distill) puts it into the teacher's context right before that turn.
-    # (The hint a teacher reads is chosen by the stepper: loop/batch.py HINT_SOURCES.)
+    # (The hint a teacher reads is chosen by the stepper's hint function: loop/batch.py `hint_fn`, `env_hint`.)
     feedback: str | None = None
     feedback_turn: int | None = None
     # Why a multi-turn episode ended: "answer" (a reply without a tool call), "final_tool", "max_turns", or

@@ -64,7 +64,7 @@ class Task:
     feedback: Callable[..., Any] | None = None
     # Work done once before anything scores: prepare(rows, log) with every train and held-out row. The repair tasks
     # grade each row's starting code here (tasks/baselines.py), before any episode competes for the CPU. Called
-    # through prepare_task by loop/builder.build (a run, before its env check, warm start and step 0; `posttrain
+    # through prepare_task by loop/components.build (a run, before its env check, warm start and step 0; `posttrain
     # eval`; the preflight). Must be idempotent: a second call finds the work done.
     prepare: Callable[[list[dict[str, Any]], Callable[[str], None]], None] | None = None
 

@@ -8,7 +8,7 @@ baseline whose grade timed out under CPU contention from sibling episodes came b
 cached, and untouched code then earned issue_tests 0.5 and more for the rest of the run.
 
 How a baseline gets graded:
-- Up front (`prepare`, which the tasks hand to `Task.prepare` and loop/builder.build calls): every train and
+- Up front (`prepare`, which the tasks hand to `Task.prepare` and loop/components.build calls): every train and
   held-out row at once, at the pool's concurrency, before any episode competes for the CPU, with `TIMEOUT_FACTOR`
   times the per-sample time limits and up to `max_tries` tries per row. One progress line per `PROGRESS_EVERY`
   rows, and a summary line with the time.

@@ -5,9 +5,8 @@ computes each prompt once (prefix sharing). Cost of a micro-batch = P * max_prom
 the number of positions the forward actually computes, padding included.
 
 A group over the budget is split into parts of its sequences that fit (each part computes the prompt again):
-the budget bounds activation memory, and multi-turn groups blow through it. Coding-agent groups of 4 episodes
-made micro-batches of about 6,500 tokens under a 4,096 budget, and a step with longer ones was OOM-killed at
-24 GB.
+the budget bounds activation memory, which multi-turn groups would otherwise exceed (a coding-agent group of 4
+episodes is about 6,500 tokens).
 The losses normalise by batch-wide totals, so how a batch is cut never changes the gradient (tested).
 """
 

@@ -1,7 +1,7 @@
 """Starting trainer ranks: `trainer.world_size=N` starts N-1 worker processes beside this one, or the ranks come
 from `torchrun` (RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment).
 
-    rank 0     the whole run (loop/run.py); its Trainer is a DataParallelTrainer (train/distributed.py)
+    rank 0     the whole run (loop/run.py); its Trainer is a DataParallelTrainer (training/distributed.py)
     rank k>0   `python -m posttrain.training.launch CONFIG.yaml`: builds the same model and Trainer, then obeys rank 0
 
 With trainer.sharding=fsdp2 each rank's Trainer is a ShardedTrainer over its FSDP2 shard (training/fsdp.py); on

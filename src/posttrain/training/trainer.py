@@ -74,7 +74,7 @@ class Trainer:
         self.temperature = temperature if temperature > 0 else 1.0
         self.lr_scale = 1.0  # a remedy may lower the learning rate for a while (obs/remedies.py)
         self.entropy_coef = 0.0  # a remedy's entropy bonus (obs/remedies.py), handed to the loss (LossInputs)
-        self.chunk = logits_chunk_tokens  # > 0: never hold a micro-batch's full logits (train/logprobs.py)
+        self.chunk = logits_chunk_tokens  # > 0: never hold a micro-batch's full logits (training/logprobs.py)
         if precision not in PRECISIONS:
             raise ValueError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
         self.precision = precision
