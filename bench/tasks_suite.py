@@ -296,6 +296,12 @@ def time_to_level(record: dict, level: float) -> float | None:
     return None
 
 
+def steps_to_level(record: dict, level: float) -> int | None:
+    """Training steps until the first held-out eval at or above `level` (None: never). Unlike seconds, a count of
+    steps does not depend on what else the machine was doing."""
+    return next((e["step"] for e in record["evals"] if e["pass"] >= level - 1e-9), None)
+
+
 def trl_levels(runs: list[dict]) -> dict[str, float]:
     """Per dataset, TRL's final held-out pass, mean over its seeds: the level both frameworks are timed to."""
     by: dict[str, list[float]] = {}
@@ -316,11 +322,13 @@ def table_rows(runs: list[dict]) -> list[dict]:
         after = mean_std([r["evals"][-1]["pass"] for r in rs])
         times = [time_to_level(r, levels[dataset]) for r in rs] if dataset in levels else []
         reached = [t for t in times if t is not None]
+        steps = [s for s in (steps_to_level(r, levels[dataset]) for r in rs) if s is not None] if times else []
         rows.append({"dataset": dataset, "framework": fw, "seeds": sorted(r["seed"] for r in rs),
                      "before": before, "after": after, "gain": after[0] - before[0],
                      "wall_s": statistics.fmean(sum(s["seconds"] for s in r["steps"]) for r in rs),
                      "step_s": statistics.fmean(statistics.fmean(s["seconds"] for s in r["steps"]) for r in rs),
                      "to_trl_level_s": statistics.fmean(reached) if reached else None,
+                     "to_trl_level_steps": statistics.fmean(steps) if steps else None,
                      "reached": f"{len(reached)}/{len(times)}" if times else ""})
     order = {d: i for i, d in enumerate(dict.fromkeys(r["dataset"] for r in runs))}
     return sorted(rows, key=lambda x: (order[x["dataset"]], x["framework"]))
@@ -339,8 +347,9 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| dataset | framework | seeds | held-out before | after | gain | train s | s/step | to TRL's final level |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        level = "" if not r["reached"] else (f"{r['to_trl_level_s']:.0f} s ({r['reached']})"
-                                             if r["to_trl_level_s"] is not None else f"never ({r['reached']})")
+        level = "" if not r["reached"] else (f"{r['to_trl_level_s']:.0f} s, {r['to_trl_level_steps']:.0f} steps "
+                                             f"({r['reached']})" if r["to_trl_level_s"] is not None
+                                             else f"never ({r['reached']})")
         lines.append(f"| {r['dataset']} | {r['framework']} | {','.join(map(str, r['seeds']))} | {pct(r['before'], r['seeds'])} "
                      f"| {pct(r['after'], r['seeds'])} | {r['gain']:+.1%} | {r['wall_s']:.0f} | {r['step_s']:.1f} | {level} |")
     ratios = step_ratios(rows)

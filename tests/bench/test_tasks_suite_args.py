@@ -64,6 +64,7 @@ def test_time_to_level_counts_training_seconds_until_the_first_eval_at_the_level
     assert ts.time_to_level(r, 0.1) == 0.0  # the base model is already there
     assert ts.time_to_level(r, 0.45) == 20.0  # step 10's eval: 10 steps of 2 s
     assert ts.time_to_level(r, 0.6) is None
+    assert ts.steps_to_level(r, 0.1) == 0 and ts.steps_to_level(r, 0.45) == 10 and ts.steps_to_level(r, 0.6) is None
 
 
 def test_table_rows_spread_gain_level_and_step_ratio():
@@ -83,4 +84,4 @@ def test_table_rows_spread_gain_level_and_step_ratio():
     assert ts.step_ratios(list(rows.values())) == {"gcd": 0.5}
     md = ts.markdown(ts.table_rows(runs))
     assert "| gcd | posttrain | 0,1 | 20.0% ± 0.0% | 50.0% ± 14.1% | +30.0% |" in md
-    assert "10 s (1/2)" in md and "posttrain/TRL wall seconds per step: gcd 0.50" in md
+    assert "10 s, 10 steps (1/2)" in md and "posttrain/TRL wall seconds per step: gcd 0.50" in md
