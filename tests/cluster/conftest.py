@@ -17,3 +17,19 @@ def two_nodes():
     yield ray
     ray.shutdown()
     cluster.shutdown()
+
+
+@pytest.fixture
+def pools(monkeypatch):
+    """Every RaySamplerPool a run starts, kept for the test to look at (and to kill its actors)."""
+    from posttrain.cluster.ray_sampler import RaySamplerPool
+
+    started: list = []
+    start = RaySamplerPool.start
+
+    def keep(cls, *args):
+        started.append(start(*args))
+        return started[-1]
+
+    monkeypatch.setattr(RaySamplerPool, "start", classmethod(keep))
+    return started

@@ -31,20 +31,6 @@ def _train_records(run_dir):
     return [r for r in read_metrics(str(run_dir)) if r["kind"] == "train"]
 
 
-@pytest.fixture
-def pools(monkeypatch):
-    """Every RaySamplerPool the run starts, kept for the test to look at (and to kill its actors)."""
-    started: list[RaySamplerPool] = []
-    start = RaySamplerPool.start
-
-    def keep(cls, *args):
-        started.append(start(*args))
-        return started[-1]
-
-    monkeypatch.setattr(RaySamplerPool, "start", classmethod(keep))
-    return started
-
-
 def test_grpo_on_ray_samplers_on_two_nodes_raises_reward(tmp_path, two_nodes, pools):
     # The settings of tests/loop/test_rl_loop.py's learning test, with rollouts on two actors.
     res = train(_cfg(tmp_path, "loop.steps=30", "loop.prompts_per_step=4", "algorithm.num_generations=8",

@@ -235,20 +235,6 @@ def test_object_store_stays_the_fallback(tmp_path, two_nodes):
         pool.close()
 
 
-@pytest.fixture
-def pools(monkeypatch):
-    """Every RaySamplerPool the run starts, kept for the test to look at."""
-    started: list[RaySamplerPool] = []
-    start = RaySamplerPool.start
-
-    def keep(cls, *args):
-        started.append(start(*args))
-        return started[-1]
-
-    monkeypatch.setattr(RaySamplerPool, "start", classmethod(keep))
-    return started
-
-
 def test_a_run_with_actors_on_another_node_trains_on_group_pushes(tmp_path, two_nodes, pools):
     _, worker = _nodes()
     with _actors_on(worker):
