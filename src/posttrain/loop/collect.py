@@ -42,6 +42,9 @@ class Collected:
 
 
 class Collector(Protocol):
+    @property
+    def sampler(self) -> Sampler: ...  # the rollout sampler: its counters go into each step's record
+
     async def collect(self, step: int, timer: StageTimer) -> Collected: ...
 
     async def on_weights(self, version: int) -> None: ...

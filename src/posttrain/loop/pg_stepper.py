@@ -104,7 +104,7 @@ class PolicyGradientStepper:
         if not getattr(self.task, "train_pass", True):  # label-free training: a 0% "pass" would read as a stall
             m = {k: v for k, v in m.items() if not (k.startswith("pass_rate") or k.startswith("pass/"))}
         m.update(drain_task_metrics(self.task))
-        drain_sampler = getattr(getattr(self.collector, "sampler", None), "drain_metrics", None)
+        drain_sampler = getattr(self.collector.sampler, "drain_metrics", None)  # a sampler without counters: none
         if callable(drain_sampler):  # the rollout sampler's own counters (its prefix cache)
             m.update(drain_sampler())
         for plugin in self.plugins.values():
