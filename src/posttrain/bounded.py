@@ -143,8 +143,9 @@ def _no_lone_surrogates(value: Any) -> None:
             stack.extend(v)
 
 
-def decode_json_prefix(text: str, start: int = 0, max_chars: int = MAX_JSON_CHARS,
-                       max_depth: int = MAX_JSON_DEPTH) -> tuple[Any, int]:
+def decode_json_prefix(
+    text: str, start: int = 0, max_chars: int = MAX_JSON_CHARS, max_depth: int = MAX_JSON_DEPTH
+) -> tuple[Any, int]:
     """The JSON value that starts at `text[start]` and the index where it ends (`JSONDecoder.raw_decode`), with
     the caps of `loads_json`. Raises BoundedError."""
     check_size(text, max_chars, "JSON text")
@@ -181,8 +182,13 @@ def loads_json(text: str, max_chars: int = MAX_JSON_CHARS, max_depth: int = MAX_
 _PARSE_LOCK = threading.Lock()  # warnings.catch_warnings swaps global state: one parse at a time changes it
 
 
-def parse_python(source: str, max_chars: int = MAX_PYTHON_CHARS, max_depth: int = MAX_PYTHON_DEPTH,
-                 max_nodes: int = MAX_PYTHON_NODES, filename: str = "<model>") -> ast.Module:
+def parse_python(
+    source: str,
+    max_chars: int = MAX_PYTHON_CHARS,
+    max_depth: int = MAX_PYTHON_DEPTH,
+    max_nodes: int = MAX_PYTHON_NODES,
+    filename: str = "<model>",
+) -> ast.Module:
     """`ast.parse(source)` for model-written code. Raises BoundedError: over the size cap, a NUL byte, a syntax
     error (message 'line N: msg'), a tree deeper than `max_depth` or larger than `max_nodes` (checked without
     recursion, so a recursive visitor of the result cannot overflow), or a parse the interpreter itself refused

@@ -72,8 +72,12 @@ def _repeat(p: str, i: int) -> tuple[int, int]:
     return max(lo, hi, 1), m.end() - i
 
 
-def check_pattern(pattern: str, max_chars: int = MAX_PATTERN_CHARS, max_depth: int = MAX_PATTERN_DEPTH,
-                  max_expansion: int = MAX_PATTERN_EXPANSION) -> None:
+def check_pattern(
+    pattern: str,
+    max_chars: int = MAX_PATTERN_CHARS,
+    max_depth: int = MAX_PATTERN_DEPTH,
+    max_expansion: int = MAX_PATTERN_EXPANSION,
+) -> None:
     """Refuse, with a clear reason (BoundedError), a regex that is too long, nests groups too deeply, or whose
     counted repeats written out exceed `max_expansion` items: `((a{100}){100}){100}` is a million, which the
     `regex` module compiles into ~300 MB. Linear in the pattern; conservative (alternatives add, not max). What
@@ -100,8 +104,9 @@ def check_pattern(pattern: str, max_chars: int = MAX_PATTERN_CHARS, max_depth: i
         i += length
         sizes[-1] += item * factor
         if sizes[-1] > max_expansion:
-            raise BoundedError(f"pattern's counted repeats come to more than {max_expansion} items written out; "
-                               "use smaller counts")
+            raise BoundedError(
+                f"pattern's counted repeats come to more than {max_expansion} items written out; use smaller counts"
+            )
 
 
 # ---------------------------------------------------------------------------------------------- regex: the worker
@@ -114,8 +119,9 @@ class _Worker:
     worker's file, run as `python -I script PARENT_PID MEMORY_BYTES CPU_S`: it says `ready`, then answers one JSON
     line per JSON request line (the regex worker here, the math checker in rewards/_math_worker.py)."""
 
-    def __init__(self, memory_bytes: int, cpu_s: int, start_timeout_s: float, script: Path = _WORKER,
-                 what: str = "regex worker"):
+    def __init__(
+        self, memory_bytes: int, cpu_s: int, start_timeout_s: float, script: Path = _WORKER, what: str = "regex worker"
+    ):
         self.what = what
         if not sys.executable:
             raise BoundedError(f"no Python interpreter to run the {what}")
@@ -124,7 +130,12 @@ class _Worker:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", str(script), str(os.getpid()), str(memory_bytes), str(cpu_s)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, close_fds=True)
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                bufsize=0,
+                close_fds=True,
+            )
         except OSError as e:  # out of processes or file descriptors: the search fails, not the caller
             raise BoundedError(f"the {what} could not start ({e.strerror or e})") from None
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -166,8 +177,9 @@ class _Worker:
             pass
         self.kill()
 
-    def call(self, request: dict[str, Any], deadline: float, max_reply: int, died: str = "",
-             late: str = "") -> dict[str, Any]:
+    def call(
+        self, request: dict[str, Any], deadline: float, max_reply: int, died: str = "", late: str = ""
+    ) -> dict[str, Any]:
         """Send one request and read its reply by `deadline`; the worker is killed if it misses the deadline or
         answers nonsense (the caller drops a dead worker). `died` / `late`: the messages for those two cases."""
         self.calls += 1
@@ -207,7 +219,7 @@ class _Worker:
             if not self._ready(self.win, select.POLLOUT, deadline):
                 raise OSError("write timed out")
             try:
-                view = view[os.write(self.win, view):]
+                view = view[os.write(self.win, view) :]
             except BlockingIOError:
                 continue
 
@@ -248,9 +260,18 @@ class WorkerPool:
     nonsense is killed and replaced on the next call; one that served `recycle_after` calls is replaced too, so
     nothing it held accumulates."""
 
-    def __init__(self, script: Path, what: str, size: int = 2, memory_bytes: int = REGEX_MEMORY_BYTES,
-                 cpu_s: int = REGEX_CPU_S, grace_s: float = REGEX_GRACE_S, start_timeout_s: float = 30.0,
-                 wait_s: float = 60.0, recycle_after: int = 1000):
+    def __init__(
+        self,
+        script: Path,
+        what: str,
+        size: int = 2,
+        memory_bytes: int = REGEX_MEMORY_BYTES,
+        cpu_s: int = REGEX_CPU_S,
+        grace_s: float = REGEX_GRACE_S,
+        start_timeout_s: float = 30.0,
+        wait_s: float = 60.0,
+        recycle_after: int = 1000,
+    ):
         self.script, self.what = script, what
         self.memory_bytes, self.cpu_s, self.grace_s = memory_bytes, cpu_s, grace_s
         self.start_timeout_s, self.wait_s, self.recycle_after = start_timeout_s, wait_s, recycle_after
@@ -260,8 +281,9 @@ class WorkerPool:
         self._pid = os.getpid()
         self.started = 0  # workers started, for tests and metrics
 
-    def request(self, request: dict[str, Any], budget_s: float, max_reply: int, died: str = "",
-                late: str = "") -> dict[str, Any]:
+    def request(
+        self, request: dict[str, Any], budget_s: float, max_reply: int, died: str = "", late: str = ""
+    ) -> dict[str, Any]:
         """The worker's reply to `request`, which may take `budget_s` (+ grace) on the worker. Raises
         BoundedTimeout past it (`late`), WorkerDied (`died`) when the worker died twice, BoundedError when every
         worker stayed busy for `wait_s`."""
@@ -278,8 +300,9 @@ class WorkerPool:
         finally:
             self._slots.release()
 
-    def _call(self, request: dict[str, Any], budget_s: float, max_reply: int, died: str, late: str,
-              fresh: bool = False) -> dict[str, Any]:
+    def _call(
+        self, request: dict[str, Any], budget_s: float, max_reply: int, died: str, late: str, fresh: bool = False
+    ) -> dict[str, Any]:
         worker = self._take(fresh)
         try:
             reply = worker.call(request, time.monotonic() + budget_s + self.grace_s, max_reply, died, late)
@@ -328,24 +351,48 @@ class RegexPool(WorkerPool):
     """Workers that compile and match model-written regexes (`_regex_worker.py`); the host side keeps no pattern
     or compiled object."""
 
-    def __init__(self, size: int = 2, memory_bytes: int = REGEX_MEMORY_BYTES, cpu_s: int = REGEX_CPU_S,
-                 grace_s: float = REGEX_GRACE_S, start_timeout_s: float = 30.0, wait_s: float = 60.0,
-                 recycle_after: int = 1000):
-        super().__init__(_WORKER, "regex worker", size, memory_bytes, cpu_s, grace_s, start_timeout_s, wait_s,
-                         recycle_after)
+    def __init__(
+        self,
+        size: int = 2,
+        memory_bytes: int = REGEX_MEMORY_BYTES,
+        cpu_s: int = REGEX_CPU_S,
+        grace_s: float = REGEX_GRACE_S,
+        start_timeout_s: float = 30.0,
+        wait_s: float = 60.0,
+        recycle_after: int = 1000,
+    ):
+        super().__init__(
+            _WORKER, "regex worker", size, memory_bytes, cpu_s, grace_s, start_timeout_s, wait_s, recycle_after
+        )
 
-    def search(self, pattern: str, lines: Sequence[str], timeout_s: float, ignore_case: bool = False,
-               max_hits: int = 100, precheck: bool = True) -> RegexHits:
+    def search(
+        self,
+        pattern: str,
+        lines: Sequence[str],
+        timeout_s: float,
+        ignore_case: bool = False,
+        max_hits: int = 100,
+        precheck: bool = True,
+    ) -> RegexHits:
         """Which of `lines` `pattern` matches (regex module semantics, `search`), within `timeout_s` of matching
         time. Raises BoundedError: a refused or invalid pattern, a worker out of memory; BoundedTimeout past the
         budget. `precheck=False` skips `check_pattern` (tests of the worker's own limits)."""
         if precheck:
             check_pattern(pattern)
-        request = {"pattern": pattern, "lines": list(lines), "timeout": float(timeout_s),
-                   "ignore_case": bool(ignore_case), "max_hits": int(max_hits)}
-        reply = self.request(request, timeout_s, 2048 + 12 * max_hits,
-                             died="the regex worker died (the pattern needed too much memory or CPU)",
-                             late="the regex took too long")
+        request = {
+            "pattern": pattern,
+            "lines": list(lines),
+            "timeout": float(timeout_s),
+            "ignore_case": bool(ignore_case),
+            "max_hits": int(max_hits),
+        }
+        reply = self.request(
+            request,
+            timeout_s,
+            2048 + 12 * max_hits,
+            died="the regex worker died (the pattern needed too much memory or CPU)",
+            late="the regex took too long",
+        )
         return _hits(reply, timeout_s, self.memory_bytes)
 
 
@@ -377,8 +424,13 @@ def default_pool() -> RegexPool:
         return _POOL
 
 
-def search_lines(pattern: str, lines: Sequence[str], timeout_s: float, ignore_case: bool = False,
-                 max_hits: int = 100, precheck: bool = True) -> RegexHits:
+def search_lines(
+    pattern: str,
+    lines: Sequence[str],
+    timeout_s: float,
+    ignore_case: bool = False,
+    max_hits: int = 100,
+    precheck: bool = True,
+) -> RegexHits:
     """`default_pool().search(...)`: see RegexPool.search."""
     return default_pool().search(pattern, lines, timeout_s, ignore_case, max_hits, precheck)
-

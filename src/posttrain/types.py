@@ -16,7 +16,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-
 # The column a mixture's rows carry (tasks/mixture.py): which of its tasks a row came from. Metrics break pass
 # rates and rewards down by it (obs/rollout_stats.py).
 TASK_COLUMN = "mixture_task"
@@ -162,7 +161,7 @@ class Trajectory:
         return json.dumps(self.to_dict(), default=str)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         known = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in d.items() if k in known}  # records from older versions may hold retired fields
         d["turns"] = [Turn(**t) for t in d["turns"]]
@@ -240,8 +239,9 @@ class Batch:
         return sum(sum(s.loss_mask) for s in self.sequences)
 
 
-def sequence_of(traj: Trajectory, advantage: float = 0.0, group_id: int = 0,
-                hint: tuple[str, int | None] | None = None) -> Sequence:
+def sequence_of(
+    traj: Trajectory, advantage: float = 0.0, group_id: int = 0, hint: tuple[str, int | None] | None = None
+) -> Sequence:
     """A trajectory as one training sequence: the first prompt, then everything after it with its loss mask.
     `hint`: (text, turn index or None for the last turn) for a self-distillation teacher (guidance/teacher.py)."""
     tokens, mask, logps = traj.sequence()
@@ -250,8 +250,18 @@ def sequence_of(traj: Trajectory, advantage: float = 0.0, group_id: int = 0,
     if hint is not None:
         k = len(traj.turns) - 1 if hint[1] is None else min(max(hint[1], 0), len(traj.turns) - 1)
         hint_at = len(traj.turns[k].prompt_ids)  # turn k's prompt is the whole history before its completion
-    return Sequence(prompt_ids=tokens[:n_prompt], completion_ids=tokens[n_prompt:], loss_mask=mask,
-                    sampler_logprobs=logps, advantage=float(advantage), group_id=group_id,
-                    policy_version=traj.policy_version, reward=traj.reward, finish_reason=traj.turns[-1].finish_reason,
-                    hint=hint[0] if hint is not None else None, hint_at=hint_at,
-                    guided=traj.guided, sample_id=traj.sample_id)
+    return Sequence(
+        prompt_ids=tokens[:n_prompt],
+        completion_ids=tokens[n_prompt:],
+        loss_mask=mask,
+        sampler_logprobs=logps,
+        advantage=float(advantage),
+        group_id=group_id,
+        policy_version=traj.policy_version,
+        reward=traj.reward,
+        finish_reason=traj.turns[-1].finish_reason,
+        hint=hint[0] if hint is not None else None,
+        hint_at=hint_at,
+        guided=traj.guided,
+        sample_id=traj.sample_id,
+    )

@@ -24,8 +24,9 @@ def group_mean_std(values_N: torch.Tensor, group_ids_N: torch.Tensor) -> tuple[t
 
 
 @ADVANTAGES.register("grpo")
-def grpo_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True,
-                    eps: float = 1e-6) -> torch.Tensor:
+def grpo_advantages(
+    rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
     """GRPO (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300, eq. 3):
 
         A_i = (r_i - mean(r_group)) / (std(r_group) + eps)      (std scaling on)
@@ -41,8 +42,9 @@ def grpo_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_st
 
 
 @ADVANTAGES.register("dr_grpo")
-def dr_grpo_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True,
-                       eps: float = 1e-6) -> torch.Tensor:
+def dr_grpo_advantages(
+    rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
     """Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783, sec. 3.2):
 
         A_i = r_i - mean(r_group)
@@ -55,8 +57,9 @@ def dr_grpo_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale
 
 
 @ADVANTAGES.register("rloo")
-def rloo_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True,
-                    eps: float = 1e-6) -> torch.Tensor:
+def rloo_advantages(
+    rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
     """RLOO, REINFORCE Leave-One-Out (Kool et al. 2019, "Buy 4 REINFORCE Samples, Get a Baseline for Free!";
     Ahmadian et al. 2024, arXiv:2402.14740): the baseline of a sample is the mean of the *other* samples:
 
@@ -74,8 +77,13 @@ def rloo_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_st
 
 
 @ADVANTAGES.register("reinforce_pp")
-def reinforce_pp_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True,
-                            eps: float = 1e-6, group_baseline: bool = False) -> torch.Tensor:
+def reinforce_pp_advantages(
+    rewards_N: torch.Tensor,
+    group_ids_N: torch.Tensor,
+    scale_std: bool = True,
+    eps: float = 1e-6,
+    group_baseline: bool = False,
+) -> torch.Tensor:
     """REINFORCE++ (Hu et al. 2025, arXiv:2501.03262): global advantage normalisation over the whole batch
 
         A_i = (r_i - mean_batch(r)) / (std_batch(r) + eps)
@@ -97,8 +105,9 @@ def reinforce_pp_advantages(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, 
 
 
 @ADVANTAGES.register("reward")
-def reward_as_advantage(rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True,
-                        eps: float = 1e-6) -> torch.Tensor:
+def reward_as_advantage(
+    rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
     """REINFORCE without a baseline (Williams 1992): A_i = r_i. Groups and `scale_std` play no part.
 
     What supervised steps are in this form: the warm start gives each demonstration reward 1, so its loss is the

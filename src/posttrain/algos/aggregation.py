@@ -36,6 +36,12 @@ def seq_mean_token_sum_norm(loss_BT, mask_BT, total_tokens=None, total_seqs=None
     return ((loss_BT * mask_BT).sum(-1) / norm).sum() / seqs
 
 
-def aggregate(loss_BT: torch.Tensor, mask_BT: torch.Tensor, mode: str, total_tokens: float | None = None,
-              total_seqs: float | None = None, max_tokens: int | None = None) -> torch.Tensor:
+def aggregate(
+    loss_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    mode: str,
+    total_tokens: float | None = None,
+    total_seqs: float | None = None,
+    max_tokens: int | None = None,
+) -> torch.Tensor:
     return AGGREGATIONS[mode](loss_BT, mask_BT.to(loss_BT.dtype), total_tokens, total_seqs, max_tokens)

@@ -53,14 +53,23 @@ class ESHistory:
     iterations: list[ESIteration] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"sigma": self.sigma, "lr": self.lr, "population": self.population,
-                "iterations": [{"seeds": it.seeds, "weights": it.weights} for it in self.iterations]}
+        return {
+            "sigma": self.sigma,
+            "lr": self.lr,
+            "population": self.population,
+            "iterations": [{"seeds": it.seeds, "weights": it.weights} for it in self.iterations],
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ESHistory":
-        return cls(sigma=float(d["sigma"]), lr=float(d["lr"]), population=int(d["population"]),
-                   iterations=[ESIteration([int(s) for s in it["seeds"]], [float(w) for w in it["weights"]])
-                               for it in d["iterations"]])
+    def from_dict(cls, d: dict) -> ESHistory:
+        return cls(
+            sigma=float(d["sigma"]),
+            lr=float(d["lr"]),
+            population=int(d["population"]),
+            iterations=[
+                ESIteration([int(s) for s in it["seeds"]], [float(w) for w in it["weights"]]) for it in d["iterations"]
+            ],
+        )
 
     def bytes_per_iteration(self) -> float:
         if not self.iterations:

@@ -37,8 +37,9 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return k3(ref_logp - logp)
 
 
-def kl_reward_penalty(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, mask_BT: torch.Tensor, beta: float,
-                      estimator: str = "k1") -> torch.Tensor:
+def kl_reward_penalty(
+    logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, mask_BT: torch.Tensor, beta: float, estimator: str = "k1"
+) -> torch.Tensor:
     """KL as a reward penalty (Ziegler et al. 2019, arXiv:1909.08593; InstructGPT; REINFORCE++, arXiv:2501.03262),
     instead of a KL term in the loss:
 

@@ -26,13 +26,15 @@ from posttrain.algos.registry import Registry
 
 TERMS: Registry = Registry("loss term")
 
-Term = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, LossParams, LossInputs],
-                "tuple[torch.Tensor | None, dict[str, float]]"]
+Term = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, LossParams, LossInputs], "tuple[torch.Tensor | None, dict[str, float]]"
+]
 
 
 @TERMS.register("distill")
-def distill_term(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, mask_BT: torch.Tensor, params: LossParams,
-                 inputs: LossInputs) -> tuple[torch.Tensor | None, dict[str, float]]:
+def distill_term(
+    logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, mask_BT: torch.Tensor, params: LossParams, inputs: LossInputs
+) -> tuple[torch.Tensor | None, dict[str, float]]:
     """On-policy distillation toward a teacher (algos/distill.py), weighted by `params.distill_coef`. A teacher may
     have no opinion on a sequence or a token (NaN in `inputs.teacher_logp_BT`): there the teacher equals the
     student's own behaviour log-prob, so the term is exactly 0 and its metrics skip those tokens. Metrics are
@@ -42,15 +44,26 @@ def distill_term(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, mask_BT: torc
         return None, {}
     opinion_BT = ~torch.isnan(teacher_BT)
     teacher_BT = torch.where(opinion_BT, teacher_BT, old_logp_BT.detach())
-    loss, m = reverse_kl_loss(logp_BT, old_logp_BT, teacher_BT, mask_BT, params.distill_coef, params.aggregation,
-                              inputs.total_tokens, inputs.total_seqs, params.max_tokens, inputs.token_weights_BT,
-                              metric_mask_BT=mask_BT * opinion_BT)
+    loss, m = reverse_kl_loss(
+        logp_BT,
+        old_logp_BT,
+        teacher_BT,
+        mask_BT,
+        params.distill_coef,
+        params.aggregation,
+        inputs.total_tokens,
+        inputs.total_seqs,
+        params.max_tokens,
+        inputs.token_weights_BT,
+        metric_mask_BT=mask_BT * opinion_BT,
+    )
     return loss, {k.replace("teacher/", f"{params.distill_prefix}/", 1): v for k, v in m.items()}
 
 
 @TERMS.register("entropy_bonus")
-def entropy_bonus_term(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, mask_BT: torch.Tensor, params: LossParams,
-                       inputs: LossInputs) -> tuple[torch.Tensor | None, dict[str, float]]:
+def entropy_bonus_term(
+    logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, mask_BT: torch.Tensor, params: LossParams, inputs: LossInputs
+) -> tuple[torch.Tensor | None, dict[str, float]]:
     """A remedy's entropy bonus (obs/remedies.py), `inputs.entropy_coef` while it lasts.
 
     d/dθ H(π) = -E_y[log π(y) ∇ log π(y)] over the sampled tokens (score function; E[∇ log π] = 0), so
@@ -62,8 +75,10 @@ def entropy_bonus_term(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, mask_BT
     return inputs.entropy_coef * bonus, {"entropy_bonus": float(inputs.entropy_coef)}
 
 
-def with_terms(policy_loss: Callable[..., tuple[torch.Tensor, dict[str, float]]],
-               terms: tuple[str, ...] = ("distill", "entropy_bonus")) -> Callable[..., tuple[torch.Tensor, dict]]:
+def with_terms(
+    policy_loss: Callable[..., tuple[torch.Tensor, dict[str, float]]],
+    terms: tuple[str, ...] = ("distill", "entropy_bonus"),
+) -> Callable[..., tuple[torch.Tensor, dict]]:
     """The loss the trainer runs: `policy_loss` on the advantage times `params.rl_weight`, plus each term that
     applies, in the order named."""
     fns = [TERMS[t] for t in terms]

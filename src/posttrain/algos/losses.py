@@ -75,8 +75,16 @@ def _eps(cfg: LossParams) -> tuple[float, float]:
     return cfg.epsilon, (cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon)
 
 
-def _finish(pg_BT: torch.Tensor, logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor | None, mask_BT: torch.Tensor,
-            cfg: LossParams, x: LossInputs, metrics: dict[str, float], aggregation: str | None = None) -> torch.Tensor:
+def _finish(
+    pg_BT: torch.Tensor,
+    logp_BT: torch.Tensor,
+    ref_logp_BT: torch.Tensor | None,
+    mask_BT: torch.Tensor,
+    cfg: LossParams,
+    x: LossInputs,
+    metrics: dict[str, float],
+    aggregation: str | None = None,
+) -> torch.Tensor:
     """Shared tail of every loss: loss_t = w_t * pg_t + beta * KL_t, then `aggregate`."""
     if x.token_weights_BT is not None:
         w = torch.as_tensor(x.token_weights_BT, dtype=pg_BT.dtype, device=pg_BT.device).detach()
@@ -94,14 +102,19 @@ def _finish(pg_BT: torch.Tensor, logp_BT: torch.Tensor, ref_logp_BT: torch.Tenso
         kl_BT = KL_ESTIMATORS[cfg.kl_estimator](logp_BT, ref_logp_BT)
         per_token = per_token + cfg.beta * kl_BT
         metrics["kl_ref"] = _masked_mean(kl_BT.detach(), mask_BT)
-    return aggregate(per_token, mask_BT, aggregation or cfg.aggregation, x.total_tokens, x.total_seqs,
-                     cfg.max_tokens)
+    return aggregate(per_token, mask_BT, aggregation or cfg.aggregation, x.total_tokens, x.total_seqs, cfg.max_tokens)
 
 
 @LOSSES.register("ppo_clip")
-def ppo_clip_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor | None,
-                  adv_B: torch.Tensor, mask_BT: torch.Tensor, cfg: LossParams,
-                  x: LossInputs = NO_INPUTS) -> tuple[torch.Tensor, dict[str, float]]:
+def ppo_clip_loss(
+    logp_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    ref_logp_BT: torch.Tensor | None,
+    adv_B: torch.Tensor,
+    mask_BT: torch.Tensor,
+    cfg: LossParams,
+    x: LossInputs = NO_INPUTS,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level clipped surrogate (PPO, Schulman et al. 2017, arXiv:1707.06347; as used by GRPO), with
     DAPO's decoupled clip range (clip-higher, arXiv:2503.14476), optional dual clip (Ye et al. 2020, "Mastering
     Complex Control in MOBA Games with Deep RL", arXiv:1912.09729) and an optional KL-to-reference term:
@@ -127,20 +140,28 @@ def ppo_clip_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT:
     with torch.no_grad():
         clipped_low = (ratio < 1 - eps_low) & (adv_BT < 0)
         clipped_high = (ratio > 1 + eps_high) & (adv_BT > 0)
-        metrics.update({
-            "clipfrac_low": _masked_mean(clipped_low.float(), mask_BT),
-            "clipfrac_high": _masked_mean(clipped_high.float(), mask_BT),
-            "ratio_mean": _masked_mean(ratio, mask_BT),
-            # approx KL(old || new), k3 form: http://joschu.net/blog/kl-approx.html
-            "approx_kl": _masked_mean(k3(log_ratio), mask_BT),
-        })
+        metrics.update(
+            {
+                "clipfrac_low": _masked_mean(clipped_low.float(), mask_BT),
+                "clipfrac_high": _masked_mean(clipped_high.float(), mask_BT),
+                "ratio_mean": _masked_mean(ratio, mask_BT),
+                # approx KL(old || new), k3 form: http://joschu.net/blog/kl-approx.html
+                "approx_kl": _masked_mean(k3(log_ratio), mask_BT),
+            }
+        )
     return loss, metrics
 
 
 @LOSSES.register("reinforce")
-def reinforce_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor | None,
-                   adv_B: torch.Tensor, mask_BT: torch.Tensor,
-                   cfg: LossParams, x: LossInputs = NO_INPUTS) -> tuple[torch.Tensor, dict[str, float]]:
+def reinforce_loss(
+    logp_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    ref_logp_BT: torch.Tensor | None,
+    adv_B: torch.Tensor,
+    mask_BT: torch.Tensor,
+    cfg: LossParams,
+    x: LossInputs = NO_INPUTS,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Vanilla policy gradient (REINFORCE, Williams 1992), no importance ratio and no clipping; on-policy only
     (old_logp is ignored):
 
@@ -154,9 +175,15 @@ def reinforce_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT
 
 
 @LOSSES.register("cispo")
-def cispo_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor | None,
-               adv_B: torch.Tensor, mask_BT: torch.Tensor, cfg: LossParams,
-                  x: LossInputs = NO_INPUTS) -> tuple[torch.Tensor, dict[str, float]]:
+def cispo_loss(
+    logp_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    ref_logp_BT: torch.Tensor | None,
+    adv_B: torch.Tensor,
+    mask_BT: torch.Tensor,
+    cfg: LossParams,
+    x: LossInputs = NO_INPUTS,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """CISPO, clipped IS-weight policy optimization (MiniMax-M1, arXiv:2506.13585, eq. 4-5):
 
         ratio  = exp(logp - old_logp)
@@ -177,20 +204,29 @@ def cispo_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: to
     metrics: dict[str, float] = {}
     loss = _finish(pg_loss, logp_BT, ref_logp_BT, mask_BT, cfg, x, metrics)
     with torch.no_grad():
-        metrics.update({
-            "clipfrac_low": _masked_mean((ratio < low).float() if low is not None else torch.zeros_like(ratio),
-                                         mask_BT),
-            "clipfrac_high": _masked_mean((ratio > 1 + eps_high).float(), mask_BT),
-            "ratio_mean": _masked_mean(ratio, mask_BT),
-            "approx_kl": _masked_mean(k3(log_ratio), mask_BT),
-        })
+        metrics.update(
+            {
+                "clipfrac_low": _masked_mean(
+                    (ratio < low).float() if low is not None else torch.zeros_like(ratio), mask_BT
+                ),
+                "clipfrac_high": _masked_mean((ratio > 1 + eps_high).float(), mask_BT),
+                "ratio_mean": _masked_mean(ratio, mask_BT),
+                "approx_kl": _masked_mean(k3(log_ratio), mask_BT),
+            }
+        )
     return loss, metrics
 
 
 @LOSSES.register("gspo")
-def gspo_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor | None,
-              adv_B: torch.Tensor, mask_BT: torch.Tensor, cfg: LossParams,
-                  x: LossInputs = NO_INPUTS) -> tuple[torch.Tensor, dict[str, float]]:
+def gspo_loss(
+    logp_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    ref_logp_BT: torch.Tensor | None,
+    adv_B: torch.Tensor,
+    mask_BT: torch.Tensor,
+    cfg: LossParams,
+    x: LossInputs = NO_INPUTS,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO, group sequence policy optimization (Qwen, arXiv:2507.18071, eq. 5-7): one length-normalised
     importance ratio per sequence, clipped per sequence:
 
@@ -212,16 +248,19 @@ def gspo_loss(logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, ref_logp_BT: tor
     pg_loss1 = -adv_BT * s_BT
     pg_loss2 = -adv_BT * torch.clamp(s_BT, 1 - eps_low, 1 + eps_high)
     metrics: dict[str, float] = {}
-    loss = _finish(torch.max(pg_loss1, pg_loss2), logp_BT, ref_logp_BT, mask_BT, cfg, x, metrics,
-                   aggregation="seq-mean-token-mean")
+    loss = _finish(
+        torch.max(pg_loss1, pg_loss2), logp_BT, ref_logp_BT, mask_BT, cfg, x, metrics, aggregation="seq-mean-token-mean"
+    )
     with torch.no_grad():
         s_B, adv = torch.exp(log_s_B), adv_B.to(logp_BT.dtype)
         has_tokens = (m_BT.sum(-1) > 0).to(s_B.dtype)
         n = has_tokens.sum().clamp(min=1)
-        metrics.update({
-            "clipfrac_low": float((((s_B < 1 - eps_low) & (adv < 0)) * has_tokens).sum() / n),
-            "clipfrac_high": float((((s_B > 1 + eps_high) & (adv > 0)) * has_tokens).sum() / n),
-            "seq_ratio_mean": float((s_B * has_tokens).sum() / n),
-            "seq_ratio_max": float(s_B[has_tokens > 0].max()) if bool(has_tokens.any()) else 1.0,
-        })
+        metrics.update(
+            {
+                "clipfrac_low": float((((s_B < 1 - eps_low) & (adv < 0)) * has_tokens).sum() / n),
+                "clipfrac_high": float((((s_B > 1 + eps_high) & (adv > 0)) * has_tokens).sum() / n),
+                "seq_ratio_mean": float((s_B * has_tokens).sum() / n),
+                "seq_ratio_max": float(s_B[has_tokens > 0].max()) if bool(has_tokens.any()) else 1.0,
+            }
+        )
     return loss, metrics

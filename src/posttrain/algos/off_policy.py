@@ -28,8 +28,9 @@ from posttrain.algos.registry import Registry
 LEVELS = ("token", "sequence")
 
 
-def _log_ratio(logp_BT: torch.Tensor, sampler_logp_BT: torch.Tensor, mask_BT: torch.Tensor,
-               level: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _log_ratio(
+    logp_BT: torch.Tensor, sampler_logp_BT: torch.Tensor, mask_BT: torch.Tensor, level: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(log r broadcast to BT, token log-ratio, float mask), all detached, zero on padding."""
     m = mask_BT.to(torch.float32).to(logp_BT.device)
     tok_lr = torch.where(m > 0, (logp_BT.detach() - sampler_logp_BT.detach()).float(), torch.zeros_like(m))
@@ -40,8 +41,9 @@ def _log_ratio(logp_BT: torch.Tensor, sampler_logp_BT: torch.Tensor, mask_BT: to
     raise KeyError(f"unknown importance-sampling level {level!r} (known: {', '.join(LEVELS)})")
 
 
-def _metrics(lr_BT: torch.Tensor, tok_lr: torch.Tensor, m: torch.Tensor, level: str, out_BT: torch.Tensor,
-             out_name: str) -> dict[str, float]:
+def _metrics(
+    lr_BT: torch.Tensor, tok_lr: torch.Tensor, m: torch.Tensor, level: str, out_BT: torch.Tensor, out_name: str
+) -> dict[str, float]:
     """Ratio stats over tokens (token level) or over sequences with tokens (sequence level)."""
     if level == "token":
         units, valid = lr_BT, m > 0
@@ -60,11 +62,12 @@ def _metrics(lr_BT: torch.Tensor, tok_lr: torch.Tensor, m: torch.Tensor, level: 
     }
 
 
-def tis_weights(logp_BT: torch.Tensor, sampler_logp_BT: torch.Tensor, mask_BT: torch.Tensor, cap: float = 2.0,
-                level: str = "token") -> tuple[torch.Tensor, dict[str, float]]:
+def tis_weights(
+    logp_BT: torch.Tensor, sampler_logp_BT: torch.Tensor, mask_BT: torch.Tensor, cap: float = 2.0, level: str = "token"
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Truncated importance-sampling weights, detached, 0 on padding:
 
-        w = min(r, cap)     r at `level` (see module doc); computed as exp(min(log r, log cap)), no overflow
+    w = min(r, cap)     r at `level` (see module doc); computed as exp(min(log r, log cap)), no overflow
     """
     lr_BT, tok_lr, m = _log_ratio(logp_BT, sampler_logp_BT, mask_BT, level)
     weights_BT = torch.exp(torch.clamp(lr_BT, max=math.log(cap))) * m
@@ -72,8 +75,13 @@ def tis_weights(logp_BT: torch.Tensor, sampler_logp_BT: torch.Tensor, mask_BT: t
     return weights_BT, _metrics(lr_BT, tok_lr, m, level, capped, "is_capped_frac")
 
 
-def mask_by_ratio(logp_BT: torch.Tensor, sampler_logp_BT: torch.Tensor, mask_BT: torch.Tensor,
-                  threshold: float = 2.0, level: str = "token") -> tuple[torch.Tensor, dict[str, float]]:
+def mask_by_ratio(
+    logp_BT: torch.Tensor,
+    sampler_logp_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    threshold: float = 2.0,
+    level: str = "token",
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Masked importance sampling: keep a token (or, at sequence level, a whole sequence) only if
 
         1/threshold <= r <= threshold

@@ -61,8 +61,11 @@ class PromptStats:
         if len(recent) == retire_after and all(p == n and n > 0 for p, n, _ in recent):
             return "mastered"
         recent = self.groups[-backoff_after:]
-        if (not self.backoff_cleared and len(recent) == backoff_after
-                and all(p == 0 and not spread for p, _, spread in recent)):
+        if (
+            not self.backoff_cleared
+            and len(recent) == backoff_after
+            and all(p == 0 and not spread for p, _, spread in recent)
+        ):
             return "hopeless"
         return "learnable"
 
@@ -88,8 +91,9 @@ class PromptRecord:
             rewards = [float(t.reward) for t in trajs]
             s = self.stats.setdefault(int(g.task_index), PromptStats())
             s.last_step = step
-            s.groups = (s.groups + [(sum(bool(t.passed) for t in trajs), len(trajs),
-                                     max(rewards) - min(rewards) > 1e-9)])[-KEEP:]
+            s.groups = (
+                s.groups + [(sum(bool(t.passed) for t in trajs), len(trajs), max(rewards) - min(rewards) > 1e-9)]
+            )[-KEEP:]
             s.backoff_cleared = False
 
     def clear_backoff(self) -> None:
@@ -106,12 +110,17 @@ class PromptRecord:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"stats": [[i, s.last_step, [list(g) for g in s.groups], s.backoff_cleared]
-                          for i, s in sorted(self.stats.items())]}
+        return {
+            "stats": [
+                [i, s.last_step, [list(g) for g in s.groups], s.backoff_cleared] for i, s in sorted(self.stats.items())
+            ]
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.stats = {int(i): PromptStats(int(last), [(int(p), int(n), bool(sp)) for p, n, sp in groups], bool(c))
-                      for i, last, groups, c in state.get("stats", [])}
+        self.stats = {
+            int(i): PromptStats(int(last), [(int(p), int(n), bool(sp)) for p, n, sp in groups], bool(c))
+            for i, last, groups, c in state.get("stats", [])
+        }
 
 
 def epoch_order(n_rows: int, epoch: int, seed: int) -> list[int]:
@@ -158,7 +167,7 @@ def adaptive(record: PromptRecord, n_rows: int, k: int, step: int, seed: int, s:
 
     parked = by_state["mastered"] + by_state["hopeless"]
     due = oldest_first([r for r in parked if step - record.get(r).last_step >= s.revisit_every])
-    chosen: list[int] = due[:min(s.revisit_slots, k_eff)]
+    chosen: list[int] = due[: min(s.revisit_slots, k_eff)]
     n_replay = min(len(by_state["learnable"]), math.ceil((k_eff - len(chosen)) * s.replay_share))
     chosen += oldest_first(by_state["learnable"])[:n_replay]
     # Fresh prompts in the run's own seeded order: the first epoch's order, skipping any already sampled.

@@ -27,6 +27,7 @@ class Registry(Generic[F]):
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self._items[name] = fn
             return fn
+
         return deco
 
     def __getitem__(self, name: str) -> F:

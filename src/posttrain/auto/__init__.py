@@ -7,9 +7,21 @@ Importing this package does not import torch or optuna.
 """
 
 from posttrain.auto.program import Param, Program, ProgramError, load_program
-from posttrain.auto.rules import Verdict, judge
 from posttrain.auto.results import read_results
+from posttrain.auto.rules import Verdict, judge
 from posttrain.auto.search import Search, SearchError, SearchResult, resume_search, start_search
 
-__all__ = ["Param", "Program", "ProgramError", "Search", "SearchError", "SearchResult", "Verdict", "judge",
-           "load_program", "read_results", "resume_search", "start_search"]
+__all__ = [
+    "Param",
+    "Program",
+    "ProgramError",
+    "Search",
+    "SearchError",
+    "SearchResult",
+    "Verdict",
+    "judge",
+    "load_program",
+    "read_results",
+    "resume_search",
+    "start_search",
+]

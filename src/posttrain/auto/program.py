@@ -42,8 +42,20 @@ from posttrain.config.load import ConfigError, apply_override, validate
 from posttrain.config.schema import Config
 
 FENCE = re.compile(r"^```ya?ml[^\n]*\n(.*?)^```", re.S | re.M)
-TOP_KEYS = ["goal", "metric", "direction", "budget", "seeds", "noise", "search", "frozen", "set", "proposer",
-            "pruning", "parallel"]
+TOP_KEYS = [
+    "goal",
+    "metric",
+    "direction",
+    "budget",
+    "seeds",
+    "noise",
+    "search",
+    "frozen",
+    "set",
+    "proposer",
+    "pruning",
+    "parallel",
+]
 # Set by `posttrain auto` for every trial: never searched.
 MANAGED = {"run.name": "the trial's name", "run.output_dir": "the search directory", "run.seed": "seeds:"}
 
@@ -168,35 +180,43 @@ def _parse(path: Path, text: str, d: dict[str, Any]) -> Program:
     if direction not in ("max", "min"):
         raise ProgramError(f"program: direction must be max or min, got {direction!r}")
     if not isinstance(d["search"], dict) or not d["search"]:
-        raise ProgramError("program: search must map dotted config keys to ranges, e.g. "
-                           "trainer.lr: {low: 1.0e-6, high: 1.0e-4, log: true}")
+        raise ProgramError(
+            "program: search must map dotted config keys to ranges, e.g. "
+            "trainer.lr: {low: 1.0e-6, high: 1.0e-4, log: true}"
+        )
     budget = d.get("budget") or {}
     if not isinstance(budget, dict) or set(budget) - {"trial", "total"}:
         raise ProgramError("program: budget takes trial: {steps, seconds, timeout_s} and total: {trials, minutes}")
     trial, total = budget.get("trial") or {}, budget.get("total") or {}
-    for name, sub, keys in (("budget.trial", trial, {"steps", "seconds", "timeout_s"}),
-                            ("budget.total", total, {"trials", "minutes"})):
+    for name, sub, keys in (
+        ("budget.trial", trial, {"steps", "seconds", "timeout_s"}),
+        ("budget.total", total, {"trials", "minutes"}),
+    ):
         extra = set(sub) - keys
         if extra:
             k = sorted(extra)[0]
-            raise ProgramError(f"program: unknown key '{name}.{k}'{_hint(k, sorted(keys))} "
-                               f"(valid: {', '.join(sorted(keys))})")
+            raise ProgramError(
+                f"program: unknown key '{name}.{k}'{_hint(k, sorted(keys))} (valid: {', '.join(sorted(keys))})"
+            )
     if not total:
-        raise ProgramError("program: budget.total needs trials and/or minutes (a search without a total budget "
-                           "never ends)")
+        raise ProgramError(
+            "program: budget.total needs trials and/or minutes (a search without a total budget never ends)"
+        )
     seconds = _num(trial.get("seconds"), "budget.trial.seconds")
     timeout = _num(trial.get("timeout_s"), "budget.trial.timeout_s")
     if timeout is None:
         timeout = max(2 * seconds, seconds + 300) if seconds else 3600.0
     seeds = d.get("seeds", [0, 1])
-    if not (isinstance(seeds, list) and len(seeds) == 2 and all(isinstance(s, int) for s in seeds)
-            and seeds[0] != seeds[1]):
+    if not (
+        isinstance(seeds, list) and len(seeds) == 2 and all(isinstance(s, int) for s in seeds) and seeds[0] != seeds[1]
+    ):
         raise ProgramError(f"program: seeds must be two different integers, got {seeds!r}")
     proposer = d.get("proposer", "optuna")
     proposer = {"kind": proposer} if isinstance(proposer, str) else dict(proposer)
     if proposer.get("kind") not in ("optuna", "llm"):
-        raise ProgramError(f"program: proposer must be optuna or llm (or {{kind: llm, base_url: ...}}), "
-                           f"got {proposer.get('kind')!r}")
+        raise ProgramError(
+            f"program: proposer must be optuna or llm (or {{kind: llm, base_url: ...}}), got {proposer.get('kind')!r}"
+        )
     if proposer["kind"] == "llm" and not proposer.get("model"):
         raise ProgramError("program: proposer kind llm needs model: (and base_url: for a non-OpenAI endpoint)")
     frozen = d.get("frozen") or []
@@ -210,17 +230,32 @@ def _parse(path: Path, text: str, d: dict[str, Any]) -> Program:
         raise ProgramError(f"program: budget.trial.steps must be a positive integer, got {steps!r}")
     parallel = d.get("parallel", 1)
     if isinstance(parallel, bool) or parallel not in (1, 2):
-        raise ProgramError(f"program: parallel must be 1 (a trial's seeds one after another) or 2 (both at once), "
-                           f"got {parallel!r}")
+        raise ProgramError(
+            f"program: parallel must be 1 (a trial's seeds one after another) or 2 (both at once), got {parallel!r}"
+        )
     trials = total.get("trials")
     if trials is not None and (not isinstance(trials, int) or trials < 0):
         raise ProgramError(f"program: budget.total.trials must be a non-negative integer, got {trials!r}")
-    return Program(path=path, text=text, goal=str(d.get("goal", "")), metric=str(d["metric"]), direction=direction,
-                   search={k: _param(k, v) for k, v in d["search"].items()}, frozen=[str(k) for k in frozen],
-                   set=dict(sets), steps=steps, seconds=seconds, timeout_s=timeout, total_trials=trials,
-                   total_minutes=_num(total.get("minutes"), "budget.total.minutes"), seeds=list(seeds),
-                   noise=_num(d.get("noise", 0.0), "noise") or 0.0, proposer=proposer,
-                   pruning=bool(d.get("pruning", True)), parallel=parallel)
+    return Program(
+        path=path,
+        text=text,
+        goal=str(d.get("goal", "")),
+        metric=str(d["metric"]),
+        direction=direction,
+        search={k: _param(k, v) for k, v in d["search"].items()},
+        frozen=[str(k) for k in frozen],
+        set=dict(sets),
+        steps=steps,
+        seconds=seconds,
+        timeout_s=timeout,
+        total_trials=trials,
+        total_minutes=_num(total.get("minutes"), "budget.total.minutes"),
+        seeds=list(seeds),
+        noise=_num(d.get("noise", 0.0), "noise") or 0.0,
+        proposer=proposer,
+        pruning=bool(d.get("pruning", True)),
+        parallel=parallel,
+    )
 
 
 def _num(v: Any, name: str) -> float | None:
@@ -239,15 +274,19 @@ def _param(key: str, spec: Any) -> Param:
     if isinstance(spec, list):
         spec = {"choices": spec}
     if not isinstance(spec, dict):
-        raise ProgramError(f"search.{key}: give {{low:, high:}} (add log: true for a log scale) or {{choices: [...]}}, "
-                           f"got {spec!r}")
+        raise ProgramError(
+            f"search.{key}: give {{low:, high:}} (add log: true for a log scale) or {{choices: [...]}}, got {spec!r}"
+        )
     extra = set(spec) - {"low", "high", "log", "choices", "type"}
     if extra:
         raise ProgramError(f"search.{key}: unknown field(s) {sorted(extra)} (valid: low, high, log, type, choices)")
     if "choices" in spec:
         ch = spec["choices"]
-        if not isinstance(ch, list) or not ch or any(not (c is None or isinstance(c, (bool, int, float, str)))
-                                                     for c in ch):
+        if (
+            not isinstance(ch, list)
+            or not ch
+            or any(not (c is None or isinstance(c, (bool, int, float, str))) for c in ch)
+        ):
             raise ProgramError(f"search.{key}: choices must be a non-empty list of plain values, got {ch!r}")
         return Param(key, "categorical", choices=list(ch))
     if "low" not in spec or "high" not in spec:
@@ -281,6 +320,7 @@ def _num_any(x: Any, key: str) -> float:
 
 # ---- validation against the config schema ----------------------------------------------------------------
 
+
 def config_keys(model: type[BaseModel] = Config, prefix: str = "") -> list[str]:
     """Every dotted leaf key of the schema (sections recursed)."""
     out = []
@@ -305,11 +345,13 @@ def check_key(key: str, where: str) -> None:
         ann = f.annotation
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             if i == len(parts) - 1:
-                raise ProgramError(f"{where}: '{key}' is a section, not a value (e.g. '{key}.{next(iter(ann.model_fields))}')")
+                raise ProgramError(
+                    f"{where}: '{key}' is a section, not a value (e.g. '{key}.{next(iter(ann.model_fields))}')"
+                )
             model = ann
             continue
         if i < len(parts) - 1 and not (ann is dict or getattr(ann, "__origin__", None) is dict):
-            raise ProgramError(f"{where}: '{'.'.join(parts[:i + 1])}' is a value, not a section (in '{key}')")
+            raise ProgramError(f"{where}: '{'.'.join(parts[: i + 1])}' is a value, not a section (in '{key}')")
         return
 
 
@@ -321,11 +363,13 @@ def validate_program(prog: Program, base: dict[str, Any]) -> None:
         if k in prog.search:
             raise ProgramError(f"set: '{k}' is also in search; a key is either fixed or searched")
     budget_keys = {"loop.steps": prog.steps, "loop.time_budget_s": prog.seconds}
-    for k, p in prog.search.items():
+    for k in prog.search:
         check_key(k, "search")
         if k in prog.frozen or any(k.startswith(f + ".") for f in prog.frozen):
-            raise ProgramError(f"search: '{k}' is frozen (listed under frozen:); a frozen key may not be searched. "
-                               f"Remove it from search: or from frozen:")
+            raise ProgramError(
+                f"search: '{k}' is frozen (listed under frozen:); a frozen key may not be searched. "
+                f"Remove it from search: or from frozen:"
+            )
         if k in MANAGED:
             raise ProgramError(f"search: '{k}' is set by posttrain auto ({MANAGED[k]}); it cannot be searched")
         if budget_keys.get(k) is not None:
@@ -350,8 +394,9 @@ def validate_program(prog: Program, base: dict[str, Any]) -> None:
             except ConfigError as e:
                 what = "choice" if p.kind == "categorical" else ("low" if v == p.low else "high")
                 msg = str(e).removeprefix("invalid config:\n  ")
-                raise ProgramError(f"search: {k} {what}={v!r} is outside what the config schema accepts: {msg}") \
-                    from None
+                raise ProgramError(
+                    f"search: {k} {what}={v!r} is outside what the config schema accepts: {msg}"
+                ) from None
 
 
 def base_params(prog: Program, base: dict[str, Any]) -> dict[str, Any]:

@@ -65,11 +65,19 @@ def open_study(prog: Program, search_dir: Path):
     optuna = _optuna()
     opts = prog.proposer.get("optuna") or {}
     sampler = optuna.samplers.TPESampler(seed=prog.seeds[0], n_startup_trials=int(opts.get("startup_trials", 4)))
-    pruner = (optuna.pruners.MedianPruner(n_startup_trials=int(opts.get("prune_after_trials", 2)), n_warmup_steps=0)
-              if prog.pruning else optuna.pruners.NopPruner())
-    study = optuna.create_study(storage=f"sqlite:///{Path(search_dir).resolve() / 'optuna.db'}", study_name=STUDY,
-                                direction="maximize" if prog.direction == "max" else "minimize", sampler=sampler,
-                                pruner=pruner, load_if_exists=True)
+    pruner = (
+        optuna.pruners.MedianPruner(n_startup_trials=int(opts.get("prune_after_trials", 2)), n_warmup_steps=0)
+        if prog.pruning
+        else optuna.pruners.NopPruner()
+    )
+    study = optuna.create_study(
+        storage=f"sqlite:///{Path(search_dir).resolve() / 'optuna.db'}",
+        study_name=STUDY,
+        direction="maximize" if prog.direction == "max" else "minimize",
+        sampler=sampler,
+        pruner=pruner,
+        load_if_exists=True,
+    )
     for t in study.get_trials(deepcopy=False):  # a search stopped mid-trial: that trial did not finish
         if t.state == optuna.trial.TrialState.RUNNING:
             study.tell(t.number, state=optuna.trial.TrialState.FAIL)
@@ -91,9 +99,12 @@ class OptunaProposer:
 
     def propose(self, incumbent: dict[str, Any] | None = None, history: str = "") -> Proposal:
         trial = self.study.ask(self.dists)
-        return Proposal({k: self.prog.search[k].coerce(v) for k, v in trial.params.items()},
-                        "TPE sample" if _n_complete(self.study) >= self._startup() else "random (TPE startup)",
-                        "optuna", trial)
+        return Proposal(
+            {k: self.prog.search[k].coerce(v) for k, v in trial.params.items()},
+            "TPE sample" if _n_complete(self.study) >= self._startup() else "random (TPE startup)",
+            "optuna",
+            trial,
+        )
 
     def propose_fixed(self, params: dict[str, Any], reason: str, source: str) -> Proposal:
         self.study.enqueue_trial(params)
@@ -146,8 +157,9 @@ class LLMProposer:
             except ImportError:
                 raise ImportError("the llm proposer needs openai: pip install 'posttrain[serve]'") from None
             key = os.environ.get(cfg.get("api_key_env", "OPENAI_API_KEY"), "none")
-            client = OpenAI(base_url=cfg.get("base_url"), api_key=key, timeout=float(cfg.get("timeout_s", 120)),
-                            max_retries=1)
+            client = OpenAI(
+                base_url=cfg.get("base_url"), api_key=key, timeout=float(cfg.get("timeout_s", 120)), max_retries=1
+            )
         self.client = client
 
     def baseline(self, params: dict[str, Any], value: float) -> None:
@@ -155,15 +167,21 @@ class LLMProposer:
 
     def prompt(self, incumbent: dict[str, Any], history: str) -> str:
         space = "\n".join(f"- {k}: {p.describe()}" for k, p in self.prog.search.items())
-        return (f"# program.md\n{self.prog.text}\n\n# search space\n{space}\n\n# frozen\n{', '.join(self.prog.frozen)}"
-                f"\n\n# incumbent (best so far)\n{json.dumps(incumbent)}\n\n# results.tsv\n{history}\n")
+        return (
+            f"# program.md\n{self.prog.text}\n\n# search space\n{space}\n\n# frozen\n{', '.join(self.prog.frozen)}"
+            f"\n\n# incumbent (best so far)\n{json.dumps(incumbent)}\n\n# results.tsv\n{history}\n"
+        )
 
     def ask(self, incumbent: dict[str, Any], history: str) -> tuple[dict[str, Any], str]:
         try:
             r = self.client.chat.completions.create(
-                model=self.prog.proposer["model"], temperature=float(self.prog.proposer.get("temperature", 0.7)),
-                messages=[{"role": "system", "content": SYSTEM},
-                          {"role": "user", "content": self.prompt(incumbent, history)}])
+                model=self.prog.proposer["model"],
+                temperature=float(self.prog.proposer.get("temperature", 0.7)),
+                messages=[
+                    {"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": self.prompt(incumbent, history)},
+                ],
+            )
             text = r.choices[0].message.content or ""
         except Exception as e:  # noqa: BLE001 - an endpoint that is down must not end the search
             raise ProposalRejected(f"endpoint error: {type(e).__name__}: {str(e)[:200]}") from None
@@ -196,10 +214,13 @@ def parse_llm_diff(text: str, prog: Program, incumbent: dict[str, Any]) -> tuple
     if start < 0 or end < start:
         raise ProposalRejected(f"no JSON object in the answer: {text[:120]!r}")
     try:
-        obj = loads_json(text[start:end + 1])
+        obj = loads_json(text[start : end + 1])
     except BoundedError as e:
         raise ProposalRejected(f"bad JSON ({e.reason}): {text[:120]!r}") from None
-    diff, reason = obj.get("diff") if isinstance(obj, dict) else None, obj.get("reason", "") if isinstance(obj, dict) else ""
+    diff, reason = (
+        obj.get("diff") if isinstance(obj, dict) else None,
+        obj.get("reason", "") if isinstance(obj, dict) else "",
+    )
     if not isinstance(diff, dict) or not diff:
         raise ProposalRejected('the answer needs a non-empty "diff" object')
     out = dict(incumbent)
@@ -215,8 +236,10 @@ def parse_llm_diff(text: str, prog: Program, incumbent: dict[str, Any]) -> tuple
         out[k] = v
     for k, p in prog.search.items():  # keys the diff left alone keep the incumbent's value: it must fit too
         if k not in out or not p.contains(out[k]):
-            raise ProposalRejected(f"{k} needs a value in the diff: the incumbent's ({out.get(k)!r}) is outside "
-                                   f"the search space ({p.describe()})")
+            raise ProposalRejected(
+                f"{k} needs a value in the diff: the incumbent's ({out.get(k)!r}) is outside "
+                f"the search space ({p.describe()})"
+            )
     return out, str(reason)[:300] or "(no reason given)"
 
 

@@ -14,8 +14,7 @@ from typing import Any
 
 from posttrain.obs.report_figs import _div, _layout, _plotly
 
-COLOURS = {"baseline": "#264653", "kept": "#17803d", "reverted": "#8d99ae", "failed": "#b3261e",
-           "pruned": "#e9c46a"}
+COLOURS = {"baseline": "#264653", "kept": "#17803d", "reverted": "#8d99ae", "failed": "#b3261e", "pruned": "#e9c46a"}
 
 PAGE = """<!DOCTYPE html>
 <!-- posttrain auto report (auto/report.py): self-contained; plotly's JS is inlined, nothing is fetched. -->
@@ -87,10 +86,17 @@ def write_search_report(search_dir: str | Path, out: str | Path | None = None) -
                 text.append(f"{r['diff']}<br>{html.escape(r['reason'][:160])}")
         if xs:
             fail = dec in ("failed", "pruned")
-            fig.add_trace(go.Scatter(x=xs, y=[y if y is not None else _floor(rows) for y in ys], mode="markers",
-                                     name=dec, text=text, marker=dict(color=colour, size=10,
-                                                                      symbol="x" if fail else "circle"),
-                                     hovertemplate="trial %{x}: %{y:.4g}<br>%{text}<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=[y if y is not None else _floor(rows) for y in ys],
+                    mode="markers",
+                    name=dec,
+                    text=text,
+                    marker={"color": colour, "size": 10, "symbol": "x" if fail else "circle"},
+                    hovertemplate="trial %{x}: %{y:.4g}<br>%{text}<extra></extra>",
+                )
+            )
     inc_x, inc_y, best = [], [], None
     for r in rows:
         if r["decision"] in ("baseline", "kept") and _num(r["metric"]) is not None:
@@ -99,12 +105,24 @@ def write_search_report(search_dir: str | Path, out: str | Path | None = None) -
             inc_x.append(int(r["trial"]))
             inc_y.append(best)
     if inc_x:
-        fig.add_trace(go.Scatter(x=inc_x, y=inc_y, mode="lines", line=dict(shape="hv", color="#1f5fbf"),
-                                 name="incumbent (mean over seeds)"))
+        fig.add_trace(
+            go.Scatter(
+                x=inc_x,
+                y=inc_y,
+                mode="lines",
+                line={"shape": "hv", "color": "#1f5fbf"},
+                name="incumbent (mean over seeds)",
+            )
+        )
     if fig.data:
-        content += _section("Metric per trial", _div(_layout(fig, f"{prog.metric} per trial ({prog.direction})",
-                                                             xaxis="trial", yaxis=prog.metric), "fig-trials")
-                            + '<p class="note">failed and pruned trials are drawn as x at the bottom</p>')
+        content += _section(
+            "Metric per trial",
+            _div(
+                _layout(fig, f"{prog.metric} per trial ({prog.direction})", xaxis="trial", yaxis=prog.metric),
+                "fig-trials",
+            )
+            + '<p class="note">failed and pruned trials are drawn as x at the bottom</p>',
+        )
 
     # metric against each searched parameter
     for i, (k, p) in enumerate(prog.search.items()):
@@ -124,9 +142,11 @@ def write_search_report(search_dir: str | Path, out: str | Path | None = None) -
     imp, why = importance(d)
     if imp:
         f = go.Figure(go.Bar(x=list(imp.values())[::-1], y=list(imp)[::-1], orientation="h"))
-        content += _section("Parameter importance (Optuna, fANOVA)",
-                            _div(_layout(f, "importance", xaxis="share", height=120 + 40 * len(imp)), "fig-imp"),
-                            "importance")
+        content += _section(
+            "Parameter importance (Optuna, fANOVA)",
+            _div(_layout(f, "importance", xaxis="share", height=120 + 40 * len(imp)), "fig-imp"),
+            "importance",
+        )
     elif why:
         notes.append(why)
     content += _section("Trials (results.tsv)", _table(rows), "trials")
@@ -135,11 +155,18 @@ def write_search_report(search_dir: str | Path, out: str | Path | None = None) -
         st = json.loads(state_p.read_text())
         inc = st.get("incumbent") or {}
         if inc:
-            notes.insert(0, f"incumbent: trial {inc.get('trial')} on seeds {inc.get('seeds')}: "
-                            f"{prog.metric} {inc.get('values')}; stopped: {st.get('stopped') or 'still running'}")
-    page = PAGE.format(title=html.escape(f"posttrain auto: {d.name}"), goal=html.escape(prog.goal),
-                       notes="".join(f'<div class="note">{html.escape(n)}</div>' for n in notes), content=content,
-                       plotlyjs="{{PLOTLYJS}}")
+            notes.insert(
+                0,
+                f"incumbent: trial {inc.get('trial')} on seeds {inc.get('seeds')}: "
+                f"{prog.metric} {inc.get('values')}; stopped: {st.get('stopped') or 'still running'}",
+            )
+    page = PAGE.format(
+        title=html.escape(f"posttrain auto: {d.name}"),
+        goal=html.escape(prog.goal),
+        notes="".join(f'<div class="note">{html.escape(n)}</div>' for n in notes),
+        content=content,
+        plotlyjs="{{PLOTLYJS}}",
+    )
     path = Path(out) if out else d / "report.html"
     path.write_text(page.replace("{{PLOTLYJS}}", get_plotlyjs()))
     return path
@@ -159,6 +186,7 @@ def _table(rows: list[dict[str, str]]) -> str:
         return ""
     cols = ["trial", "status", "decision", "metric", "values", "seeds", "diff", "reason", "proposer", "wall_s"]
     head = "".join(f"<th>{c}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f'<td class="{c}">{html.escape(r.get(c, ""))}</td>' for c in cols) + "</tr>"
-                   for r in rows)
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{c}">{html.escape(r.get(c, ""))}</td>' for c in cols) + "</tr>" for r in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"

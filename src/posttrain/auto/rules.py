@@ -8,9 +8,10 @@ asks again with both values.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import fmean
-from typing import Literal, Sequence
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,13 @@ def improvement(candidate: float, incumbent: float, direction: str) -> float:
     return candidate - incumbent if direction == "max" else incumbent - candidate
 
 
-def judge(candidate: Sequence[float], incumbent: Sequence[float], direction: str, noise_floor: float = 0.0,
-          seeds_needed: int = 2) -> Verdict:
+def judge(
+    candidate: Sequence[float],
+    incumbent: Sequence[float],
+    direction: str,
+    noise_floor: float = 0.0,
+    seeds_needed: int = 2,
+) -> Verdict:
     """Accept, reject, or ask for another seed of the candidate.
 
     candidate / incumbent: the metric on each seed run so far (the incumbent's on two seeds when it could be
@@ -46,9 +52,14 @@ def judge(candidate: Sequence[float], incumbent: Sequence[float], direction: str
     seeds = f"{len(candidate)} seed{'s' if len(candidate) > 1 else ''}"
     if margin <= noise:
         what = "within noise" if margin > 0 else ("no better" if margin == 0 else "worse")
-        return Verdict("reject", margin, noise, f"{what}: {margin:+.4g} vs the incumbent over {seeds} "
-                                                f"(needs > {noise:.4g})")
+        return Verdict(
+            "reject", margin, noise, f"{what}: {margin:+.4g} vs the incumbent over {seeds} (needs > {noise:.4g})"
+        )
     if len(candidate) < seeds_needed:
-        return Verdict("confirm", margin, noise, f"{margin:+.4g} > noise {noise:.4g} on {seeds}: re-run on "
-                                                 "another seed before accepting")
+        return Verdict(
+            "confirm",
+            margin,
+            noise,
+            f"{margin:+.4g} > noise {noise:.4g} on {seeds}: re-run on another seed before accepting",
+        )
     return Verdict("accept", margin, noise, f"better by {margin:+.4g} over {seeds} (noise {noise:.4g})")

@@ -14,9 +14,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 OnEval = Callable[[int, float], bool]
 
@@ -106,15 +107,22 @@ def _tail(path: Path, n: int = 4) -> str:
 class SubprocessRunner:
     """`python -m posttrain.cli train [BASE_CONFIG] overrides... run.output_dir=... run.name=... run.seed=...`."""
 
-    def __init__(self, metric: str, base_config: Path | None = None, command: list[str] | None = None,
-                 poll_s: float = 1.0):
+    def __init__(
+        self, metric: str, base_config: Path | None = None, command: list[str] | None = None, poll_s: float = 1.0
+    ):
         self.metric, self.base_config, self.poll_s = metric, base_config, poll_s
         self.command = command or [sys.executable, "-m", "posttrain.cli", "train"]
 
     def argv(self, spec: TrialSpec) -> list[str]:
         cfg = [str(Path(self.base_config).resolve())] if self.base_config else []
-        return [*self.command, *cfg, *spec.overrides, f"run.output_dir={spec.trials_dir.resolve()}",
-                f"run.name={spec.name}", f"run.seed={spec.seed}"]
+        return [
+            *self.command,
+            *cfg,
+            *spec.overrides,
+            f"run.output_dir={spec.trials_dir.resolve()}",
+            f"run.name={spec.name}",
+            f"run.seed={spec.seed}",
+        ]
 
     def __call__(self, spec: TrialSpec, on_eval: OnEval | None = None) -> Outcome:
         spec.trials_dir.mkdir(parents=True, exist_ok=True)
@@ -127,8 +135,13 @@ class SubprocessRunner:
             log.write("$ " + " ".join(self.argv(spec)) + "\n")
             log.flush()
             # its own session: a timeout or a prune kills the trial and everything it started, nothing else
-            p = subprocess.Popen(self.argv(spec), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            p = subprocess.Popen(
+                self.argv(spec),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
             try:
                 while True:
                     try:
@@ -162,8 +175,14 @@ class SubprocessRunner:
             return Outcome("failed", None, spec.run_dir, wall, f"{how}: {_tail(spec.log_path)}", evals)
         value = read_metric(spec.run_dir, self.metric)
         if value is None:
-            return Outcome("failed", None, spec.run_dir, wall,
-                           f"no {self.metric!r} in {spec.run_dir}/summary.json or metrics.jsonl", evals)
+            return Outcome(
+                "failed",
+                None,
+                spec.run_dir,
+                wall,
+                f"no {self.metric!r} in {spec.run_dir}/summary.json or metrics.jsonl",
+                evals,
+            )
         return Outcome("ok", value, spec.run_dir, wall, "", evals)
 
     def _new_evals(self, run_dir: Path, seen: set[int], evals: list, on_eval: OnEval) -> bool:

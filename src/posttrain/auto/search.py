@@ -23,19 +23,32 @@ import shutil
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
-from typing import Any, Callable
+from typing import Any
 
-from posttrain.auto.results import RESULTS, read_results
 from posttrain.auto.program import Program, base_data, base_params, fmt_value, load_program
+from posttrain.auto.results import RESULTS, read_results
 from posttrain.auto.rules import Verdict, judge
 from posttrain.auto.runner import Outcome, SubprocessRunner, TrialRunner, TrialSpec
 
-COLUMNS = ["trial", "status", "decision", "metric", "values", "seeds", "diff", "reason", "proposer", "wall_s",
-           "params", "run_dirs"]
+COLUMNS = [
+    "trial",
+    "status",
+    "decision",
+    "metric",
+    "values",
+    "seeds",
+    "diff",
+    "reason",
+    "proposer",
+    "wall_s",
+    "params",
+    "run_dirs",
+]
 STATE = "search_state.json"
 
 
@@ -52,8 +65,9 @@ class SearchResult:
     report: Path | None
 
 
-def start_search(program: str | Path, base_config: str | Path | None = None, out: str | Path | None = None,
-                 **kw: Any) -> SearchResult:
+def start_search(
+    program: str | Path, base_config: str | Path | None = None, out: str | Path | None = None, **kw: Any
+) -> SearchResult:
     """A new search: validate program.md against the base config, copy both into the search dir, run."""
     prog = load_program(program, base_config)  # every error before anything is written
     if out is None:
@@ -81,8 +95,14 @@ def resume_search(search_dir: str | Path, **kw: Any) -> SearchResult:
 
 
 class Search:
-    def __init__(self, search_dir: Path, runner: TrialRunner | None = None, proposer: Any = None,
-                 log: Callable[[str], None] | None = None, client: Any = None):
+    def __init__(
+        self,
+        search_dir: Path,
+        runner: TrialRunner | None = None,
+        proposer: Any = None,
+        log: Callable[[str], None] | None = None,
+        client: Any = None,
+    ):
         self.dir = Path(search_dir)
         base = self.dir / "base.yaml"
         self.base_config = base if base.exists() else None
@@ -95,9 +115,11 @@ class Search:
 
             proposer = make_proposer(self.prog, self.dir, client)
         self.proposer = proposer
-        self.state: dict[str, Any] = (json.loads((self.dir / STATE).read_text()) if (self.dir / STATE).exists()
-                                      else {"version": 1, "next_trial": 0, "candidates": 0, "incumbent": None,
-                                            "elapsed_s": 0.0, "stopped": None})
+        self.state: dict[str, Any] = (
+            json.loads((self.dir / STATE).read_text())
+            if (self.dir / STATE).exists()
+            else {"version": 1, "next_trial": 0, "candidates": 0, "incumbent": None, "elapsed_s": 0.0, "stopped": None}
+        )
         self.state["next_trial"] = max(self.state["next_trial"], self._last_row_trial() + 1)
         self._t = time.monotonic()
         self._clock = threading.Lock()  # parallel seeds tick the elapsed time from their threads
@@ -106,8 +128,10 @@ class Search:
     def run(self) -> SearchResult:
         self.log(f"search dir: {self.dir} (stop with Ctrl-C; continue with posttrain auto --resume {self.dir})")
         if self.state["incumbent"] is not None:
-            self.log(f"resuming {self.dir}: trial {self.state['next_trial']}, {self.state['candidates']} candidate(s) "
-                     f"done, {self.state['elapsed_s'] / 60:.1f} min used")
+            self.log(
+                f"resuming {self.dir}: trial {self.state['next_trial']}, {self.state['candidates']} candidate(s) "
+                f"done, {self.state['elapsed_s'] / 60:.1f} min used"
+            )
         try:
             if self.state["incumbent"] is None:
                 self._baseline()
@@ -120,8 +144,10 @@ class Search:
         inc = self.state["incumbent"]
         self._write_best(inc)
         report = self._report()
-        self.log(f"stopped: {why}. incumbent: trial {inc['trial']} {self.prog.metric}={fmean(inc['values']):.4g} "
-                 f"diff {json.dumps(self._diff(inc['params']))} -> {self.dir}")
+        self.log(
+            f"stopped: {why}. incumbent: trial {inc['trial']} {self.prog.metric}={fmean(inc['values']):.4g} "
+            f"diff {json.dumps(self._diff(inc['params']))} -> {self.dir}"
+        )
         llm_rej = getattr(self.proposer, "rejected", None)
         if llm_rej:
             self.log(f"LLM proposals rejected: {llm_rej} (Optuna proposed instead)")
@@ -136,8 +162,10 @@ class Search:
             if used >= budget:
                 return f"{p.total_minutes:g} min used (budget.total.minutes)"
             if used + (need := self._trial_estimate()) > budget:
-                return (f"{used / 60:.1f} of {p.total_minutes:g} min used, and a trial takes about {need / 60:.1f} min "
-                        "(the median so far): the next one would run past budget.total.minutes")
+                return (
+                    f"{used / 60:.1f} of {p.total_minutes:g} min used, and a trial takes about {need / 60:.1f} min "
+                    "(the median so far): the next one would run past budget.total.minutes"
+                )
         return None
 
     def _trial_estimate(self) -> float:
@@ -158,19 +186,29 @@ class Search:
         self.log(f"trial 0: the base config on seeds {self.prog.seeds} (the incumbent and its seed spread)")
         outs = self._run_seeds(0, params, None)
         ok = [o for o in outs if o.status == "ok"]
-        errors = "; ".join(f"seed {s}: {o.status}: {o.error}" for s, o in zip(self.prog.seeds, outs) if o.status != "ok")
+        errors = "; ".join(
+            f"seed {s}: {o.status}: {o.error}" for s, o in zip(self.prog.seeds, outs) if o.status != "ok"
+        )
         if not ok:
             self._row(0, "failed", "failed", [], [], params, errors, "base", time.monotonic() - t0, outs)
-            raise SearchError(f"the base config failed on every seed ({errors}); the search needs it as the first "
-                              f"incumbent: fix it (logs in {self.dir / 'logs'}) and start again")
+            raise SearchError(
+                f"the base config failed on every seed ({errors}); the search needs it as the first "
+                f"incumbent: fix it (logs in {self.dir / 'logs'}) and start again"
+            )
         seeds = [s for s, o in zip(self.prog.seeds, outs) if o.status == "ok"]
         vals = [o.value for o in ok]
-        reason = "the base config" + (f" (noise floor only: {errors})" if errors else
-                                      f" (seed spread {max(vals) - min(vals):.4g})")
+        reason = "the base config" + (
+            f" (noise floor only: {errors})" if errors else f" (seed spread {max(vals) - min(vals):.4g})"
+        )
         self._row(0, "ok", "baseline", vals, seeds, params, reason, "base", time.monotonic() - t0, outs)
         self.proposer.baseline(params, fmean(vals))
-        self.state["incumbent"] = {"trial": 0, "params": params, "values": vals, "seeds": seeds,
-                                   "run_dirs": [f"trials/{o.run_dir.name}" for o in ok]}
+        self.state["incumbent"] = {
+            "trial": 0,
+            "params": params,
+            "values": vals,
+            "seeds": seeds,
+            "run_dirs": [f"trials/{o.run_dir.name}" for o in ok],
+        }
         self.state["next_trial"] = 1
         self._save()
 
@@ -178,13 +216,26 @@ class Search:
         t0, inc, prog = time.monotonic(), self.state["incumbent"], self.prog
         prop = self.proposer.propose(dict(inc["params"]), self._history())
         self.log(f"trial {n} ({prop.source}): {json.dumps(self._diff(prop.params))} - {prop.reason}")
-        outs = (self._run_seeds(n, prop.params, prop) if prog.parallel > 1
-                else [self._run(n, prog.seeds[0], prop.params, prop)])
+        outs = (
+            self._run_seeds(n, prop.params, prop)
+            if prog.parallel > 1
+            else [self._run(n, prog.seeds[0], prop.params, prop)]
+        )
         o1 = outs[0]
         if o1.status != "ok":
             self.proposer.finish(prop, None, "pruned" if o1.status == "pruned" else "failed")
-            self._row(n, o1.status, "pruned" if o1.status == "pruned" else "failed", [], [], prop.params,
-                      f"{prop.reason} | {o1.error}", prop.source, time.monotonic() - t0, outs)
+            self._row(
+                n,
+                o1.status,
+                "pruned" if o1.status == "pruned" else "failed",
+                [],
+                [],
+                prop.params,
+                f"{prop.reason} | {o1.error}",
+                prop.source,
+                time.monotonic() - t0,
+                outs,
+            )
             return self._next(n)
         vals, seeds = [o1.value], [prog.seeds[0]]
         v = judge(vals, inc["values"], prog.direction, prog.noise)
@@ -200,16 +251,36 @@ class Search:
                 seeds.append(prog.seeds[1])
                 v = judge(vals, inc["values"], prog.direction, prog.noise)
             else:
-                v = Verdict("reject", v.margin, v.noise, f"the {'second' if prog.parallel > 1 else 'confirmation'}"
-                                                         f" seed {prog.seeds[1]} {o2.status}: {o2.error}")
+                v = Verdict(
+                    "reject",
+                    v.margin,
+                    v.noise,
+                    f"the {'second' if prog.parallel > 1 else 'confirmation'}"
+                    f" seed {prog.seeds[1]} {o2.status}: {o2.error}",
+                )
         self.proposer.finish(prop, fmean(vals), "complete")
         kept = v.action == "accept"
         if kept:
-            self.state["incumbent"] = {"trial": n, "params": dict(prop.params), "values": vals, "seeds": seeds,
-                                       "run_dirs": [f"trials/{o.run_dir.name}" for o in outs if o.status == "ok"]}
+            self.state["incumbent"] = {
+                "trial": n,
+                "params": dict(prop.params),
+                "values": vals,
+                "seeds": seeds,
+                "run_dirs": [f"trials/{o.run_dir.name}" for o in outs if o.status == "ok"],
+            }
         self.log(f"  trial {n}: {'KEPT' if kept else 'reverted'}: {v.reason}")
-        self._row(n, "ok", "kept" if kept else "reverted", vals, seeds, prop.params, f"{prop.reason} | {v.reason}",
-                  prop.source, time.monotonic() - t0, outs)
+        self._row(
+            n,
+            "ok",
+            "kept" if kept else "reverted",
+            vals,
+            seeds,
+            prop.params,
+            f"{prop.reason} | {v.reason}",
+            prop.source,
+            time.monotonic() - t0,
+            outs,
+        )
         self._next(n)
 
     def _next(self, n: int) -> None:
@@ -242,8 +313,9 @@ class Search:
                 cancel.set()
                 raise
 
-    def _run(self, n: int, seed: int, params: dict[str, Any], prop: Any,
-             cancel: threading.Event | None = None) -> Outcome:
+    def _run(
+        self, n: int, seed: int, params: dict[str, Any], prop: Any, cancel: threading.Event | None = None
+    ) -> Outcome:
         name = f"trial-{n:03d}-s{seed}"
         trials = self.dir / "trials"
         i = 2
@@ -254,6 +326,7 @@ class Search:
         spec = TrialSpec(name, overrides, seed, self.prog.timeout_s, trials, self.dir / "logs" / f"{name}.log", cancel)
         on_eval = None
         if prop is not None and self.prog.pruning:
+
             def on_eval(step: int, value: float) -> bool:
                 if self.prog.steps is not None and step >= self.prog.steps:
                     return False  # the last eval is the trial's result: pruning it only throws a finished run away
@@ -262,6 +335,7 @@ class Search:
                 except Exception as e:  # noqa: BLE001 - pruning is an optimisation: never lose the trial to it
                     self.log(f"  warning: could not report step {step} to the proposer: {e}")
                     return False
+
         try:
             o = self.runner(spec, on_eval)
         except Exception as e:  # noqa: BLE001 - the runner itself failing is a failed trial, not the end
@@ -278,9 +352,20 @@ class Search:
     def _row(self, n, status, decision, vals, seeds, params, reason, source, wall, outs) -> None:
         path = self.dir / RESULTS
         new = not path.exists()
-        cells = [n, status, decision, f"{fmean(vals):.6g}" if vals else "", json.dumps(vals), json.dumps(seeds),
-                 json.dumps(self._diff(params)), reason, source, f"{wall:.1f}", json.dumps(params),
-                 json.dumps([o.run_dir.name for o in outs])]
+        cells = [
+            n,
+            status,
+            decision,
+            f"{fmean(vals):.6g}" if vals else "",
+            json.dumps(vals),
+            json.dumps(seeds),
+            json.dumps(self._diff(params)),
+            reason,
+            source,
+            f"{wall:.1f}",
+            json.dumps(params),
+            json.dumps([o.run_dir.name for o in outs]),
+        ]
         with open(path, "a") as f:
             if new:
                 f.write("\t".join(COLUMNS) + "\n")
@@ -324,5 +409,3 @@ class Search:
         except Exception as e:  # noqa: BLE001 - the search's results are in results.tsv either way
             self.log(f"warning: could not write the search report: {e}")
             return None
-
-

@@ -10,7 +10,12 @@ from typing import Any
 import typer
 
 from posttrain.models.install_check import (  # noqa: F401 - FIX and the checks are re-exported for the CLI's tests
-    FIX, broken_message, companion_in_chain, companion_mismatch, mismatched_companions)
+    FIX,
+    broken_message,
+    companion_in_chain,
+    companion_mismatch,
+    mismatched_companions,
+)
 
 
 class _App(typer.Typer):
@@ -19,13 +24,16 @@ class _App(typer.Typer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().__call__(*args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - re-raised unless a companion package is in its chain
+        except Exception as e:
             name = companion_in_chain(e)
             if name is None:
                 raise
             first = (str(e).splitlines() or [""])[0][:300]
-            typer.secho(f"error: {type(e).__name__}: {first}\n{broken_message([f'{name} fails to import'])}",
-                        fg=typer.colors.RED, err=True)
+            typer.secho(
+                f"error: {type(e).__name__}: {first}\n{broken_message([f'{name} fails to import'])}",
+                fg=typer.colors.RED,
+                err=True,
+            )
             raise SystemExit(2) from None
 
 

@@ -3,34 +3,52 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from posttrain.cli.app import _fail, app
-
 
 DATA = "<task.dataset>"  # the first task of an eval whose config builds it from data
 
 
 @app.command("eval")
 def eval_cmd(
-    model: str = typer.Option("default", "--model", help="'default', 'tiny-random', a HF folder, a run's final/ folder"),
-    task: list[str] = typer.Option([], "--task", help="a task (default json-extract); repeat it for a suite "
-                                   "(pass@1, pass@k and maj@k per task); with --set task.dataset=..., tasks after "
-                                   "the data's"),
+    model: str = typer.Option(
+        "default", "--model", help="'default', 'tiny-random', a HF folder, a run's final/ folder"
+    ),
+    task: list[str] = typer.Option(
+        [],
+        "--task",
+        help="a task (default json-extract); repeat it for a suite "
+        "(pass@1, pass@k and maj@k per task); with --set task.dataset=..., tasks after "
+        "the data's",
+    ),
     prompts: int = typer.Option(48, "--prompts", help="held-out prompts to evaluate (per task)"),
     temperature: float = typer.Option(0.0, "--temperature"),
-    samples: int = typer.Option(1, "--samples", help="completions per prompt, the k of pass@k (needs --temperature > 0)"),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens"),
-    option: list[str] = typer.Option([], "--option", "-o", help="a task option KEY=VALUE (repeatable), as "
-                                     "task.options.KEY=VALUE in train, e.g. -o rho=0.5 -o mode=reset_free; with "
-                                     "several tasks, TASK:KEY=VALUE for one of them"),
-    answer_format: str = typer.Option("auto", "--answer-format", help="how maj@k reads an answer: auto, answer_tag, "
-                                      "boxed, last_line, last_number, none"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="write the results (every task's metrics) here"),
-    set_: list[str] = typer.Option([], "--set", help="a config override KEY=VALUE (repeatable), e.g. --set "
-                                   "task.dataset=data.jsonl --set 'task.rewards=[{fn: math}]' for a task from data"),
+    samples: int = typer.Option(
+        1, "--samples", help="completions per prompt, the k of pass@k (needs --temperature > 0)"
+    ),
+    max_tokens: int | None = typer.Option(None, "--max-tokens"),
+    option: list[str] = typer.Option(
+        [],
+        "--option",
+        "-o",
+        help="a task option KEY=VALUE (repeatable), as "
+        "task.options.KEY=VALUE in train, e.g. -o rho=0.5 -o mode=reset_free; with "
+        "several tasks, TASK:KEY=VALUE for one of them",
+    ),
+    answer_format: str = typer.Option(
+        "auto",
+        "--answer-format",
+        help="how maj@k reads an answer: auto, answer_tag, boxed, last_line, last_number, none",
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="write the results (every task's metrics) here"),
+    set_: list[str] = typer.Option(
+        [],
+        "--set",
+        help="a config override KEY=VALUE (repeatable), e.g. --set "
+        "task.dataset=data.jsonl --set 'task.rewards=[{fn: math}]' for a task from data",
+    ),
 ) -> None:
     """Pass rates of a model or a trained run on tasks' held-out prompts: one task's table, or a suite's."""
     from posttrain.config import ConfigError, load_config
@@ -45,12 +63,24 @@ def eval_cmd(
     from_data = any(s.startswith("task.dataset=") for s in set_)  # the first task is the data's, not a name
     task = ([DATA] if from_data else []) + (list(task) or ([] if from_data else ["json-extract"]))
     options = _task_options(option, task)
-    overrides = [f"model.name={model}", f"sampling.eval_temperature={temperature}",
-                 f"loop.eval_prompts={prompts}", f"loop.eval_samples={samples}"] + ([] if from_data else [f"task.name={task[0]}"])
+    overrides = [
+        f"model.name={model}",
+        f"sampling.eval_temperature={temperature}",
+        f"loop.eval_prompts={prompts}",
+        f"loop.eval_samples={samples}",
+    ] + ([] if from_data else [f"task.name={task[0]}"])
     if max_tokens:
         overrides.append(f"sampling.max_tokens={max_tokens}")
     overrides += [f"task.options.{k}={v}" for k, v in options[task[0]].items()] + list(set_)
-    errors = (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError, RewardModelError, EmbeddingError, ValueError)
+    errors = (
+        ConfigError,
+        TaskLoadError,
+        ModelLoadError,
+        FileNotFoundError,
+        RewardModelError,
+        EmbeddingError,
+        ValueError,
+    )
     try:
         cfg = load_config(None, overrides)
         c = build(cfg, log=lambda s: typer.echo(s, err=True))
@@ -61,11 +91,16 @@ def eval_cmd(
     if len(task) > 1 or json_out is not None:
         _eval_suite(c, task, options, prompts, samples, temperature, max_tokens, answer_format, json_out, model)
         return
-    m, _ = evaluate(c.env, c.sampler, c.task.eval_rows[:prompts], c.eval_params, samples,
-                    progress=lambda s: typer.echo(s, err=True))
+    m, _ = evaluate(
+        c.env, c.sampler, c.task.eval_rows[:prompts], c.eval_params, samples, progress=lambda s: typer.echo(s, err=True)
+    )
     m["eval/reward"] = m["eval/reward/mean"]
-    con.console.print(con.eval_table(f"{model} on {task[0]} ({min(prompts, len(c.task.eval_rows))} held-out prompts)",
-                                     [(Path(model).name or model, m)]))
+    con.console.print(
+        con.eval_table(
+            f"{model} on {task[0]} ({min(prompts, len(c.task.eval_rows))} held-out prompts)",
+            [(Path(model).name or model, m)],
+        )
+    )
 
 
 def _task_options(option: list[str], tasks: list[str]) -> dict[str, dict[str, str]]:
@@ -76,16 +111,25 @@ def _task_options(option: list[str], tasks: list[str]) -> dict[str, dict[str, st
         target = tasks[0]
         for t in tasks:
             if key.startswith(t + ":"):
-                target, key = t, key[len(t) + 1:]
+                target, key = t, key[len(t) + 1 :]
         if not eq or not key.strip():
             _fail(f"--option takes KEY=VALUE (a task option), got {o!r}")
         out[target][key.strip()] = value
     return out
 
 
-def _eval_suite(c, tasks: list[str], options: dict[str, dict[str, str]], prompts: int, samples: int,
-                temperature: float, max_tokens: int | None, answer_format: str, json_out: Path | None,
-                model: str) -> None:
+def _eval_suite(
+    c,
+    tasks: list[str],
+    options: dict[str, dict[str, str]],
+    prompts: int,
+    samples: int,
+    temperature: float,
+    max_tokens: int | None,
+    answer_format: str,
+    json_out: Path | None,
+    model: str,
+) -> None:
     import json
 
     import yaml
@@ -97,7 +141,8 @@ def _eval_suite(c, tasks: list[str], options: dict[str, dict[str, str]], prompts
     try:
         suite = [SuiteTask(c.task, prompts, answer_format, max_tokens)] + [
             SuiteTask.load(t, {k: yaml.safe_load(v) for k, v in options[t].items()}, prompts, answer_format)
-            for t in tasks[1:]]
+            for t in tasks[1:]
+        ]
     except (TaskLoadError, ValueError) as e:
         _fail(str(e))
     for st in suite[1:]:
@@ -111,12 +156,18 @@ def _eval_suite(c, tasks: list[str], options: dict[str, dict[str, str]], prompts
 
 
 @app.command()
-def report(run_dirs: list[Path] = typer.Argument(..., help="a run directory (several with --compare)"),
-           out: Optional[Path] = typer.Option(None, "--out", help="output path (default RUN_DIR/report.html; "
-                                              "--compare: compare.html); a .png path writes the PNG summary"),
-           compare: bool = typer.Option(False, "--compare", help="overlay the curves of several runs in one page"),
-           trace: Optional[Path] = typer.Option(None, "--trace", help="also export the timeline as Chrome/Perfetto "
-                                                "trace JSON to this path")) -> None:
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="a run directory (several with --compare)"),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="output path (default RUN_DIR/report.html; --compare: compare.html); a .png path writes the PNG summary",
+    ),
+    compare: bool = typer.Option(False, "--compare", help="overlay the curves of several runs in one page"),
+    trace: Path | None = typer.Option(
+        None, "--trace", help="also export the timeline as Chrome/Perfetto trace JSON to this path"
+    ),
+) -> None:
     """Write a self-contained HTML report of a run: curves, timing, timeline and a rollout viewer (docs/report.md)."""
     from posttrain.obs.html_report import ReportError, write_chrome_trace, write_compare, write_html_report
     from posttrain.obs.report import write_report
@@ -139,13 +190,17 @@ def report(run_dirs: list[Path] = typer.Argument(..., help="a run directory (sev
     except (ReportError, FileNotFoundError, ValueError, RuntimeError) as e:
         _fail(str(e))
 
+
 @app.command()
-def diagnose(run_dir: Path = typer.Argument(..., help="a run directory (finished or still running)"),
-             as_json: bool = typer.Option(False, "--json", help="print the verdicts as JSON")) -> None:
+def diagnose(
+    run_dir: Path = typer.Argument(..., help="a run directory (finished or still running)"),
+    as_json: bool = typer.Option(False, "--json", help="print the verdicts as JSON"),
+) -> None:
     """Why a run stopped learning: the live diagnostics' verdicts and advice, from the run's files only."""
     import json
 
-    from posttrain.obs.diagnose_run import diagnose as run_diagnose, render
+    from posttrain.obs.diagnose_run import diagnose as run_diagnose
+    from posttrain.obs.diagnose_run import render
 
     if not run_dir.is_dir():
         _fail(f"run directory not found: {run_dir}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -12,10 +11,10 @@ from posttrain.cli.app import _fail, app
 
 @app.command()
 def auto(
-    program: Optional[Path] = typer.Argument(None, help="program.md: goal, metric, budget, search space, frozen keys"),
-    base_config: Optional[Path] = typer.Argument(None, help="the base config every trial changes (default: defaults)"),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the stopped search in SEARCH_DIR"),
-    out: Optional[Path] = typer.Option(None, "--out", help="the search directory (default RUN.OUTPUT_DIR/auto-<time>)"),
+    program: Path | None = typer.Argument(None, help="program.md: goal, metric, budget, search space, frozen keys"),
+    base_config: Path | None = typer.Argument(None, help="the base config every trial changes (default: defaults)"),
+    resume: Path | None = typer.Option(None, "--resume", help="continue the stopped search in SEARCH_DIR"),
+    out: Path | None = typer.Option(None, "--out", help="the search directory (default RUN.OUTPUT_DIR/auto-<time>)"),
 ) -> None:
     """Tune a config autonomously: each trial a config diff run for a fixed budget, kept only past the seed noise."""
     from posttrain.auto import ProgramError, SearchError, resume_search, start_search
@@ -33,14 +32,19 @@ def auto(
         _fail(str(e))
     except KeyboardInterrupt:
         typer.secho("stopped; continue with: posttrain auto --resume SEARCH_DIR", err=True)
-        raise typer.Exit(130)
-    typer.echo(f"results: {result.search_dir / 'results.tsv'}" + (f"\nreport: {result.report}" if result.report else ""))
+        raise typer.Exit(130) from None
+    typer.echo(
+        f"results: {result.search_dir / 'results.tsv'}" + (f"\nreport: {result.report}" if result.report else "")
+    )
 
-API_KEY_HELP = ("clients must send 'Authorization: Bearer KEY' (/health stays open); default: $POSTTRAIN_API_KEY. "
-                "Required with a --host other than a loopback address")
+
+API_KEY_HELP = (
+    "clients must send 'Authorization: Bearer KEY' (/health stays open); default: $POSTTRAIN_API_KEY. "
+    "Required with a --host other than a loopback address"
+)
 
 
-def _guard(host: str, api_key: Optional[str], max_body_mb: float, header_timeout: float, body_timeout: float):
+def _guard(host: str, api_key: str | None, max_body_mb: float, header_timeout: float, body_timeout: float):
     """The HTTP guard from the flags; exits with the reason when binding `host` without a key, before anything
     is loaded or bound."""
     from posttrain.sampling.http_serve import HttpGuard, UnsafeBind, api_key_from, check_bind
@@ -48,8 +52,12 @@ def _guard(host: str, api_key: Optional[str], max_body_mb: float, header_timeout
     key = api_key_from(api_key)
     try:
         check_bind(host, key)
-        return HttpGuard(api_key=key, max_body_bytes=int(max_body_mb * 2**20), header_timeout_s=header_timeout,
-                         body_timeout_s=body_timeout)
+        return HttpGuard(
+            api_key=key,
+            max_body_bytes=int(max_body_mb * 2**20),
+            header_timeout_s=header_timeout,
+            body_timeout_s=body_timeout,
+        )
     except (UnsafeBind, ValueError) as e:
         _fail(str(e))
 
@@ -57,21 +65,29 @@ def _guard(host: str, api_key: Optional[str], max_body_mb: float, header_timeout
 @app.command()
 def serve(
     model: str = typer.Option("default", "--model", help="'default', 'tiny-random', a HF folder, a hub id"),
-    lora: Optional[str] = typer.Option(None, "--lora", help="a LoRA adapter folder (a run's final/) to serve on its base"),
+    lora: str | None = typer.Option(None, "--lora", help="a LoRA adapter folder (a run's final/) to serve on its base"),
     host: str = typer.Option("127.0.0.1", "--host", help="0.0.0.0 to accept other machines (needs --api-key)"),
     port: int = typer.Option(8000, "--port"),
     request_timeout: float = typer.Option(300.0, "--request-timeout", help="seconds one generation may take"),
-    weights_dir: Optional[str] = typer.Option(None, "--weights-dir", help=(
-        "accept POST /update_weights_from_disk: load a trainer's pushes (sampling/weight_ipc.py FileWeights) from here")),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help=API_KEY_HELP, show_default=False),
+    weights_dir: str | None = typer.Option(
+        None,
+        "--weights-dir",
+        help=(
+            "accept POST /update_weights_from_disk: load a trainer's pushes (sampling/weight_ipc.py FileWeights) from here"
+        ),
+    ),
+    api_key: str | None = typer.Option(None, "--api-key", help=API_KEY_HELP, show_default=False),
     max_body_mb: float = typer.Option(4.0, "--max-body-mb", help="largest request body; larger answers 413"),
-    max_chars: int = typer.Option(1_000_000, "--max-chars",
-                                  help="most characters of text (messages, tools, prompts) in one request"),
+    max_chars: int = typer.Option(
+        1_000_000, "--max-chars", help="most characters of text (messages, tools, prompts) in one request"
+    ),
     max_n: int = typer.Option(64, "--max-n", help="most completions per prompt (n) in one request"),
-    header_timeout: float = typer.Option(10.0, "--header-timeout",
-                                         help="seconds a client has to send a request's headers"),
-    body_timeout: float = typer.Option(30.0, "--body-timeout",
-                                       help="seconds a client has to send a request's body (408)"),
+    header_timeout: float = typer.Option(
+        10.0, "--header-timeout", help="seconds a client has to send a request's headers"
+    ),
+    body_timeout: float = typer.Option(
+        30.0, "--body-timeout", help="seconds a client has to send a request's body (408)"
+    ),
 ) -> None:
     """Serve a model as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/completions, /v1/models)."""
     guard = _guard(host, api_key, max_body_mb, header_timeout, body_timeout)
@@ -83,13 +99,20 @@ def serve(
     except ValueError as e:
         _fail(str(e))
     try:
-        api = openai_server.build_model_app(model, lora, request_timeout_s=request_timeout,
-                                            log=lambda s: typer.echo(s, err=True), weights_dir=weights_dir,
-                                            limits=limits)
+        api = openai_server.build_model_app(
+            model,
+            lora,
+            request_timeout_s=request_timeout,
+            log=lambda s: typer.echo(s, err=True),
+            weights_dir=weights_dir,
+            limits=limits,
+        )
     except (ModelLoadError, FileNotFoundError) as e:
         _fail(str(e))
-    typer.echo(f"serving {lora or model} at http://{host}:{port}/v1" + (" (API key required)" if guard.api_key else ""),
-               err=True)
+    typer.echo(
+        f"serving {lora or model} at http://{host}:{port}/v1" + (" (API key required)" if guard.api_key else ""),
+        err=True,
+    )
     http_serve.run_forever(api, host, port, guard=guard)
 
 
@@ -103,13 +126,15 @@ def env_serve(
     model: str = typer.Option("default", "--model", help="whose tokenizer and chat template render prompts"),
     host: str = typer.Option("127.0.0.1", "--host", help="0.0.0.0 to accept other machines (needs --api-key)"),
     port: int = typer.Option(8001, "--port"),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help=API_KEY_HELP, show_default=False),
+    api_key: str | None = typer.Option(None, "--api-key", help=API_KEY_HELP, show_default=False),
     max_body_mb: float = typer.Option(4.0, "--max-body-mb", help="largest HTTP request body; larger answers 413"),
     max_action_chars: int = typer.Option(200_000, "--max-action-chars", help="most characters in one action's message"),
-    header_timeout: float = typer.Option(10.0, "--header-timeout",
-                                         help="seconds a client has to send a request's headers"),
-    body_timeout: float = typer.Option(30.0, "--body-timeout",
-                                       help="seconds a client has to send a request's body (408)"),
+    header_timeout: float = typer.Option(
+        10.0, "--header-timeout", help="seconds a client has to send a request's headers"
+    ),
+    body_timeout: float = typer.Option(
+        30.0, "--body-timeout", help="seconds a client has to send a request's body (408)"
+    ),
 ) -> None:
     """Serve a task as an OpenEnv environment (WebSocket /ws, /reset, /step, /state, /schema)."""
     guard = _guard(host, api_key, max_body_mb, header_timeout, body_timeout)
@@ -123,29 +148,34 @@ def env_serve(
         api = build_task_app(task, model, log=lambda s: typer.echo(s, err=True), max_action_chars=max_action_chars)
     except (TaskLoadError, ModelLoadError, FileNotFoundError) as e:
         _fail(str(e))
-    typer.echo(f"serving task {task} (OpenEnv protocol) at http://{host}:{port}"
-               + (" (API key required)" if guard.api_key else ""), err=True)
+    typer.echo(
+        f"serving task {task} (OpenEnv protocol) at http://{host}:{port}"
+        + (" (API key required)" if guard.api_key else ""),
+        err=True,
+    )
     http_serve.run_forever(api, host, port, guard=guard)
 
 
 @env_app.command("check")
 def env_check(
-    task: Optional[list[str]] = typer.Option(None, "--task", help="a task to check (repeatable); default: every built-in"),
+    task: list[str] | None = typer.Option(None, "--task", help="a task to check (repeatable); default: every built-in"),
     model: str = typer.Option("default", "--model", help="--preflight: the model to measure"),
     preflight: bool = typer.Option(False, "--preflight", help="also measure model x task: baseline, variance, memory"),
     prompts: int = typer.Option(16, "--prompts", help="--preflight: prompts for the baseline pass rate"),
     groups: int = typer.Option(4, "--groups", help="--preflight: sampled groups for the zero-variance share"),
-    steps: Optional[int] = typer.Option(None, "--steps", help="--preflight: planned loop.steps, for the run-time estimate"),
+    steps: int | None = typer.Option(
+        None, "--steps", help="--preflight: planned loop.steps, for the run-time estimate"
+    ),
 ) -> None:
     """Smoke-check envs (known-good passes, known-bad fails, smoke commands); exit 1 if any check fails."""
     from posttrain.config import ConfigError, load_config
     from posttrain.envs import smoke_checks as env_checks
-    from posttrain.loop import preflight as run_preflight
     from posttrain.envs.task import TaskLoadError
-    from posttrain.tasks.load import load_task
-    from posttrain.tasks import BUILTIN_TASKS
+    from posttrain.loop import preflight as run_preflight
     from posttrain.models.load import ModelLoadError
     from posttrain.obs import console as con
+    from posttrain.tasks import BUILTIN_TASKS
+    from posttrain.tasks.load import load_task
 
     names = list(task or BUILTIN_TASKS)
     from posttrain.rewards.embedding import EmbeddingError
@@ -170,8 +200,12 @@ def env_check(
 
         for n in names:
             try:
-                over = [f"model.name={model}", f"task.name={n}"] + ([f"loop.steps={steps}"] if steps is not None else [])
-                rep = run_preflight.preflight(load_config(None, over), prompts, groups, log=lambda s: typer.echo(s, err=True))
+                over = [f"model.name={model}", f"task.name={n}"] + (
+                    [f"loop.steps={steps}"] if steps is not None else []
+                )
+                rep = run_preflight.preflight(
+                    load_config(None, over), prompts, groups, log=lambda s: typer.echo(s, err=True)
+                )
             except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError) as e:
                 _fail(str(e))
             table = Table(title=f"preflight: {model} on {n}")
@@ -182,10 +216,12 @@ def env_check(
             con.console.print(table)
             from posttrain.obs.preflight_verdicts import format_verdicts
 
-            con.console.print(format_verdicts(rep.verdicts, f"preflight verdicts: {model} on {n}"), markup=False,
-                              highlight=False)
+            con.console.print(
+                format_verdicts(rep.verdicts, f"preflight verdicts: {model} on {n}"), markup=False, highlight=False
+            )
     if not all(r.ok for r in results):
         raise typer.Exit(1)
+
 
 init_app = typer.Typer(add_completion=False, help="Start something new from a runnable template.")
 app.add_typer(init_app, name="init")
@@ -204,16 +240,18 @@ def init_task(
         path = write_task_file(name, directory, force)
     except (FileExistsError, ValueError) as e:
         _fail(str(e))
-    typer.echo(f"wrote {path}\nnext:\n  posttrain env check --task {path}:make_task\n"
-               f"  posttrain env check --task {path}:make_task --preflight\n"
-               f"  posttrain train task.name={path}:make_task loop.steps=15")
+    typer.echo(
+        f"wrote {path}\nnext:\n  posttrain env check --task {path}:make_task\n"
+        f"  posttrain env check --task {path}:make_task --preflight\n"
+        f"  posttrain train task.name={path}:make_task loop.steps=15"
+    )
 
 
 def build_task_app(task_name: str, model: str = "default", seed: int = 0, log=print, max_action_chars: int = 200_000):
     """`posttrain env serve`: a task by name (built-in, file.py:fn, module:fn) with `model`'s tokenizer."""
     from posttrain.envs import openenv_server
-    from posttrain.tasks.load import load_task
     from posttrain.models.load import ensure_pad_token, load_model
+    from posttrain.tasks.load import load_task
 
     task = load_task(task_name, seed=seed)
     _, tok = load_model(model, seed=seed, log=log)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -12,9 +11,9 @@ from posttrain.cli.app import _fail, app
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
 def train(
-    args: Optional[list[str]] = typer.Argument(None, help="[CONFIG.yaml] then overrides like trainer.lr=2e-5"),
+    args: list[str] | None = typer.Argument(None, help="[CONFIG.yaml] then overrides like trainer.lr=2e-5"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the resolved config and exit"),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in RUN_DIR from its last checkpoint"),
+    resume: Path | None = typer.Option(None, "--resume", help="continue the run in RUN_DIR from its last checkpoint"),
 ) -> None:
     """Train with RL. With no arguments: the default model on the built-in json-extract task."""
     from posttrain.config import ConfigError, load_config, to_yaml
@@ -45,30 +44,53 @@ def train(
     from posttrain.envs.smoke_checks import EnvCheckError
     from posttrain.envs.task import TaskLoadError
     from posttrain.loop import train as run_train
+    from posttrain.loop.judge_audit import JudgeAuditError, JudgeAuditFailed
     from posttrain.models.load import ModelLoadError
     from posttrain.models.template_check import ChatTemplateError
     from posttrain.rewards.embedding import EmbeddingError, TripletDataError
     from posttrain.rewards.from_config import RewardConfigError
     from posttrain.rewards.reward_model import RewardModelError
-    from posttrain.loop.judge_audit import JudgeAuditError, JudgeAuditFailed
 
     try:
         run_train(cfg, run_dir=resume, resume=resume is not None)
-    except (TaskLoadError, ModelLoadError, FileNotFoundError, UnknownName, EnvCheckError, ChatTemplateError,
-            RewardModelError, RewardConfigError, EmbeddingError, TripletDataError,
-            JudgeAuditError, JudgeAuditFailed) as e:
+    except (
+        TaskLoadError,
+        ModelLoadError,
+        FileNotFoundError,
+        UnknownName,
+        EnvCheckError,
+        ChatTemplateError,
+        RewardModelError,
+        RewardConfigError,
+        EmbeddingError,
+        TripletDataError,
+        JudgeAuditError,
+        JudgeAuditFailed,
+    ) as e:
         _fail(str(e))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
 def ttrl(
-    args: Optional[list[str]] = typer.Argument(None, help="overrides like loop.steps=20; task.options.* go to the wrapped task"),
-    task: str = typer.Option(..., "--task", help="the task whose prompts to train on without labels: arith, count-a, ..."),
-    mode: str = typer.Option("majority", "--mode", help="majority (TTRL: agree with the group's majority answer) or "
-                             "discover (TTT-Discover: beat the best score so far)"),
-    extractor: Optional[str] = typer.Option(None, "--extractor", help="majority: last_number, boxed, last_line, exact"),
-    state: Optional[Path] = typer.Option(None, "--state", help="discover: JSON file keeping the best score (and "
-                                         "completion) so far, read at start, rewritten after every group"),
+    args: list[str] | None = typer.Argument(
+        None, help="overrides like loop.steps=20; task.options.* go to the wrapped task"
+    ),
+    task: str = typer.Option(
+        ..., "--task", help="the task whose prompts to train on without labels: arith, count-a, ..."
+    ),
+    mode: str = typer.Option(
+        "majority",
+        "--mode",
+        help="majority (TTRL: agree with the group's majority answer) or "
+        "discover (TTT-Discover: beat the best score so far)",
+    ),
+    extractor: str | None = typer.Option(None, "--extractor", help="majority: last_number, boxed, last_line, exact"),
+    state: Path | None = typer.Option(
+        None,
+        "--state",
+        help="discover: JSON file keeping the best score (and "
+        "completion) so far, read at start, rewritten after every group",
+    ),
     eval_samples: int = typer.Option(4, "--eval-samples", help="completions per held-out prompt: the n of maj@n"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the resolved config and exit"),
 ) -> None:
@@ -110,30 +132,41 @@ def ttrl(
         result = run_train(cfg)
     except (TaskLoadError, ModelLoadError, FileNotFoundError, EnvCheckError, ChatTemplateError) as e:
         _fail(str(e))
-    names = [("eval/ttrl/pass_at_1", "pass@1 (labels, eval only)"),
-             ("eval/ttrl/majority_correct", f"maj@{cfg.loop.eval_samples} (majority right)"),
-             ("eval/ttrl/majority_share", "majority share"), ("eval/ttrl/best_score", "best score so far")]
+    names = [
+        ("eval/ttrl/pass_at_1", "pass@1 (labels, eval only)"),
+        ("eval/ttrl/majority_correct", f"maj@{cfg.loop.eval_samples} (majority right)"),
+        ("eval/ttrl/majority_share", "majority share"),
+        ("eval/ttrl/best_score", "best score so far"),
+    ]
     for key, label in names:
         if key in result.before or key in result.after:
-            fmt = lambda m: f"{m[key]:.3f}" if key in m else "-"  # noqa: E731
+            fmt = lambda m, key=key: f"{m[key]:.3f}" if key in m else "-"
             typer.echo(f"{label}: {fmt(result.before)} -> {fmt(result.after)}")
+
 
 @app.command()
 def sft(
-    data: Path = typer.Argument(..., help="a JSONL of {prompt, completion} rows, or a run's insights.jsonl (or its RUN_DIR)"),
+    data: Path = typer.Argument(
+        ..., help="a JSONL of {prompt, completion} rows, or a run's insights.jsonl (or its RUN_DIR)"
+    ),
     out: Path = typer.Option(..., "--out", help="the HF folder to save the trained model to"),
-    target: str = typer.Option("insight", "--target", help="for insights.jsonl: 'insight' (task -> insight, SFTL;DR) "
-                                                           "or 'answer' (task -> a completion that passed with insights)"),
+    target: str = typer.Option(
+        "insight",
+        "--target",
+        help="for insights.jsonl: 'insight' (task -> insight, SFTL;DR) "
+        "or 'answer' (task -> a completion that passed with insights)",
+    ),
     model: str = typer.Option("default", "--model", help="'default', 'tiny-random' or a HF folder"),
     steps: int = typer.Option(100, "--steps"),
     lr: float = typer.Option(1e-5, "--lr"),
     batch_size: int = typer.Option(8, "--batch-size"),
     seed: int = typer.Option(0, "--seed"),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
+    threads: int | None = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
 ) -> None:
     """Supervised fine-tuning on (prompt, completion) rows; with a run's insights.jsonl, SFTL;DR (docs/feedback.md)."""
     from posttrain.models.load import ModelLoadError
-    from posttrain.training.sft import SFTDataError, read_sft_rows, sft as run_sft
+    from posttrain.training.sft import SFTDataError, read_sft_rows
+    from posttrain.training.sft import sft as run_sft
 
     if threads:
         import torch
@@ -144,5 +177,7 @@ def sft(
         res = run_sft(rows, model, out, steps=steps, lr=lr, batch_size=batch_size, seed=seed, log=typer.echo)
     except (SFTDataError, ModelLoadError, FileNotFoundError) as e:
         _fail(str(e))
-    typer.echo(f"nll/token {res['nll_first']:.3f} -> {res['nll_last']:.3f} on {res['rows']:.0f} rows "
-               f"[{res['seconds']:.0f}s]; evaluate with: posttrain eval --model {out} --task ...")
+    typer.echo(
+        f"nll/token {res['nll_first']:.3f} -> {res['nll_last']:.3f} on {res['rows']:.0f} rows "
+        f"[{res['seconds']:.0f}s]; evaluate with: posttrain eval --model {out} --task ..."
+    )

@@ -133,8 +133,8 @@ class EnvWorkers:
         _pickle_user_tasks_by_value(self.ray)
         self._factory_ref = self.ray.put(factory)  # pickled once, shared by every actor (and replacement)
         self._remote = self.ray.remote(EpisodeHost).options(
-            num_cpus=cc.env_worker_num_cpus, max_concurrency=cc.env_worker_concurrency,
-            scheduling_strategy="SPREAD")
+            num_cpus=cc.env_worker_num_cpus, max_concurrency=cc.env_worker_concurrency, scheduling_strategy="SPREAD"
+        )
         self._lock = threading.Lock()
         self.slots: list[Slot] = []
         self._stats: dict[str, float] = collections.defaultdict(float)
@@ -143,12 +143,16 @@ class EnvWorkers:
     @classmethod
     def start(cls, cc: ClusterConfig, task: Any) -> EnvWorkers:
         if task.env_factory is not None:
-            raise ValueError(f"cluster.envs=ray moves the episodes of a tool task (Task.tools / Task.episode) to Ray "
-                             f"workers; task {task.name!r} builds its own env (env_factory), which stays local: set "
-                             "cluster.envs=local")
+            raise ValueError(
+                f"cluster.envs=ray moves the episodes of a tool task (Task.tools / Task.episode) to Ray "
+                f"workers; task {task.name!r} builds its own env (env_factory), which stays local: set "
+                "cluster.envs=local"
+            )
         if not task.tools:
-            raise ValueError(f"cluster.envs=ray runs a tool task's tools on Ray workers; task {task.name!r} has no "
-                             "tools (set cluster.envs=local)")
+            raise ValueError(
+                f"cluster.envs=ray runs a tool task's tools on Ray workers; task {task.name!r} has no "
+                "tools (set cluster.envs=local)"
+            )
         session = RaySession.connect(cc)
         workers = cls(cc, task, session)
         try:
@@ -156,9 +160,11 @@ class EnvWorkers:
             refs = [h.ready.remote() for h in handles]
             ready, _ = workers.ray.wait(refs, num_returns=len(refs), timeout=cc.actor_timeout_s)
             if len(ready) < len(refs):
-                raise TimeoutError(f"{len(refs) - len(ready)} of {len(refs)} env workers did not start in "
-                                   f"{cc.actor_timeout_s:g}s (cluster resources: {workers.ray.cluster_resources()}); "
-                                   "lower cluster.num_env_workers or cluster.env_worker_num_cpus")
+                raise TimeoutError(
+                    f"{len(refs) - len(ready)} of {len(refs)} env workers did not start in "
+                    f"{cc.actor_timeout_s:g}s (cluster resources: {workers.ray.cluster_resources()}); "
+                    "lower cluster.num_env_workers or cluster.env_worker_num_cpus"
+                )
             try:
                 infos = workers.ray.get(refs)
             except workers.ray.exceptions.RayActorError as e:
@@ -166,7 +172,8 @@ class EnvWorkers:
                     f"the env workers could not start: {str(e).strip().splitlines()[-1][:300]}. The task's episode "
                     "factory and tools are pickled to the workers, which import their modules by name: install the "
                     "module on every node (or ship it with Ray's runtime_env); a task file loaded with "
-                    "task.name=path.py:fn travels by value") from None
+                    "task.name=path.py:fn travels by value"
+                ) from None
             workers.slots = [Slot(r, h, i["node_id"], i["pid"]) for r, (h, i) in enumerate(zip(handles, infos))]
             return workers
         except BaseException:
@@ -182,8 +189,10 @@ class EnvWorkers:
         with self._lock:
             live = [s for s in self.slots if not s.retired]
             if not live:
-                raise EnvWorkerPoolError(f"every env worker is retired (each replaced cluster.max_restarts="
-                                         f"{self.cc.max_restarts} times); the run cannot go on")
+                raise EnvWorkerPoolError(
+                    f"every env worker is retired (each replaced cluster.max_restarts="
+                    f"{self.cc.max_restarts} times); the run cannot go on"
+                )
             slot = min(live, key=lambda s: s.open)
             slot.open += 1
             return slot
@@ -205,11 +214,13 @@ class EnvWorkers:
             self._count(calls=1, seconds=time.perf_counter() - t0)
             await asyncio.to_thread(self.replace, slot, handle)
             raise EnvWorkerLost(f"env worker {slot.rank} died during {method} ({type(e).__name__})") from None
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             self._count(calls=1, seconds=time.perf_counter() - t0)
             await asyncio.to_thread(self.replace, slot, handle)  # kills the hung actor, which ends the call
-            raise EnvWorkerLost(f"env worker {slot.rank} did not answer {method} within cluster.actor_timeout_s="
-                                f"{self.cc.actor_timeout_s:g}s; replaced") from None
+            raise EnvWorkerLost(
+                f"env worker {slot.rank} did not answer {method} within cluster.actor_timeout_s="
+                f"{self.cc.actor_timeout_s:g}s; replaced"
+            ) from None
         self._count(calls=1, seconds=time.perf_counter() - t0)
         return out
 
@@ -259,10 +270,15 @@ class EnvWorkers:
             self._nodes.clear()
             alive = sum(not x.retired for x in self.slots)
         calls = s.get("calls", 0.0)
-        return {"cluster/env_episodes": s.get("episodes", 0.0), "cluster/env_calls": calls,
-                "cluster/env_call_seconds_mean": s.get("seconds", 0.0) / calls if calls else 0.0,
-                "cluster/env_nodes": float(nodes), "cluster/env_worker_restarts": s.get("restarts", 0.0),
-                "cluster/env_reissued": s.get("reissued", 0.0), "cluster/env_workers_alive": float(alive)}
+        return {
+            "cluster/env_episodes": s.get("episodes", 0.0),
+            "cluster/env_calls": calls,
+            "cluster/env_call_seconds_mean": s.get("seconds", 0.0) / calls if calls else 0.0,
+            "cluster/env_nodes": float(nodes),
+            "cluster/env_worker_restarts": s.get("restarts", 0.0),
+            "cluster/env_reissued": s.get("reissued", 0.0),
+            "cluster/env_workers_alive": float(alive),
+        }
 
     def close(self) -> None:
         for s in self.slots:
@@ -309,8 +325,9 @@ class RemoteEpisode:
     async def finish(self, final_call: dict[str, Any] | None) -> Any:
         await self._open()
         try:
-            return await self.w.request(self.slot, self.handle, "finish", self.eid, final_call,
-                                        timeout=self.w.cc.actor_timeout_s)
+            return await self.w.request(
+                self.slot, self.handle, "finish", self.eid, final_call, timeout=self.w.cc.actor_timeout_s
+            )
         finally:
             self.w.done(self.slot, self.handle)
 
@@ -334,7 +351,7 @@ class ReissueOnLoss:
         self.env, self.workers = env, workers
 
     async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
-        for attempt in range(self.workers.cc.max_restarts + 1):
+        for _ in range(self.workers.cc.max_restarts + 1):
             try:
                 return await self.env.rollout(row, sampler, params)
             except EnvWorkerPoolError:
@@ -342,8 +359,9 @@ class ReissueOnLoss:
             except EnvWorkerLost as e:
                 last = e
                 self.workers.count_reissue()
-        raise EnvWorkerPoolError(f"a rollout lost its env worker {self.workers.cc.max_restarts + 1} times "
-                                 f"(last: {last})")
+        raise EnvWorkerPoolError(
+            f"a rollout lost its env worker {self.workers.cc.max_restarts + 1} times (last: {last})"
+        )
 
     async def score(self, trajectories: list[Trajectory]) -> None:
         await self.env.score(trajectories)

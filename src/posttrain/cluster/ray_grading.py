@@ -43,8 +43,11 @@ class RayGrading:
     def __init__(self, cc: ClusterConfig, session: RaySession):
         self.cc, self.session, self.ray = cc, session, session.ray
         self._remote = self.ray.remote(_run_here).options(
-            num_cpus=cc.grader_num_cpus, max_retries=cc.grade_retries, retry_exceptions=False,
-            scheduling_strategy="SPREAD")
+            num_cpus=cc.grader_num_cpus,
+            max_retries=cc.grade_retries,
+            retry_exceptions=False,
+            scheduling_strategy="SPREAD",
+        )
         self._lock = threading.Lock()
         self._nodes: collections.Counter[str] = collections.Counter()
         self._stats = {"calls": 0, "timeouts": 0, "errors": 0, "seconds": 0.0}
@@ -74,11 +77,12 @@ class RayGrading:
         except asyncio.CancelledError:
             self.ray.cancel(ref, force=True)
             raise
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             self.ray.cancel(ref, force=True)
             self._count(timeouts=1, seconds=time.perf_counter() - t0)
-            raise TimeoutError(f"a sandboxed run on Ray did not return within cluster.grade_timeout_s="
-                               f"{self.cc.grade_timeout_s:g}s") from None
+            raise TimeoutError(
+                f"a sandboxed run on Ray did not return within cluster.grade_timeout_s={self.cc.grade_timeout_s:g}s"
+            ) from None
         except self.ray.exceptions.RayTaskError as e:
             self._count(errors=1, seconds=time.perf_counter() - t0)
             cause = getattr(e, "cause", None)
@@ -107,9 +111,13 @@ class RayGrading:
             self._nodes.clear()
         if not s["calls"]:
             return {}
-        return {"cluster/grade_calls": float(s["calls"]), "cluster/grade_timeouts": float(s["timeouts"]),
-                "cluster/grade_errors": float(s["errors"]), "cluster/grade_seconds_mean": s["seconds"] / s["calls"],
-                "cluster/grade_nodes": float(nodes)}
+        return {
+            "cluster/grade_calls": float(s["calls"]),
+            "cluster/grade_timeouts": float(s["timeouts"]),
+            "cluster/grade_errors": float(s["errors"]),
+            "cluster/grade_seconds_mean": s["seconds"] / s["calls"],
+            "cluster/grade_nodes": float(nodes),
+        }
 
     def close(self) -> None:
         if self._cm is not None:

@@ -47,14 +47,17 @@ class RaySession:
         if cc.address == "local":
             # A private Ray sized for everything the config puts on it (logical CPUs, not cores): whichever part
             # of the run connects first starts it, so it must have room for the parts that connect after.
-            ray.init(num_cpus=max(1, math.ceil(cpus_needed(cc))), include_dashboard=False,
-                     logging_level=logging.WARNING)
+            ray.init(
+                num_cpus=max(1, math.ceil(cpus_needed(cc))), include_dashboard=False, logging_level=logging.WARNING
+            )
         else:
             try:
                 ray.init(address=cc.address, logging_level=logging.WARNING)
             except ConnectionError as e:
-                raise ConnectionError(f"cluster.address={cc.address}: no Ray cluster to join ({e}); start one "
-                                      "(ray start --head) or use cluster.address=local") from None
+                raise ConnectionError(
+                    f"cluster.address={cc.address}: no Ray cluster to join ({e}); start one "
+                    "(ray start --head) or use cluster.address=local"
+                ) from None
         return cls(ray, owned=True)
 
     def close(self) -> None:
@@ -81,7 +84,9 @@ def placement_group(ray: Any, cc: ClusterConfig) -> Any:
     ready, _ = ray.wait([pg.ready()], timeout=cc.actor_timeout_s)
     if not ready:
         ray.util.remove_placement_group(pg)
-        raise TimeoutError(f"the cluster could not reserve {cc.num_samplers} x {bundle} for the sampler actors in "
-                           f"{cc.actor_timeout_s:g}s (cluster resources: {ray.cluster_resources()}); lower "
-                           "cluster.num_samplers or cluster.sampler_resources")
+        raise TimeoutError(
+            f"the cluster could not reserve {cc.num_samplers} x {bundle} for the sampler actors in "
+            f"{cc.actor_timeout_s:g}s (cluster resources: {ray.cluster_resources()}); lower "
+            "cluster.num_samplers or cluster.sampler_resources"
+        )
     return pg

@@ -31,9 +31,9 @@ from typing import Any
 
 from posttrain.cluster.ray_runtime import RaySession, placement_group
 from posttrain.cluster.sampler_worker import SamplerWorker
+from posttrain.config.schema import Config
 from posttrain.sampling.coalesce import Coalescer
 from posttrain.sampling.context import ContextBudget
-from posttrain.config.schema import Config
 from posttrain.types import Completion, SampleParams
 
 
@@ -120,15 +120,20 @@ class RaySamplerPool:
                     raise res.as_instanceof_cause()  # the sampler itself raised (a bad prompt): not a failure of the actor
                 if isinstance(res, BaseException) and not isinstance(res, (ray_exc.RayActorError, TimeoutError)):
                     raise res
-                if isinstance(res, list) and len(res) == span[1] - span[0] and all(c.policy_version >= floor
-                                                                                   for c in res):
-                    out[span[0]:span[1]] = res
+                if (
+                    isinstance(res, list)
+                    and len(res) == span[1] - span[0]
+                    and all(c.policy_version >= floor for c in res)
+                ):
+                    out[span[0] : span[1]] = res
                     continue
                 why = "stale" if isinstance(res, list) else "timeout" if isinstance(res, TimeoutError) else "dead"
                 tries[span] += 1
                 if tries[span] > self.cc.max_restarts + 1:
-                    raise SamplerPoolError(f"rows {span[0]}-{span[1]} failed {tries[span]} times on sampler actors "
-                                           f"(last: {why}: {res if why != 'stale' else 'an old policy version'})")
+                    raise SamplerPoolError(
+                        f"rows {span[0]}-{span[1]} failed {tries[span]} times on sampler actors "
+                        f"(last: {why}: {res if why != 'stale' else 'an old policy version'})"
+                    )
                 again.append((await asyncio.to_thread(self._recover, slot, handle, why), span))
             todo = again
         return out  # type: ignore[return-value]  # every span was filled or the call raised
@@ -163,8 +168,10 @@ class RaySamplerPool:
             if not failed:
                 self.policy_version = version
                 return
-        raise SamplerPoolError(f"sampler actors did not load policy version {version} in "
-                               f"{self.cc.max_restarts + 2} rounds of {self.cc.actor_timeout_s:g}s")
+        raise SamplerPoolError(
+            f"sampler actors did not load policy version {version} in "
+            f"{self.cc.max_restarts + 2} rounds of {self.cc.actor_timeout_s:g}s"
+        )
 
     def use_weights(self, load_one: Callable[[Slot], None]) -> None:
         """How one actor loads the weights the pool serves from now on (`load_one(slot)` raises when it cannot),
@@ -217,8 +224,10 @@ class RaySamplerPool:
     def _any_live(self) -> Slot:
         live = self.live_slots()
         if not live:
-            raise SamplerPoolError(f"every sampler actor is retired ({self.cc.num_samplers} slots, "
-                                   f"{self.restarts} replacements, cluster.max_restarts={self.cc.max_restarts} each)")
+            raise SamplerPoolError(
+                f"every sampler actor is retired ({self.cc.num_samplers} slots, "
+                f"{self.restarts} replacements, cluster.max_restarts={self.cc.max_restarts} each)"
+            )
         return min(live, key=lambda s: s.rank)
 
     # ---- actors ----------------------------------------------------------------------------------------------
@@ -231,16 +240,21 @@ class RaySamplerPool:
         # In-flight updates on a vLLM actor: a weight load must run while a sample call generates (the engine applies
         # it between tokens), so such an actor takes two calls at once; the engine orders them itself.
         in_flight = self.cfg.sampling.engine == "vllm" and self.cfg.sampling.vllm.weight_update == "in_flight"
-        return self._remote.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_restarts=0,
-                                    max_concurrency=2 if in_flight else 1,
-                                    scheduling_strategy=strategy).remote(self.cfg, rank, incarnation)
+        return self._remote.options(
+            num_cpus=res.num_cpus,
+            num_gpus=res.num_gpus,
+            max_restarts=0,
+            max_concurrency=2 if in_flight else 1,
+            scheduling_strategy=strategy,
+        ).remote(self.cfg, rank, incarnation)
 
     def _get(self, refs: Any, what: str) -> Any:
         try:
             return self.ray.get(refs, timeout=self.cc.actor_timeout_s)
         except self.ray.exceptions.GetTimeoutError:
-            raise TimeoutError(f"sampler actors did not {what} within cluster.actor_timeout_s="
-                               f"{self.cc.actor_timeout_s:g}s") from None
+            raise TimeoutError(
+                f"sampler actors did not {what} within cluster.actor_timeout_s={self.cc.actor_timeout_s:g}s"
+            ) from None
 
     def live_slots(self) -> list[Slot]:
         return [s for s in self.slots if not s.retired]
@@ -258,4 +272,3 @@ class RaySamplerPool:
                 self.ray.kill(s.handle)
             self.ray.util.remove_placement_group(self.pg)
         self.session.close()
-

@@ -64,8 +64,14 @@ def ray_weight_sync(cfg: Config, model: Any, pool: RaySamplerPool) -> ObjectStor
     full_hf = cfg.sampling.engine == "vllm"
     if cc.weight_transport == "object_store":
         return ObjectStoreWeights(model, pool, full_hf=full_hf)
-    return MemoryWeights(model, pool, full_hf=full_hf, transport=cc.weight_transport, bucket_mb=cc.weight_bucket_mb,
-                         dtype=cfg.sampling.vllm.dtype if full_hf else None)
+    return MemoryWeights(
+        model,
+        pool,
+        full_hf=full_hf,
+        transport=cc.weight_transport,
+        bucket_mb=cc.weight_bucket_mb,
+        dtype=cfg.sampling.vllm.dtype if full_hf else None,
+    )
 
 
 def _named_state(model: Any, full_hf: bool) -> dict[str, Any]:
@@ -90,9 +96,12 @@ class ObjectStoreWeights:
         ref = self.pool.ray.put(state)  # once per version, whatever the number of actors
         t_put = time.perf_counter() - t0
         self.pool.load_weights(ref, version)
-        return {"time/weight_sync": time.perf_counter() - t0, "time/weight_sync_put": t_put,
-                "cluster/weight_mb": sum(t.numel() * t.element_size() for t in state.values()) / 1e6,
-                **self.pool.metrics()}
+        return {
+            "time/weight_sync": time.perf_counter() - t0,
+            "time/weight_sync_put": t_put,
+            "cluster/weight_mb": sum(t.numel() * t.element_size() for t in state.values()) / 1e6,
+            **self.pool.metrics(),
+        }
 
     def close(self) -> None:
         """The actors live as long as the transport that feeds them: the run's end stops them (and Ray, when the
@@ -124,15 +133,23 @@ class _Group:
     def serves(self, slots: list[Slot]) -> bool:
         """The same actors in the same order: a replaced actor (a new handle) is a new member."""
         return len(slots) == len(self.members) and all(
-            s.rank == r and s.handle is h for s, (r, h) in zip(slots, self.members))
+            s.rank == r and s.handle is h for s, (r, h) in zip(slots, self.members)
+        )
 
 
 _GROUP_IDS = itertools.count()
 
 
 class MemoryWeights:
-    def __init__(self, model: Any, pool: RaySamplerPool, full_hf: bool = False,
-                 transport: str = "auto", bucket_mb: float = wt.DEFAULT_BUCKET_MB, dtype: str | None = None):
+    def __init__(
+        self,
+        model: Any,
+        pool: RaySamplerPool,
+        full_hf: bool = False,
+        transport: str = "auto",
+        bucket_mb: float = wt.DEFAULT_BUCKET_MB,
+        dtype: str | None = None,
+    ):
         """`model`, `pool`, `full_hf`: as for ObjectStoreWeights. `transport`: auto (shared memory for the actors
         on this node, the group for the others), shared_memory or group (one path for every actor). `bucket_mb`:
         the broadcast's bucket size (an actor loads one while the next is on the wire). `dtype`: the engines'
@@ -169,11 +186,15 @@ class MemoryWeights:
             self.pool.policy_version = version
             routes = [self._route(s) for s in self.pool.live_slots()]
         assert self.flat is not None
-        return {"time/weight_sync": time.perf_counter() - t0, "time/weight_sync_fill": t_fill,
-                "cluster/weight_mb": wt.total_bytes(self.flat.specs) / 1e6,
-                "cluster/weight_shared_actors": float(routes.count("shared")),
-                "cluster/weight_group_actors": float(routes.count("group")),
-                "cluster/weight_group_rebuilds": float(self.rebuilds), **self.pool.metrics()}
+        return {
+            "time/weight_sync": time.perf_counter() - t0,
+            "time/weight_sync_fill": t_fill,
+            "cluster/weight_mb": wt.total_bytes(self.flat.specs) / 1e6,
+            "cluster/weight_shared_actors": float(routes.count("shared")),
+            "cluster/weight_group_actors": float(routes.count("group")),
+            "cluster/weight_group_rebuilds": float(self.rebuilds),
+            **self.pool.metrics(),
+        }
 
     def load_one(self, slot: Slot) -> None:
         """One actor loads the last pushed version (a replacement, or an actor caught serving an old one) the way
@@ -208,7 +229,8 @@ class MemoryWeights:
             raise SamplerPoolError(
                 f"cluster.weight_transport=shared_memory: sampler actor {slot.rank} is on node {slot.node_id[:12]}, "
                 f"not this process's ({(self.node_id or 'none: Ray Client')[:12]}), and cannot map its memory; use "
-                "cluster.weight_transport=auto or group")
+                "cluster.weight_transport=auto or group"
+            )
         return "group"
 
     def _write(self, state: dict[str, Any]) -> None:
@@ -246,8 +268,10 @@ class MemoryWeights:
             pending = [s for s in retry if not s.retired]
             if not pending:
                 return
-        raise SamplerPoolError(f"{len(pending)} live sampler actors did not load policy version {self.version} in "
-                               f"{pool.cc.max_restarts + 2} rounds (last: {failed[-1][2].error})")
+        raise SamplerPoolError(
+            f"{len(pending)} live sampler actors did not load policy version {self.version} in "
+            f"{pool.cc.max_restarts + 2} rounds (last: {failed[-1][2].error})"
+        )
 
     def _group_round(self, slots: list[Slot]) -> dict[int, _Failure]:
         """`slots` load by one broadcast, in the cached group when it holds exactly them; failures by index."""
@@ -270,9 +294,21 @@ class MemoryWeights:
         world = len(slots) + 1
         store = wt.open_store(self.host, 0, world, 0, self.timeout_s)
         name = f"posttrain-ray-weights-{os.getpid()}-{next(_GROUP_IDS)}"
-        calls = [s.handle.join_weight_group.remote(json.dumps(
-            {"host": self.host, "port": store.port, "name": name, "rank": i + 1, "world": world,
-             "timeout_s": self.timeout_s})) for i, s in enumerate(slots)]
+        calls = [
+            s.handle.join_weight_group.remote(
+                json.dumps(
+                    {
+                        "host": self.host,
+                        "port": store.port,
+                        "name": name,
+                        "rank": i + 1,
+                        "world": world,
+                        "timeout_s": self.timeout_s,
+                    }
+                )
+            )
+            for i, s in enumerate(slots)
+        ]
         try:
             pg = wt.open_group("gloo", store, name, 0, world, self.timeout_s)  # raises when a member never comes
         except Exception as e:  # noqa: BLE001 - who is at fault is read from the joins
@@ -310,8 +346,12 @@ class MemoryWeights:
         failures: dict[int, _Failure] = {}
         for i, ref in enumerate(calls):
             if ref not in done:
-                failures[i] = _Failure("timeout", TimeoutError(
-                    f"a sampler actor did not load weights within cluster.actor_timeout_s={self.timeout_s:g}s"))
+                failures[i] = _Failure(
+                    "timeout",
+                    TimeoutError(
+                        f"a sampler actor did not load weights within cluster.actor_timeout_s={self.timeout_s:g}s"
+                    ),
+                )
                 continue
             try:
                 ray.get(ref, timeout=self.timeout_s)

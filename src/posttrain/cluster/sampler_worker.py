@@ -29,8 +29,8 @@ class SamplerWorker:
     def __init__(self, cfg: Config, rank: int, incarnation: int = 0):
         """`rank`: the actor's slot in the pool; `incarnation`: how many times that slot was replaced. Both seed
         the sampler, so actors (and a replacement) do not draw the same completions for the same prompt."""
-        from posttrain.models.policy import load_base_model, set_threads, with_lora
         from posttrain.models.load import stop_token_ids
+        from posttrain.models.policy import load_base_model, set_threads, with_lora
         from posttrain.sampling.context import run_budget
         from posttrain.sampling.hf_sampler import HFSampler
 
@@ -52,8 +52,11 @@ class SamplerWorker:
         """Where this actor runs (the node id lets tests and logs see the placement) and what it serves."""
         import ray
 
-        return {"node_id": ray.get_runtime_context().get_node_id(), "version": self.sampler.policy_version,
-                "max_context": self.sampler.context.max_context}
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "version": self.sampler.policy_version,
+            "max_context": self.sampler.context.max_context,
+        }
 
     def load_weights(self, state: dict[str, torch.Tensor], version: int) -> int:
         """The trainer's trainable tensors (the adapter alone under LoRA), as `version`."""
@@ -104,12 +107,17 @@ def _vllm_engine(cfg: Config, model: Any, tok: Any, seed: int) -> Any:
     none); seeded per actor and incarnation like the own sampler."""
     from dataclasses import replace
 
-    from posttrain.sampling.engines import engine_model_dir, engine_spec, work_dir
     from posttrain.models.load import stop_token_ids
     from posttrain.sampling.context import run_budget
+    from posttrain.sampling.engines import engine_model_dir, engine_spec, work_dir
     from posttrain.sampling.vllm_engine import VLLMSampler
 
     spec = engine_spec(cfg, model, engine_model_dir(cfg, model, tok, work_dir(cfg), log=lambda *_: None))
-    return VLLMSampler(replace(spec, seed=seed), tok, stop_token_ids(model, tok), log=lambda *_: None,
-                       context=run_budget(cfg, model, spec.max_model_len),
-                       in_flight=cfg.sampling.vllm.weight_update == "in_flight")
+    return VLLMSampler(
+        replace(spec, seed=seed),
+        tok,
+        stop_token_ids(model, tok),
+        log=lambda *_: None,
+        context=run_budget(cfg, model, spec.max_model_len),
+        in_flight=cfg.sampling.vllm.weight_update == "in_flight",
+    )

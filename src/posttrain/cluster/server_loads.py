@@ -135,9 +135,23 @@ class GroupLoad(_FlatLoad):
 
         def join(i_server: tuple[int, Server]) -> None:
             i, server = i_server
-            pool.rpc(server, "posttrain_join", {"args": json.dumps(
-                {"host": "127.0.0.1", "port": store.port, "name": name, "rank": i + 1, "world": world,
-                 "backend": self.backend, "timeout_s": timeout})})
+            pool.rpc(
+                server,
+                "posttrain_join",
+                {
+                    "args": json.dumps(
+                        {
+                            "host": "127.0.0.1",
+                            "port": store.port,
+                            "name": name,
+                            "rank": i + 1,
+                            "world": world,
+                            "backend": self.backend,
+                            "timeout_s": timeout,
+                        }
+                    )
+                },
+            )
 
         with ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="weight-join") as ex:
             futures = [ex.submit(join, (i, s)) for i, s in enumerate(servers)]
@@ -207,8 +221,10 @@ class GroupLoad(_FlatLoad):
                 return
             self.group = None
             why = next(iter(errors.values()))
-            pool.log(f"vllm servers: weight broadcast to {len(errors)} of {len(servers)} failed after "
-                     f"{time.perf_counter() - t0:.1f}s ({type(why).__name__}: {str(why)[:200]})")
+            pool.log(
+                f"vllm servers: weight broadcast to {len(errors)} of {len(servers)} failed after "
+                f"{time.perf_counter() - t0:.1f}s ({type(why).__name__}: {str(why)[:200]})"
+            )
             retry = []
             for i in errors:
                 slot, server = pending[i], servers[i]

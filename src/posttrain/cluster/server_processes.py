@@ -71,16 +71,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn_supervised(cmd: list[str], env: dict[str, str], port: int, log_path: Path, cwd: str | Path | None = None
-                     ) -> Server:
+def spawn_supervised(
+    cmd: list[str], env: dict[str, str], port: int, log_path: Path, cwd: str | Path | None = None
+) -> Server:
     """`cmd` started under the watchdog in a new session, stdout and stderr appended to `log_path` (the command
     line first). Returns at once: the caller waits for the server to be ready."""
     with open(log_path, "ab") as f:
         f.write(f"$ {' '.join(cmd)}\n".encode())
         f.flush()
-        proc = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), *cmd], env=env,
-                                stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=cwd)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WATCHDOG, str(os.getpid()), *cmd],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=cwd,
+        )
     return Server(proc, port, log_path)
 
 

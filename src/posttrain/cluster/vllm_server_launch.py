@@ -21,8 +21,12 @@ from posttrain.types import Completion, SampleParams
 
 # Environment every server gets. DEV_MODE exposes /collective_rpc, /reset_prefix_cache, /pause, /resume and the
 # weight-version endpoints that a push needs.
-SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1",
-              "VLLM_CONFIGURE_LOGGING": "1"}
+SERVER_ENV = {
+    "VLLM_SERVER_DEV_MODE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_DO_NOT_TRACK": "1",
+    "VLLM_CONFIGURE_LOGGING": "1",
+}
 # Set by the in-process engine (vllm_engine.IN_PROCESS_ENV) when both run in one trainer process; a server must not
 # inherit them (its API server talks to an engine-core process).
 _IN_PROCESS_ONLY = ("VLLM_ENABLE_V1_MULTIPROCESSING",)
@@ -76,13 +80,32 @@ def server_cores(rank: int, num_servers: int, cpu: bool) -> str | None:
     return ",".join(str(c) for c in cores[a:b])
 
 
-def spawn_server(spec: EngineSpec, cpu: bool, rank: int, incarnation: int, num_servers: int, logs_dir: Path,
-                 cwd: Path, extra_env: dict[str, str], extra_flags: list[str]) -> Server:
+def spawn_server(
+    spec: EngineSpec,
+    cpu: bool,
+    rank: int,
+    incarnation: int,
+    num_servers: int,
+    logs_dir: Path,
+    cwd: Path,
+    extra_env: dict[str, str],
+    extra_flags: list[str],
+) -> Server:
     """A server process (not yet ready), in its own process group under the watchdog, logging to a file."""
     port = free_port()
     log_path = logs_dir / f"server{rank}.{incarnation}.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
-           "--enable-scale-out", *server_args(spec, cpu), *extra_flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--enable-scale-out",
+        *server_args(spec, cpu),
+        *extra_flags,
+    ]
     env = {k: v for k, v in os.environ.items() if k not in _IN_PROCESS_ONLY}
     env.update(SERVER_ENV)
     env.update(extra_env)
@@ -97,8 +120,10 @@ def wait_ready(server: Server, http: httpx.Client, deadline: float, start_timeou
     end of its log."""
     while True:
         if not server.alive():
-            raise _ServerFailed(f"vLLM server on port {server.port} exited during start (code "
-                                f"{server.proc.returncode}); end of {server.log_path}:\n{log_tail(server.log_path)}")
+            raise _ServerFailed(
+                f"vLLM server on port {server.port} exited during start (code "
+                f"{server.proc.returncode}); end of {server.log_path}:\n{log_tail(server.log_path)}"
+            )
         try:
             if http.get(server.url + "/health", timeout=2.0).status_code == 200:
                 return
@@ -106,8 +131,10 @@ def wait_ready(server: Server, http: httpx.Client, deadline: float, start_timeou
             pass
         if time.monotonic() > deadline:
             kill_group(server)
-            raise _ServerFailed(f"vLLM server on port {server.port} did not start in {start_timeout_s:g}s; "
-                                f"end of {server.log_path}:\n{log_tail(server.log_path)}")
+            raise _ServerFailed(
+                f"vLLM server on port {server.port} did not start in {start_timeout_s:g}s; "
+                f"end of {server.log_path}:\n{log_tail(server.log_path)}"
+            )
         time.sleep(0.5)
 
 
@@ -123,9 +150,16 @@ def generate_body(prompt: list[int], n: int, params: SampleParams, stop_token_id
     """The request of `/inference/v1/generate` (enabled by --enable-scale-out): token ids in, n completions with the
     sampled tokens' processed log-probs and weight-version spans out. Never a per-request seed: it stops the CPU
     engine (vLLM 0.32); the servers are seeded at start."""
-    sp: dict[str, Any] = {"n": n, "max_tokens": params.max_tokens, "temperature": params.temperature,
-                          "top_p": params.top_p, "top_k": params.top_k if params.top_k else -1,
-                          "stop_token_ids": stop_token_ids, "logprobs": 0, "skip_special_tokens": True}
+    sp: dict[str, Any] = {
+        "n": n,
+        "max_tokens": params.max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k if params.top_k else -1,
+        "stop_token_ids": stop_token_ids,
+        "logprobs": 0,
+        "skip_special_tokens": True,
+    }
     if params.stop:
         sp["stop"] = list(params.stop)
     return {"token_ids": [int(t) for t in prompt], "sampling_params": sp, "output_mode": "text"}
@@ -141,7 +175,11 @@ def completion_from_choice(choice: dict[str, Any], served_version: int) -> Compl
     if len(logps) != len(ids):
         raise ValueError(f"vLLM returned {len(logps)} log-probs for {len(ids)} tokens")
     versions = token_versions(choice.get("weight_versions"), len(ids), -2)
-    return Completion(token_ids=ids, logprobs=logps,
-                      finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
-                      policy_version=versions[0] if versions else served_version,
-                      token_versions=versions or None, text=choice.get("text") or "")
+    return Completion(
+        token_ids=ids,
+        logprobs=logps,
+        finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
+        policy_version=versions[0] if versions else served_version,
+        token_versions=versions or None,
+        text=choice.get("text") or "",
+    )

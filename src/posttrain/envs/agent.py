@@ -47,9 +47,18 @@ NEEDS_RUBRIC = "agent_needs_rubric"  # Trajectory.extra mark (this env's own): t
 
 
 class AgentEnv:
-    def __init__(self, agent_fn: AgentFn, task: Task | None = None, tokenizer: Any = None, timeout_s: float = 300.0,
-                 request_timeout_s: float = 120.0, model_name: str = "policy", max_tokens: int | None = None,
-                 pass_threshold: float = 1.0, host: str = "127.0.0.1"):
+    def __init__(
+        self,
+        agent_fn: AgentFn,
+        task: Task | None = None,
+        tokenizer: Any = None,
+        timeout_s: float = 300.0,
+        request_timeout_s: float = 120.0,
+        model_name: str = "policy",
+        max_tokens: int | None = None,
+        pass_threshold: float = 1.0,
+        host: str = "127.0.0.1",
+    ):
         """`tokenizer` defaults to the sampler's (`sampler.tokenizer`); the server needs it for chat templates.
         `timeout_s` bounds one whole agent run, `request_timeout_s` one model call. `max_tokens` is the
         server's default when a request sets none (else the task's hint, else 512)."""
@@ -79,11 +88,19 @@ class AgentEnv:
             tok = self.tokenizer or getattr(sampler, "tokenizer", None)
             if tok is None:
                 raise ValueError("AgentEnv needs the policy's tokenizer: pass tokenizer=... (the sampler has none)")
-            app = create_app(sampler, tok, model_name=self.model_name, request_timeout_s=self.request_timeout_s,
-                             default_max_tokens=self.max_tokens)
+            app = create_app(
+                sampler,
+                tok,
+                model_name=self.model_name,
+                request_timeout_s=self.request_timeout_s,
+                default_max_tokens=self.max_tokens,
+            )
             entry = asyncio.ensure_future(self._start(app))
-            self._servers = [(lp, sp, e) for lp, sp, e in self._servers
-                             if not (lp is loop and sp is sampler) and (not e.done() or _started(e) is not None)]
+            self._servers = [
+                (lp, sp, e)
+                for lp, sp, e in self._servers
+                if not (lp is loop and sp is sampler) and (not e.done() or _started(e) is not None)
+            ]
             self._servers.append((loop, sampler, entry))
         return await asyncio.shield(entry)
 
@@ -108,12 +125,17 @@ class AgentEnv:
 
         srv, app = await self.server_for(sampler)
         rid = uuid.uuid4().hex
-        client = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="x", default_headers={"X-Rollout-Id": rid},
-                                    timeout=self.request_timeout_s, max_retries=0)
+        client = openai.AsyncOpenAI(
+            base_url=srv.url + "/v1",
+            api_key="x",
+            default_headers={"X-Rollout-Id": rid},
+            timeout=self.request_timeout_s,
+            max_retries=0,
+        )
         result, error = None, None
         try:
             result = await asyncio.wait_for(self.agent_fn(client, row), self.timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.stats["timeouts"] += 1
             error = f"agent timed out after {self.timeout_s}s"
         except Exception as e:  # noqa: BLE001 - a broken agent run is a failed sample, not a dead training run
@@ -127,7 +149,9 @@ class AgentEnv:
             traj = Trajectory(turns=[Turn([], [], [], sampler.policy_version)], row=dict(row))
             error = error or "agent made no model calls"
         self.stats["dropped_calls"] += record.dropped_calls
-        traj.metrics.update({"agent/calls": float(len(record.calls)), "agent/dropped_calls": float(record.dropped_calls)})
+        traj.metrics.update(
+            {"agent/calls": float(len(record.calls)), "agent/dropped_calls": float(record.dropped_calls)}
+        )
         if error is None:
             error = self._apply_result(traj, result)
         if error is not None:
@@ -145,15 +169,25 @@ class AgentEnv:
         try:
             if todo:
                 conv = self.task.conversational
-                completions = [[{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text
-                               for t in todo]
+                completions = [
+                    [{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text for t in todo
+                ]
                 rows = [{k: v for k, v in t.row.items() if k != "prompt"} for t in todo]
-                scores = await asyncio.to_thread(self.task.rubric.score, completions, rows,
-                                                 prompts=[t.row.get("prompt") for t in todo],
-                                                 completion_ids=[t.completion_ids for t in todo])
+                scores = await asyncio.to_thread(
+                    self.task.rubric.score,
+                    completions,
+                    rows,
+                    prompts=[t.row.get("prompt") for t in todo],
+                    completion_ids=[t.completion_ids for t in todo],
+                )
                 for t, s in zip(todo, scores, strict=True):
-                    t.reward, t.reward_components, t.passed, t.failed, t.error = (s.reward, s.components, s.passed,
-                                                                                  s.failed, s.error)
+                    t.reward, t.reward_components, t.passed, t.failed, t.error = (
+                        s.reward,
+                        s.components,
+                        s.passed,
+                        s.failed,
+                        s.error,
+                    )
             scored = True
         finally:
             # A batch that raised is scored again one sample at a time (envs/isolate.py): keep its entries for
@@ -175,8 +209,11 @@ class AgentEnv:
                 return f"agent returned a dict without 'reward': {sorted(result)}"
             try:
                 traj.reward = float(result["reward"])
-                traj.reward_components = {k: float(v) for k, v in result.items()
-                                          if k not in ("reward", "passed") and isinstance(v, (int, float))}
+                traj.reward_components = {
+                    k: float(v)
+                    for k, v in result.items()
+                    if k not in ("reward", "passed") and isinstance(v, (int, float))
+                }
             except (TypeError, ValueError) as e:
                 return f"agent returned a non-numeric reward: {e}"
             traj.passed = bool(result.get("passed", traj.reward >= self.pass_threshold))

@@ -31,7 +31,9 @@ from posttrain.types import SampleParams, Trajectory
 
 @runtime_checkable
 class Env(Protocol):
-    async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory: ...
+    async def rollout(
+        self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None
+    ) -> Trajectory: ...
 
     async def score(self, trajectories: list[Trajectory]) -> None: ...
 
@@ -44,8 +46,15 @@ def make_env(task: Any, tokenizer: Any, params: SampleParams) -> Env:
     if task.env_factory is not None:
         return task.env_factory(task, tokenizer, params)
     if task.tools:
-        return ToolEnv(task, tokenizer, params, task.tools, max_turns=max(task.max_turns, 1),
-                       tool_timeout_s=task.tool_timeout_s, final_tool=task.final_tool)
+        return ToolEnv(
+            task,
+            tokenizer,
+            params,
+            task.tools,
+            max_turns=max(task.max_turns, 1),
+            tool_timeout_s=task.tool_timeout_s,
+            final_tool=task.final_tool,
+        )
     return SingleTurnEnv(task, tokenizer, params)
 
 

@@ -29,20 +29,18 @@ as truncated.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+from posttrain.bounded import truncate_text
 from posttrain.envs.single_turn import _prompt_text, score_with_rubric
 from posttrain.envs.task import Task
-from posttrain.bounded import truncate_text
 from posttrain.envs.tool_env import sample_turn, turn_end_text
 from posttrain.models.template_check import ChatTemplateError, check_prefix_property_once, render_ids
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory, Turn
-
 
 
 def episode_return(completions: list[Any], episode_return: list[float] | None = None, **_: Any) -> list[float]:
@@ -58,16 +56,19 @@ def default_text_to_action(space: Any) -> Callable[[str], Any]:
     if isinstance(space, spaces.Text):
         return lambda text: text.strip()
     if isinstance(space, spaces.Discrete):
+
         def parse(text: str) -> int:
             s = text.strip()
             try:
                 a = int(s)
             except ValueError:
-                raise ValueError(f"reply with the action's number ({space.start}..{space.start + space.n - 1}), "
-                                 f"got {s[:40]!r}") from None
+                raise ValueError(
+                    f"reply with the action's number ({space.start}..{space.start + space.n - 1}), got {s[:40]!r}"
+                ) from None
             if not space.contains(a):
                 raise ValueError(f"action {a} is out of range {space.start}..{space.start + space.n - 1}")
             return a
+
         return parse
     raise ValueError(f"the env's action space {space} is not Text or Discrete: pass text_to_action")
 
@@ -81,10 +82,20 @@ def default_obs_to_text(space: Any) -> Callable[[Any], str]:
 
 
 class GymTextEnv:
-    def __init__(self, task: Task, tokenizer: Any, params: SampleParams, make_env: Callable[[dict[str, Any]], Any],
-                 obs_to_text: Callable[[Any], str] | None = None, text_to_action: Callable[[str], Any] | None = None,
-                 max_turns: int = 20, system_prompt: str | None = None, seed_column: str = "seed",
-                 step_timeout_s: float = 10.0, check_template: bool = True):
+    def __init__(
+        self,
+        task: Task,
+        tokenizer: Any,
+        params: SampleParams,
+        make_env: Callable[[dict[str, Any]], Any],
+        obs_to_text: Callable[[Any], str] | None = None,
+        text_to_action: Callable[[str], Any] | None = None,
+        max_turns: int = 20,
+        system_prompt: str | None = None,
+        seed_column: str = "seed",
+        step_timeout_s: float = 10.0,
+        check_template: bool = True,
+    ):
         """`make_env(row) -> gymnasium.Env` builds a fresh env per episode (rollouts run concurrently, so envs are
         never shared); it is reset with `seed=row[seed_column]` when the row has one."""
         if max_turns < 1:
@@ -119,11 +130,13 @@ class GymTextEnv:
         before = self.tok.apply_chat_template(msgs[:-1], tokenize=False)
         after = self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         if not after.startswith(before):
-            raise ChatTemplateError(f"the chat template of {getattr(self.tok, 'name_or_path', 'this model')!r} "
-                                    "rewrote earlier turns when a user message was added")
+            raise ChatTemplateError(
+                f"the chat template of {getattr(self.tok, 'name_or_path', 'this model')!r} "
+                "rewrote earlier turns when a user message was added"
+            )
         sampled = self.tok.decode(completion_ids, skip_special_tokens=False)
         k = max((k for k in range(len(self.turn_end) + 1) if sampled.endswith(self.turn_end[:k])), default=0)
-        return list(self.tok(self.turn_end[k:] + after[len(before):], add_special_tokens=False)["input_ids"])
+        return list(self.tok(self.turn_end[k:] + after[len(before) :], add_special_tokens=False)["input_ids"])
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await asyncio.wait_for(asyncio.to_thread(fn, *args, **kwargs), self.step_timeout_s)
@@ -155,9 +168,16 @@ class GymTextEnv:
                     stop_reason = "context"
                     turns[-1] = replace(turns[-1], finish_reason="length")  # truncated, trained on as such
                     break
-                turns.append(Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
-                                  policy_version=c.policy_version, finish_reason=c.finish_reason,
-                                  token_versions=c.token_versions))
+                turns.append(
+                    Turn(
+                        prompt_ids=ids,
+                        completion_ids=c.token_ids,
+                        completion_logprobs=c.logprobs,
+                        policy_version=c.policy_version,
+                        finish_reason=c.finish_reason,
+                        token_versions=c.token_versions,
+                    )
+                )
                 msgs.append({"role": "assistant", "content": c.text})
                 try:
                     action = to_action(c.text)
@@ -178,7 +198,7 @@ class GymTextEnv:
                     break
                 msgs.append({"role": "user", "content": feedback})
                 ids = ids + list(c.token_ids) + self._env_tokens(msgs, c.token_ids)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             error = f"env reset/step took longer than {self.step_timeout_s}s"
         except Exception as e:  # noqa: BLE001 - a broken env fails its trajectory, not the run
             error = f"env raised {type(e).__name__}: {e}"
@@ -195,14 +215,22 @@ class GymTextEnv:
         if callable(episode) and error is None:
             stats.update({k: float(v) for k, v in episode().items()})
         last_reply = next((m["content"] for m in reversed(msgs) if m["role"] == "assistant"), "")
-        traj = Trajectory(turns=turns, prompt_text=_prompt_text(row["prompt"]), completion_text=last_reply, row=row,
-                          metrics=stats, extra={"actions": [str(a) for a in actions]}, messages=msgs,
-                          stop_reason=stop_reason if error is None else None)
+        traj = Trajectory(
+            turns=turns,
+            prompt_text=_prompt_text(row["prompt"]),
+            completion_text=last_reply,
+            row=row,
+            metrics=stats,
+            extra={"actions": [str(a) for a in actions]},
+            messages=msgs,
+            stop_reason=stop_reason if error is None else None,
+        )
         if error is not None:
             traj.failed, traj.error = True, error
         return traj
 
     async def score(self, trajectories: list[Trajectory]) -> None:
         ok = [t for t in trajectories if not t.failed]
-        score_with_rubric(self.task, ok, lambda t: {"episode_return": t.metrics.get("return", 0.0),
-                                                    "episode": dict(t.metrics)})
+        score_with_rubric(
+            self.task, ok, lambda t: {"episode_return": t.metrics.get("return", 0.0), "episode": dict(t.metrics)}
+        )

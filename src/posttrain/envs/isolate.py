@@ -35,10 +35,12 @@ MAX_ERROR_CHARS = 500  # an exception's message may quote the whole (megabyte) m
 
 # (module, class) of the errors that propagate. Looked up in sys.modules only: an exception whose module was
 # never imported cannot have been raised, so envs need not import cluster or sampler code to recognise them.
-INFRASTRUCTURE = (("posttrain.envs.tools", "EnvWorkerLost"),  # ReissueOnLoss already re-ran what it could
-                  ("posttrain.cluster.ray_sampler", "SamplerPoolError"),
-                  ("posttrain.sampling.openai_sampler", "OpenAISamplerError"),
-                  ("posttrain.sampling.weight_ipc", "WeightSyncError"))
+INFRASTRUCTURE = (
+    ("posttrain.envs.tools", "EnvWorkerLost"),  # ReissueOnLoss already re-ran what it could
+    ("posttrain.cluster.ray_sampler", "SamplerPoolError"),
+    ("posttrain.sampling.openai_sampler", "OpenAISamplerError"),
+    ("posttrain.sampling.weight_ipc", "WeightSyncError"),
+)
 
 
 def is_infrastructure(e: BaseException) -> bool:
@@ -104,14 +106,28 @@ def _prompt_ids(env: Any, row: dict[str, Any]) -> list[int]:
         return []
 
 
-def failed_trajectory(row: dict[str, Any], prompt_ids: list[int], policy_version: int, error: str,
-                      failed_in: str) -> Trajectory:
+def failed_trajectory(
+    row: dict[str, Any], prompt_ids: list[int], policy_version: int, error: str, failed_in: str
+) -> Trajectory:
     """The smallest valid trajectory: one turn with the prompt and no completion (so `policy_version`,
     `sequence()` and the staleness checks work), reward 0, failed, with the reason."""
-    turn = Turn(prompt_ids=list(prompt_ids), completion_ids=[], completion_logprobs=[], policy_version=policy_version,
-                finish_reason="error")
-    return Trajectory(turns=[turn], prompt_text=_prompt_text(row.get("prompt")), row=row, reward=0.0, passed=False,
-                      failed=True, error=error, failed_in=failed_in)
+    turn = Turn(
+        prompt_ids=list(prompt_ids),
+        completion_ids=[],
+        completion_logprobs=[],
+        policy_version=policy_version,
+        finish_reason="error",
+    )
+    return Trajectory(
+        turns=[turn],
+        prompt_text=_prompt_text(row.get("prompt")),
+        row=row,
+        reward=0.0,
+        passed=False,
+        failed=True,
+        error=error,
+        failed_in=failed_in,
+    )
 
 
 def _prompt_text(prompt: Any) -> str:
@@ -136,7 +152,7 @@ async def safe_rollout(env: Any, row: dict[str, Any], sampler: Any, params: Samp
     version = _version(sampler)
     try:
         return await env.rollout(row, sampler, params)
-    except Exception as e:  # noqa: BLE001 - one sample's output must fail that sample only (issue #42)
+    except Exception as e:
         if is_infrastructure(e):
             raise
         error = describe(e, "rollout")
@@ -164,14 +180,14 @@ async def score_isolated(env: Any, trajectories: list[Trajectory]) -> None:
     try:
         await env.score(todo)
         return
-    except Exception as e:  # noqa: BLE001 - find the sample that made it raise: score them one by one below
+    except Exception as e:
         if is_infrastructure(e):
             raise
     for t, s in zip(todo, before, strict=True):
         _restore(t, s)  # the batch may have half-written some before raising
         try:
             await env.score([t])
-        except Exception as e:  # noqa: BLE001 - this sample's scoring raised: fail it alone
+        except Exception as e:
             if is_infrastructure(e):
                 raise
             _restore(t, s)

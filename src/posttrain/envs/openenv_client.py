@@ -17,22 +17,20 @@ the action, and sums the step rewards into the trajectory's reward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-
 import asyncio
 import json
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Self
 
 import httpx
-from typing_extensions import Self
 
 from posttrain.bounded import MAX_JSON_CHARS, BoundedError, loads_json, truncate_text
+from posttrain.envs.tool_env import sample_turn
 from posttrain.sampling.base import Sampler
 from posttrain.sampling.chat_prompt import ChatRenderer, content_text
-from posttrain.envs.tool_env import sample_turn
 from posttrain.sampling.recorder import RecordedCall, chain_to_trajectory, split_chains
 from posttrain.types import SampleParams, Trajectory, Turn
 
@@ -54,8 +52,13 @@ class OpenEnvClient:
     `max_message_bytes` is refused by the websocket library at the frame's header, before it is buffered. Every
     way a call can fail raises OpenEnvError naming what went wrong."""
 
-    def __init__(self, base_url: str, timeout_s: float = 60.0, connect_timeout_s: float = 10.0,
-                 max_message_bytes: int = MAX_JSON_CHARS):
+    def __init__(
+        self,
+        base_url: str,
+        timeout_s: float = 60.0,
+        connect_timeout_s: float = 10.0,
+        max_message_bytes: int = MAX_JSON_CHARS,
+    ):
         self.base_url = base_url.rstrip("/")
         if self.base_url.startswith("ws"):
             self.base_url = "http" + self.base_url[2:]
@@ -71,9 +74,13 @@ class OpenEnvClient:
         if self._ws is None:
             try:
                 # max_size: the library refuses a larger frame at its header, before buffering it
-                self._ws = await connect(self.ws_url, open_timeout=self.connect_timeout_s,
-                                         max_size=self.max_message_bytes, close_timeout=self.connect_timeout_s,
-                                         proxy=None)
+                self._ws = await connect(
+                    self.ws_url,
+                    open_timeout=self.connect_timeout_s,
+                    max_size=self.max_message_bytes,
+                    close_timeout=self.connect_timeout_s,
+                    proxy=None,
+                )
             except Exception as e:  # noqa: BLE001 - refused, reset, not a websocket server, timeout: "cannot connect"
                 raise OpenEnvError(f"cannot connect to {self.ws_url}: {type(e).__name__}: {e}") from None
         return self
@@ -106,7 +113,7 @@ class OpenEnvClient:
             # decode=False: the bytes of text and binary frames alike; UTF-8 is checked below, so invalid text is
             # this reply's error at once rather than a closing handshake the server may never finish
             raw = await asyncio.wait_for(self._ws.recv(decode=False), self.timeout_s)
-        except asyncio.TimeoutError:  # before OSError: TimeoutError is one
+        except TimeoutError:  # before OSError: TimeoutError is one
             raise OpenEnvError(f"{what}: {self._why_no_answer()}") from None
         except (WebSocketException, OSError, EOFError) as e:
             raise OpenEnvError(f"{what}: {_connection_lost(e, self.max_message_bytes)}") from None
@@ -136,12 +143,14 @@ class OpenEnvClient:
 
     async def reset(self, **kwargs: Any) -> dict[str, Any]:
         """-> {"observation": {...}, "reward": float | None, "done": bool}"""
-        return _observation_reply(await self._call({"type": "reset", "data": kwargs}, "observation"),
-                                  f"reset on {self.ws_url}")
+        return _observation_reply(
+            await self._call({"type": "reset", "data": kwargs}, "observation"), f"reset on {self.ws_url}"
+        )
 
     async def step(self, action: dict[str, Any]) -> dict[str, Any]:
-        return _observation_reply(await self._call({"type": "step", "data": action}, "observation"),
-                                  f"step on {self.ws_url}")
+        return _observation_reply(
+            await self._call({"type": "step", "data": action}, "observation"), f"step on {self.ws_url}"
+        )
 
     async def state(self) -> dict[str, Any]:
         return await self._call({"type": "state"}, "state")
@@ -153,7 +162,7 @@ class OpenEnvClient:
             async with httpx.AsyncClient(timeout=self.timeout_s) as h:
                 body = await asyncio.wait_for(_read_capped(h, url, self.max_message_bytes), self.timeout_s)
             value = loads_json(body.decode("utf-8"))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise OpenEnvError(f"GET {url}: no answer within {self.timeout_s}s") from None
         except (httpx.HTTPError, OSError) as e:
             raise OpenEnvError(f"GET {url}: {type(e).__name__}: {e}") from None
@@ -272,11 +281,20 @@ class OpenEnvTextEnv:
     need no isolation of their own. Errors of the sampler propagate as they are.
     """
 
-    def __init__(self, base_url: str, tokenizer: Any, params: SampleParams, action_key: str = "message",
-                 system_prompt: str | None = None, max_turns: int = 8, timeout_s: float = 60.0,
-                 reset_kwargs: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-                 render: Callable[[Any], str | list[dict[str, Any]]] = observation_text, pass_threshold: float = 1.0,
-                 max_observation_chars: int = MAX_OBSERVATION_CHARS):
+    def __init__(
+        self,
+        base_url: str,
+        tokenizer: Any,
+        params: SampleParams,
+        action_key: str = "message",
+        system_prompt: str | None = None,
+        max_turns: int = 8,
+        timeout_s: float = 60.0,
+        reset_kwargs: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        render: Callable[[Any], str | list[dict[str, Any]]] = observation_text,
+        pass_threshold: float = 1.0,
+        max_observation_chars: int = MAX_OBSERVATION_CHARS,
+    ):
         if max_observation_chars < 1:
             raise ValueError(f"max_observation_chars must be >= 1, got {max_observation_chars}")
         self.base_url = base_url
@@ -313,11 +331,12 @@ class OpenEnvTextEnv:
             await env.close()
         return self._trajectory(row, sampler, ep)
 
-    async def _play(self, env: OpenEnvClient, row: dict[str, Any], sampler: Sampler, keep: SampleParams,
-                    ep: _Episode) -> None:
+    async def _play(
+        self, env: OpenEnvClient, row: dict[str, Any], sampler: Sampler, keep: SampleParams, ep: _Episode
+    ) -> None:
         """Reset, then sample and step until done or max_turns. `keep`: the next turn extends this one."""
         res = await env.reset(**self.reset_kwargs(row))
-        messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         messages += self._user(res.get("observation"), ep)
         for _ in range(self.max_turns):
             if res["done"]:
@@ -329,8 +348,19 @@ class OpenEnvTextEnv:
                 ep.context_stop = True
                 break
             reply = {"role": "assistant", "content": c.text}
-            ep.calls.append(RecordedCall(ids, c.token_ids, c.logprobs, c.policy_version, c.finish_reason, text=c.text,
-                                         messages=list(messages), reply=reply, token_versions=c.token_versions))
+            ep.calls.append(
+                RecordedCall(
+                    ids,
+                    c.token_ids,
+                    c.logprobs,
+                    c.policy_version,
+                    c.finish_reason,
+                    text=c.text,
+                    messages=list(messages),
+                    reply=reply,
+                    token_versions=c.token_versions,
+                )
+            )
             res = await env.step({self.action_key: c.text})
             if res["reward"] is not None:
                 ep.rewards.append(res["reward"])
@@ -352,10 +382,14 @@ class OpenEnvTextEnv:
         reward = sum(ep.rewards)
         traj.reward, traj.passed = reward, reward >= self.pass_threshold
         traj.reward_components = {"env_reward": reward}
-        traj.metrics.update({"openenv/turns": float(len(ep.calls)),
-                             "openenv/split_chains": float(len(split_chains(ep.calls))),
-                             "openenv/observation_chars_cut": float(ep.chars_cut),
-                             "context_stop": float(ep.context_stop)})
+        traj.metrics.update(
+            {
+                "openenv/turns": float(len(ep.calls)),
+                "openenv/split_chains": float(len(split_chains(ep.calls))),
+                "openenv/observation_chars_cut": float(ep.chars_cut),
+                "context_stop": float(ep.context_stop),
+            }
+        )
         if error is not None:
             traj.failed, traj.error, traj.reward, traj.passed = True, error, 0.0, False
         return traj

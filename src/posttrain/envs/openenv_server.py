@@ -57,8 +57,9 @@ class StepBody(BaseModel):
 class EnvSession:
     """One episode of `env` played by a remote client. It is the Sampler the env calls."""
 
-    def __init__(self, env: Any, tokenizer: Any, row: dict[str, Any], action_timeout_s: float,
-                 max_action_chars: int = 200_000):
+    def __init__(
+        self, env: Any, tokenizer: Any, row: dict[str, Any], action_timeout_s: float, max_action_chars: int = 200_000
+    ):
         self.env, self.tok, self.row = env, tokenizer, row
         self.action_timeout_s = action_timeout_s
         self.max_action_chars = max_action_chars
@@ -95,8 +96,14 @@ class EnvSession:
         try:
             traj: Trajectory = await self.env.rollout(self.row, self)
             await self.env.score([traj])
-            final = {"prompt": "", "turn": self.step_count, "completion": traj.completion_text,
-                     "reward_components": traj.reward_components, "passed": traj.passed, "error": traj.error}
+            final = {
+                "prompt": "",
+                "turn": self.step_count,
+                "completion": traj.completion_text,
+                "reward_components": traj.reward_components,
+                "passed": traj.passed,
+                "error": traj.error,
+            }
             await self._obs.put({"observation": final, "reward": traj.reward, "done": True})
         except Exception as e:  # noqa: BLE001 - report to the client, as an error message, and end the episode
             await self._obs.put(e)
@@ -124,8 +131,9 @@ class EnvSession:
         if not isinstance(text, str):
             raise ValueError(f"action must be {{'message': str}}, got {json.dumps(action, default=str)[:200]}")
         if len(text) > self.max_action_chars:
-            raise ValueError(f"the action's message has {len(text)} characters; this server takes at most "
-                             f"{self.max_action_chars}")
+            raise ValueError(
+                f"the action's message has {len(text)} characters; this server takes at most {self.max_action_chars}"
+            )
         self.step_count += 1
         await self._actions.put(text)
         return await self._next()
@@ -167,9 +175,16 @@ def _row_index(key: Any) -> int:
         raise ValueError(f"index and seed must be integers, got {str(key)[:50]!r}") from None
 
 
-def create_env_app(env: Any, tokenizer: Any, train_rows: list[dict[str, Any]], eval_rows: list[dict[str, Any]] | None = None,
-                   name: str = "posttrain-env", description: str = "", action_timeout_s: float = 600.0,
-                   max_action_chars: int = 200_000) -> FastAPI:
+def create_env_app(
+    env: Any,
+    tokenizer: Any,
+    train_rows: list[dict[str, Any]],
+    eval_rows: list[dict[str, Any]] | None = None,
+    name: str = "posttrain-env",
+    description: str = "",
+    action_timeout_s: float = 600.0,
+    max_action_chars: int = 200_000,
+) -> FastAPI:
     """`max_action_chars`: the most characters an action's message may have."""
     picker = RowPicker(train_rows, eval_rows or [])
     app = FastAPI(title=f"{name} (OpenEnv protocol)")
@@ -187,15 +202,23 @@ def create_env_app(env: Any, tokenizer: Any, train_rows: list[dict[str, Any]], e
 
     @app.get("/metadata")
     async def metadata() -> dict[str, Any]:
-        return {"name": name, "description": description or f"posttrain env {name}", "version": "1.0.0",
-                "readme_content": None, "author": None, "documentation_url": None}
+        return {
+            "name": name,
+            "description": description or f"posttrain env {name}",
+            "version": "1.0.0",
+            "readme_content": None,
+            "author": None,
+            "documentation_url": None,
+        }
 
     @app.get("/schema")
     async def schema() -> dict[str, Any]:
         obj = {"type": "object"}
-        return {"action": {**obj, "properties": {"message": {"type": "string"}}, "required": ["message"]},
-                "observation": {**obj, "properties": {"prompt": {"type": "string"}, "turn": {"type": "integer"}}},
-                "state": {**obj, "properties": {"episode_id": {"type": "string"}, "step_count": {"type": "integer"}}}}
+        return {
+            "action": {**obj, "properties": {"message": {"type": "string"}}, "required": ["message"]},
+            "observation": {**obj, "properties": {"prompt": {"type": "string"}, "turn": {"type": "integer"}}},
+            "state": {**obj, "properties": {"episode_id": {"type": "string"}, "step_count": {"type": "integer"}}},
+        }
 
     @app.get("/state")
     async def state() -> dict[str, Any]:
@@ -234,8 +257,10 @@ def create_env_app(env: Any, tokenizer: Any, train_rows: list[dict[str, Any]], e
                             raise RuntimeError("call reset before step")
                         reply = {"type": "observation", "data": await session.step(msg.get("data") or {})}
                     elif kind == "state":
-                        reply = {"type": "state", "data": session.state() if session else {"episode_id": None,
-                                                                                            "step_count": 0}}
+                        reply = {
+                            "type": "state",
+                            "data": session.state() if session else {"episode_id": None, "step_count": 0},
+                        }
                     elif kind == "close":
                         break
                     else:
@@ -244,7 +269,7 @@ def create_env_app(env: Any, tokenizer: Any, train_rows: list[dict[str, Any]], e
                     reply = _ws_error(f"Invalid JSON: {e}", "INVALID_JSON")
                 except (ValueError, AttributeError) as e:
                     reply = _ws_error(str(e), "VALIDATION_ERROR")
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     reply = _ws_error(f"no observation within {action_timeout_s}s", "EXECUTION_ERROR")
                 except Exception as e:  # noqa: BLE001 - one bad message must not end the server
                     reply = _ws_error(str(e), "EXECUTION_ERROR")
@@ -270,7 +295,7 @@ async def _one_shot(make_session: Any, action: dict[str, Any] | None) -> Any:
         return out
     except ValueError as e:
         return JSONResponse(status_code=422, content={"detail": str(e)})
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return JSONResponse(status_code=504, content={"detail": "the environment did not answer in time"})
     except RuntimeError as e:
         return JSONResponse(status_code=500, content={"detail": str(e) or type(e).__name__})
@@ -289,5 +314,6 @@ def create_task_app(task: Any, tokenizer: Any, params: SampleParams | None = Non
     from posttrain.envs.single_turn import SingleTurnEnv
 
     env = SingleTurnEnv(task, tokenizer, params or SampleParams(max_tokens=task.max_tokens or 512))
-    return create_env_app(env, tokenizer, task.train_rows, task.eval_rows, name=task.name,
-                          description=task.description, **kwargs)
+    return create_env_app(
+        env, tokenizer, task.train_rows, task.eval_rows, name=task.name, description=task.description, **kwargs
+    )

@@ -49,8 +49,9 @@ def _same_columns(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def replay(env_or_task: Any, trajectory: dict[str, Any] | Trajectory, tokenizer: Any = None,
-           atol: float = 1e-6) -> ReplayResult:
+def replay(
+    env_or_task: Any, trajectory: dict[str, Any] | Trajectory, tokenizer: Any = None, atol: float = 1e-6
+) -> ReplayResult:
     """Re-run the observation and the scoring of a stored single-turn trajectory and compare.
     `env_or_task`: a Task or an env with `.task` (and `.tokenizer`, used when `tokenizer` is not given)."""
     task: Task = env_or_task if isinstance(env_or_task, Task) else env_or_task.task
@@ -64,8 +65,9 @@ def replay(env_or_task: Any, trajectory: dict[str, Any] | Trajectory, tokenizer:
     if row is None:
         notes.append("no row of the task has the stored prompt")
         row = traj.row
-    elif not _same_columns({k: v for k, v in row.items() if k != "prompt"},
-                           {k: v for k, v in traj.row.items() if k != "prompt"}):
+    elif not _same_columns(
+        {k: v for k, v in row.items() if k != "prompt"}, {k: v for k, v in traj.row.items() if k != "prompt"}
+    ):
         obs_equal = False
         notes.append("the row's hidden columns (tests, expected values) changed")
     from posttrain.envs.single_turn import _prompt_text
@@ -80,7 +82,7 @@ def replay(env_or_task: Any, trajectory: dict[str, Any] | Trajectory, tokenizer:
             obs_equal = False
             notes.append("prompt token ids differ")
     s = score_completion(task, row, traj.completion_text, traj.completion_ids)
-    reward_equal = (abs(s.reward - traj.reward) <= atol and s.passed == traj.passed and s.failed == traj.failed)
+    reward_equal = abs(s.reward - traj.reward) <= atol and s.passed == traj.passed and s.failed == traj.failed
     if not reward_equal:
         notes.append(f"reward {s.reward:.4f} (passed={s.passed}) vs stored {traj.reward:.4f} (passed={traj.passed})")
     return ReplayResult(obs_equal, reward_equal, s.reward, traj.reward, dict(s.components), "; ".join(notes))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from posttrain.aio import run_sync
 from posttrain.envs.base import make_env
 from posttrain.envs.task import Task
-from posttrain.aio import run_sync
 from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.types import SampleParams, Trajectory
 

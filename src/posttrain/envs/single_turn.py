@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +11,6 @@ from posttrain.envs.task import Task
 from posttrain.models.chat import render_prompt
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory, Turn
-
 
 RENDERED_PROMPTS = 4096  # rendered prompts a SingleTurnEnv keeps
 
@@ -43,32 +41,50 @@ class SingleTurnEnv:
 
     async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
         ids = self.prompt_ids(row)
-        (c,), = await sampler.sample([ids], params or self.params, n=1)
-        turn = Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
-                    policy_version=c.policy_version, finish_reason=c.finish_reason,
-                    token_versions=c.token_versions)
+        ((c,),) = await sampler.sample([ids], params or self.params, n=1)
+        turn = Turn(
+            prompt_ids=ids,
+            completion_ids=c.token_ids,
+            completion_logprobs=c.logprobs,
+            policy_version=c.policy_version,
+            finish_reason=c.finish_reason,
+            token_versions=c.token_versions,
+        )
         return Trajectory(turns=[turn], prompt_text=_prompt_text(row["prompt"]), completion_text=c.text, row=row)
 
     async def score(self, trajectories: list[Trajectory]) -> None:
         score_with_rubric(self.task, trajectories)
 
 
-def score_with_rubric(task: Task, trajectories: list[Trajectory],
-                      extra_columns: Callable[[Trajectory], dict[str, Any]] | None = None) -> None:
+def score_with_rubric(
+    task: Task, trajectories: list[Trajectory], extra_columns: Callable[[Trajectory], dict[str, Any]] | None = None
+) -> None:
     """Score final answers with the task's rubric (one batched call) and write rewards into the trajectories.
     Reward functions get the row's columns, plus `extra_columns(trajectory)` (ToolEnv adds its tool calls)."""
     if not trajectories:
         return
     conv = task.conversational
-    completions = [[{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text
-                   for t in trajectories]
-    rows = [{**{k: v for k, v in t.row.items() if k != "prompt"}, **(extra_columns(t) if extra_columns else {})}
-            for t in trajectories]
-    scores = task.rubric.score(completions, rows, prompts=[t.row["prompt"] for t in trajectories],
-                               completion_ids=[t.completion_ids for t in trajectories])
+    completions = [
+        [{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text for t in trajectories
+    ]
+    rows = [
+        {**{k: v for k, v in t.row.items() if k != "prompt"}, **(extra_columns(t) if extra_columns else {})}
+        for t in trajectories
+    ]
+    scores = task.rubric.score(
+        completions,
+        rows,
+        prompts=[t.row["prompt"] for t in trajectories],
+        completion_ids=[t.completion_ids for t in trajectories],
+    )
     for t, s in zip(trajectories, scores, strict=True):
-        t.reward, t.reward_components, t.passed, t.failed, t.error = (s.reward, s.components, s.passed,
-                                                                      s.failed, s.error)
+        t.reward, t.reward_components, t.passed, t.failed, t.error = (
+            s.reward,
+            s.components,
+            s.passed,
+            s.failed,
+            s.error,
+        )
 
 
 def _prompt_text(prompt: Any) -> str:

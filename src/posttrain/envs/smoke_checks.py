@@ -114,7 +114,7 @@ def _run_command_check(check: SmokeCheck) -> tuple[str, str, bool]:
 def run_check(task: Task, check: SmokeCheck, max_attempts: int = MAX_ATTEMPTS) -> CheckResult:
     t0 = time.perf_counter()
     n = max(1, min(check.max_attempts, max_attempts))
-    for attempt in range(1, n + 1):
+    for attempt in range(1, n + 1):  # noqa: B007 - the count of attempts is reported after the loop
         expected, got, ok = _run_once(task, check)
         if ok:
             break
@@ -136,13 +136,20 @@ def results_table(results: list[CheckResult], title: str = "env check") -> Any:
     for col in ("task", "check", "expected", "got", "attempts", "ok"):
         table.add_column(col, overflow="fold")
     for r in results:
-        table.add_row(r.task, r.check, r.expected, r.got, str(r.attempts),
-                      "[green]ok[/green]" if r.ok else "[bold red]FAIL[/bold red]")
+        table.add_row(
+            r.task,
+            r.check,
+            r.expected,
+            r.got,
+            str(r.attempts),
+            "[green]ok[/green]" if r.ok else "[bold red]FAIL[/bold red]",
+        )
     return table
 
 
-def ensure_envs_ok(tasks: list[Task], on_fail: Literal["refuse", "drop"] = "refuse", log: Any = print,
-                   max_attempts: int = MAX_ATTEMPTS) -> list[Task]:
+def ensure_envs_ok(
+    tasks: list[Task], on_fail: Literal["refuse", "drop"] = "refuse", log: Any = print, max_attempts: int = MAX_ATTEMPTS
+) -> list[Task]:
     """Run every task's smoke checks. All ok: the tasks back. Otherwise "refuse" raises EnvCheckError (with
     the results), "drop" logs and returns only the tasks whose checks all passed (EnvCheckError if none)."""
     if on_fail not in ("refuse", "drop"):

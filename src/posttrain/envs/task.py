@@ -77,8 +77,10 @@ class Task:
                     raise ValueError(f"task {self.name!r}: {split} row {i} has no 'prompt' key: {str(row)[:200]}")
                 p = row["prompt"]
                 if not isinstance(p, str) and not (isinstance(p, list) and all(isinstance(m, dict) for m in p)):
-                    raise ValueError(f"task {self.name!r}: {split} row {i} prompt must be a string or a list of "
-                                     f"chat messages, got {type(p).__name__}")
+                    raise ValueError(
+                        f"task {self.name!r}: {split} row {i} prompt must be a string or a list of "
+                        f"chat messages, got {type(p).__name__}"
+                    )
 
     @property
     def conversational(self) -> bool:

@@ -50,7 +50,6 @@ from posttrain.sampling.context import ContextBudget, ContextOverflow, context_o
 from posttrain.types import Completion, SampleParams, Trajectory, Turn
 
 
-
 @dataclass
 class EpisodeEnd:
     """What an episode's own tool state reports when the episode ends (see the module doc)."""
@@ -62,19 +61,30 @@ class EpisodeEnd:
 def turn_end_text(tok: Any) -> str:
     """What the template writes after an assistant message's content (ChatML: '<|im_end|>\\n')."""
     marker = "XqZ7 marker"
-    text = tok.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}],
-                                   tokenize=False)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}], tokenize=False
+    )
     i = text.rfind(marker)
-    return text[i + len(marker):] if i >= 0 else ""
+    return text[i + len(marker) :] if i >= 0 else ""
 
 
 class ToolEnv:
-    def __init__(self, task: Task, tokenizer: Any, params: SampleParams, tools: list[Tool | Callable[..., Any]],
-                 max_turns: int = 4, tool_timeout_s: float = 10.0, final_tool: str | None = None,
-                 tool_role: str = "tool", system_prompt: str | None = None,
-                 turn_reward: Callable[[int, str, list[ToolResult]], float] | None = None,
-                 check_template: bool = True, episode_factory: Callable[[dict[str, Any]], Any] | None = None,
-                 max_result_chars: int | None = None):
+    def __init__(
+        self,
+        task: Task,
+        tokenizer: Any,
+        params: SampleParams,
+        tools: list[Tool | Callable[..., Any]],
+        max_turns: int = 4,
+        tool_timeout_s: float = 10.0,
+        final_tool: str | None = None,
+        tool_role: str = "tool",
+        system_prompt: str | None = None,
+        turn_reward: Callable[[int, str, list[ToolResult]], float] | None = None,
+        check_template: bool = True,
+        episode_factory: Callable[[dict[str, Any]], Any] | None = None,
+        max_result_chars: int | None = None,
+    ):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         self.max_result_chars = max_result_chars if max_result_chars is not None else task.max_observation_chars
@@ -88,7 +98,9 @@ class ToolEnv:
         self.tool_role, self.turn_reward = tool_role, turn_reward
         # Default: the task's own, so every ToolEnv built for a task with per-episode state gets fresh tools.
         self.episode_factory = episode_factory if episode_factory is not None else getattr(task, "episode", None)
-        self.system_prompt = system_prompt if system_prompt is not None else tools_system_prompt(list(self.tools.values()))
+        self.system_prompt = (
+            system_prompt if system_prompt is not None else tools_system_prompt(list(self.tools.values()))
+        )
         if check_template:
             check_prefix_property_once(tokenizer, tool_role=tool_role)
         self.turn_end = turn_end_text(tokenizer)
@@ -109,13 +121,15 @@ class ToolEnv:
         after = self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         if not after.startswith(before):
             i = next((j for j, (a, b) in enumerate(zip(before, after)) if a != b), len(before))
-            raise ChatTemplateError(f"the chat template of {getattr(self.tok, 'name_or_path', 'this model')!r} "
-                                    f"rewrote earlier turns when a {self.tool_role!r} message was added (first "
-                                    f"difference at char {i}: {before[i:i + 30]!r} -> {after[i:i + 30]!r})")
+            raise ChatTemplateError(
+                f"the chat template of {getattr(self.tok, 'name_or_path', 'this model')!r} "
+                f"rewrote earlier turns when a {self.tool_role!r} message was added (first "
+                f"difference at char {i}: {before[i : i + 30]!r} -> {after[i : i + 30]!r})"
+            )
         sampled = self.tok.decode(completion_ids, skip_special_tokens=False)
         k = max((k for k in range(len(self.turn_end) + 1) if sampled.endswith(self.turn_end[:k])), default=0)
         bridge = self.turn_end[k:]
-        return list(self.tok(bridge + after[len(before):], add_special_tokens=False)["input_ids"])
+        return list(self.tok(bridge + after[len(before) :], add_special_tokens=False)["input_ids"])
 
     async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
         params = params or self.params
@@ -126,8 +140,13 @@ class ToolEnv:
         ids = render_ids(self.tok, msgs, add_generation_prompt=True)
         turns: list[Turn] = []
         calls_log: list[dict[str, Any]] = []
-        stats = {"tool_calls": 0.0, "tool_errors": 0.0, "malformed_calls": 0.0, "tool_timeouts": 0.0,
-                 "tool_results_truncated": 0.0}
+        stats = {
+            "tool_calls": 0.0,
+            "tool_errors": 0.0,
+            "malformed_calls": 0.0,
+            "tool_timeouts": 0.0,
+            "tool_results_truncated": 0.0,
+        }
         turn_bonus, answer = 0.0, ""
         feedback: tuple[str, int] | None = None
         final_call: dict[str, Any] | None = None
@@ -139,9 +158,16 @@ class ToolEnv:
                 if c is None:
                     stop_reason = "context"
                     break
-                turns.append(Turn(prompt_ids=ids, completion_ids=c.token_ids, completion_logprobs=c.logprobs,
-                                  policy_version=c.policy_version, finish_reason=c.finish_reason,
-                                  token_versions=c.token_versions))
+                turns.append(
+                    Turn(
+                        prompt_ids=ids,
+                        completion_ids=c.token_ids,
+                        completion_logprobs=c.logprobs,
+                        policy_version=c.policy_version,
+                        finish_reason=c.finish_reason,
+                        token_versions=c.token_versions,
+                    )
+                )
                 msgs.append({"role": "assistant", "content": c.text})
                 calls, errors = parse_calls(c.text)
                 answer = c.text
@@ -162,8 +188,11 @@ class ToolEnv:
                     r = await call_tool(tools, call, self.tool_timeout_s)
                     stats["tool_errors"] += not r.ok
                     if not r.ok and feedback is None:  # the first thing that went wrong, and the turn that did it
-                        feedback = (f"turn {k + 1}: the call {call['name']}({_short(call.get('arguments'))}) "
-                                    f"failed: {r.content[:300]}", k)
+                        feedback = (
+                            f"turn {k + 1}: the call {call['name']}({_short(call.get('arguments'))}) "
+                            f"failed: {r.content[:300]}",
+                            k,
+                        )
                     stats["tool_timeouts"] += r.timed_out
                     results.append(r)
                 if self.turn_reward is not None:
@@ -194,10 +223,19 @@ class ToolEnv:
             if episode is not None and not finishing and not isinstance(e, EnvWorkerLost):
                 await discard_episode(episode)
             raise
-        return Trajectory(turns=turns, prompt_text=_prompt_text(row["prompt"]), completion_text=answer, row=row,
-                          metrics={**stats, "turn_reward": turn_bonus}, extra=extra, tool_calls=calls_log, messages=msgs[1:],
-                          feedback=feedback[0] if feedback else None, feedback_turn=feedback[1] if feedback else None,
-                          stop_reason=stop_reason)
+        return Trajectory(
+            turns=turns,
+            prompt_text=_prompt_text(row["prompt"]),
+            completion_text=answer,
+            row=row,
+            metrics={**stats, "turn_reward": turn_bonus},
+            extra=extra,
+            tool_calls=calls_log,
+            messages=msgs[1:],
+            feedback=feedback[0] if feedback else None,
+            feedback_turn=feedback[1] if feedback else None,
+            stop_reason=stop_reason,
+        )
 
     def _shown(self, result: ToolResult, stats: dict[str, float]) -> str:
         """A tool result as the model reads it: at most max_result_chars (a marker says how much was cut), tokenizable."""
@@ -209,14 +247,18 @@ class ToolEnv:
     def _episode_tools(self, episode: Any) -> dict[str, Tool]:
         tools = {t.name: t for t in (x if isinstance(x, Tool) else Tool.from_function(x) for x in episode.tools)}
         if set(tools) != set(self.tools):
-            raise ValueError(f"the episode's tools {sorted(tools)} differ from the env's {sorted(self.tools)}, "
-                             "which the system prompt lists")
+            raise ValueError(
+                f"the episode's tools {sorted(tools)} differ from the env's {sorted(self.tools)}, "
+                "which the system prompt lists"
+            )
         return tools
 
     async def score(self, trajectories: list[Trajectory]) -> None:
-        score_with_rubric(self.task, trajectories,
-                          lambda t: {"tool_calls": t.tool_calls, "num_turns": len(t.turns),
-                                     **t.extra.get("episode_columns", {})})
+        score_with_rubric(
+            self.task,
+            trajectories,
+            lambda t: {"tool_calls": t.tool_calls, "num_turns": len(t.turns), **t.extra.get("episode_columns", {})},
+        )
         for t in trajectories:
             if t.metrics.get("turn_reward"):
                 t.reward += t.metrics["turn_reward"]
@@ -230,7 +272,7 @@ async def sample_turn(sampler: Sampler, ids: list[int], params: SampleParams, fi
     if turn_params is None:
         return None
     try:
-        (c,), = await sampler.sample([ids], turn_params, n=1)
+        ((c,),) = await sampler.sample([ids], turn_params, n=1)
     except ContextOverflow:
         if first:
             raise

@@ -53,7 +53,7 @@ class Tool:
     required: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_function(cls, func: Callable[..., Any], name: str | None = None) -> "Tool":
+    def from_function(cls, func: Callable[..., Any], name: str | None = None) -> Tool:
         doc = inspect.getdoc(func) or ""
         hints = typing.get_type_hints(func)
         sig = inspect.signature(func)
@@ -68,20 +68,27 @@ class Tool:
             props[p.name] = s
             if p.default is p.empty:
                 required.append(p.name)
-        return cls(name=name or func.__name__, func=func, description=doc.split("\n\n")[0].strip(),
-                   parameters={"type": "object", "properties": props, "required": required}, required=required)
+        return cls(
+            name=name or func.__name__,
+            func=func,
+            description=doc.split("\n\n")[0].strip(),
+            parameters={"type": "object", "properties": props, "required": required},
+            required=required,
+        )
 
     def schema(self) -> dict[str, Any]:
         """OpenAI function-tool schema."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
 
 def _bare_json(text: str) -> str | None:
     """From the first `{` to the last `}` (the regex `\\{.*\\}` with DOTALL, found with str.find and str.rfind:
     that regex re-scans to the end from every `{` when no `}` follows, quadratic in a reply of braces)."""
     start, end = text.find("{"), text.rfind("}")
-    return text[start:end + 1] if 0 <= start < end else None
+    return text[start : end + 1] if 0 <= start < end else None
 
 
 def parse_calls(text: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -170,19 +177,25 @@ async def call_tool(tools: dict[str, Tool], call: dict[str, Any], timeout_s: flo
     missing = [r for r in tool.required if r not in args]
     unknown = [a for a in args if a not in tool.parameters["properties"]]
     if missing or unknown:
-        return ToolResult(f"error: {tool.name} takes {sorted(tool.parameters['properties'])}; missing {missing}, "
-                          f"unknown {unknown}", ok=False)
+        return ToolResult(
+            f"error: {tool.name} takes {sorted(tool.parameters['properties'])}; missing {missing}, unknown {unknown}",
+            ok=False,
+        )
     thread: threading.Thread | None = None
     try:
         if inspect.iscoroutinefunction(tool.func):
             out = await asyncio.wait_for(tool.func(**args), timeout_s)
         else:
             if hung_tool_threads() >= MAX_HUNG_TOOL_THREADS:
-                return ToolResult(f"error: {tool.name} not run: {MAX_HUNG_TOOL_THREADS} earlier tool calls are still "
-                                  "running past their timeout", ok=False, timed_out=True)
+                return ToolResult(
+                    f"error: {tool.name} not run: {MAX_HUNG_TOOL_THREADS} earlier tool calls are still "
+                    "running past their timeout",
+                    ok=False,
+                    timed_out=True,
+                )
             fut, thread = _in_daemon_thread(tool.func, args)
             out = await asyncio.wait_for(fut, timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         if thread is not None and thread.is_alive():
             with _hung_lock:
                 _hung.add(thread)
@@ -199,6 +212,8 @@ async def call_tool(tools: dict[str, Tool], call: dict[str, Any], timeout_s: flo
 def tools_system_prompt(tools: list[Tool]) -> str:
     """Instructions + schemas, for chat templates that do not render `tools` themselves."""
     specs = "\n".join(json.dumps(t.schema()["function"]) for t in tools)
-    return ("You can call tools. To call one, reply with exactly\n"
-            '<tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>\n'
-            f"Tools:\n{specs}")
+    return (
+        "You can call tools. To call one, reply with exactly\n"
+        '<tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>\n'
+        f"Tools:\n{specs}"
+    )

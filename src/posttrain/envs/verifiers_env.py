@@ -80,20 +80,34 @@ class PosttrainChatHarness(vf.Harness[PosttrainChatHarnessConfig]):
     EXECUTES_CODE = False
     NEEDS_CONTAINER = False
 
-    async def launch(self, ctx: vf.ModelContext, trace: vf.Trace, runtime: Any, endpoint: str, secret: str,
-                     mcp_urls: dict[str, str], data: vf.TaskData, tool_interception_url: str | None = None
-                     ) -> ProgramResult:
+    async def launch(
+        self,
+        ctx: vf.ModelContext,
+        trace: vf.Trace,
+        runtime: Any,
+        endpoint: str,
+        secret: str,
+        mcp_urls: dict[str, str],
+        data: vf.TaskData,
+        tool_interception_url: str | None = None,
+    ) -> ProgramResult:
         cfg = self.config
         messages = self._messages(data)
         async with AsyncExitStack() as stack:
             tools, dispatch, servers = await self._tools(mcp_urls, stack)
-            client = openai.AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0,
-                                        timeout=cfg.request_timeout_s + 5, default_headers=_rollout_header(trace))
+            client = openai.AsyncOpenAI(
+                base_url=endpoint,
+                api_key=secret,
+                max_retries=0,
+                timeout=cfg.request_timeout_s + 5,
+                default_headers=_rollout_header(trace),
+            )
             stack.push_async_callback(client.close)
             for _ in range(cfg.max_calls):
                 try:
-                    r = await client.chat.completions.create(model=ctx.model, messages=messages,
-                                                             **({"tools": tools} if tools else {}))
+                    r = await client.chat.completions.create(
+                        model=ctx.model, messages=messages, **({"tools": tools} if tools else {})
+                    )
                 except openai.APIConnectionError as e:  # incl. timeouts: verifiers reads this code as transport
                     return ProgramResult(MODEL_TRANSPORT_ERROR_EXIT_CODE, "", str(e))
                 except openai.APIStatusError as e:  # a refused turn (a limit, a @stop) ends the run cleanly
@@ -123,8 +137,11 @@ class PosttrainChatHarness(vf.Harness[PosttrainChatHarnessConfig]):
         if isinstance(content, str):
             return {**message, "content": truncate_text(content, cap)[0]}
         if isinstance(content, list):
-            parts = [{**p, "text": truncate_text(p["text"], cap)[0]} if isinstance(p.get("text"), str) else p
-                     for p in content if isinstance(p, dict)]
+            parts = [
+                {**p, "text": truncate_text(p["text"], cap)[0]} if isinstance(p.get("text"), str) else p
+                for p in content
+                if isinstance(p, dict)
+            ]
             return {**message, "content": parts}
         return message
 
@@ -145,7 +162,7 @@ class PosttrainChatHarness(vf.Harness[PosttrainChatHarnessConfig]):
             if not isinstance(args, dict):
                 raise ValueError("tool arguments must be a JSON object")
             content = await asyncio.wait_for(call_mcp(servers, dispatch, name, args), self.config.tool_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             content = f"error: tool {name!r} took longer than {self.config.tool_timeout}s"
         except Exception as e:  # noqa: BLE001 - a failing tool is an observation for the model
             content = f"error: {type(e).__name__}: {e}"
@@ -265,17 +282,30 @@ class VerifiersEnv:
     scores what verifiers recorded, `verifiers_rubric`). `timeout_s` bounds one whole episode, `request_timeout_s`
     one model call (the server's sampler timeout); `max_tokens` is the server's default when a call sets none."""
 
-    def __init__(self, vf_env: vf.Env, task: Task, tokenizer: Any = None, timeout_s: float = 300.0,
-                 request_timeout_s: float = 120.0, max_tokens: int | None = None, model_name: str = "policy"):
+    def __init__(
+        self,
+        vf_env: vf.Env,
+        task: Task,
+        tokenizer: Any = None,
+        timeout_s: float = 300.0,
+        request_timeout_s: float = 120.0,
+        max_tokens: int | None = None,
+        model_name: str = "policy",
+    ):
         self.vf_env = vf_env
         self.task = task
         self.timeout_s = timeout_s
         self.max_tokens = max_tokens or task.max_tokens or 512
         self.model_name = model_name
         # AgentEnv's endpoint, one per (event loop, sampler): the same token-capturing server an agent gets.
-        self._endpoint = AgentEnv(_no_agent, tokenizer=tokenizer, timeout_s=timeout_s,
-                                  request_timeout_s=request_timeout_s, model_name=model_name,
-                                  max_tokens=self.max_tokens)
+        self._endpoint = AgentEnv(
+            _no_agent,
+            tokenizer=tokenizer,
+            timeout_s=timeout_s,
+            request_timeout_s=request_timeout_s,
+            model_name=model_name,
+            max_tokens=self.max_tokens,
+        )
         self._serving: list[tuple[Any, vf.Env, asyncio.Future, asyncio.Event, asyncio.Task]] = []
         self.stats = {"rollouts": 0, "failed": 0, "timeouts": 0, "dropped_calls": 0}
 
@@ -285,7 +315,7 @@ class VerifiersEnv:
         token = _ROLLOUT.set(rid)
         try:
             episode = await asyncio.wait_for(self._episode(row, sampler, params, served), self.timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.stats["timeouts"] += 1
             error = f"verifiers episode timed out after {self.timeout_s}s"
         except Exception as e:  # noqa: BLE001 - a broken env fails its sample, not the run
@@ -315,8 +345,9 @@ class VerifiersEnv:
         await self._endpoint.close()
 
     # ---- one episode -----------------------------------------------------------------------------------------
-    async def _episode(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None,
-                       served: list[Any]) -> Any:
+    async def _episode(
+        self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None, served: list[Any]
+    ) -> Any:
         """The endpoint, the env serving, then the episode: all of it under the rollout's timeout. `served` gets
         the endpoint's app (its recorder holds the calls)."""
         srv, app = await self._endpoint.server_for(sampler)
@@ -336,8 +367,9 @@ class VerifiersEnv:
         client = vf.EvalClientConfig(base_url=url + "/v1", api_key_var="POSTTRAIN_VERIFIERS_UNUSED_KEY")
         return vf.ModelContext(model=self.model_name, client=client, sampling=vf.SamplingConfig(**sampling))
 
-    def _trajectory(self, row: dict[str, Any], episode: Any, records: dict[str, Any], sampler: Sampler,
-                    error: str | None) -> Trajectory:
+    def _trajectory(
+        self, row: dict[str, Any], episode: Any, records: dict[str, Any], sampler: Sampler, error: str | None
+    ) -> Trajectory:
         trace, record = _trained(episode, records) if episode is not None else (None, None)
         traj = record.trajectory(row) if record is not None else None
         if traj is None:
@@ -345,9 +377,13 @@ class VerifiersEnv:
         error = error or _episode_error(episode, trace)
         dropped = record.dropped_calls if record is not None else 0
         self.stats["dropped_calls"] += dropped
-        traj.metrics.update({"verifiers/calls": float(len(record.calls) if record else 0),
-                             "verifiers/dropped_calls": float(dropped),
-                             "verifiers/untrained_traces": float(_untrained(episode, trace))})
+        traj.metrics.update(
+            {
+                "verifiers/calls": float(len(record.calls) if record else 0),
+                "verifiers/dropped_calls": float(dropped),
+                "verifiers/untrained_traces": float(_untrained(episode, trace)),
+            }
+        )
         if trace is not None and error is None:
             _apply_trace(traj, trace)
         if error is not None:
@@ -436,10 +472,16 @@ def _episode_error(episode: Any, trace: Any) -> str | None:
 
 def _apply_trace(traj: Trajectory, trace: Any) -> None:
     """What verifiers recorded on the trace: its rewards (scored later by the rubric), metrics, final reply."""
-    traj.extra[REWARDS_COLUMN] = {k: {"score": r.score, "weight": r.weight}
-                                  for k, r in trace.rewards.items() if r is not None}
-    traj.metrics.update({f"verifiers/{k}": float(v) for k, v in trace.metrics.items()
-                         if isinstance(v, (int, float)) and math.isfinite(v)})
+    traj.extra[REWARDS_COLUMN] = {
+        k: {"score": r.score, "weight": r.weight} for k, r in trace.rewards.items() if r is not None
+    }
+    traj.metrics.update(
+        {
+            f"verifiers/{k}": float(v)
+            for k, v in trace.metrics.items()
+            if isinstance(v, (int, float)) and math.isfinite(v)
+        }
+    )
     traj.metrics["verifiers/turns"] = float(trace.num_turns)
     traj.completion_text = trace.last_reply
     traj.messages = [m.model_dump(exclude_none=True) for m in trace.messages]

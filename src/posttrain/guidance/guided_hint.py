@@ -47,12 +47,12 @@ def strip_prompt(t: Trajectory, row: dict[str, Any], plain_ids: list[int] | None
     marks it, and the sampler-vs-trainer metrics leave these samples out). Returns False, leaving `t` as sampled,
     when the prefix contract does not hold or the plain prompt is unknown."""
     hinted = list(t.turns[0].prompt_ids)
-    if plain_ids is None or any(list(u.prompt_ids[:len(hinted)]) != hinted for u in t.turns):
+    if plain_ids is None or any(list(u.prompt_ids[: len(hinted)]) != hinted for u in t.turns):
         t.metrics["guide_unstripped"] = 1.0
         return False
     hint_text = t.prompt_text
     for u in t.turns:
-        u.prompt_ids = list(plain_ids) + list(u.prompt_ids[len(hinted):])
+        u.prompt_ids = list(plain_ids) + list(u.prompt_ids[len(hinted) :])
     t.row, t.guided = row, True
     t.prompt_text = _plain_text(hint_text, row)
     t.metrics["guided"] = 1.0

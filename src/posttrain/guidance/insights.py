@@ -36,8 +36,10 @@ from posttrain.types import SampleParams, Trajectory
 MAX_ATTEMPT_CHARS = 4000
 MAX_FEEDBACK_CHARS = 2000
 
-WRITE_INSTRUCTION = ("Your attempt above was wrong. In one short sentence, write a TL;DR insight: advice to "
-                     "yourself that would make your next attempt at this task succeed. Reply with the sentence only.")
+WRITE_INSTRUCTION = (
+    "Your attempt above was wrong. In one short sentence, write a TL;DR insight: advice to "
+    "yourself that would make your next attempt at this task succeed. Reply with the sentence only."
+)
 BLOCK_HEADER = "\n\nNotes from your earlier attempts:"
 
 
@@ -85,7 +87,7 @@ class InsightMemory:
 
     def add(self, key: str, insight: str, prompt: Any = None) -> None:
         items = [x for x in self._m.pop(key, []) if x != insight] + [insight]
-        self._m[key] = items[-self.per_task:]
+        self._m[key] = items[-self.per_task :]
         if prompt is not None:
             self.prompts[key] = prompt
         while len(self._m) > self.max_tasks:
@@ -107,11 +109,15 @@ class InsightMemory:
         return [{"prompt": self.prompts[k], "insight": x} for k, xs in self._m.items() if k in self.prompts for x in xs]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"per_task": self.per_task, "max_tasks": self.max_tasks, "items": [[k, v] for k, v in self._m.items()],
-                "prompts": self.prompts}
+        return {
+            "per_task": self.per_task,
+            "max_tasks": self.max_tasks,
+            "items": [[k, v] for k, v in self._m.items()],
+            "prompts": self.prompts,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._m = OrderedDict((k, list(v)[-self.per_task:]) for k, v in state.get("items", []))
+        self._m = OrderedDict((k, list(v)[-self.per_task :]) for k, v in state.get("items", []))
         while len(self._m) > self.max_tasks:
             self._m.popitem(last=False)
         self.prompts = {k: v for k, v in state.get("prompts", {}).items() if k in self._m}
@@ -127,15 +133,23 @@ def write_prompt(row: dict[str, Any], attempt: str, feedback: str | None) -> lis
     return [{"role": "user", "content": f"{body}\n\n{WRITE_INSTRUCTION}"}]
 
 
-async def write_insights(sampler: Any, tokenizer: Any, trajs: list[Trajectory], params: SampleParams) -> list[str | None]:
+async def write_insights(
+    sampler: Any, tokenizer: Any, trajs: list[Trajectory], params: SampleParams
+) -> list[str | None]:
     """One insight per trajectory, written by the policy; the calls are coalesced into one batch by the sampler. A
     prompt that does not fit the context (ContextOverflow) writes no insight for its trajectory alone."""
     from posttrain.models.template_check import render_ids
 
     if not trajs:
         return []
-    prompts = [render_ids(tokenizer, write_prompt(t.extra.get("base_row", t.row), t.completion_text, t.feedback),
-                          add_generation_prompt=True) for t in trajs]
+    prompts = [
+        render_ids(
+            tokenizer,
+            write_prompt(t.extra.get("base_row", t.row), t.completion_text, t.feedback),
+            add_generation_prompt=True,
+        )
+        for t in trajs
+    ]
     outs = await asyncio.gather(*(sampler.sample([p], params, n=1) for p in prompts), return_exceptions=True)
     for o in outs:
         if isinstance(o, BaseException) and not isinstance(o, ContextOverflow):
@@ -146,9 +160,17 @@ async def write_insights(sampler: Any, tokenizer: Any, trajs: list[Trajectory], 
 class InsightEnv:
     """The task's env, with insights in and out (see the module docstring)."""
 
-    def __init__(self, env: Any, memory: InsightMemory, tokenizer: Any, unconditioned_share: float = 0.5,
-                 per_group: int = 1, write_params: SampleParams | None = None, seed: int = 0,
-                 log_path: Any = None):
+    def __init__(
+        self,
+        env: Any,
+        memory: InsightMemory,
+        tokenizer: Any,
+        unconditioned_share: float = 0.5,
+        per_group: int = 1,
+        write_params: SampleParams | None = None,
+        seed: int = 0,
+        log_path: Any = None,
+    ):
         self.env, self.task, self.memory, self.tok = env, env.task, memory, tokenizer
         self.unconditioned_share, self.per_group = unconditioned_share, per_group
         self.write_params = write_params or SampleParams(max_tokens=48, temperature=0.7, stop=["\n"])
@@ -190,12 +212,27 @@ class InsightEnv:
             if text:
                 self.memory.add(t.extra["insight_key"], text, t.extra["base_row"].get("prompt"))
                 t.extra["insight_written"] = text
-                records.append({"kind": "insight", "key": t.extra["insight_key"],
-                                "prompt": t.extra["base_row"].get("prompt"), "insight": text,
-                                "attempt": t.completion_text, "feedback": t.feedback})
-        records += [{"kind": "success", "key": t.extra["insight_key"], "prompt": t.extra["base_row"].get("prompt"),
-                     "insights": t.extra["insights"], "completion": t.completion_text}
-                    for t in trajectories if t.passed and t.extra.get("insights")]
+                records.append(
+                    {
+                        "kind": "insight",
+                        "key": t.extra["insight_key"],
+                        "prompt": t.extra["base_row"].get("prompt"),
+                        "insight": text,
+                        "attempt": t.completion_text,
+                        "feedback": t.feedback,
+                    }
+                )
+        records += [
+            {
+                "kind": "success",
+                "key": t.extra["insight_key"],
+                "prompt": t.extra["base_row"].get("prompt"),
+                "insights": t.extra["insights"],
+                "completion": t.completion_text,
+            }
+            for t in trajectories
+            if t.passed and t.extra.get("insights")
+        ]
         self._log(records)
 
     def _log(self, records: list[dict[str, Any]]) -> None:
@@ -208,8 +245,9 @@ class InsightEnv:
             pass
 
 
-async def evaluate_with_insights(env: Any, sampler: Any, tokenizer: Any, first: list[Trajectory],
-                                 params: SampleParams, write_params: SampleParams) -> dict[str, float]:
+async def evaluate_with_insights(
+    env: Any, sampler: Any, tokenizer: Any, first: list[Trajectory], params: SampleParams, write_params: SampleParams
+) -> dict[str, float]:
     """Pass@1 with insights in context on the held-out rows: every failed first attempt (`first`, already scored)
     writes an insight and is tried again with it; passes of the first attempt count as passes."""
     from posttrain.envs.base import safe_rollout, score_groups
@@ -223,6 +261,8 @@ async def evaluate_with_insights(env: Any, sampler: Any, tokenizer: Any, first: 
     if retries:
         await score_groups(env, [[r] for r in retries])
     passed = sum(t.passed for t in first) + sum(r.passed for r in retries)
-    return {"eval/insights/pass_rate": passed / max(len(first), 1),
-            "eval/insights/retry_pass_rate": sum(r.passed for r in retries) / max(len(retries), 1),
-            "eval/insights/written": float(len(retry_rows))}
+    return {
+        "eval/insights/pass_rate": passed / max(len(first), 1),
+        "eval/insights/retry_pass_rate": sum(r.passed for r in retries) / max(len(retries), 1),
+        "eval/insights/written": float(len(retry_rows)),
+    }

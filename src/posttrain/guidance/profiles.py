@@ -38,8 +38,9 @@ class ProfileBook:
             return
         now = {t: sum(t in s for s in tag_sets) / len(tag_sets) for t in self.tags}
         old = self._p.pop(key, None)
-        self._p[key] = now if old is None else {t: self.decay * old.get(t, 0.0) + (1 - self.decay) * now[t]
-                                                for t in self.tags}
+        self._p[key] = (
+            now if old is None else {t: self.decay * old.get(t, 0.0) + (1 - self.decay) * now[t] for t in self.tags}
+        )
         while len(self._p) > self.max_rows:
             self._p.popitem(last=False)
 
@@ -63,8 +64,9 @@ def batch_profile(tag_sets: list[list[str]], tags: list[str]) -> dict[str, float
     return {t: sum(t in s for s in tag_sets) / n for t in tags}
 
 
-def select_rows(profiles: list[dict[str, float] | None], k: int, target: dict[str, float] | None,
-                excluded: set[int], seed: int = 0) -> list[int]:
+def select_rows(
+    profiles: list[dict[str, float] | None], k: int, target: dict[str, float] | None, excluded: set[int], seed: int = 0
+) -> list[int]:
     """Pick k of the candidates (by position) so that the mean of their profiles is closest (L1) to `target`,
     greedily; candidates in `excluded` only when nothing else is left; a candidate without a profile counts as
     the target itself (neutral). Without a target, the first k allowed candidates. Pure and deterministic."""
@@ -97,8 +99,16 @@ def select_rows(profiles: list[dict[str, float] | None], k: int, target: dict[st
 class ProfileEnv:
     """The task's env with rubric tags on every rollout and RISED's uses of them (see the module docstring)."""
 
-    def __init__(self, env: Any, taggers: Taggers, vocabulary: list[Tag], book: ProfileBook,
-                 negative: str = "penalty", penalty: float = 0.1, positive_distill: bool = True):
+    def __init__(
+        self,
+        env: Any,
+        taggers: Taggers,
+        vocabulary: list[Tag],
+        book: ProfileBook,
+        negative: str = "penalty",
+        penalty: float = 0.1,
+        positive_distill: bool = True,
+    ):
         self.env, self.task, self.taggers, self.book = env, env.task, taggers, book
         self.negative, self.penalty, self.positive_distill = negative, penalty, positive_distill
         self.pos = [t for t in vocabulary if t.polarity == "positive"]
@@ -156,8 +166,15 @@ class Rised:
     the last batch's profile (the selection's target). `choose` is the collector's prompt selector; `metrics` and
     the state dict are the stepper's plugin interface."""
 
-    def __init__(self, vocabulary: list[Tag], taggers: Taggers, book: ProfileBook, candidates: int = 4,
-                 window: int = 4, seed: int = 0):
+    def __init__(
+        self,
+        vocabulary: list[Tag],
+        taggers: Taggers,
+        book: ProfileBook,
+        candidates: int = 4,
+        window: int = 4,
+        seed: int = 0,
+    ):
         self.vocabulary, self.taggers, self.book = vocabulary, taggers, book
         self.candidates, self.window, self.seed = candidates, window, seed
         self.tags = [t.name for t in vocabulary]
@@ -171,9 +188,10 @@ class Rised:
     def choose(self, step: int, pool: list[int], rows: list[dict[str, Any]], k: int) -> list[int]:
         """k row indices out of `pool` (row indices), by profile (select_rows), none chosen in the last window."""
         pool = list(dict.fromkeys(pool))
-        excluded = {j for j, i in enumerate(pool) if step - self.chosen_at.get(i, -10**9) <= self.window}
-        picked = select_rows([self.book.get(row_key(rows[i])) for i in pool], k, self.target, excluded,
-                             seed=self.seed * 1_000_003 + step)
+        excluded = {j for j, i in enumerate(pool) if step - self.chosen_at.get(i, -(10**9)) <= self.window}
+        picked = select_rows(
+            [self.book.get(row_key(rows[i])) for i in pool], k, self.target, excluded, seed=self.seed * 1_000_003 + step
+        )
         out = [pool[j] for j in picked]
         self.overlap = sum(1 for j in picked if j in excluded)
         for i in out:
@@ -189,8 +207,11 @@ class Rised:
         return m
 
     def state_dict(self) -> dict[str, Any]:
-        return {"book": self.book.state_dict(), "target": self.target,
-                "chosen_at": [[i, s] for i, s in self.chosen_at.items()]}
+        return {
+            "book": self.book.state_dict(),
+            "target": self.target,
+            "chosen_at": [[i, s] for i, s in self.chosen_at.items()],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.book.load_state_dict(state.get("book", {}))

@@ -44,16 +44,30 @@ def check_same_tokenizer(student_tok: Any, teacher_tok: Any, teacher_name: str) 
         return
     only_a = sorted(set(a) - set(b))[:3]
     moved = sorted(t for t in set(a) & set(b) if a[t] != b[t])[:3]
-    detail = (f"tokens only the student has: {only_a}" if only_a
-              else f"tokens with other ids: {moved}" if moved else f"tokens only the teacher has: {sorted(set(b) - set(a))[:3]}")
+    detail = (
+        f"tokens only the student has: {only_a}"
+        if only_a
+        else f"tokens with other ids: {moved}"
+        if moved
+        else f"tokens only the teacher has: {sorted(set(b) - set(a))[:3]}"
+    )
     raise TeacherError(
         f"teacher {teacher_name!r} has a different tokenizer than the policy ({len(b)} vs {len(a)} tokens; {detail}). "
         "On-policy distillation scores the student's own token ids, so the teacher must share its tokenizer: pick a "
-        "teacher of the same family (or a checkpoint of the same model).")
+        "teacher of the same family (or a checkpoint of the same model)."
+    )
 
 
-def load_teacher(name: str, student_tok: Any, trainer: Any, device: str, dtype: str, attn_implementation: str,
-                 seed: int = 0, log=print) -> ModelTeacher:
+def load_teacher(
+    name: str,
+    student_tok: Any,
+    trainer: Any,
+    device: str,
+    dtype: str,
+    attn_implementation: str,
+    seed: int = 0,
+    log=print,
+) -> ModelTeacher:
     from posttrain.models.load import load_model
 
     model, tok = load_model(name, dtype, attn_implementation, seed=seed, log=log)
@@ -71,9 +85,10 @@ def chat_suffix_ids(tokenizer: Any) -> list[int]:
     if not getattr(tokenizer, "chat_template", None):
         return []
     probe = "\u2063probe\u2063"
-    text = tokenizer.apply_chat_template([{"role": "user", "content": probe}], tokenize=False,
-                                         add_generation_prompt=True)
-    tail = text[text.rindex(probe) + len(probe):]
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": probe}], tokenize=False, add_generation_prompt=True
+    )
+    tail = text[text.rindex(probe) + len(probe) :]
     return list(tokenizer(tail, add_special_tokens=False)["input_ids"])
 
 
@@ -109,7 +124,7 @@ class SelfHintTeacher:
         at = len(seq.prompt_ids) if seq.hint_at is None else seq.hint_at
         full = seq.prompt_ids + seq.completion_ids
         k = len(self.suffix)
-        if k and at >= k and full[at - k:at] == self.suffix:
+        if k and at >= k and full[at - k : at] == self.suffix:
             return at - k
         if k:
             self.unaligned += 1
@@ -122,10 +137,23 @@ class SelfHintTeacher:
         full = seq.prompt_ids + seq.completion_ids
         n_prompt = len(seq.prompt_ids) + (len(hint) if at <= len(seq.prompt_ids) else 0)
         toks = full[:at] + hint + full[at:]
-        mask = seq.loss_mask if at <= len(seq.prompt_ids) else (
-            seq.loss_mask[: at - len(seq.prompt_ids)] + [0] * len(hint) + seq.loss_mask[at - len(seq.prompt_ids):])
-        return (Sequence(prompt_ids=toks[:n_prompt], completion_ids=toks[n_prompt:], loss_mask=mask,
-                         sampler_logprobs=[0.0] * (len(toks) - n_prompt)), at, len(hint))
+        mask = (
+            seq.loss_mask
+            if at <= len(seq.prompt_ids)
+            else (
+                seq.loss_mask[: at - len(seq.prompt_ids)] + [0] * len(hint) + seq.loss_mask[at - len(seq.prompt_ids) :]
+            )
+        )
+        return (
+            Sequence(
+                prompt_ids=toks[:n_prompt],
+                completion_ids=toks[n_prompt:],
+                loss_mask=mask,
+                sampler_logprobs=[0.0] * (len(toks) - n_prompt),
+            ),
+            at,
+            len(hint),
+        )
 
     def logprobs(self, sequences: list[Sequence]) -> list[list[float] | None]:
         todo = [i for i, s in enumerate(sequences) if s.hint and self._fits(s)]
@@ -136,11 +164,11 @@ class SelfHintTeacher:
         # Each hinted view has its own prompt: its own group, so prefix sharing never mixes two of them.
         batch = Batch([replace(v, group_id=j) for j, (v, _, _) in enumerate(views)])
         scored = self.trainer.compute_logprobs(batch)
-        for i, (view, at, n_hint), lp in zip(todo, views, scored, strict=True):
+        for i, (_view, at, n_hint), lp in zip(todo, views, scored, strict=True):
             s = sequences[i]
             start = at - len(s.prompt_ids)  # where the hint sits in completion coordinates (< 0: in the prompt)
             if start <= 0:
                 out[i] = list(lp)
             else:  # a later turn: earlier tokens keep the student's own view, the hint's tokens are dropped
-                out[i] = [NO_OPINION] * start + list(lp[start + n_hint:])
+                out[i] = [NO_OPINION] * start + list(lp[start + n_hint :])
         return out

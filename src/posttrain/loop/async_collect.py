@@ -113,7 +113,7 @@ class AsyncCollector:
                 self._next_group += 1
                 async with self._cond:
                     with trace.span("wait_weights", worker=name, group=i):  # admission: the staleness bound
-                        await self._cond.wait_for(lambda: admissible(i, self.per_step, self.version, self.k))
+                        await self._cond.wait_for(lambda i=i: admissible(i, self.per_step, self.version, self.k))
                 row = self._rows(s, n_rows)[i % self.per_step]
                 with self.meters["rollout"]():
                     (group,), pen = await self.rollouts.groups([row], StageTimer(worker=name))
@@ -158,13 +158,16 @@ class AsyncCollector:
         try:
             async with self._cond:
                 with trace.span("wait_rollouts", worker="trainer", step=step + 1):  # the trainer idles here
-                    await asyncio.wait_for(self._cond.wait_for(
-                        lambda: self._failure is not None or all(i in self._ready for i in want)),
-                        self.cfg.loop.batch_timeout_s)
-        except asyncio.TimeoutError:
+                    await asyncio.wait_for(
+                        self._cond.wait_for(lambda: self._failure is not None or all(i in self._ready for i in want)),
+                        self.cfg.loop.batch_timeout_s,
+                    )
+        except TimeoutError:
             missing = [i for i in want if i not in self._ready]
-            raise TimeoutError(f"step {step}: groups {missing} not ready after loop.batch_timeout_s="
-                               f"{self.cfg.loop.batch_timeout_s:g}s (a rollout, env or reward is hanging)") from None
+            raise TimeoutError(
+                f"step {step}: groups {missing} not ready after loop.batch_timeout_s="
+                f"{self.cfg.loop.batch_timeout_s:g}s (a rollout, env or reward is hanging)"
+            ) from None
         if self._failure is not None:
             raise RuntimeError(f"a rollout worker failed: {self._failure!r}") from self._failure
         self._wait_s = time.perf_counter() - t0
@@ -177,11 +180,16 @@ class AsyncCollector:
         trajs = [t for g in groups for t in g.trajectories_G]
         too_old = sorted({v for t in trajs for v in t.token_versions() if version - v > self.k})
         if too_old:  # admission makes this impossible; a violation is a bug, not a statistic
-            raise RuntimeError(f"staleness bound broken: trainer at version {version}, tokens from {too_old[:3]}, "
-                               f"max_staleness={self.k}")
-        m = {"async/ready_groups": float(len(self._ready)), "async/trainer_wait_s": self._wait_s,
-             **staleness_metrics(version, [t.policy_version for t in trajs]),
-             **token_staleness_metrics(version, trajs)}
+            raise RuntimeError(
+                f"staleness bound broken: trainer at version {version}, tokens from {too_old[:3]}, "
+                f"max_staleness={self.k}"
+            )
+        m = {
+            "async/ready_groups": float(len(self._ready)),
+            "async/trainer_wait_s": self._wait_s,
+            **staleness_metrics(version, [t.policy_version for t in trajs]),
+            **token_staleness_metrics(version, trajs),
+        }
         if self.cfg.algorithm.overlong_buffer_frac > 0:
             m["dapo/overlong_penalty_mean"] = sum(p for _, p in ready) / max(len(ready), 1)
         return Collected(groups, groups, m)
@@ -192,6 +200,10 @@ class AsyncCollector:
         busy = {k: now[k] - self._busy_mark.get(k, 0.0) for k in now}
         self._busy_mark = now
         wall = max(wall_s, 1e-9)
-        return {"async/step_wall_s": wall, "async/trainer_idle_frac": min(1.0, self._wait_s / wall),
-                "async/sampler_idle_frac": max(0.0, 1.0 - busy["model_call"] / wall),
-                "time/model_call_busy": busy["model_call"], "time/rollout_busy": busy["rollout"]}
+        return {
+            "async/step_wall_s": wall,
+            "async/trainer_idle_frac": min(1.0, self._wait_s / wall),
+            "async/sampler_idle_frac": max(0.0, 1.0 - busy["model_call"] / wall),
+            "time/model_call_busy": busy["model_call"],
+            "time/rollout_busy": busy["rollout"],
+        }

@@ -40,11 +40,15 @@ class BatchOptions:
     keep_zero_advantage: bool = False
 
     @classmethod
-    def from_config(cls, a: AlgorithmConfig) -> "BatchOptions":
-        return cls(advantage=a.advantage, scale_std=a.scale_std,
-                   kl_reward_beta=a.beta if a.kl_mode == "reward" else 0.0, kl_estimator=a.kl_estimator,
-                   overlong_filter=a.overlong_filter,
-                   keep_zero_advantage=(a.beta > 0 and a.kl_mode == "loss") or a.teacher.model is not None)
+    def from_config(cls, a: AlgorithmConfig) -> BatchOptions:
+        return cls(
+            advantage=a.advantage,
+            scale_std=a.scale_std,
+            kl_reward_beta=a.beta if a.kl_mode == "reward" else 0.0,
+            kl_estimator=a.kl_estimator,
+            overlong_filter=a.overlong_filter,
+            keep_zero_advantage=(a.beta > 0 and a.kl_mode == "loss") or a.teacher.model is not None,
+        )
 
 
 HintFn = Callable[[Trajectory], "tuple[str, int | None] | None"]  # (hint text, turn index; None: the last turn)
@@ -67,6 +71,7 @@ def first_hint(*fns: HintFn | None) -> HintFn:
 
     def fn(t: Trajectory) -> tuple[str, int | None] | None:
         return next((h for h in (f(t) for f in live) if h is not None), None)
+
     return fn
 
 
@@ -80,8 +85,12 @@ def env_hint(t: Trajectory) -> tuple[str, int | None] | None:
 def sequences_from_groups(groups: list[Group], hint_fn: HintFn | None = None) -> list[Sequence]:
     """Every trajectory that did not fail, as a Sequence whose group_id is its group's position; `hint_fn` picks
     the hint a self-distillation teacher will read for each (None: no hints)."""
-    return [sequence_of(t, group_id=gi, hint=hint_fn(t) if hint_fn else None)
-            for gi, g in enumerate(groups) for t in g.trajectories_G if not t.failed]
+    return [
+        sequence_of(t, group_id=gi, hint=hint_fn(t) if hint_fn else None)
+        for gi, g in enumerate(groups)
+        for t in g.trajectories_G
+        if not t.failed
+    ]
 
 
 def number_samples(groups: list[Group]) -> None:
@@ -128,8 +137,7 @@ def kl_penalties(seqs: list[Sequence], beta: float, estimator: str) -> list[floa
     return kl_reward_penalty(logp, ref, mask, beta, estimator).tolist()
 
 
-def build_batch(seqs: list[Sequence], opts: BatchOptions,
-                policy_version: int = 0) -> tuple[Batch, dict[str, float]]:
+def build_batch(seqs: list[Sequence], opts: BatchOptions, policy_version: int = 0) -> tuple[Batch, dict[str, float]]:
     """The optimizer batch from scored sequences, and its metrics. Normalizers count every sequence, the trained
     part is the sequences that change the update."""
     m: dict[str, float] = {}
@@ -142,22 +150,36 @@ def build_batch(seqs: list[Sequence], opts: BatchOptions,
         pen = kl_penalties(seqs, opts.kl_reward_beta, opts.kl_estimator)
         rewards = [r - p for r, p in zip(rewards, pen, strict=True)]
         m["kl/reward_penalty_mean"] = sum(pen) / max(len(pen), 1)
-    adv_N = (ADVANTAGES[opts.advantage](torch.tensor(rewards, dtype=torch.float32),
-                                        torch.tensor([s.group_id for s in seqs]), scale_std=opts.scale_std)
-             if seqs else torch.zeros(0))
+    adv_N = (
+        ADVANTAGES[opts.advantage](
+            torch.tensor(rewards, dtype=torch.float32),
+            torch.tensor([s.group_id for s in seqs]),
+            scale_std=opts.scale_std,
+        )
+        if seqs
+        else torch.zeros(0)
+    )
     seqs = [replace(s, advantage=a, reward=r) for s, a, r in zip(seqs, adv_N.tolist(), rewards, strict=True)]
-    keep = [i for i, s in enumerate(seqs) if opts.keep_zero_advantage or (
-        (s.advantage != 0.0 or s.teacher_logprobs is not None) and any(s.loss_mask))]
-    batch = Batch(sequences=[seqs[i] for i in keep], policy_version=policy_version,
-                  total_loss_tokens=float(max(sum(sum(s.loss_mask) for s in seqs), 1)),
-                  total_seqs=float(max(len(seqs), 1)),
-                  advantage_of={s.sample_id: s.advantage for s in seqs if s.sample_id is not None})
+    keep = [
+        i
+        for i, s in enumerate(seqs)
+        if opts.keep_zero_advantage or ((s.advantage != 0.0 or s.teacher_logprobs is not None) and any(s.loss_mask))
+    ]
+    batch = Batch(
+        sequences=[seqs[i] for i in keep],
+        policy_version=policy_version,
+        total_loss_tokens=float(max(sum(sum(s.loss_mask) for s in seqs), 1)),
+        total_seqs=float(max(len(seqs), 1)),
+        advantage_of={s.sample_id: s.advantage for s in seqs if s.sample_id is not None},
+    )
     trained = batch.sequences
-    m.update({
-        "adv/mean": float(adv_N.mean()) if len(adv_N) else 0.0,
-        "adv/std": float(adv_N.std()) if len(adv_N) > 1 else 0.0,
-        "adv/abs_max": float(adv_N.abs().max()) if len(adv_N) else 0.0,
-        "tokens/trained": float(batch.num_tokens),
-        "train/zero_adv_seqs_skipped": float(len(seqs) - len(trained)),
-    })
+    m.update(
+        {
+            "adv/mean": float(adv_N.mean()) if len(adv_N) else 0.0,
+            "adv/std": float(adv_N.std()) if len(adv_N) > 1 else 0.0,
+            "adv/abs_max": float(adv_N.abs().max()) if len(adv_N) else 0.0,
+            "tokens/trained": float(batch.num_tokens),
+            "train/zero_adv_seqs_skipped": float(len(seqs) - len(trained)),
+        }
+    )
     return batch, m

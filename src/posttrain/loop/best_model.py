@@ -42,8 +42,10 @@ class BestModel:
         """Export final/ (the best step's model under use_best, else the last one): (its step, a line saying so)."""
         if not use_best or self.step is None or self.step == last_step or not self.folder.is_dir():
             save_last(final_dir)
-            return last_step, (f"final/ is step {last_step}" + (f" (held-out {self.metric} {self.value:.3f}, the best)"
-                                                                if self.step == last_step else ""))
+            return last_step, (
+                f"final/ is step {last_step}"
+                + (f" (held-out {self.metric} {self.value:.3f}, the best)" if self.step == last_step else "")
+            )
         tmp = final_dir.with_name(f".{final_dir.name}-best")
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -51,8 +53,10 @@ class BestModel:
         if final_dir.exists():
             shutil.rmtree(final_dir)
         tmp.rename(final_dir)
-        return self.step, (f"final/ is step {self.step}, the best held-out {self.metric} ({self.value:.3f}); the last step "
-                f"{last_step} scored lower (loop.final_model=last exports the last step instead)")
+        return self.step, (
+            f"final/ is step {self.step}, the best held-out {self.metric} ({self.value:.3f}); the last step "
+            f"{last_step} scored lower (loop.final_model=last exports the last step instead)"
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.step, "value": self.value}

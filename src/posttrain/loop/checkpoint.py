@@ -24,8 +24,14 @@ def checkpoint_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
-def save_checkpoint(run_dir: Path, step: int, states: dict[str, Any], sampler_generator: torch.Generator,
-                    loop_state: dict[str, Any], keep: int = 2) -> Path:
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    states: dict[str, Any],
+    sampler_generator: torch.Generator,
+    loop_state: dict[str, Any],
+    keep: int = 2,
+) -> Path:
     """`states`: file name -> object saved with torch.save (the stepper's state_dict); `loop_state`: JSON."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -37,8 +43,10 @@ def save_checkpoint(run_dir: Path, step: int, states: dict[str, Any], sampler_ge
     try:
         for name, obj in states.items():
             torch.save(obj, tmp / name)
-        torch.save({"torch": torch.get_rng_state(), "sampler": sampler_generator.get_state(),
-                    "python": random.getstate()}, tmp / "rng.pt")
+        torch.save(
+            {"torch": torch.get_rng_state(), "sampler": sampler_generator.get_state(), "python": random.getstate()},
+            tmp / "rng.pt",
+        )
         (tmp / "loop_state.json").write_text(json.dumps({"step": step, **loop_state}, indent=2))
     except (OSError, RuntimeError) as e:  # torch reports a full disk as "enforce fail ... unexpected pos"
         shutil.rmtree(tmp, ignore_errors=True)  # free what was written; the last whole checkpoint stays
@@ -46,7 +54,8 @@ def save_checkpoint(run_dir: Path, step: int, states: dict[str, Any], sampler_ge
         raise CheckpointError(
             f"could not write the checkpoint of step {step} to {root} ({free / 2**30:.2f} GiB free on that disk; "
             f"the last complete checkpoint is kept): {e}. Free some space, or checkpoint less often "
-            "(loop.save_every, loop.keep_checkpoints), then resume the run") from e
+            "(loop.save_every, loop.keep_checkpoints), then resume the run"
+        ) from e
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from posttrain.algos.dapo import has_signal
+from posttrain.algos.prompt_selection import prompts_for_step
 from posttrain.config.schema import Config
 from posttrain.envs.base import Env, safe_rollout, score_groups
 from posttrain.envs.faults import FaultyEnv
-from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
 from posttrain.guidance.guided_hint import first_prompt_ids, strip_prompt
-from posttrain.algos.prompt_selection import prompts_for_step  # noqa: F401 - re-exported (async, es)
+from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
 from posttrain.loop.shaping import apply_overlong_penalty
 from posttrain.obs.timers import StageTimer
 from posttrain.sampling.base import Sampler
@@ -89,10 +89,10 @@ class RolloutSpec:
             if self.untransform and self.row_transform is not None:
                 for k, idx in enumerate(row_indices):
                     plain = await self._plain_prompt_ids(idx)
-                    for t in trajs[k * G:k * G + n_t]:
+                    for t in trajs[k * G : k * G + n_t]:
                         if t.failed_in != "rollout":  # it has no sampled turn to re-prompt
                             strip_prompt(t, self.rows[idx], plain)
-        groups = [Group(task_index=idx, trajectories_G=trajs[i * G:(i + 1) * G]) for i, idx in enumerate(row_indices)]
+        groups = [Group(task_index=idx, trajectories_G=trajs[i * G : (i + 1) * G]) for i, idx in enumerate(row_indices)]
         with timer("reward"):
             await score_groups(self.env, [g.trajectories_G for g in groups])
         if self.untransform and self.row_transform is not None:
@@ -100,7 +100,7 @@ class RolloutSpec:
             # policy that reads it becomes the teacher of every stalled sample that did not pass.
             for k, idx in enumerate(row_indices):
                 hint = self.rows[idx].get("format_hint")
-                for t in trajs[k * G:(k + 1) * G]:
+                for t in trajs[k * G : (k + 1) * G]:
                     if hint and not t.passed and not t.failed:
                         t.remedy_hint = str(hint)
         pen = apply_overlong_penalty(groups, self.overlong_buffer_frac, self.overlong_penalty, self.params.max_tokens)
@@ -119,23 +119,32 @@ class RolloutSpec:
             self._plain_ids[i] = await first_prompt_ids(self.env, self.rows[i], self.params)
         return self._plain_ids[i]
 
-    def adjusted(self, ov: Any) -> "RolloutSpec":
+    def adjusted(self, ov: Any) -> RolloutSpec:
         """These rollouts under a remedy's overrides (temperature, G, extra stop strings, the soft overlong
         penalty, a format hint); neutral overrides give back the configured rollouts."""
         from posttrain.obs.remedies import with_format_hint
 
-        params = replace(self.params, temperature=ov.temperature or self.params.temperature,
-                         stop=list(self.params.stop) + [x for x in ov.extra_stop if x not in self.params.stop])
-        return replace(self, G=ov.num_generations or self.G, params=params,
-                       overlong_buffer_frac=(self.overlong_buffer_frac if ov.overlong_buffer_frac is None
-                                             else ov.overlong_buffer_frac),
-                       row_transform=with_format_hint if ov.format_hint else None,
-                       untransform=bool(ov.format_hint and getattr(ov, "guide", False)),
-                       transform_share=getattr(ov, "guide_share", 1.0))
+        params = replace(
+            self.params,
+            temperature=ov.temperature or self.params.temperature,
+            stop=list(self.params.stop) + [x for x in ov.extra_stop if x not in self.params.stop],
+        )
+        return replace(
+            self,
+            G=ov.num_generations or self.G,
+            params=params,
+            overlong_buffer_frac=(
+                self.overlong_buffer_frac if ov.overlong_buffer_frac is None else ov.overlong_buffer_frac
+            ),
+            row_transform=with_format_hint if ov.format_hint else None,
+            untransform=bool(ov.format_hint and getattr(ov, "guide", False)),
+            transform_share=getattr(ov, "guide_share", 1.0),
+        )
 
     @classmethod
-    def from_config(cls, cfg: Config, env: Env, sampler: Sampler, rows: list[dict[str, Any]],
-                    params: SampleParams) -> "RolloutSpec":
+    def from_config(
+        cls, cfg: Config, env: Env, sampler: Sampler, rows: list[dict[str, Any]], params: SampleParams
+    ) -> RolloutSpec:
         a = cfg.algorithm
         if cfg.debug.rollout_fault_rate > 0:  # test only: training rollouts fail on purpose (envs/faults.py)
             env = FaultyEnv(env, cfg.debug.rollout_fault_rate, cfg.run.seed)
@@ -182,9 +191,13 @@ class SyncCollector:
         m: dict[str, float] = {}
         if a.dynamic_sampling:
             kept, all_groups, stats = await collect_groups(
-                sample, first, lambda rnd, k, used: refill_rows(n_rows, step, rnd, k, cfg.run.seed, used),
-                target=cfg.loop.prompts_per_step, max_rounds=a.max_refill_rounds,
-                keep=lambda g: has_signal(g.rewards_G))
+                sample,
+                first,
+                lambda rnd, k, used: refill_rows(n_rows, step, rnd, k, cfg.run.seed, used),
+                target=cfg.loop.prompts_per_step,
+                max_rounds=a.max_refill_rounds,
+                keep=lambda g: has_signal(g.rewards_G),
+            )
             m.update(stats.metrics())
         else:
             kept = all_groups = await sample(first)

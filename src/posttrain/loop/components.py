@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from posttrain.config.schema import Config
-from posttrain.tasks.from_config import task_from_config
 from posttrain.envs.base import make_env
 from posttrain.envs.task import Task, prepare_task
 from posttrain.models.load import stop_token_ids
@@ -18,6 +17,7 @@ from posttrain.rewards.judges.setup import configure_task_judges
 from posttrain.sampling.context import run_budget
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.sampling.precision import precision_advice
+from posttrain.tasks.from_config import task_from_config
 from posttrain.types import SampleParams
 
 
@@ -39,8 +39,13 @@ class Components:
 def sample_params(cfg: Config, task: Task) -> tuple[SampleParams, SampleParams]:
     max_tokens = cfg.sampling.max_tokens or task.max_tokens or 128
     stop = list(task.stop if cfg.sampling.stop is None else cfg.sampling.stop)
-    train = SampleParams(max_tokens=max_tokens, temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
-                         top_k=cfg.sampling.top_k, stop=stop)
+    train = SampleParams(
+        max_tokens=max_tokens,
+        temperature=cfg.sampling.temperature,
+        top_p=cfg.sampling.top_p,
+        top_k=cfg.sampling.top_k,
+        stop=stop,
+    )
     ev = SampleParams(max_tokens=max_tokens, temperature=cfg.sampling.eval_temperature, stop=stop)
     return train, ev
 
@@ -64,8 +69,15 @@ def build(cfg: Config, log=print) -> Components:
     model = with_lora(cfg, model)
     trainable, total = count_parameters(model)
     train_params, eval_params = sample_params(cfg, task)
-    sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=cfg.run.seed, graphs=cfg.sampling.cuda_graphs,
-                        prefix_cache_tokens=cfg.sampling.prefix_cache_tokens, context=run_budget(cfg, model))
+    sampler = HFSampler(
+        model,
+        tok,
+        stop_token_ids(model, tok),
+        seed=cfg.run.seed,
+        graphs=cfg.sampling.cuda_graphs,
+        prefix_cache_tokens=cfg.sampling.prefix_cache_tokens,
+        context=run_budget(cfg, model),
+    )
     env_workers = None
     if cfg.cluster.envs == "ray":  # each episode's tools on a Ray actor (cluster/ray_episodes.py)
         from posttrain.cluster.ray_episodes import EnvWorkers, remote_env
@@ -74,5 +86,6 @@ def build(cfg: Config, log=print) -> Components:
         env = remote_env(task, env_workers, tok, train_params)
     else:
         env = make_env(task, tok, train_params)
-    return Components(model, tok, task, env, sampler, ref_model, train_params, eval_params, trainable, total,
-                      env_workers)
+    return Components(
+        model, tok, task, env, sampler, ref_model, train_params, eval_params, trainable, total, env_workers
+    )

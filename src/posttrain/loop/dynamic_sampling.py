@@ -27,10 +27,12 @@ class RefillStats:
     extra_rounds: int = 0
 
     def metrics(self) -> dict[str, float]:
-        return {"dynamic/extra_rounds": float(self.extra_rounds),
-                "dynamic/sampled_groups": float(self.sampled_groups),
-                "dynamic/filtered_frac": self.filtered_groups / max(self.sampled_groups, 1),
-                "dynamic/batch_fill": self.kept / max(self.target, 1)}
+        return {
+            "dynamic/extra_rounds": float(self.extra_rounds),
+            "dynamic/sampled_groups": float(self.sampled_groups),
+            "dynamic/filtered_frac": self.filtered_groups / max(self.sampled_groups, 1),
+            "dynamic/batch_fill": self.kept / max(self.target, 1),
+        }
 
 
 def refill_rows(n_rows: int, step: int, round_: int, k: int, seed: int, exclude: set[int]) -> list[int]:
@@ -43,9 +45,14 @@ def refill_rows(n_rows: int, step: int, round_: int, k: int, seed: int, exclude:
     return [pool[i % len(pool)] for i in range(k)]
 
 
-async def collect_groups(sample: Callable[[list[int]], Awaitable[list[Group]]], first_rows: list[int],
-                         more_rows: Callable[[int, int, set[int]], list[int]], target: int, max_rounds: int,
-                         keep: Callable[[Group], bool]) -> tuple[list[Group], list[Group], RefillStats]:
+async def collect_groups(
+    sample: Callable[[list[int]], Awaitable[list[Group]]],
+    first_rows: list[int],
+    more_rows: Callable[[int, int, set[int]], list[int]],
+    target: int,
+    max_rounds: int,
+    keep: Callable[[Group], bool],
+) -> tuple[list[Group], list[Group], RefillStats]:
     """Sample `first_rows`, then refill until `target` groups pass `keep` or `max_rounds` extra rounds ran.
 
     sample(rows) -> groups (rolled out and scored); more_rows(round, k, used) -> k fresh row indices.

@@ -30,9 +30,18 @@ HISTORY_FILE = "es_history.json"
 
 
 class ESStepper:
-    def __init__(self, cfg: Config, model: Any, env: Any, sampler: Any, rows: list[dict[str, Any]],
-                 train_params: SampleParams, pass_thresholds: dict[str, float], run_dir: Path,
-                 say: Any = print):
+    def __init__(
+        self,
+        cfg: Config,
+        model: Any,
+        env: Any,
+        sampler: Any,
+        rows: list[dict[str, Any]],
+        train_params: SampleParams,
+        pass_thresholds: dict[str, float],
+        run_dir: Path,
+        say: Any = print,
+    ):
         es = cfg.algorithm.es
         if es.population % 2:
             raise ValueError(f"algorithm.es.population must be even (antithetic pairs), got {es.population}")
@@ -42,14 +51,22 @@ class ESStepper:
         self.base = [p.detach().clone() for p in self.params]
         self.history = ESHistory(sigma=es.sigma, lr=es.lr, population=es.population)
         self.last_trajectories: list = []  # the last step's rollouts, for samples.jsonl
-        self.fitness_params = SampleParams(max_tokens=train_params.max_tokens, temperature=es.temperature,
-                                           top_p=train_params.top_p, top_k=train_params.top_k, stop=train_params.stop)
+        self.fitness_params = SampleParams(
+            max_tokens=train_params.max_tokens,
+            temperature=es.temperature,
+            top_p=train_params.top_p,
+            top_k=train_params.top_k,
+            stop=train_params.stop,
+        )
 
     async def _fitness(self, rows: list[dict[str, Any]], timer: StageTimer) -> tuple[float, list[Trajectory]]:
         k = self.cfg.algorithm.es.samples_per_prompt
         with timer("sample"):
-            trajs = list(await asyncio.gather(*(safe_rollout(self.env, r, self.sampler, self.fitness_params)
-                                                for r in rows for _ in range(k))))
+            trajs = list(
+                await asyncio.gather(
+                    *(safe_rollout(self.env, r, self.sampler, self.fitness_params) for r in rows for _ in range(k))
+                )
+            )
         with timer("reward"):
             await score_isolated(self.env, trajs)  # a sample whose rollout or scoring raised counts as failed
         ok = [t.reward for t in trajs if not t.failed]
@@ -82,15 +99,20 @@ class ESStepper:
         fit = f_plus + f_minus
         n_tok = sum(t.num_completion_tokens for t in trajs)
         m: dict[str, Any] = {**rollout_metrics(trajs), **pass_rates(trajs, self.pass_thresholds)}
-        m.update({
-            "es/fitness_mean": statistics.fmean(fit), "es/fitness_max": max(fit), "es/fitness_min": min(fit),
-            "es/fitness_spread": max(fit) - min(fit), "es/weight_abs_mean": statistics.fmean(abs(w) for w in it.weights),
-            "es/history_bytes_per_iteration": float(len(it.to_bytes())),
-            "es/history_json_bytes": float(len(json.dumps(self.history.to_dict()))),
-            "tokens/completion": float(n_tok),
-            "perf/sample_tokens_per_s": n_tok / max(timer.seconds.get("sample", 0.0), 1e-9),
-            "policy_version": float(self.sampler.policy_version),
-        })
+        m.update(
+            {
+                "es/fitness_mean": statistics.fmean(fit),
+                "es/fitness_max": max(fit),
+                "es/fitness_min": min(fit),
+                "es/fitness_spread": max(fit) - min(fit),
+                "es/weight_abs_mean": statistics.fmean(abs(w) for w in it.weights),
+                "es/history_bytes_per_iteration": float(len(it.to_bytes())),
+                "es/history_json_bytes": float(len(json.dumps(self.history.to_dict()))),
+                "tokens/completion": float(n_tok),
+                "perf/sample_tokens_per_s": n_tok / max(timer.seconds.get("sample", 0.0), 1e-9),
+                "policy_version": float(self.sampler.policy_version),
+            }
+        )
         m.update(timer.metrics())
         m["time/step"] = sum(timer.seconds.values())
         self.last_trajectories = trajs
@@ -110,7 +132,9 @@ class ESStepper:
         if self.history.iterations:
             t0 = time.perf_counter()
             (self.run_dir / HISTORY_FILE).write_text(json.dumps(self.history.to_dict()))
-            self.say(f"ES seed history: {len(self.history.iterations)} iterations, "
-                            f"{self.history.bytes_per_iteration():.0f} bytes/iteration binary, "
-                            f"{len(json.dumps(self.history.to_dict()))} bytes as JSON -> {self.run_dir / HISTORY_FILE} "
-                            f"[{time.perf_counter() - t0:.0f}s]")
+            self.say(
+                f"ES seed history: {len(self.history.iterations)} iterations, "
+                f"{self.history.bytes_per_iteration():.0f} bytes/iteration binary, "
+                f"{len(json.dumps(self.history.to_dict()))} bytes as JSON -> {self.run_dir / HISTORY_FILE} "
+                f"[{time.perf_counter() - t0:.0f}s]"
+            )

@@ -39,8 +39,14 @@ class SuiteTask:
     max_tokens: int | None = None  # None: the task's own (or 128)
 
     @classmethod
-    def load(cls, name: str, options: dict[str, Any] | None = None, prompts: int = 32, answer_format: str = "auto",
-             seed: int = 0) -> SuiteTask:
+    def load(
+        cls,
+        name: str,
+        options: dict[str, Any] | None = None,
+        prompts: int = 32,
+        answer_format: str = "auto",
+        seed: int = 0,
+    ) -> SuiteTask:
         from posttrain.tasks.load import load_task
 
         return cls(load_task(name, options, seed=seed), prompts=prompts, answer_format=answer_format)
@@ -63,9 +69,15 @@ class TaskResult:
 
     def row(self, k: int) -> dict[str, Any]:
         m = self.metrics
-        return {"task": self.name, "prompts": self.prompts, "pass@1": m.get("pass@1", 0.0),
-                f"pass@{k}": m.get(f"pass@{k}", 0.0), f"maj@{k}": m.get(f"maj@{k}"),
-                "reward": m.get("reward", 0.0), "seconds": round(self.seconds, 1)}
+        return {
+            "task": self.name,
+            "prompts": self.prompts,
+            "pass@1": m.get("pass@1", 0.0),
+            f"pass@{k}": m.get(f"pass@{k}", 0.0),
+            f"maj@{k}": m.get(f"maj@{k}"),
+            "reward": m.get("reward", 0.0),
+            "seconds": round(self.seconds, 1),
+        }
 
 
 @dataclass
@@ -86,15 +98,19 @@ class SuiteResult:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"samples": self.samples, "tasks": [{"task": t.name, "prompts": t.prompts, "seconds": t.seconds,
-                                                    "metrics": t.metrics} for t in self.tasks]}
+        return {
+            "samples": self.samples,
+            "tasks": [
+                {"task": t.name, "prompts": t.prompts, "seconds": t.seconds, "metrics": t.metrics} for t in self.tasks
+            ],
+        }
 
 
 def score_samples(trajs: list[Trajectory], samples: int, answer_format: str) -> dict[str, float]:
     """pass@1, pass@k, maj@k and the mean reward over prompts whose `samples` trajectories are consecutive."""
     per_prompt = []
     for i in range(0, len(trajs), samples):
-        group = trajs[i:i + samples]
+        group = trajs[i : i + samples]
         passed = [t.passed and not t.failed for t in group]
         answers = [None if t.failed else extract_answer(t.completion_text, answer_format) for t in group]
         per_prompt.append(prompt_metrics(passed, samples, answers))
@@ -104,8 +120,13 @@ def score_samples(trajs: list[Trajectory], samples: int, answer_format: str) -> 
     return out
 
 
-async def run_suite_async(tasks: list[SuiteTask], sampler: Sampler, tokenizer: Any, settings: SuiteSettings,
-                          progress: Callable[[str], None] | None = None) -> SuiteResult:
+async def run_suite_async(
+    tasks: list[SuiteTask],
+    sampler: Sampler,
+    tokenizer: Any,
+    settings: SuiteSettings,
+    progress: Callable[[str], None] | None = None,
+) -> SuiteResult:
     """Each task in turn (its own env and max_tokens), all its prompts' k samples at once."""
     if settings.samples < 1:
         raise ValueError(f"samples per prompt must be >= 1, got {settings.samples}")
@@ -118,22 +139,30 @@ async def run_suite_async(tasks: list[SuiteTask], sampler: Sampler, tokenizer: A
         rows = st.task.eval_rows[: st.prompts]
         if progress:
             progress(f"eval suite: {st.task.name}: {len(rows)} prompts x {settings.samples} samples")
-        m, trajs = await evaluate_async(env, sampler, rows, params, settings.samples, progress=progress,
-                                        every_s=settings.every_s)
+        m, trajs = await evaluate_async(
+            env, sampler, rows, params, settings.samples, progress=progress, every_s=settings.every_s
+        )
         metrics = {**m, **score_samples(trajs, settings.samples, st.answer_format)}
         result.tasks.append(TaskResult(st.task.name, len(rows), metrics, time.perf_counter() - t0))
     return result
 
 
-def run_suite(tasks: list[SuiteTask], sampler: Sampler, tokenizer: Any, settings: SuiteSettings,
-              progress: Callable[[str], None] | None = None) -> SuiteResult:
+def run_suite(
+    tasks: list[SuiteTask],
+    sampler: Sampler,
+    tokenizer: Any,
+    settings: SuiteSettings,
+    progress: Callable[[str], None] | None = None,
+) -> SuiteResult:
     return asyncio.run(run_suite_async(tasks, sampler, tokenizer, settings, progress))
 
 
 def suite_tasks(cfg: Any, seed: int = 0) -> list[SuiteTask]:
     """The tasks of a config's `eval_suite` section, loaded once for the run."""
-    return [SuiteTask.load(t["name"], t.get("options") or {}, int(t.get("prompts", cfg.prompts)), cfg.answer_format,
-                           seed) for t in cfg.tasks]
+    return [
+        SuiteTask.load(t["name"], t.get("options") or {}, int(t.get("prompts", cfg.prompts)), cfg.answer_format, seed)
+        for t in cfg.tasks
+    ]
 
 
 def with_prompts(tasks: list[SuiteTask], prompts: int) -> list[SuiteTask]:

@@ -21,9 +21,15 @@ from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory
 
 
-async def evaluate_async(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[str, Any]],
-                         params: SampleParams, samples: int = 1, progress: Callable[[str], None] | None = None,
-                         every_s: float = 60.0) -> tuple[dict[str, float], list[Trajectory]]:
+async def evaluate_async(
+    env: SingleTurnEnv,
+    sampler: Sampler,
+    rows: list[dict[str, Any]],
+    params: SampleParams,
+    samples: int = 1,
+    progress: Callable[[str], None] | None = None,
+    every_s: float = 60.0,
+) -> tuple[dict[str, float], list[Trajectory]]:
     """`progress`: called every `every_s` seconds while rollouts are still running (a multi-turn eval can take
     many minutes, and a silent one looks hung)."""
     if samples < 1:
@@ -31,7 +37,7 @@ async def evaluate_async(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[s
     t0 = time.perf_counter()
     todo = [safe_rollout(env, r, sampler, params) for r in rows for _ in range(samples)]
     trajs = list(await _with_progress(todo, progress, every_s, t0))
-    await score_groups(env, [trajs[i:i + samples] for i in range(0, len(trajs), samples)])
+    await score_groups(env, [trajs[i : i + samples] for i in range(0, len(trajs), samples)])
     rubric = env.task.rubric
     m = rollout_metrics(trajs, prefix="eval/")
     m.update(pass_rates(trajs, {c.name: c.pass_threshold for c in rubric.components}, prefix="eval/"))
@@ -46,8 +52,9 @@ async def evaluate_async(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[s
     return m, trajs
 
 
-async def _with_progress(coros: list[Any], progress: Callable[[str], None] | None, every_s: float,
-                         t0: float) -> list[Trajectory]:
+async def _with_progress(
+    coros: list[Any], progress: Callable[[str], None] | None, every_s: float, t0: float
+) -> list[Trajectory]:
     """gather(coros), reporting how many have finished every `every_s` seconds until they all have."""
     if progress is None:
         return await asyncio.gather(*coros)
@@ -72,10 +79,16 @@ async def _with_progress(coros: list[Any], progress: Callable[[str], None] | Non
 
 def pass_at_n(passed: list[bool], n: int) -> float:
     """Share of prompts (consecutive runs of n samples) with at least one pass."""
-    groups = [passed[i:i + n] for i in range(0, len(passed), n)]
+    groups = [passed[i : i + n] for i in range(0, len(passed), n)]
     return sum(any(g) for g in groups) / max(len(groups), 1)
 
 
-def evaluate(env: SingleTurnEnv, sampler: Sampler, rows: list[dict[str, Any]], params: SampleParams, samples: int = 1,
-             progress: Callable[[str], None] | None = None) -> tuple[dict[str, float], list[Trajectory]]:
+def evaluate(
+    env: SingleTurnEnv,
+    sampler: Sampler,
+    rows: list[dict[str, Any]],
+    params: SampleParams,
+    samples: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, float], list[Trajectory]]:
     return asyncio.run(evaluate_async(env, sampler, rows, params, samples, progress=progress))

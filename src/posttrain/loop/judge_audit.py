@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain.rewards.judges.agreement import Confusion, agreement, auc, cohen_kappa, confusion
-from posttrain.rewards.judges.pairwise import PairwiseJudge, PairVerdict
+from posttrain.rewards.judges.pairwise import PairVerdict, PairwiseJudge
 from posttrain.rewards.judges.pointwise import PointwiseJudge
 
 INJECTIONS: dict[str, str] = {
@@ -106,11 +106,15 @@ class AuditReport:
         if self.injections:
             lines.append("  injection probes (appended to verifier-failing samples; the verifier still fails them):")
             for r in self.injections:
-                lines.append(f"    {r.name:<14} n={r.n:<3} mean score {r.mean_before:.3f} -> {r.mean_after:.3f} "
-                             f"(shift {r.shift:+.3f}), verdicts flipped to pass: {r.flipped_to_pass}")
+                lines.append(
+                    f"    {r.name:<14} n={r.n:<3} mean score {r.mean_before:.3f} -> {r.mean_after:.3f} "
+                    f"(shift {r.shift:+.3f}), verdicts flipped to pass: {r.flipped_to_pass}"
+                )
         if self.pairs:
-            lines.append(f"  pairwise (pass vs fail, both orders): {self.pairs_correct}/{self.pairs} right, "
-                         f"position flips {self.position_flips}/{self.pairs}")
+            lines.append(
+                f"  pairwise (pass vs fail, both orders): {self.pairs_correct}/{self.pairs} right, "
+                f"position flips {self.position_flips}/{self.pairs}"
+            )
         else:
             lines.append("  pairwise: no pairwise judge on this task (or no prompt with both a pass and a fail)")
         lines.append(f"  [{self.seconds:.1f}s]")
@@ -123,8 +127,10 @@ def _find(task: Any) -> tuple[PointwiseJudge, str, float, str, float]:
     comps = {c.name: c for c in rubric.components}
     vname = rubric.pass_component
     if vname is None or isinstance(comps[vname].func, PointwiseJudge):
-        raise JudgeAuditError(f"task {task.name!r} has no programmatic verifier: its rubric's pass_component must be a "
-                              "programmatic reward function (not a judge) for the audit to compare against")
+        raise JudgeAuditError(
+            f"task {task.name!r} has no programmatic verifier: its rubric's pass_component must be a "
+            "programmatic reward function (not a judge) for the audit to compare against"
+        )
     for c in rubric.components:
         if isinstance(c.func, PointwiseJudge):
             return c.func, c.name, c.pass_threshold, vname, comps[vname].pass_threshold
@@ -166,14 +172,18 @@ def audit(cfg: Any, c: Any, log=print) -> AuditReport:
     judge, _, threshold, vname, vthresh = _find(task)
     verifier = next(x for x in task.rubric.components if x.name == vname)
     rows = task.eval_rows[: jc.audit_prompts] or task.train_rows[: jc.audit_prompts]
-    params = SampleParams(max_tokens=c.eval_params.max_tokens, temperature=cfg.sampling.temperature if jc.audit_temperature is None else jc.audit_temperature,
-                          stop=list(c.eval_params.stop))  # no seed: reseeding would shift the run's sampling
+    params = SampleParams(
+        max_tokens=c.eval_params.max_tokens,
+        temperature=cfg.sampling.temperature if jc.audit_temperature is None else jc.audit_temperature,
+        stop=list(c.eval_params.stop),
+    )  # no seed: reseeding would shift the run's sampling
 
     from posttrain.envs.isolate import safe_rollout
 
     async def rollouts():  # one sample's exception fails that sample only; failed ones are left out of the audit
-        return await asyncio.gather(*(safe_rollout(c.env, r, c.sampler, params) for r in rows
-                                      for _ in range(jc.audit_samples)))
+        return await asyncio.gather(
+            *(safe_rollout(c.env, r, c.sampler, params) for r in rows for _ in range(jc.audit_samples))
+        )
 
     log(f"audit: sampling {len(rows)} x {jc.audit_samples} completions from {cfg.model.name} ...")
     trajs = [t for t in _run(rollouts()) if not t.failed]
@@ -182,19 +192,32 @@ def audit(cfg: Any, c: Any, log=print) -> AuditReport:
         shift = max(1, len(rows) // 2)
         swapped = [(t.completion_text, rows[(rows.index(t.row) + shift) % len(rows)], "swapped") for t in trajs]
         # A judge question that reads no row column is the same question after the swap: nothing new to learn.
-        same = [a == b for a, b in zip(judge.questions([t.completion_text for t in trajs], [t.row.get("prompt") for t in trajs],
-                                                        **_cols([t.row for t in trajs])),
-                                        judge.questions([s[0] for s in swapped], [s[1].get("prompt") for s in swapped],
-                                                        **_cols([s[1] for s in swapped])))]
+        same = [
+            a == b
+            for a, b in zip(
+                judge.questions(
+                    [t.completion_text for t in trajs],
+                    [t.row.get("prompt") for t in trajs],
+                    **_cols([t.row for t in trajs]),
+                ),
+                judge.questions(
+                    [s[0] for s in swapped], [s[1].get("prompt") for s in swapped], **_cols([s[1] for s in swapped])
+                ),
+            )
+        ]
         items += [s for s, dup in zip(swapped, same) if not dup]
 
     def verdicts(completions: list[str], rws: list[dict]) -> tuple[list[bool], list[float | Exception]]:
-        from posttrain.rewards.rubric import _call  # the rubric's call convention (columns as keyword lists)
-        from posttrain.rewards.rubric import _columns
+        from posttrain.rewards.rubric import (
+            _call,  # the rubric's call convention (columns as keyword lists)
+            _columns,
+        )
 
         kw = _columns(rws)
         vs = _call(verifier.func, completions, kw)
-        js = judge.score_all(completions, [r.get("prompt") for r in rws], **{k: v for k, v in kw.items() if k != "prompt"})
+        js = judge.score_all(
+            completions, [r.get("prompt") for r in rws], **{k: v for k, v in kw.items() if k != "prompt"}
+        )
         return [v is not None and v >= vthresh for v in vs], js
 
     log(f"audit: judging {len(items)} samples with {judge.runner.backend.judge_id} ...")
@@ -205,15 +228,24 @@ def audit(cfg: Any, c: Any, log=print) -> AuditReport:
     p_all = [s >= threshold for s in s_all]
     pol = [i for i, k in enumerate(keep) if items[k][2] == "policy"]
     report = AuditReport(
-        task=task.name, judge=judge.name, judge_id=judge.runner.backend.judge_id, verifier=vname, threshold=threshold,
-        n_policy=sum(1 for i in items if i[2] == "policy"), n_swapped=sum(1 for i in items if i[2] == "swapped"),
-        failed=len(items) - len(keep), confusion=confusion(t_all, p_all), agreement=agreement(t_all, p_all),
-        kappa=cohen_kappa(t_all, p_all), policy_agreement=agreement([t_all[i] for i in pol], [p_all[i] for i in pol]),
+        task=task.name,
+        judge=judge.name,
+        judge_id=judge.runner.backend.judge_id,
+        verifier=vname,
+        threshold=threshold,
+        n_policy=sum(1 for i in items if i[2] == "policy"),
+        n_swapped=sum(1 for i in items if i[2] == "swapped"),
+        failed=len(items) - len(keep),
+        confusion=confusion(t_all, p_all),
+        agreement=agreement(t_all, p_all),
+        kappa=cohen_kappa(t_all, p_all),
+        policy_agreement=agreement([t_all[i] for i in pol], [p_all[i] for i in pol]),
         policy_kappa=cohen_kappa([t_all[i] for i in pol], [p_all[i] for i in pol]),
         policy_pass_rate=_mean([float(truth[k]) for k, it in enumerate(items) if it[2] == "policy"]),
         mean_score_pass=_mean([s for s, t in zip(s_all, t_all) if t]),
         mean_score_fail=_mean([s for s, t in zip(s_all, t_all) if not t]),
-        auc=auc([s for s, t in zip(s_all, t_all) if t], [s for s, t in zip(s_all, t_all) if not t]))
+        auc=auc([s for s, t in zip(s_all, t_all) if t], [s for s, t in zip(s_all, t_all) if not t]),
+    )
 
     # Injection probes on verifier-failing samples the judge could score.
     fails = [(items[k][0], items[k][1], float(scores[k])) for k in keep if not truth[k]][: jc.audit_injections]  # type: ignore[arg-type]
@@ -221,13 +253,25 @@ def audit(cfg: Any, c: Any, log=print) -> AuditReport:
         for name, text in INJECTIONS.items():
             t_inj, s_inj = verdicts([f + text for f, _, _ in fails], [r for _, r, _ in fails])
             ok = [(b, a) for (_, _, b), a, t in zip(fails, s_inj, t_inj) if not isinstance(a, Exception) and not t]
-            report.injections.append(InjectionResult(
-                name, len(ok), _mean([b for b, _ in ok]), _mean([float(a) for _, a in ok]),  # type: ignore[arg-type]
-                sum(1 for b, a in ok if b < threshold <= float(a))))  # type: ignore[arg-type]
+            report.injections.append(
+                InjectionResult(
+                    name,
+                    len(ok),
+                    _mean([b for b, _ in ok]),
+                    _mean([float(a) for _, a in ok]),  # type: ignore[arg-type]
+                    sum(1 for b, a in ok if b < threshold <= float(a)),
+                )
+            )  # type: ignore[arg-type]
 
     # Pairwise: (pass, fail) pairs of the same prompt, both orders.
-    pj = next((j for j in list(getattr(task, "judges", {}).values()) + list(task.group_rewards)
-               if isinstance(j, PairwiseJudge)), None)
+    pj = next(
+        (
+            j
+            for j in list(getattr(task, "judges", {}).values()) + list(task.group_rewards)
+            if isinstance(j, PairwiseJudge)
+        ),
+        None,
+    )
     if pj is not None:
         by_row: dict[int, tuple[list[str], list[str]]] = {}  # row index -> (passing, failing) completions
         for k, (comp, row, kind) in enumerate(items):
@@ -258,7 +302,9 @@ def gate(cfg: Any, c: Any, log=print) -> AuditReport | None:
     log(report.to_text())
     for name, got, floor in (("agreement", report.agreement, need), ("kappa", report.kappa, need_k)):
         if floor is not None and (math.isnan(got) or got < floor):
-            raise JudgeAuditFailed(f"judge {report.judge} vs verifier {report.verifier}: {name} {got:.3f} is below "
-                                   f"judge.min_{name}={floor:g}; fix the judge question or model, or lower the floor")
+            raise JudgeAuditFailed(
+                f"judge {report.judge} vs verifier {report.verifier}: {name} {got:.3f} is below "
+                f"judge.min_{name}={floor:g}; fix the judge question or model, or lower the floor"
+            )
     log(f"judge audit passed: agreement {report.agreement:.3f}, kappa {report.kappa:.3f}")
     return report

@@ -23,11 +23,21 @@ from functools import partial
 from typing import Any
 
 from posttrain.algos import LOSSES
-from posttrain.algos.loss_terms import with_terms
 from posttrain.algos.dapo import has_signal
+from posttrain.algos.loss_terms import with_terms
 from posttrain.config.schema import Config
-from posttrain.loop.batch import (BatchOptions, build_batch, env_hint, feedback_hint, first_hint, number_samples,
-                                  record_token_stats, remedy_hint, sequences_from_groups, with_logprobs)
+from posttrain.loop.batch import (
+    BatchOptions,
+    build_batch,
+    env_hint,
+    feedback_hint,
+    first_hint,
+    number_samples,
+    record_token_stats,
+    remedy_hint,
+    sequences_from_groups,
+    with_logprobs,
+)
 from posttrain.loop.collect import Collector
 from posttrain.loop.weight_sync import WeightSync
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
@@ -39,10 +49,21 @@ from posttrain.types import Batch, Trajectory, sequence_of
 
 
 class PolicyGradientStepper:
-    def __init__(self, cfg: Config, trainer: Trainer, collector: Collector, sync: WeightSync,
-                 pass_thresholds: dict[str, float], max_tokens: int, ref_model: Any | None = None,
-                 ref_disable_adapter: Any | None = None, version: int = 0, teacher: Any | None = None,
-                 task: Any | None = None, plugins: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        trainer: Trainer,
+        collector: Collector,
+        sync: WeightSync,
+        pass_thresholds: dict[str, float],
+        max_tokens: int,
+        ref_model: Any | None = None,
+        ref_disable_adapter: Any | None = None,
+        version: int = 0,
+        teacher: Any | None = None,
+        task: Any | None = None,
+        plugins: dict[str, Any] | None = None,
+    ):
         """`pass_thresholds`: the task's rubric components (for pass rates); `max_tokens`: the completion budget.
         `ref_model`: a frozen reference for a KL term; with LoRA pass `ref_disable_adapter` instead (a context
         manager factory, e.g. peft's `model.disable_adapter`: the base model is the reference). `teacher`: a
@@ -60,8 +81,13 @@ class PolicyGradientStepper:
         # the hint its env wrote (insights, RISED).
         own = self_teacher(a, run_remedies(cfg))
         feedback = partial(feedback_hint, template=a.hint_distill.template) if a.hint_distill.enabled else None
-        self.hint_fn = (None if own is None else env_hint if own[0] != "hint" else
-                        first_hint(partial(remedy_hint, template=a.hint_distill.template), feedback))
+        self.hint_fn = (
+            None
+            if own is None
+            else env_hint
+            if own[0] != "hint"
+            else first_hint(partial(remedy_hint, template=a.hint_distill.template), feedback)
+        )
         # Run state beside the trainer (insight memory, RISED profiles): metrics(trajs) each step, saved with it.
         self.plugins: dict[str, Any] = dict(plugins or {})
         self.version = version
@@ -81,8 +107,10 @@ class PolicyGradientStepper:
             with timer("teacher"):
                 seqs = with_logprobs(seqs, "teacher_logprobs", self.teacher.logprobs(seqs))
             if self.hint_fn is not None:
-                m_hint = {"hint/share": sum(s.hint is not None for s in seqs) / len(seqs),
-                          "hint/unaligned": float(getattr(self.teacher, "unaligned", 0))}
+                m_hint = {
+                    "hint/share": sum(s.hint is not None for s in seqs) / len(seqs),
+                    "hint/unaligned": float(getattr(self.teacher, "unaligned", 0)),
+                }
         batch, m = build_batch(seqs, self.batch_options, policy_version=self.version)
         m.update(collected.metrics)
         m.update(m_hint)
@@ -102,7 +130,7 @@ class PolicyGradientStepper:
         m.update(rollout_metrics(trajs))
         m.update(pass_rates(trajs, self.pass_thresholds))
         if not getattr(self.task, "train_pass", True):  # label-free training: a 0% "pass" would read as a stall
-            m = {k: v for k, v in m.items() if not (k.startswith("pass_rate") or k.startswith("pass/"))}
+            m = {k: v for k, v in m.items() if not (k.startswith(("pass_rate", "pass/")))}
         m.update(drain_task_metrics(self.task))
         drain_sampler = getattr(self.collector.sampler, "drain_metrics", None)  # a sampler without counters: none
         if callable(drain_sampler):  # the rollout sampler's own counters (its prefix cache)
@@ -110,13 +138,15 @@ class PolicyGradientStepper:
         for plugin in self.plugins.values():
             m.update(plugin.metrics(trajs))
         n_tok = sum(t.num_completion_tokens for t in trajs)
-        m.update({
-            "groups/zero_variance_frac": sum(not has_signal(g.rewards_G) for g in collected.all_groups)
-            / max(len(collected.all_groups), 1),
-            "groups/trained": float(len(collected.groups)),
-            "tokens/completion": float(n_tok),
-            "policy_version": float(self.version),
-        })
+        m.update(
+            {
+                "groups/zero_variance_frac": sum(not has_signal(g.rewards_G) for g in collected.all_groups)
+                / max(len(collected.all_groups), 1),
+                "groups/trained": float(len(collected.groups)),
+                "tokens/completion": float(n_tok),
+                "policy_version": float(self.version),
+            }
+        )
         if timer.seconds.get("sample", 0.0) > 0:  # the async loop samples in the background: no step-local rate
             m["perf/sample_tokens_per_s"] = n_tok / timer.seconds["sample"]
         m.update(timer.metrics())
@@ -145,8 +175,10 @@ class PolicyGradientStepper:
         pass here, before the update. Rows are matched by `sample_id`, never by position or object identity."""
         ids = {t.sample_id for t in shown}
         if getattr(self.trainer, "captures_logprobs", False):
-            batch = replace(batch, sequences=[replace(s, capture_logprobs=True) if s.sample_id in ids else s
-                                              for s in batch.sequences])
+            batch = replace(
+                batch,
+                sequences=[replace(s, capture_logprobs=True) if s.sample_id in ids else s for s in batch.sequences],
+            )
         captured = {s.sample_id for s in batch.sequences if s.capture_logprobs}
         rest = [t for t in shown if t.sample_id not in captured]
         if rest:
@@ -162,11 +194,13 @@ class PolicyGradientStepper:
         m: dict[str, float] = {}
         n_iter = self.cfg.loop.num_iterations
         if self.cfg.algorithm.behavior_logprobs == "sampler":
-            batch = replace(batch, sequences=[replace(s, old_logprobs=list(s.sampler_logprobs))
-                                              for s in batch.sequences])
+            batch = replace(
+                batch, sequences=[replace(s, old_logprobs=list(s.sampler_logprobs)) for s in batch.sequences]
+            )
         elif n_iter > 1:  # "trainer": the policy before this step's updates (with one pass: the current, detached)
-            batch = replace(batch, sequences=with_logprobs(batch.sequences, "old_logprobs",
-                                                           self.trainer.compute_logprobs(batch)))
+            batch = replace(
+                batch, sequences=with_logprobs(batch.sequences, "old_logprobs", self.trainer.compute_logprobs(batch))
+            )
         for _ in range(n_iter):
             m.update(self.trainer.forward_backward(batch, self.loss_fn, self.params, self.token_weight_fn))
             m.update(self.trainer.optim_step())

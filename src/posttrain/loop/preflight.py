@@ -28,10 +28,14 @@ class PreflightReport:
 
     def rows(self) -> list[tuple[str, str]]:
         mem = ", ".join(f"{k} {v:.3g}" for k, v in self.memory_gb.items())
-        out = [("model", self.model), ("task", self.task), ("parameters", f"{self.params:,}"),
-               ("baseline pass rate", f"{self.baseline_pass_rate:.3f}"),
-               ("baseline reward", f"{self.baseline_reward:.3f}"),
-               ("zero-variance groups", f"{self.zero_variance_frac:.2f}")]
+        out = [
+            ("model", self.model),
+            ("task", self.task),
+            ("parameters", f"{self.params:,}"),
+            ("baseline pass rate", f"{self.baseline_pass_rate:.3f}"),
+            ("baseline reward", f"{self.baseline_reward:.3f}"),
+            ("zero-variance groups", f"{self.zero_variance_frac:.2f}"),
+        ]
         m = self.measurements
         if m is not None:
             if m.sampled_pass_rate is not None:
@@ -41,9 +45,12 @@ class PreflightReport:
             out.append(("reward errors", str(m.reward_errors)))
             if m.step_seconds is not None:
                 out.append(("probe step (s)", f"{m.step_seconds:.1f}"))
-        out += [("chat template prefix", ("ok: " if self.chat_template_ok else "BROKEN: ") + self.chat_template_detail),
-                ("peak memory estimate (GB)", mem)]
+        out += [
+            ("chat template prefix", ("ok: " if self.chat_template_ok else "BROKEN: ") + self.chat_template_detail),
+            ("peak memory estimate (GB)", mem),
+        ]
         return out
+
 
 def chat_template_prefix_ok(tok: Any) -> tuple[bool, str]:
     """Multi-turn training needs rendering to be append-only, token for token (models/template_check.py)."""
@@ -56,8 +63,9 @@ def chat_template_prefix_ok(tok: Any) -> tuple[bool, str]:
     return True, "every turn of a 6-message tool conversation extends the previous rendering token for token"
 
 
-def memory_estimate_gb(model: Any, trainable: int, total: int, batch_seqs: int, seq_len: int,
-                       ref_model: bool = False) -> dict[str, float]:
+def memory_estimate_gb(
+    model: Any, trainable: int, total: int, batch_seqs: int, seq_len: int, ref_model: bool = False
+) -> dict[str, float]:
     """A rough upper bound, in GB: weights, grads and AdamW's two moments (all in the weights' dtype, as
     torch keeps them), a reference copy when the KL term needs one, and the sampler's KV cache."""
     p = next(model.parameters())
@@ -67,9 +75,13 @@ def memory_estimate_gb(model: Any, trainable: int, total: int, batch_seqs: int, 
     heads = getattr(c, "num_attention_heads", 1)
     kv_heads = getattr(c, "num_key_value_heads", None) or heads
     head_dim = getattr(c, "head_dim", None) or getattr(c, "hidden_size", 0) // max(1, heads)
-    gb = 1024 ** 3
-    out = {"weights": total * b / gb, "grads": trainable * b / gb, "adam": 2 * trainable * b / gb,
-           "kv_cache": 2 * layers * kv_heads * head_dim * seq_len * batch_seqs * b / gb}
+    gb = 1024**3
+    out = {
+        "weights": total * b / gb,
+        "grads": trainable * b / gb,
+        "adam": 2 * trainable * b / gb,
+        "kv_cache": 2 * layers * kv_heads * head_dim * seq_len * batch_seqs * b / gb,
+    }
     if ref_model:
         out["reference"] = total * b / gb
     out["total"] = sum(out.values())
@@ -83,8 +95,9 @@ def zero_variance_fraction(rewards_by_group: list[list[float]]) -> float:
     return sum(max(g) - min(g) < 1e-9 for g in groups) / len(groups)
 
 
-def preflight(cfg: Any, n_prompts: int = 16, n_groups: int | None = None, log: Any = print,
-              probe_step: bool = True) -> PreflightReport:
+def preflight(
+    cfg: Any, n_prompts: int = 16, n_groups: int | None = None, log: Any = print, probe_step: bool = True
+) -> PreflightReport:
     """Model x task preflight from a Config: greedy pass rate on `n_prompts` training prompts; `n_groups` groups
     of G (num_generations) sampled at the training temperature (default: one step's worth, prompts_per_step),
     for the zero-variance share, sampled pass rate, truncation and reward errors; one timed probe step (those
@@ -93,9 +106,9 @@ def preflight(cfg: Any, n_prompts: int = 16, n_groups: int | None = None, log: A
     import asyncio
 
     from posttrain.envs.isolate import safe_rollout, score_isolated
-    from posttrain.obs.preflight_verdicts import diagnose
     from posttrain.loop.components import build
     from posttrain.loop.evaluate import evaluate
+    from posttrain.obs.preflight_verdicts import diagnose
 
     c = build(cfg, log=log)
     rows = c.task.train_rows[:n_prompts]
@@ -108,10 +121,11 @@ def preflight(cfg: Any, n_prompts: int = 16, n_groups: int | None = None, log: A
         # timing is a step's, not n_groups sequential ones.
         rows_ = c.task.train_rows[:n_groups]
         # Isolated as in training (envs/isolate.py): a raising sample is a reward error the verdicts report.
-        trajs = list(await asyncio.gather(*(safe_rollout(c.env, r, c.sampler, c.train_params)
-                                            for r in rows_ for _ in range(g))))
+        trajs = list(
+            await asyncio.gather(*(safe_rollout(c.env, r, c.sampler, c.train_params) for r in rows_ for _ in range(g)))
+        )
         await score_isolated(c.env, trajs)
-        return [trajs[i * g:(i + 1) * g] for i in range(len(rows_))]
+        return [trajs[i * g : (i + 1) * g] for i in range(len(rows_))]
 
     t0 = time.perf_counter()
     sampled = asyncio.run(groups())
@@ -121,18 +135,42 @@ def preflight(cfg: Any, n_prompts: int = 16, n_groups: int | None = None, log: A
         step_s = sample_s * cfg.loop.prompts_per_step / max(1, n_groups) + _probe_train_seconds(cfg, c, sampled, log)
     ok, detail = chat_template_prefix_ok(c.tokenizer)
     prompt_len = max(len(c.env.prompt_ids(r)) for r in rows)
-    mem = memory_estimate_gb(c.model, c.trainable_params, c.total_params,
-                             batch_seqs=cfg.loop.prompts_per_step * g, seq_len=prompt_len + c.train_params.max_tokens,
-                             ref_model=c.ref_model is not None)
+    mem = memory_estimate_gb(
+        c.model,
+        c.trainable_params,
+        c.total_params,
+        batch_seqs=cfg.loop.prompts_per_step * g,
+        seq_len=prompt_len + c.train_params.max_tokens,
+        ref_model=c.ref_model is not None,
+    )
     # The run evaluates min(eval_prompts, held-out) prompts; the baseline here timed len(rows) of them.
     eval_s = m.get("eval/seconds", 0.0) * min(cfg.loop.eval_prompts, len(c.task.eval_rows)) / max(1, len(rows))
     meas = measurements_from(m, sampled, c, cfg, ok, detail, step_s, eval_s)
-    return PreflightReport(cfg.model.name, c.task.name, m["eval/pass_rate"], m["eval/reward/mean"],
-                           meas.zero_variance_frac, ok, detail, mem, c.total_params, meas, diagnose(meas))
+    return PreflightReport(
+        cfg.model.name,
+        c.task.name,
+        m["eval/pass_rate"],
+        m["eval/reward/mean"],
+        meas.zero_variance_frac,
+        ok,
+        detail,
+        mem,
+        c.total_params,
+        meas,
+        diagnose(meas),
+    )
 
 
-def measurements_from(baseline: dict[str, float], sampled: list[list[Any]], c: Any, cfg: Any, template_ok: bool,
-                      template_detail: str, step_s: float | None, eval_s: float | None = None) -> Any:
+def measurements_from(
+    baseline: dict[str, float],
+    sampled: list[list[Any]],
+    c: Any,
+    cfg: Any,
+    template_ok: bool,
+    template_detail: str,
+    step_s: float | None,
+    eval_s: float | None = None,
+) -> Any:
     """PreflightMeasurements from a greedy baseline's metrics and sampled, scored groups of trajectories."""
     from posttrain.obs.preflight_verdicts import PreflightMeasurements
 
@@ -149,11 +187,19 @@ def measurements_from(baseline: dict[str, float], sampled: list[list[Any]], c: A
         sampled_reward_mean=sum(rewards) / len(rewards) if rewards else None,
         sampled_reward_max=max(rewards) if rewards else None,
         truncated_frac=sum(t.turns[-1].finish_reason == "length" for t in trajs) / len(trajs) if trajs else None,
-        max_tokens=c.train_params.max_tokens, reward_errors=len(errors), samples=len(trajs),
+        max_tokens=c.train_params.max_tokens,
+        reward_errors=len(errors),
+        samples=len(trajs),
         first_error=(errors[0].error or "")[:160] if errors else None,
-        multi_turn=bool(c.task.tools) or c.task.env_factory is not None, chat_template_ok=template_ok,
-        chat_template_detail=template_detail, chat_prompts_without_template=bool(no_template),
-        step_seconds=step_s, steps=cfg.loop.steps, eval_seconds=eval_s, num_generations=cfg.algorithm.num_generations)
+        multi_turn=bool(c.task.tools) or c.task.env_factory is not None,
+        chat_template_ok=template_ok,
+        chat_template_detail=template_detail,
+        chat_prompts_without_template=bool(no_template),
+        step_seconds=step_s,
+        steps=cfg.loop.steps,
+        eval_seconds=eval_s,
+        num_generations=cfg.algorithm.num_generations,
+    )
 
 
 def _probe_train_seconds(cfg: Any, c: Any, sampled: list[list[Any]], log: Any) -> float:
@@ -162,8 +208,8 @@ def _probe_train_seconds(cfg: Any, c: Any, sampled: list[list[Any]], log: Any) -
     is changed by it; a preflight throws its model away after."""
     from posttrain.algos import LOSSES
     from posttrain.algos.loss_terms import with_terms
-    from posttrain.training.from_config import loss_params, make_trainer
     from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
+    from posttrain.training.from_config import loss_params, make_trainer
     from posttrain.types import Group
 
     seqs = sequences_from_groups([Group(task_index=i, trajectories_G=list(grp)) for i, grp in enumerate(sampled)])
@@ -174,7 +220,9 @@ def _probe_train_seconds(cfg: Any, c: Any, sampled: list[list[Any]], log: Any) -
     t0 = time.perf_counter()
     try:
         trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)  # the run's own trainer settings
-        trainer.forward_backward(batch, with_terms(LOSSES[cfg.algorithm.loss]), loss_params(cfg, c.train_params.max_tokens))
+        trainer.forward_backward(
+            batch, with_terms(LOSSES[cfg.algorithm.loss]), loss_params(cfg, c.train_params.max_tokens)
+        )
         trainer.optim_step()
     except Exception as e:  # noqa: BLE001 - the estimate is advice; a failure here must not hide the rest
         log(f"preflight: probe training step failed ({type(e).__name__}: {e}); the time estimate is sampling only")

@@ -27,9 +27,11 @@ class PromptSelector:
     def rows_for(self, step: int, k: int) -> list[int]:
         rows = self.fn(self.record, self.n_rows, k, step, self.seed, self.settings)
         st = [self.record.get(r).state(self.settings.retire_after, self.settings.backoff_after) for r in rows]
-        self.last = {"select/replayed": float(st.count("learnable")),
-                     "select/revisited": float(st.count("mastered") + st.count("hopeless")),
-                     "select/fresh": float(st.count("fresh"))}
+        self.last = {
+            "select/replayed": float(st.count("learnable")),
+            "select/revisited": float(st.count("mastered") + st.count("hopeless")),
+            "select/fresh": float(st.count("fresh")),
+        }
         return rows
 
     def observe(self, step: int, groups: Iterable[Any]) -> None:
@@ -47,8 +49,13 @@ class PromptSelector:
         c = self.record.counts(self.settings)
         # A dict, not a number: metrics.jsonl keeps it, the tracker sinks skip it (obs/sinks.py numeric).
         observed, self.observed = self.observed, {}
-        return {**self.last, "select/retired": float(c["mastered"]), "select/backed_off": float(c["hopeless"]),
-                "select/learnable": float(c["learnable"]), "select/pass_by_prompt": observed}
+        return {
+            **self.last,
+            "select/retired": float(c["mastered"]),
+            "select/backed_off": float(c["hopeless"]),
+            "select/learnable": float(c["learnable"]),
+            "select/pass_by_prompt": observed,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {"record": self.record.state_dict()}

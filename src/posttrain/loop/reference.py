@@ -56,7 +56,8 @@ def restore_reference(cfg: Config, c: Any, run_dir: Path) -> bool:
         raise FileNotFoundError(
             f"{path} is missing: this run warm-started with algorithm.beta > 0, and its KL reference (the "
             "warm-started policy) was saved there; without it the run cannot resume with the same objective: "
-            "start a new run")
+            "start a new run"
+        )
     if c.ref_model is None:
         c.ref_model = copy.deepcopy(c.model)
     c.ref_model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))

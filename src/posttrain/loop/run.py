@@ -21,29 +21,30 @@ from typing import Any, Protocol
 
 import torch
 
-from posttrain.config.load import to_yaml
 from posttrain.cluster.ray_grading import start_grading
+from posttrain.config.load import to_yaml
 from posttrain.config.schema import Config
-from posttrain.loop.components import Components, build
+from posttrain.guidance.insights import evaluate_with_insights
 from posttrain.loop.best_model import BestModel
 from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from posttrain.loop.components import Components, build
 from posttrain.loop.eval_suite import SuiteSettings, run_suite_async, suite_tasks
 from posttrain.loop.evaluate import evaluate_async
-from posttrain.guidance.insights import evaluate_with_insights
-from posttrain.types import SampleParams
+from posttrain.loop.judge_audit import gate as judge_gate
 from posttrain.loop.reference import reference_after_warm_start, restore_reference
-from posttrain.loop.wiring import make_stepper
 from posttrain.loop.warm_start import WarmStartResult, run_warm_start
 from posttrain.loop.watch import Watch
-from posttrain.obs import console as con, trace
-from posttrain.obs.metrics import MetricsLogger
+from posttrain.loop.wiring import make_stepper
+from posttrain.models.save import save_hf_folder
+from posttrain.obs import console as con
+from posttrain.obs import trace
 from posttrain.obs.memory import memory_metrics, peak_rss_mb
+from posttrain.obs.metrics import MetricsLogger
 from posttrain.obs.rollout_stats import sample_records
 from posttrain.obs.run_dir import make_run_dir, write_run_info
-from posttrain.models.save import save_hf_folder
 from posttrain.obs.sinks import tracker_sinks
-from posttrain.loop.judge_audit import gate as judge_gate
 from posttrain.rewards.telemetry import drain_task_metrics
+from posttrain.types import SampleParams
 
 STEPPER_FILE = "stepper.pt"
 
@@ -103,10 +104,12 @@ class Run:
         self.final_step: int | None = None
         self.suite_before: dict[str, float] = {}
         self.suite_after: dict[str, float] = {}  # the step whose model final/ holds, once exported
-        self.logger = MetricsLogger(str(self.run_dir), tensorboard=cfg.logging.tensorboard,
-                                    sinks=tracker_sinks(cfg, self.run_dir))
-        self.watch = Watch(cfg, self.logger.log, self.say,
-                           has_format_hints=any(r.get("format_hint") for r in self.c.task.train_rows))
+        self.logger = MetricsLogger(
+            str(self.run_dir), tensorboard=cfg.logging.tensorboard, sinks=tracker_sinks(cfg, self.run_dir)
+        )
+        self.watch = Watch(
+            cfg, self.logger.log, self.say, has_format_hints=any(r.get("format_hint") for r in self.c.task.train_rows)
+        )
 
     def run(self) -> RunResult:
         return asyncio.run(self.run_async())
@@ -116,9 +119,11 @@ class Run:
         self.say(f"run dir: {self.run_dir}")
         for d in cfg.derived:  # settings derived from others (config/schema.py): shown, never silent
             self.say(f"config: {d}")
-        self.say(f"model: {cfg.model.name} ({c.trainable_params / 1e6:.1f}M trainable of {c.total_params / 1e6:.1f}M)"
-                 f" | task: {c.task.name} ({len(c.task.train_rows)} train / {len(self.eval_rows)} held-out prompts)"
-                 f" | {cfg.loop.steps} steps x {cfg.loop.prompts_per_step} prompts x G={cfg.algorithm.num_generations}")
+        self.say(
+            f"model: {cfg.model.name} ({c.trainable_params / 1e6:.1f}M trainable of {c.total_params / 1e6:.1f}M)"
+            f" | task: {c.task.name} ({len(c.task.train_rows)} train / {len(self.eval_rows)} held-out prompts)"
+            f" | {cfg.loop.steps} steps x {cfg.loop.prompts_per_step} prompts x G={cfg.algorithm.num_generations}"
+        )
         start, before, warm, base_eval = 0, {}, None, {}
         ckpt = latest_checkpoint(self.run_dir) if self.resume else None
         if self.resume and ckpt is None:
@@ -224,10 +229,15 @@ class Run:
         from posttrain.obs.preflight_verdicts import diagnose, format_verdicts, measurements_from_metrics
 
         c = self.c
-        meas = measurements_from_metrics(before=before, step=m, steps=self.cfg.loop.steps,
-                                         num_generations=self.cfg.algorithm.num_generations,
-                                         max_tokens=c.train_params.max_tokens, multi_turn=bool(c.task.tools),
-                                         time_budget_s=self.cfg.loop.time_budget_s)
+        meas = measurements_from_metrics(
+            before=before,
+            step=m,
+            steps=self.cfg.loop.steps,
+            num_generations=self.cfg.algorithm.num_generations,
+            max_tokens=c.train_params.max_tokens,
+            multi_turn=bool(c.task.tools),
+            time_budget_s=self.cfg.loop.time_budget_s,
+        )
         self.say(format_verdicts(diagnose(meas), f"preflight verdicts: {c.task.name}"))
 
     # ---- pieces ------------------------------------------------------------------------------------------
@@ -235,32 +245,64 @@ class Run:
         """Supervised steps on the task's demonstrations (loop/warm_start.py), evaluated before when eval_before."""
         c, base_eval = self.c, {}
         if self.cfg.loop.eval_before:
-            base_eval, _ = await evaluate_async(c.env, c.sampler, self.eval_rows, c.eval_params,
-                                                self.cfg.loop.eval_samples, progress=self.say)
-            self.logger.log({"kind": "warm_start_eval", "step": 0,
-                             **{k.replace("eval/", "warm_start/base_eval/"): v for k, v in base_eval.items()}})
-            self.say(f"eval (before the warm start): pass_rate={base_eval['eval/pass_rate']:.3f} "
-                     f"reward={base_eval['eval/reward/mean']:.3f} [{base_eval['eval/seconds']:.1f}s]")
-        warm = await run_warm_start(self.cfg, c.model, c.tokenizer, c.env, c.task, c.train_params,
-                                    c.tokenizer.pad_token_id, self.say, self.logger.log)
+            base_eval, _ = await evaluate_async(
+                c.env, c.sampler, self.eval_rows, c.eval_params, self.cfg.loop.eval_samples, progress=self.say
+            )
+            self.logger.log(
+                {
+                    "kind": "warm_start_eval",
+                    "step": 0,
+                    **{k.replace("eval/", "warm_start/base_eval/"): v for k, v in base_eval.items()},
+                }
+            )
+            self.say(
+                f"eval (before the warm start): pass_rate={base_eval['eval/pass_rate']:.3f} "
+                f"reward={base_eval['eval/reward/mean']:.3f} [{base_eval['eval/seconds']:.1f}s]"
+            )
+        warm = await run_warm_start(
+            self.cfg,
+            c.model,
+            c.tokenizer,
+            c.env,
+            c.task,
+            c.train_params,
+            c.tokenizer.pad_token_id,
+            self.say,
+            self.logger.log,
+        )
         return warm, base_eval
 
     async def _eval(self, step: int, label: str) -> dict[str, float]:
         with trace.span("eval", worker="trainer", step=step):
-            m, trajs = await evaluate_async(self.c.env, self.c.sampler, self.eval_rows, self.c.eval_params,
-                                             self.cfg.loop.eval_samples, progress=self.say)
+            m, trajs = await evaluate_async(
+                self.c.env,
+                self.c.sampler,
+                self.eval_rows,
+                self.c.eval_params,
+                self.cfg.loop.eval_samples,
+                progress=self.say,
+            )
             ic = self.cfg.algorithm.insights
             if ic.enabled:  # RLTL;DR: pass@1 with the policy's own insights in context, beside the plain one
-                m.update(await evaluate_with_insights(
-                    self.c.env, self.c.sampler, self.c.tokenizer, trajs, self.c.eval_params,
-                    SampleParams(max_tokens=ic.max_tokens, temperature=ic.temperature, stop=["\n"])))
+                m.update(
+                    await evaluate_with_insights(
+                        self.c.env,
+                        self.c.sampler,
+                        self.c.tokenizer,
+                        trajs,
+                        self.c.eval_params,
+                        SampleParams(max_tokens=ic.max_tokens, temperature=ic.temperature, stop=["\n"]),
+                    )
+                )
         if self.cfg.loop.final_model == "best":
             self.best.observe(step, m, self._save_model)
         self.logger.log({"kind": "eval", "step": step, **m})
         self.logger.log_samples(step, [{"eval": True, **r} for r in sample_records(trajs, 4, self.c.tokenizer)])
-        with_insights = (f" with insights={m['eval/insights/pass_rate']:.3f}" if "eval/insights/pass_rate" in m else "")
-        self.say(f"eval ({label}, step {step}): pass_rate={m['eval/pass_rate']:.3f}{with_insights} "
-                 f"reward={m['eval/reward/mean']:.3f} [{m['eval/seconds']:.1f}s]")
+        with_insights = f" with insights={m['eval/insights/pass_rate']:.3f}" if "eval/insights/pass_rate" in m else ""
+        self.say(
+            f"eval ({label}, step {step}): pass_rate={m['eval/pass_rate']:.3f}{with_insights} "
+            f"reward={m['eval/reward/mean']:.3f} [{m['eval/seconds']:.1f}s]"
+        )
         m["eval/reward"] = m["eval/reward/mean"]
         return m
 
@@ -269,21 +311,26 @@ class Run:
         if not self.suite:
             return {}
         s = self.cfg.eval_suite
-        settings = SuiteSettings(samples=s.samples, temperature=s.temperature,
-                                 max_tokens=self.c.eval_params.max_tokens)
+        settings = SuiteSettings(samples=s.samples, temperature=s.temperature, max_tokens=self.c.eval_params.max_tokens)
         with trace.span("eval_suite", worker="trainer", step=step):
             result = await run_suite_async(self.suite, self.c.sampler, self.c.tokenizer, settings, progress=self.say)
         m = result.flat_metrics()
         self.logger.log({"kind": "suite", "step": step, **m})
         if self.cfg.logging.console:
-            con.console.print(con.suite_table(f"eval suite at step {step} ({s.samples} samples per prompt)",
-                                              result.table()))
+            con.console.print(
+                con.suite_table(f"eval suite at step {step} ({s.samples} samples per prompt)", result.table())
+            )
         return m
 
     def _checkpoint(self, stepper: Stepper, step: int, before: dict[str, float]) -> None:
-        save_checkpoint(self.run_dir, step, {STEPPER_FILE: stepper.state_dict()}, self.c.sampler.generator,
-                        {"before": before, "watch": self.watch.state_dict(), "best": self.best.state_dict()},
-                        keep=self.cfg.loop.keep_checkpoints)
+        save_checkpoint(
+            self.run_dir,
+            step,
+            {STEPPER_FILE: stepper.state_dict()},
+            self.c.sampler.generator,
+            {"before": before, "watch": self.watch.state_dict(), "best": self.best.state_dict()},
+            keep=self.cfg.loop.keep_checkpoints,
+        )
 
     def _save_model(self, folder: Path) -> None:
         save_hf_folder(self.c.model, self.c.tokenizer, folder)  # atomic: a crash never leaves half a folder
@@ -291,8 +338,7 @@ class Run:
     def _save_final(self, done: int) -> None:
         out = self.run_dir / "final"
         try:
-            self.final_step, note = self.best.finish(out, self._save_model, done,
-                                                     self.cfg.loop.final_model == "best")
+            self.final_step, note = self.best.finish(out, self._save_model, done, self.cfg.loop.final_model == "best")
             self.say(note)
         except Exception as e:  # noqa: BLE001 - the checkpoint already holds the weights; report and go on
             self.say(f"warning: could not export the final model to {out}: {e}")
@@ -314,10 +360,19 @@ class Run:
             self.say(verdicts)
         peak = peak_rss_mb()
         self.say(f"done in {elapsed / 60:.1f} min (peak memory {peak / 1024:.1f} GB) -> {self.run_dir}")
-        summary: dict[str, Any] = {"before": before, "after": last_eval, "steps": done, "wall_seconds": elapsed,
-                                   "peak_rss_mb": peak, "diagnostics": self.watch.summary(),
-                                   "final": {"step": self.final_step, "model": self.cfg.loop.final_model,
-                                             "best": {"metric": self.best.metric, **self.best.state_dict()}}}
+        summary: dict[str, Any] = {
+            "before": before,
+            "after": last_eval,
+            "steps": done,
+            "wall_seconds": elapsed,
+            "peak_rss_mb": peak,
+            "diagnostics": self.watch.summary(),
+            "final": {
+                "step": self.final_step,
+                "model": self.cfg.loop.final_model,
+                "best": {"metric": self.best.metric, **self.best.state_dict()},
+            },
+        }
         if self.suite:
             summary["suite"] = {"before": self.suite_before, "after": self.suite_after}
         if warm is not None:
@@ -338,8 +393,9 @@ def env_check(c: Components, mode: str, say, console: bool) -> None:
         con.console.print(results_table(results, title=f"env check: {c.task.name}"))
     failed = "; ".join(f"{r.check}: expected {r.expected}, got {r.got}" for r in results if not r.ok)
     if mode == "refuse":
-        raise EnvCheckError(f"env check failed for task {c.task.name!r}: {failed} "
-                            "(task.env_check=warn trains anyway)", results)
+        raise EnvCheckError(
+            f"env check failed for task {c.task.name!r}: {failed} (task.env_check=warn trains anyway)", results
+        )
     say(f"warning: env check failed, training anyway (task.env_check=warn): {failed}")
 
 
@@ -363,8 +419,12 @@ def _truncate_jsonl(path: Path, max_step: int) -> None:
     if not path.exists():
         return
     # Warm-start records come before step 1 and are not redone on resume: always kept.
-    keep = [line for line in path.read_text().splitlines() if line.strip() and (
-        json.loads(line).get("step", 0) <= max_step or json.loads(line).get("kind", "").startswith("warm_start"))]
+    keep = [
+        line
+        for line in path.read_text().splitlines()
+        if line.strip()
+        and (json.loads(line).get("step", 0) <= max_step or json.loads(line).get("kind", "").startswith("warm_start"))
+    ]
     path.write_text("".join(line + "\n" for line in keep))
 
 

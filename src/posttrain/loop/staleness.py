@@ -42,5 +42,8 @@ def token_staleness_metrics(trainer_version: int, trajectories: list) -> dict[st
         return {}
     mixed = sum(1 for seq in turns if len({v for vs in seq for v in vs}) > 1)
     interrupted = sum(1 for seq in turns if any(len(set(vs)) > 1 for vs in seq))
-    return {"async/token_staleness_mean": sum(ages) / len(ages), "async/mixed_version_frac": mixed / len(turns),
-            "async/interrupted_frac": interrupted / len(turns)}
+    return {
+        "async/token_staleness_mean": sum(ages) / len(ages),
+        "async/mixed_version_frac": mixed / len(turns),
+        "async/interrupted_frac": interrupted / len(turns),
+    }

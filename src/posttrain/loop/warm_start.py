@@ -36,7 +36,6 @@ from posttrain.training.sft import batches, reply_end_token
 from posttrain.training.trainer import Trainer
 from posttrain.types import Group, SampleParams, Trajectory
 
-
 DEMONSTRATIONS = BatchOptions(advantage="reward", scale_std=False)  # every demonstrated token trained, weight 1
 
 
@@ -54,27 +53,39 @@ class WarmStartResult:
     seconds: float
 
 
-async def demonstration_trajectories(env: Any, task: Task, tok: Any, rows: list[dict[str, Any]],
-                                     params: SampleParams, context: ContextBudget | None = None,
-                                     ) -> tuple[list[Trajectory], list[Trajectory]]:
+async def demonstration_trajectories(
+    env: Any,
+    task: Task,
+    tok: Any,
+    rows: list[dict[str, Any]],
+    params: SampleParams,
+    context: ContextBudget | None = None,
+) -> tuple[list[Trajectory], list[Trajectory]]:
     """Play task.demonstrate(row) through env for each row and score it. Returns (passing, failing). Played within
     the policy's `context`: a demonstration that outgrows it is left out (the trainer would read past the model's
     positions)."""
     if task.demonstrate is None:
-        raise WarmStartError(f"task {task.name!r} has no demonstrations (Task.demonstrate); warm_start.steps needs "
-                             "one -- or set warm_start.steps=0")
+        raise WarmStartError(
+            f"task {task.name!r} has no demonstrations (Task.demonstrate); warm_start.steps needs "
+            "one -- or set warm_start.steps=0"
+        )
     end = reply_end_token(tok)
 
     async def one(row: dict[str, Any]) -> tuple[Trajectory, str | None]:
         replies = list(task.demonstrate(row))
         if not replies or not all(isinstance(r, str) for r in replies):
-            raise WarmStartError(f"task {task.name!r}: demonstrate(row) must return a non-empty list of strings, "
-                                 f"got {replies!r:.200} for row {str(row)[:200]}")
+            raise WarmStartError(
+                f"task {task.name!r}: demonstrate(row) must return a non-empty list of strings, "
+                f"got {replies!r:.200} for row {str(row)[:200]}"
+            )
         sampler = ScriptedSampler(tok, replies, end_token_id=end, stop_ends_reply=True, context=context)
         traj = await safe_rollout(env, row, sampler, params)
         # More turns than the demonstrator wrote: the scripted replies cycled, so the episode is not the demo.
-        short = (f"the env asked for {sampler.calls} replies, the demonstration has {len(replies)}"
-                 if sampler.calls > len(replies) else None)
+        short = (
+            f"the env asked for {sampler.calls} replies, the demonstration has {len(replies)}"
+            if sampler.calls > len(replies)
+            else None
+        )
         if traj.stop_reason == "context" or traj.failed:
             short = traj.error or "the demonstration outgrows the model's context"
         return traj, short
@@ -97,8 +108,17 @@ def eta_text(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-async def run_warm_start(cfg: Config, model: Any, tok: Any, env: Any, task: Task, params: SampleParams, pad_id: int,
-                   say: Callable[[str], None], log: Callable[[dict[str, Any]], None]) -> WarmStartResult:
+async def run_warm_start(
+    cfg: Config,
+    model: Any,
+    tok: Any,
+    env: Any,
+    task: Task,
+    params: SampleParams,
+    pad_id: int,
+    say: Callable[[str], None],
+    log: Callable[[dict[str, Any]], None],
+) -> WarmStartResult:
     ws = cfg.warm_start
     t0 = time.perf_counter()
     rows = task.train_rows[: ws.demos] if ws.demos else list(task.train_rows)
@@ -106,19 +126,31 @@ async def run_warm_start(cfg: Config, model: Any, tok: Any, env: Any, task: Task
     ok, bad = await demonstration_trajectories(env, task, tok, rows, params, run_budget(cfg, model))
     if bad:
         t = bad[0]
-        say(f"warning: {len(bad)} of {len(rows)} demonstrations fail the task's rubric and are left out "
-            f"(first: reward={t.reward:.2f} {t.error or ''} reply={t.completion_text[:120]!r})")
+        say(
+            f"warning: {len(bad)} of {len(rows)} demonstrations fail the task's rubric and are left out "
+            f"(first: reward={t.reward:.2f} {t.error or ''} reply={t.completion_text[:120]!r})"
+        )
     if not ok:
-        raise WarmStartError(f"none of the {len(rows)} demonstrations of task {task.name!r} passes its rubric; "
-                             "check Task.demonstrate")
+        raise WarmStartError(
+            f"none of the {len(rows)} demonstrations of task {task.name!r} passes its rubric; check Task.demonstrate"
+        )
     say(f"warm start: {len(ok)} demonstrations, {ws.steps} steps x {min(ws.batch_size, len(ok))} at lr {ws.lr:g}")
     # The run's memory settings hold here too: multi-turn demonstrations are as long as the episodes RL trains on
     # (about 1,700 tokens each on coding-agent), so a warm start without them peaked at 7 GB where RL fits in 3.
     t = cfg.trainer
-    trainer = Trainer(model, pad_id=pad_id, lr=ws.lr, betas=t.betas, max_grad_norm=t.max_grad_norm,
-                      micro_batch_tokens=t.micro_batch_tokens, prefix_sharing=t.prefix_sharing, temperature=1.0,
-                      logits_chunk_tokens=t.logits_chunk_tokens, gradient_checkpointing=t.gradient_checkpointing,
-                      precision=t.precision)
+    trainer = Trainer(
+        model,
+        pad_id=pad_id,
+        lr=ws.lr,
+        betas=t.betas,
+        max_grad_norm=t.max_grad_norm,
+        micro_batch_tokens=t.micro_batch_tokens,
+        prefix_sharing=t.prefix_sharing,
+        temperature=1.0,
+        logits_chunk_tokens=t.logits_chunk_tokens,
+        gradient_checkpointing=t.gradient_checkpointing,
+        precision=t.precision,
+    )
     loss_params = LossParams(aggregation="token-mean")
     losses: list[float] = []
     for k, idx in enumerate(batches(len(ok), ws.batch_size, ws.steps, cfg.run.seed)):
@@ -130,17 +162,33 @@ async def run_warm_start(cfg: Config, model: Any, tok: Any, env: Any, task: Task
         m = trainer.forward_backward(batch, reinforce_loss, loss_params)
         m.update(trainer.optim_step())
         losses.append(m["train/loss"])  # token-mean of -logp over the demonstrated tokens = NLL per token
-        log({"kind": "warm_start", "step": 0, "warm_start/step": k + 1, "warm_start/nll": m["train/loss"],
-             "warm_start/grad_norm": m["train/grad_norm"], "warm_start/tokens": m["train/loss_tokens"]})
+        log(
+            {
+                "kind": "warm_start",
+                "step": 0,
+                "warm_start/step": k + 1,
+                "warm_start/nll": m["train/loss"],
+                "warm_start/grad_norm": m["train/grad_norm"],
+                "warm_start/tokens": m["train/loss_tokens"],
+            }
+        )
         took = time.perf_counter() - ts
         if k == 0 or (k + 1) % max(1, ws.steps // 10) == 0 or k + 1 == ws.steps:
             # The first step's time says what the whole warm start costs: long multi-turn demonstrations can make
             # it minutes per step on a CPU, which a user should know before waiting for it.
             eta = f"; about {eta_text(took * (ws.steps - 1))} more at this pace" if k == 0 and ws.steps > 1 else ""
-            say(f"warm start {k + 1}/{ws.steps}: nll/token={m['train/loss']:.3f} "
-                f"grad_norm={m['train/grad_norm']:.2f} [{took:.1f}s{eta}]")
+            say(
+                f"warm start {k + 1}/{ws.steps}: nll/token={m['train/loss']:.3f} "
+                f"grad_norm={m['train/grad_norm']:.2f} [{took:.1f}s{eta}]"
+            )
     del trainer  # its optimizer state; RL starts fresh
-    res = WarmStartResult(ws.steps, len(ok), len(bad), losses[0] if losses else float("nan"),
-                          statistics.fmean(losses[-3:]) if losses else float("nan"), time.perf_counter() - t0)
+    res = WarmStartResult(
+        ws.steps,
+        len(ok),
+        len(bad),
+        losses[0] if losses else float("nan"),
+        statistics.fmean(losses[-3:]) if losses else float("nan"),
+        time.perf_counter() - t0,
+    )
     say(f"warm start done in {res.seconds:.0f}s: nll/token {res.loss_first:.3f} -> {res.loss_last:.3f}")
     return res

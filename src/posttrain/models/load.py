@@ -28,8 +28,9 @@ def resolve_model_path(name: str, log=print) -> str:
     return name
 
 
-def load_model(name: str, dtype: str = "float32", attn_implementation: str = "sdpa", seed: int = 0,
-               log=print) -> tuple[Any, Any]:
+def load_model(
+    name: str, dtype: str = "float32", attn_implementation: str = "sdpa", seed: int = 0, log=print
+) -> tuple[Any, Any]:
     """Return (model, tokenizer), the model in eval mode on CPU (the caller moves it)."""
     if name == "tiny-random":
         from posttrain.models.tiny import tiny_random_model
@@ -64,7 +65,8 @@ def load_model(name: str, dtype: str = "float32", attn_implementation: str = "sd
         raise ModelLoadError(
             f"could not load model {path!r}: {e}\n"
             f"If this is a hub id, this machine needs network access to the hub{' (HF_HUB_OFFLINE=1 is set)' if offline else ''}; "
-            "otherwise pass a local HF folder, a .gguf file, 'default' or 'tiny-random'.") from None
+            "otherwise pass a local HF folder, a .gguf file, 'default' or 'tiny-random'."
+        ) from None
     return model.eval(), tok
 
 

@@ -11,10 +11,17 @@ def apply_lora(model: Any, r: int, alpha: float, dropout: float, target_modules:
     names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
     missing = [m for m in target_modules if m not in names]
     if len(missing) == len(target_modules):
-        raise ValueError(f"none of lora.target_modules {target_modules} exist in the model; "
-                         f"module names include: {sorted(n for n in names if n)[:20]}")
-    cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
-                     target_modules=[m for m in target_modules if m in names], task_type="CAUSAL_LM")
+        raise ValueError(
+            f"none of lora.target_modules {target_modules} exist in the model; "
+            f"module names include: {sorted(n for n in names if n)[:20]}"
+        )
+    cfg = LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=[m for m in target_modules if m in names],
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, cfg)
 
 

@@ -76,7 +76,9 @@ class CPULinear(torch.nn.Linear):
             return torch.nn.functional.linear(x, w, b)
         if not (_plain_cpu_fp32(x) and _plain_cpu_fp32(w) and (b is None or _plain_cpu_fp32(b)) and x.numel()):
             return torch.nn.functional.linear(x, w, b)
-        if not torch.is_grad_enabled() or not (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
+        if not torch.is_grad_enabled() or not (
+            x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
+        ):
             return _lp(x, w, b, "none", [], "")  # decode and no-grad passes: no autograd node to build
         if not self.train_onednn:
             return torch.nn.functional.linear(x, w, b)
@@ -96,8 +98,10 @@ ROUTABLE = (torch.nn.Linear, CPULinear, DecodeOneDNNLinear)  # exact classes rou
 def onednn_works() -> bool:
     """Whether oneDNN's fp32 inner product runs here (tried once on a tiny layer)."""
     try:
-        return bool(torch.backends.mkldnn.is_available()
-                    and _lp(torch.ones(2, 4), torch.ones(3, 4), None, "none", [], "").shape == (2, 3))
+        return bool(
+            torch.backends.mkldnn.is_available()
+            and _lp(torch.ones(2, 4), torch.ones(3, 4), None, "none", [], "").shape == (2, 3)
+        )
     except (RuntimeError, AttributeError, NotImplementedError):
         return False
 

@@ -48,8 +48,13 @@ def load_base_model(cfg: Config, log=print) -> tuple[Any, Any]:
     """The policy's model before LoRA, on its device, and its tokenizer (with a pad token). Sampler actors on
     other machines (cluster/) build their copy through this and `with_lora`, so it matches the trainer's."""
     device = resolve_device(cfg.model.device)
-    model, tok = load_model(cfg.model.name, resolve_dtype(cfg.model.dtype, device), cfg.model.attn_implementation,
-                            seed=cfg.run.seed, log=log)
+    model, tok = load_model(
+        cfg.model.name,
+        resolve_dtype(cfg.model.dtype, device),
+        cfg.model.attn_implementation,
+        seed=cfg.run.seed,
+        log=log,
+    )
     ensure_pad_token(tok)
     model = model.to(device)
     route_linears_(model, cfg.model.cpu_matmul)  # before LoRA wraps the Linears; a no-op on other devices' tensors

@@ -20,7 +20,10 @@ class ChatTemplateError(ValueError):
 PROBE_CONVERSATION: list[dict[str, str]] = [
     {"role": "system", "content": "You can call tools."},
     {"role": "user", "content": "What is the capital of Plethia?"},
-    {"role": "assistant", "content": '<tool_call>{"name": "search", "arguments": {"query": "Plethia capital"}}</tool_call>'},
+    {
+        "role": "assistant",
+        "content": '<tool_call>{"name": "search", "arguments": {"query": "Plethia capital"}}</tool_call>',
+    },
     {"role": "tool", "content": "Zorvan is the capital of Plethia."},
     {"role": "assistant", "content": "The capital is Zorvan."},
     {"role": "user", "content": "Thanks. And its mayor?"},
@@ -28,8 +31,9 @@ PROBE_CONVERSATION: list[dict[str, str]] = [
 
 
 def render_ids(tok: Any, messages: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
-    out = tok.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True,
-                                  return_dict=False)
+    out = tok.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False
+    )
     if isinstance(out, dict) or hasattr(out, "keys"):
         out = out["input_ids"]
     return [int(t) for t in out]
@@ -74,4 +78,5 @@ def check_prefix_property(tok: Any, messages: list[dict[str, Any]] | None = None
                     f"{shorter[i]} {tok.decode(shorter[i : i + 8])!r}..., got {longer[i] if i < len(longer) else None} "
                     f"{got}... (message {k} is {msgs[k]['role']!r}). Multi-turn training would learn from token "
                     f"sequences the model never sees at inference; fix or replace the template "
-                    f"(tokenizer.chat_template) before training.")
+                    f"(tokenizer.chat_template) before training."
+                )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import string
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 SPECIAL = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -27,13 +27,16 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     tk.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     tk.decoder = decoders.Fuse()
     tk.add_special_tokens(SPECIAL)
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<|pad|>", eos_token="<|im_end|>",
-                                  bos_token=None, unk_token="<unk>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, pad_token="<|pad|>", eos_token="<|im_end|>", bos_token=None, unk_token="<unk>"
+    )
     tok.chat_template = CHAT_TEMPLATE
     return tok
 
 
-def tiny_random_model(seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+def tiny_random_model(
+    seed: int = 0, hidden_size: int = 64, num_layers: int = 2
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     tok = tiny_tokenizer()
     cfg = LlamaConfig(
         vocab_size=len(tok),

@@ -16,15 +16,20 @@ def _rate(m: dict[str, Any]) -> str:
 
 
 def step_line(step: int, total: int, m: dict[str, Any]) -> str:
-    stages = " ".join(f"{k[5:]}={m[k]:.1f}s" for k in ("time/sample", "time/reward", "time/train", "time/sync")
-                      if k in m)
+    stages = " ".join(
+        f"{k[5:]}={m[k]:.1f}s" for k in ("time/sample", "time/reward", "time/train", "time/sync") if k in m
+    )
     passes = " ".join(f"{k[5:]}={m[k]:.2f}" for k in sorted(m) if k.startswith("pass/"))
-    line = (f"step {step:>4}/{total} reward={m.get('reward/mean', 0):.3f}±{m.get('reward/std', 0):.3f} "
-            f"{passes} {_rate(m)}len={m.get('completion/len_mean', 0):.0f} "
-            f"loss={m.get('train/loss', 0):+.4f} gnorm={m.get('train/grad_norm', 0):.2f} {stages}")
+    line = (
+        f"step {step:>4}/{total} reward={m.get('reward/mean', 0):.3f}±{m.get('reward/std', 0):.3f} "
+        f"{passes} {_rate(m)}len={m.get('completion/len_mean', 0):.0f} "
+        f"loss={m.get('train/loss', 0):+.4f} gnorm={m.get('train/grad_norm', 0):.2f} {stages}"
+    )
     if "select/retired" in m:  # adaptive prompt selection: what it left out and what it replayed
-        line += (f" prompts: retired={m['select/retired']:.0f} backed_off={m['select/backed_off']:.0f} "
-                 f"replayed={m.get('select/replayed', 0):.0f}")
+        line += (
+            f" prompts: retired={m['select/retired']:.0f} backed_off={m['select/backed_off']:.0f} "
+            f"replayed={m.get('select/replayed', 0):.0f}"
+        )
     if m.get("rollouts/failed"):  # failed samples (kept out of training): the run says why once per step
         line += f" failed={m['rollouts/failed']:.0f}/{m.get('rollouts/count', 0):.0f}"
     if "es/fitness_mean" in m:  # evolution strategies: no loss or gradient, the population's fitness instead
@@ -41,7 +46,7 @@ def print_line(text: str, enabled: bool = True) -> None:
 def task_table(title: str, cols: list[tuple[str, dict[str, float]]]) -> Table | None:
     """A mixture's held-out pass rate and reward per task, one column per eval (`eval/task/<name>/...` keys);
     None when the evals hold no per-task keys (a run of one task)."""
-    names = sorted({k[len("eval/task/"):].rsplit("/", 1)[0] for _, m in cols for k in m if k.startswith("eval/task/")})
+    names = sorted({k[len("eval/task/") :].rsplit("/", 1)[0] for _, m in cols for k in m if k.startswith("eval/task/")})
     if not names:
         return None
     table = Table(title=title)
@@ -53,8 +58,11 @@ def task_table(title: str, cols: list[tuple[str, dict[str, float]]]) -> Table | 
     for n in names:
         passes = [m.get(f"eval/task/{n}/pass_rate") for _, m in cols]
         rewards = [m.get(f"eval/task/{n}/reward") for _, m in cols]
-        table.add_row(n, *[f"{v * 100:.1f}%" if v is not None else "-" for v in passes],
-                      *[f"{v:.3f}" if v is not None else "-" for v in rewards])
+        table.add_row(
+            n,
+            *[f"{v * 100:.1f}%" if v is not None else "-" for v in passes],
+            *[f"{v:.3f}" if v is not None else "-" for v in rewards],
+        )
     return table
 
 
@@ -69,8 +77,15 @@ def suite_table(title: str, rows: list[dict[str, Any]]) -> Table:
         cells = []
         for k in cols:
             v = r[k]
-            cells.append("-" if v is None else f"{v * 100:.1f}%" if k.startswith(("pass@", "maj@")) else
-                         f"{v:.3f}" if isinstance(v, float) and k == "reward" else str(v))
+            cells.append(
+                "-"
+                if v is None
+                else f"{v * 100:.1f}%"
+                if k.startswith(("pass@", "maj@"))
+                else f"{v:.3f}"
+                if isinstance(v, float) and k == "reward"
+                else str(v)
+            )
         table.add_row(str(r["task"]), *cells)
     return table
 

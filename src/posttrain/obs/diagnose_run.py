@@ -25,7 +25,7 @@ class RunDiagnosis:
     last_step: int
 
     @classmethod
-    def of(cls, run_dir: Path, diag: Diagnostics) -> "RunDiagnosis":
+    def of(cls, run_dir: Path, diag: Diagnostics) -> RunDiagnosis:
         """From the live loop's Diagnostics (for the end-of-run summary: print(render(RunDiagnosis.of(...))))."""
         return cls(Path(run_dir), len(diag.history.train), len(diag.history.evals), diag.summary(), diag.history.step)
 
@@ -38,8 +38,14 @@ class RunDiagnosis:
         return [e for e in self.episodes if e["end_step"] is None]
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_dir": str(self.run_dir), "train_steps": self.train_steps, "evals": self.evals,
-                "last_step": self.last_step, "healthy": self.healthy, "diagnostics": self.episodes}
+        return {
+            "run_dir": str(self.run_dir),
+            "train_steps": self.train_steps,
+            "evals": self.evals,
+            "last_step": self.last_step,
+            "healthy": self.healthy,
+            "diagnostics": self.episodes,
+        }
 
 
 def read_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -83,7 +89,10 @@ def render(diag: RunDiagnosis) -> str:
         return f"{head}: healthy, no diagnostic fired"
     lines = [f"{head}: {len(diag.episodes)} diagnostic(s), {len(diag.active)} active at step {diag.last_step}"]
     for e in diag.episodes:
-        steps = f"steps {e['start_step']}-{e['end_step']}" if e["end_step"] is not None else \
-            f"since step {e['start_step']}, active"
+        steps = (
+            f"steps {e['start_step']}-{e['end_step']}"
+            if e["end_step"] is not None
+            else f"since step {e['start_step']}, active"
+        )
         lines += [f"[{e['name']}] {steps}: {e['verdict']}", f"    -> {e['advice']}"]
     return "\n".join(lines)

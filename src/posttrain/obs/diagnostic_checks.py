@@ -34,8 +34,10 @@ def no_signal(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     pass_rate = passes[-1] if passes else math.nan
     if reward == 0.0:
         why = "every sample scored 0: the reward never fires"
-        fix = ("check that a right answer scores (posttrain env check), and that the model can produce one "
-               "(posttrain eval --samples 8 --temperature 1.0); give partial credit; ")
+        fix = (
+            "check that a right answer scores (posttrain env check), and that the model can produce one "
+            "(posttrain eval --samples 8 --temperature 1.0); give partial credit; "
+        )
     else:
         why = f"the samples of a prompt all score the same (reward {reward:.2f}, pass rate {pass_rate:.0%})"
         fix = "add finer partial credit or a format hint to the prompt; "
@@ -44,7 +46,8 @@ def no_signal(h: History, cfg: DiagnosticsConfig) -> Finding | None:
         fix + "raise sampling.temperature or algorithm.num_generations so groups differ; "
         "algorithm.dynamic_sampling=true replaces equal groups; diagnostics.remedies.enabled=true raises exploration "
         "for you",
-        {"zero_variance_frac": statistics.fmean(z), "reward_mean": reward, "pass_rate": pass_rate})
+        {"zero_variance_frac": statistics.fmean(z), "reward_mean": reward, "pass_rate": pass_rate},
+    )
 
 
 @diagnostic("saturated")
@@ -53,9 +56,12 @@ def saturated(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     p = h.last("pass_rate", cfg.patience)
     if not p or min(p) < cfg.saturated_pass_rate:
         return None
-    return Finding(f"reward saturated: {p[-1]:.0%} of training samples pass for {cfg.patience} steps",
-                   "training on these prompts teaches little more: stop here (check the held-out table), "
-                   "or train on harder prompts", {"pass_rate": p[-1]})
+    return Finding(
+        f"reward saturated: {p[-1]:.0%} of training samples pass for {cfg.patience} steps",
+        "training on these prompts teaches little more: stop here (check the held-out table), "
+        "or train on harder prompts",
+        {"pass_rate": p[-1]},
+    )
 
 
 @diagnostic("plateau_no_pass")
@@ -65,7 +71,7 @@ def plateau_no_pass(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     and was never reproduced should not hide the stall."""
     w = cfg.plateau_window
     r = h.last("reward/mean", w)
-    passes = h.series("pass_rate")[-2 * w:]
+    passes = h.series("pass_rate")[-2 * w :]
     if not r or len(passes) < w or max(passes) > 0 or any(math.isnan(x) for x in r):
         return None
     gain = _slope(r) * (w - 1)  # fitted trend over the window, robust to one noisy step
@@ -77,7 +83,8 @@ def plateau_no_pass(h: History, cfg: DiagnosticsConfig) -> Finding | None:
         "the policy collects partial credit and never samples a full answer: check one exists "
         "(posttrain env check) and the model can reach it (posttrain eval --samples 8 --temperature 1.0); add a "
         "format hint to the prompt, or a supervised warm start (warm_start.steps) on demonstrations",
-        {"reward_mean": r[-1], "gain": gain, "steps_without_pass": float(len(passes))})
+        {"reward_mean": r[-1], "gain": gain, "steps_without_pass": float(len(passes))},
+    )
 
 
 def _baseline(s: list[float]) -> float:
@@ -104,15 +111,17 @@ def entropy_collapse(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     z = h.last("groups/zero_variance_frac", cfg.patience)
     if len(e) < BASELINE_STEPS + cfg.patience or not z:
         return None
-    base, last = _baseline(e), e[-cfg.patience:]
+    base, last = _baseline(e), e[-cfg.patience :]
     limit = max(cfg.entropy_floor, cfg.entropy_drop_frac * base)
     if max(last) >= limit or statistics.fmean(z) < 0.5:
         return None
-    return Finding(f"entropy collapse: {last[-1]:.3f} nats per token, from {base:.3f} in the first steps, and "
-                   f"{statistics.fmean(z):.0%} of groups without reward variance",
-                   "the policy has stopped exploring: lower trainer.lr, raise sampling.temperature, or use "
-                   "clip-higher (algorithm.epsilon_high=0.28); diagnostics.remedies.entropy=bonus|lr acts on it",
-                   {"entropy": last[-1], "entropy_start": base})
+    return Finding(
+        f"entropy collapse: {last[-1]:.3f} nats per token, from {base:.3f} in the first steps, and "
+        f"{statistics.fmean(z):.0%} of groups without reward variance",
+        "the policy has stopped exploring: lower trainer.lr, raise sampling.temperature, or use "
+        "clip-higher (algorithm.epsilon_high=0.28); diagnostics.remedies.entropy=bonus|lr acts on it",
+        {"entropy": last[-1], "entropy_start": base},
+    )
 
 
 @diagnostic("entropy_blowup")
@@ -122,9 +131,12 @@ def entropy_blowup(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     if rise is None:
         return None
     base, now = rise
-    return Finding(f"policy blow-up: entropy {now:.2f} nats per token, {now / base:.1f}x its start",
-                   "the updates are too large: lower trainer.lr (e.g. 4x), keep trainer.max_grad_norm at 1, and "
-                   "restart from a checkpoint before this step", {"entropy": now, "entropy_start": base})
+    return Finding(
+        f"policy blow-up: entropy {now:.2f} nats per token, {now / base:.1f}x its start",
+        "the updates are too large: lower trainer.lr (e.g. 4x), keep trainer.max_grad_norm at 1, and "
+        "restart from a checkpoint before this step",
+        {"entropy": now, "entropy_start": base},
+    )
 
 
 @diagnostic("truncation")
@@ -134,11 +146,14 @@ def truncation(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     if not t or min(t) < cfg.truncated_frac:
         return None
     lmax = h.series("completion/len_max")
-    return Finding(f"truncation: {t[-1]:.0%} of completions were cut at the token limit for {cfg.patience} steps",
-                   f"raise sampling.max_tokens (now ~{lmax[-1]:.0f}), add stop strings (sampling.stop), or teach "
-                   "brevity: algorithm.overlong_buffer_frac=0.2 (soft penalty) or algorithm.overlong_filter=true"
-                   if lmax else "raise sampling.max_tokens or add stop strings (sampling.stop)",
-                   {"truncated_frac": t[-1]})
+    return Finding(
+        f"truncation: {t[-1]:.0%} of completions were cut at the token limit for {cfg.patience} steps",
+        f"raise sampling.max_tokens (now ~{lmax[-1]:.0f}), add stop strings (sampling.stop), or teach "
+        "brevity: algorithm.overlong_buffer_frac=0.2 (soft penalty) or algorithm.overlong_filter=true"
+        if lmax
+        else "raise sampling.max_tokens or add stop strings (sampling.stop)",
+        {"truncated_frac": t[-1]},
+    )
 
 
 @diagnostic("length_runaway")
@@ -148,11 +163,12 @@ def length_runaway(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     if rise is None:
         return None
     base, now = rise
-    return Finding(f"runaway length: completions average {now:.0f} tokens, {now / base:.1f}x the "
-                   f"{base:.0f} of the first steps",
-                   "check the reward does not pay for length (samples.jsonl); add stop strings (sampling.stop) or "
-                   "a soft overlong penalty (algorithm.overlong_buffer_frac=0.2)",
-                   {"len_mean": now, "len_start": base})
+    return Finding(
+        f"runaway length: completions average {now:.0f} tokens, {now / base:.1f}x the {base:.0f} of the first steps",
+        "check the reward does not pay for length (samples.jsonl); add stop strings (sampling.stop) or "
+        "a soft overlong penalty (algorithm.overlong_buffer_frac=0.2)",
+        {"len_mean": now, "len_start": base},
+    )
 
 
 @diagnostic("off_policy")
@@ -165,12 +181,17 @@ def off_policy(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     spiked = bool(ratio and ratio[0] > cfg.is_ratio_max)
     if not (too_far or spiked):
         return None
-    what = (f"sampler-vs-trainer KL {kl[0]:.3g} per token" if too_far else "") + \
-           (" and " if too_far and spiked else "") + (f"importance ratio {ratio[0]:.3g}" if spiked else "")
-    return Finding(f"off-policy spike: {what}",
-                   "check the weight sync and that sampler and trainer use the same dtype and temperature; lower "
-                   "loop.max_staleness; algorithm.is_correction=truncate bounds the ratio",
-                   {"sampler_kl_k3": kl[0] if kl else math.nan, "is_ratio_max": ratio[0] if ratio else math.nan})
+    what = (
+        (f"sampler-vs-trainer KL {kl[0]:.3g} per token" if too_far else "")
+        + (" and " if too_far and spiked else "")
+        + (f"importance ratio {ratio[0]:.3g}" if spiked else "")
+    )
+    return Finding(
+        f"off-policy spike: {what}",
+        "check the weight sync and that sampler and trainer use the same dtype and temperature; lower "
+        "loop.max_staleness; algorithm.is_correction=truncate bounds the ratio",
+        {"sampler_kl_k3": kl[0] if kl else math.nan, "is_ratio_max": ratio[0] if ratio else math.nan},
+    )
 
 
 @diagnostic("skipped_steps")
@@ -181,9 +202,11 @@ def skipped_steps(h: History, cfg: DiagnosticsConfig) -> Finding | None:
         return None
     total = h.series("train/skipped_steps_total")
     n = total[-1] if total else float(sum(x > 0 for x in h.series("train/skipped_step")))
-    return Finding(f"skipped step: a non-finite loss or gradient norm ({n:.0f} skipped so far)",
-                   "lower trainer.lr, train in float32 (model.dtype=float32), and check the rewards for nan/inf",
-                   {"skipped_steps_total": n})
+    return Finding(
+        f"skipped step: a non-finite loss or gradient norm ({n:.0f} skipped so far)",
+        "lower trainer.lr, train in float32 (model.dtype=float32), and check the rewards for nan/inf",
+        {"skipped_steps_total": n},
+    )
 
 
 @diagnostic("failing_samples")
@@ -196,12 +219,13 @@ def failing_samples(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     share = sum(failed) / sum(count)
     if share < cfg.failed_frac:
         return None
-    return Finding(f"failing samples: {share:.0%} of samples failed over {cfg.patience} steps (kept out of "
-                   "training)",
-                   "read the errors: the console names the first one of a step, samples.jsonl each sample's "
-                   "`error`; a reward or env that raises on what the model writes is a bug to fix there (bound "
-                   "its parsing: posttrain/bounded.py); debug.rollout_fault_rate above 0 fails samples on purpose",
-                   {"failed_frac": share})
+    return Finding(
+        f"failing samples: {share:.0%} of samples failed over {cfg.patience} steps (kept out of training)",
+        "read the errors: the console names the first one of a step, samples.jsonl each sample's "
+        "`error`; a reward or env that raises on what the model writes is a bug to fix there (bound "
+        "its parsing: posttrain/bounded.py); debug.rollout_fault_rate above 0 fails samples on purpose",
+        {"failed_frac": share},
+    )
 
 
 @diagnostic("memory_pressure")
@@ -216,13 +240,15 @@ def memory_pressure(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     growth = peaks[1] - peaks[0] if peaks else 0.0  # at this pace the next step needs this much more
     if not headroom < max(cfg.memory_headroom_mb, growth):
         return None
-    return Finding(f"memory pressure: this run peaks at {peak[0] / 1024:.1f} GB and only {max(headroom, 0) / 1024:.1f}"
-                   " GB is left on the machine; past it the kernel kills the run without a message",
-                   "run fewer jobs at once; set trainer.gradient_checkpointing=true (layers re-run in backward "
-                   "instead of keeping their activations) and trainer.logits_chunk_tokens=256; lower "
-                   "trainer.micro_batch_tokens (activations grow with it); sample fewer completions per step (algorithm.num_generations, "
-                   "loop.prompts_per_step); or train LoRA (lora.enabled=true: no optimizer state for the full weights)",
-                   {"peak_rss_mb": peak[0], "headroom_mb": headroom, "growth_mb": growth})
+    return Finding(
+        f"memory pressure: this run peaks at {peak[0] / 1024:.1f} GB and only {max(headroom, 0) / 1024:.1f}"
+        " GB is left on the machine; past it the kernel kills the run without a message",
+        "run fewer jobs at once; set trainer.gradient_checkpointing=true (layers re-run in backward "
+        "instead of keeping their activations) and trainer.logits_chunk_tokens=256; lower "
+        "trainer.micro_batch_tokens (activations grow with it); sample fewer completions per step (algorithm.num_generations, "
+        "loop.prompts_per_step); or train LoRA (lora.enabled=true: no optimizer state for the full weights)",
+        {"peak_rss_mb": peak[0], "headroom_mb": headroom, "growth_mb": growth},
+    )
 
 
 @diagnostic("heldout_divergence", on="eval")
@@ -238,11 +264,13 @@ def heldout_divergence(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     r_best, r_now = _train_reward_near(h, best_step, cfg.patience), _train_reward_near(h, now_step, cfg.patience)
     if not r_now > r_best:  # also False with nan
         return None
-    return Finding(f"held-out falling while train reward rises: held-out pass {best:.0%} at step {best_step} -> "
-                   f"{now:.0%}, train reward {r_best:.2f} -> {r_now:.2f}",
-                   "over-fitting or a reward hack: read the latest samples (samples.jsonl) for answers that score "
-                   f"without being right, tighten the reward, or keep the checkpoint from step {best_step}",
-                   {"heldout_best": best, "heldout_now": now, "train_reward_then": r_best, "train_reward_now": r_now})
+    return Finding(
+        f"held-out falling while train reward rises: held-out pass {best:.0%} at step {best_step} -> "
+        f"{now:.0%}, train reward {r_best:.2f} -> {r_now:.2f}",
+        "over-fitting or a reward hack: read the latest samples (samples.jsonl) for answers that score "
+        f"without being right, tighten the reward, or keep the checkpoint from step {best_step}",
+        {"heldout_best": best, "heldout_now": now, "train_reward_then": r_best, "train_reward_now": r_now},
+    )
 
 
 @diagnostic("task_stalled")
@@ -250,7 +278,7 @@ def task_stalled(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     """A mixture (tasks/mixture.py): one task's reward stopped rising and none of its samples passed over the last
     plateau window of steps it was drawn in, while the run as a whole goes on. Names the task(s)."""
     w = cfg.plateau_window
-    names = sorted({k[len("task/"):].rsplit("/", 1)[0] for k in h.keys() if k.startswith("task/")})
+    names = sorted({k[len("task/") :].rsplit("/", 1)[0] for k in h.keys() if k.startswith("task/")})
     stalled = {}
     for n in names:
         r, p = h.last(f"task/{n}/reward", w), h.last(f"task/{n}/pass_rate", w)
@@ -261,10 +289,12 @@ def task_stalled(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     if not stalled or len(stalled) == len(names):  # all of them: `plateau_no_pass` / `no_signal` say it for the run
         return None
     which = ", ".join(f"{n} (reward {r:.2f}, {g:+.3f} over its last {w} steps)" for n, (r, g) in stalled.items())
-    return Finding(f"task stalled in the mixture: {which}; none of its samples passed",
-                   "the other tasks learn, this one does not: check its rewards alone (posttrain env check --task), "
-                   "give it partial credit or a format hint, raise its weight, or train it on its own first",
-                   {"tasks_stalled": float(len(stalled))})
+    return Finding(
+        f"task stalled in the mixture: {which}; none of its samples passed",
+        "the other tasks learn, this one does not: check its rewards alone (posttrain env check --task), "
+        "give it partial credit or a format hint, raise its weight, or train it on its own first",
+        {"tasks_stalled": float(len(stalled))},
+    )
 
 
 def _train_reward_near(h: History, step: int, n: int) -> float:

@@ -104,4 +104,5 @@ def diagnostic(name: str, on: Literal["train", "eval"] = "train") -> Callable[[C
     def register(fn: Check) -> Check:
         DIAGNOSTICS[name] = Diagnostic(name, fn, on)
         return fn
+
     return register

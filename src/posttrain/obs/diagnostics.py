@@ -21,8 +21,8 @@ from posttrain.config.schema import DiagnosticsConfig
 from posttrain.obs import diagnostic_checks  # noqa: F401 - the checks register themselves on import
 from posttrain.obs.diagnostic_registry import DIAGNOSTICS, DiagnosticEvent, Finding, History, _num  # noqa: F401
 
-
 # ---- the state machine -------------------------------------------------------------------------------------
+
 
 class Diagnostics:
     """Feed it every train and eval record, in order; it returns the events each record started or cleared."""
@@ -77,8 +77,14 @@ class Diagnostics:
         open_: dict[str, dict[str, Any]] = {}
         for e in self.events:
             if e.state == "start":
-                open_[e.name] = {"name": e.name, "start_step": e.step, "end_step": None, "verdict": e.verdict,
-                                 "advice": e.advice, "evidence": e.evidence}
+                open_[e.name] = {
+                    "name": e.name,
+                    "start_step": e.step,
+                    "end_step": None,
+                    "verdict": e.verdict,
+                    "advice": e.advice,
+                    "evidence": e.evidence,
+                }
                 out.append(open_[e.name])
             elif e.name in open_:
                 open_.pop(e.name)["end_step"] = e.step
@@ -86,9 +92,13 @@ class Diagnostics:
 
     # Resume: the loop can either replay the kept metrics.jsonl (replay) or save/restore this state.
     def state_dict(self) -> dict[str, Any]:
-        return {"train": self.history.train, "evals": self.history.evals,
-                "active": {k: asdict(v) for k, v in self.active.items()}, "misses": dict(self._misses),
-                "events": [asdict(e) for e in self.events]}
+        return {
+            "train": self.history.train,
+            "evals": self.history.evals,
+            "active": {k: asdict(v) for k, v in self.active.items()},
+            "misses": dict(self._misses),
+            "events": [asdict(e) for e in self.events],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.history = History()
@@ -99,4 +109,3 @@ class Diagnostics:
         self.active = {k: DiagnosticEvent(**v) for k, v in state["active"].items()}
         self._misses = dict(state["misses"])
         self.events = [DiagnosticEvent(**e) for e in state["events"]]
-

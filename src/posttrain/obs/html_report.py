@@ -18,17 +18,42 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from posttrain.obs.report_figs import (_div, _layout, _plotly, fig_async, fig_curriculum, fig_explorer,
-                                      fig_lines, fig_reliability, fig_reward, fig_timeline, fig_timing)
+from posttrain.obs.report_figs import (
+    _div,
+    _layout,
+    _plotly,
+    fig_async,
+    fig_curriculum,
+    fig_explorer,
+    fig_lines,
+    fig_reliability,
+    fig_reward,
+    fig_timeline,
+    fig_timing,
+)
 from posttrain.obs.run_data import ReportError, RunData, _num
 from posttrain.obs.trace import to_chrome_trace
 
-__all__ = ["ReportError", "RunData", "fig_reliability", "render_report", "write_chrome_trace", "write_compare",
-           "write_html_report"]
+__all__ = [
+    "ReportError",
+    "RunData",
+    "fig_reliability",
+    "render_report",
+    "write_chrome_trace",
+    "write_compare",
+    "write_html_report",
+]
 
 # Curves overlaid by --compare, when a run has them.
-COMPARE_KEYS = ["reward/mean", "pass_rate", "eval/pass_rate", "completion/len_mean", "train/loss",
-                "train/sampler_kl_k3", "time/step"]
+COMPARE_KEYS = [
+    "reward/mean",
+    "pass_rate",
+    "eval/pass_rate",
+    "completion/len_mean",
+    "train/loss",
+    "train/sampler_kl_k3",
+    "time/step",
+]
 MAX_VIEWER_STEPS = 200  # steps of samples embedded in the page (evenly spaced beyond that: the file stays small)
 
 
@@ -55,10 +80,10 @@ def _eval_table(run: RunData) -> str:
         pct = k != "eval/reward/mean"
         fmt = (lambda v: f"{v * 100:.1f}%") if pct else (lambda v: f"{v:.3f}")
         d = f"{(b - a) * 100:+.1f} pts" if pct else f"{b - a:+.3f}"
-        rows.append(f"<tr><td>{html.escape(k.removeprefix('eval/'))}</td><td>{fmt(a)}</td><td>{fmt(b)}</td>"
-                    f"<td>{d}</td></tr>")
-    head = (f"<tr><th>metric</th><th>step {first.get('step')}</th><th>step {last.get('step')}</th>"
-            "<th>change</th></tr>")
+        rows.append(
+            f"<tr><td>{html.escape(k.removeprefix('eval/'))}</td><td>{fmt(a)}</td><td>{fmt(b)}</td><td>{d}</td></tr>"
+        )
+    head = f"<tr><th>metric</th><th>step {first.get('step')}</th><th>step {last.get('step')}</th><th>change</th></tr>"
     return f'<table class="evaltable">{head}{"".join(rows)}</table>'
 
 
@@ -81,17 +106,27 @@ def _page(title: str, notes: list[str], content: str, data: Any) -> str:
     blob = json.dumps(data, default=str).replace("</", "<\\/")  # never close the <script> early
     note_html = "".join(f'<div class="note">{html.escape(n)}</div>' for n in notes)
     page = _template()
-    for k, v in (("{{TITLE}}", html.escape(title)), ("{{NOTES}}", note_html), ("{{CONTENT}}", content),
-                 ("{{DATA}}", blob)):
+    for k, v in (
+        ("{{TITLE}}", html.escape(title)),
+        ("{{NOTES}}", note_html),
+        ("{{CONTENT}}", content),
+        ("{{DATA}}", blob),
+    ):
         page = page.replace(k, v)
     return page.replace("{{PLOTLYJS}}", get_plotlyjs())  # last: the library's text is never searched for tokens
 
 
 def render_report(run: RunData) -> str:
-    figs = [("reward", fig_reward(run)),
-            ("pass", fig_lines(run, "train pass rates", ["pass_rate", *run.keys("pass/")])),
-            ("eval", fig_lines(run, "held-out pass rates", ["eval/pass_rate", *run.keys("eval/pass/", run.evals)],
-                               records=run.evals))]
+    figs = [
+        ("reward", fig_reward(run)),
+        ("pass", fig_lines(run, "train pass rates", ["pass_rate", *run.keys("pass/")])),
+        (
+            "eval",
+            fig_lines(
+                run, "held-out pass rates", ["eval/pass_rate", *run.keys("eval/pass/", run.evals)], records=run.evals
+            ),
+        ),
+    ]
     curves = "".join(_div(f, f"fig-{i}") for i, f in figs)
     content = _section("Curves", curves, "curves")
     content += _section("Held-out before / after", _eval_table(run), "evals")
@@ -100,21 +135,31 @@ def render_report(run: RunData) -> str:
         content += _section("Calibration", _div(reliability, "fig-reliability"), "calibration")
     content += _section("Time per stage", _div(fig_timing(run), "fig-timing"), "timing")
     content += _section("Staleness and sync", _div(fig_async(run), "fig-async"), "async")
-    content += _section("Timeline", _div(fig_timeline(run), "fig-timeline") + (
-        '<p class="hint">Export for chrome://tracing or ui.perfetto.dev: '
-        f'<code>posttrain report {html.escape(str(run.run_dir))} --trace trace.json</code></p>'
-        if run.trace else ""), "timeline")
+    content += _section(
+        "Timeline",
+        _div(fig_timeline(run), "fig-timeline")
+        + (
+            '<p class="hint">Export for chrome://tracing or ui.perfetto.dev: '
+            f"<code>posttrain report {html.escape(str(run.run_dir))} --trace trace.json</code></p>"
+            if run.trace
+            else ""
+        ),
+        "timeline",
+    )
     curriculum = fig_curriculum(run)
     if curriculum is not None:  # adaptive prompt selection (algos/prompt_selection.py)
         content += _section("Curriculum", _div(curriculum, "fig-curriculum"), "curriculum")
     tags = [k for k in run.keys("rised/") if k not in ("rised/tag_errors", "rised/selection_overlap")]
     if tags:  # RISED: which behaviours rise and fall over the run (guidance/profiles.py)
-        content += _section("Behaviour profile", _div(fig_lines(run, "share of rollouts with each tag", tags,
-                                                                yaxis="share"), "fig-profile"), "profile")
+        content += _section(
+            "Behaviour profile",
+            _div(fig_lines(run, "share of rollouts with each tag", tags, yaxis="share"), "fig-profile"),
+            "profile",
+        )
     content += _section("Any metric", _div(fig_explorer(run), "fig-explorer"), "explorer")
     viewer = _viewer_data(run)
     if viewer:
-        content += ('<section id="rollouts"><h2>Rollouts</h2><div id="viewer"></div></section>')
+        content += '<section id="rollouts"><h2>Rollouts</h2><div id="viewer"></div></section>'
     if not content:
         content = '<p class="note">Nothing to show yet.</p>'
     return _page(f"posttrain report: {run.name}", run.notes, content, {"viewer": viewer, "run": run.name})

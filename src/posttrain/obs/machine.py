@@ -33,10 +33,14 @@ def cpu_summary() -> dict[str, object]:
         import torch
 
         capability = torch.backends.cpu.get_cpu_capability()
-    except Exception:  # torch missing or too old: the line is informational
+    except Exception:  # noqa: BLE001 - torch missing or too old: the line is informational
         capability = None
-    return {"model": model, "cores": os.cpu_count(), "isa": [f for f in _ISA_FLAGS if f in flags],
-            "torch_capability": capability}
+    return {
+        "model": model,
+        "cores": os.cpu_count(),
+        "isa": [f for f in _ISA_FLAGS if f in flags],
+        "torch_capability": capability,
+    }
 
 
 def cpu_line() -> str:

@@ -17,10 +17,15 @@ MB = 1024 * 1024
 # cgroup files that cap a container's memory: v2, then v1 (limit, usage, stat, the stat key of reclaimable page
 # cache). "max" or a huge number means no cap. Usage counts page cache the kernel can drop before it kills
 # anything, so the inactive file pages are taken off it, as container runtimes do for a "working set".
-_CGROUPS = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat",
-             "inactive_file"),
-            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-             "/sys/fs/cgroup/memory/memory.stat", "total_inactive_file"))
+_CGROUPS = (
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat", "inactive_file"),
+    (
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+        "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        "/sys/fs/cgroup/memory/memory.stat",
+        "total_inactive_file",
+    ),
+)
 
 
 _LIBC: list = []  # [the glibc handle, or None where there is no malloc_trim]

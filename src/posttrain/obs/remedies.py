@@ -26,12 +26,11 @@ soft overlong penalty) move.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from posttrain.config.schema import DiagnosticsConfig, RemediesConfig
 from posttrain.obs.diagnostics import DiagnosticEvent
-
 
 STALLS = {"no_signal", "plateau_no_pass"}  # the diagnostics that more exploration remedies
 # The stall level stops rising here: it already gives the largest boost (G x 2^4, temperature + 4 steps), and a long
@@ -73,8 +72,14 @@ class Overrides:
 
 
 class Remedies:
-    def __init__(self, cfg: RemediesConfig, base_temperature: float, base_num_generations: int,
-                 diag_cfg: DiagnosticsConfig | None = None, has_format_hints: bool = True):
+    def __init__(
+        self,
+        cfg: RemediesConfig,
+        base_temperature: float,
+        base_num_generations: int,
+        diag_cfg: DiagnosticsConfig | None = None,
+        has_format_hints: bool = True,
+    ):
         self.cfg = cfg
         self.has_hints = has_format_hints  # the task's rows carry a `format_hint` (else no hint to give)
         self.diag_cfg = diag_cfg or DiagnosticsConfig()
@@ -87,10 +92,15 @@ class Remedies:
         self.current = Overrides()
 
     @classmethod
-    def from_config(cls, cfg, has_format_hints: bool = True) -> "Remedies":
+    def from_config(cls, cfg, has_format_hints: bool = True) -> Remedies:
         """From a whole posttrain Config."""
-        return cls(cfg.diagnostics.remedies, cfg.sampling.temperature, cfg.algorithm.num_generations, cfg.diagnostics,
-                   has_format_hints)
+        return cls(
+            cfg.diagnostics.remedies,
+            cfg.sampling.temperature,
+            cfg.algorithm.num_generations,
+            cfg.diagnostics,
+            has_format_hints,
+        )
 
     def update(self, step: int, record: dict[str, Any], events: list[DiagnosticEvent]) -> Overrides:
         for e in events:
@@ -139,14 +149,20 @@ class Remedies:
                 # The hint is the exploration: a hotter sampler breaks a small model's hinted replies (base model on
                 # partial_credit: 22% of hinted samples pass at T=0.7, 12% at T=1.0, and those are mostly junk).
                 t = self.base_t
-            o = replace(o, temperature=round(t, 3) if round(t, 3) != self.base_t else None,
-                        num_generations=g if g != self.base_g else None, format_hint=hint,
-                        guide=hint and c.format_hint_mode == "guide",
-                        guide_share=c.guide_share if hint and c.format_hint_mode == "guide" else 1.0)
+            o = replace(
+                o,
+                temperature=round(t, 3) if round(t, 3) != self.base_t else None,
+                num_generations=g if g != self.base_g else None,
+                format_hint=hint,
+                guide=hint and c.format_hint_mode == "guide",
+                guide_share=c.guide_share if hint and c.format_hint_mode == "guide" else 1.0,
+            )
         if "entropy_collapse" in self.active and c.entropy == "bonus":
             o = replace(o, entropy_coef=c.entropy_bonus)
-        if ("entropy_collapse" in self.active and c.entropy == "lr") or \
-                self.active & {"entropy_blowup", "skipped_steps"}:
+        if ("entropy_collapse" in self.active and c.entropy == "lr") or self.active & {
+            "entropy_blowup",
+            "skipped_steps",
+        }:
             o = replace(o, lr_scale=c.lr_scale)
         if "length_runaway" in self.active and c.overlong_buffer_frac > 0:
             o = replace(o, overlong_buffer_frac=c.overlong_buffer_frac)
@@ -156,9 +172,13 @@ class Remedies:
 
     def state_dict(self) -> dict[str, Any]:
         cur = asdict(replace(self.current, changes=()))
-        return {"level": self.level, "stalled_steps": self.stalled_steps, "active": sorted(self.active),
-                "steps_without_pass": self.steps_without_pass,
-                "current": {**cur, "changes": [], "extra_stop": list(cur["extra_stop"])}}
+        return {
+            "level": self.level,
+            "stalled_steps": self.stalled_steps,
+            "active": sorted(self.active),
+            "steps_without_pass": self.steps_without_pass,
+            "current": {**cur, "changes": [], "extra_stop": list(cur["extra_stop"])},
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.level, self.stalled_steps = float(state["level"]), int(state["stalled_steps"])
@@ -168,10 +188,16 @@ class Remedies:
         self.current = Overrides(**{**cur, "changes": (), "extra_stop": tuple(cur["extra_stop"])})
 
 
-_NAMES = {"temperature": "raise exploration", "num_generations": "raise exploration", "format_hint": "format hint",
-          "guide": "format hint",
-          "entropy_coef": "entropy bonus", "lr_scale": "lower learning rate",
-          "overlong_buffer_frac": "overlong penalty", "extra_stop": "stop strings"}
+_NAMES = {
+    "temperature": "raise exploration",
+    "num_generations": "raise exploration",
+    "format_hint": "format hint",
+    "guide": "format hint",
+    "entropy_coef": "entropy bonus",
+    "lr_scale": "lower learning rate",
+    "overlong_buffer_frac": "overlong penalty",
+    "extra_stop": "stop strings",
+}
 
 
 _NEUTRAL = Overrides()

@@ -24,7 +24,9 @@ def write_report(run_dir: str, out: str | None = None) -> str:
     ax = axes[0]
     steps = [r["step"] for r in train]
     ax.plot(steps, [r.get("reward/mean", 0) for r in train], label="reward (train)")
-    for k in sorted({k for r in train for k in r if k.startswith("reward/") and k not in ("reward/mean", "reward/std")}):
+    for k in sorted(
+        {k for r in train for k in r if k.startswith("reward/") and k not in ("reward/mean", "reward/std")}
+    ):
         ax.plot(steps, [r.get(k, 0) for r in train], label=k, alpha=0.6)
     _mark_diagnostics(ax, recs, run_dir)
     ax.set_xlabel("step"), ax.set_title("train reward"), ax.legend(fontsize=7)
@@ -56,5 +58,13 @@ def _mark_diagnostics(ax, recs, run_dir: str) -> None:
     for e in d.replay(recs):
         if e.state == "start":
             ax.axvline(e.step, color="tab:red", ls="--", lw=0.8, alpha=0.6)
-            ax.annotate(e.name, (e.step, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=6,
-                        va="top", ha="right", color="tab:red")
+            ax.annotate(
+                e.name,
+                (e.step, 1.0),
+                xycoords=("data", "axes fraction"),
+                rotation=90,
+                fontsize=6,
+                va="top",
+                ha="right",
+                color="tab:red",
+            )

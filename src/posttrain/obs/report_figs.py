@@ -14,12 +14,21 @@ from posttrain.obs.trace import lane_order
 # (async busy times, the weight-sync transport's own timing) and are drawn as lines.
 STAGES = ["sample", "reward", "token_stats", "train", "sync", "perturb"]
 # Timeline colours: work in strong colours, waiting in greys, so idle time reads as idle at a glance.
-STAGE_COLOURS = {"sample": "#2a9d8f", "reward": "#e9c46a", "token_stats": "#f4a261", "train": "#1f5fbf",
-                 "sync": "#9b5de5", "eval": "#264653", "perturb": "#e76f51",
-                 "wait_rollouts": "#c8c8c8", "wait_weights": "#e4e4e4"}
+STAGE_COLOURS = {
+    "sample": "#2a9d8f",
+    "reward": "#e9c46a",
+    "token_stats": "#f4a261",
+    "train": "#1f5fbf",
+    "sync": "#9b5de5",
+    "eval": "#264653",
+    "perturb": "#e76f51",
+    "wait_rollouts": "#c8c8c8",
+    "wait_weights": "#e4e4e4",
+}
 
 
 # ---- figures -----------------------------------------------------------------------------------------------
+
 
 def _plotly():
     try:
@@ -31,8 +40,15 @@ def _plotly():
 
 
 def _layout(fig, title: str, xaxis: str = "step", yaxis: str = "", height: int = 340) -> Any:
-    fig.update_layout(title=title, height=height, margin=dict(l=50, r=20, t=50, b=40), template="plotly_white",
-                      legend=dict(font=dict(size=10)), xaxis_title=xaxis, yaxis_title=yaxis)
+    fig.update_layout(
+        title=title,
+        height=height,
+        margin={"l": 50, "r": 20, "t": 50, "b": 40},
+        template="plotly_white",
+        legend={"font": {"size": 10}},
+        xaxis_title=xaxis,
+        yaxis_title=yaxis,
+    )
     return fig
 
 
@@ -56,15 +72,31 @@ def fig_reward(run: RunData):
     x, m = run.series("reward/mean")
     _, s = run.series("reward/std")
     if len(s) == len(m) and all(v is not None for v in m + s):
-        fig.add_trace(go.Scatter(x=x + x[::-1], y=[a + b for a, b in zip(m, s)] + [a - b for a, b in zip(m, s)][::-1],
-                                 fill="toself", line=dict(width=0), opacity=0.2, name="reward ± std",
-                                 hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=x + x[::-1],
+                y=[a + b for a, b in zip(m, s)] + [a - b for a, b in zip(m, s)][::-1],
+                fill="toself",
+                line={"width": 0},
+                opacity=0.2,
+                name="reward ± std",
+                hoverinfo="skip",
+            )
+        )
     for step, name in _diagnostic_starts(run):
-        fig.add_vline(x=step, line_dash="dash", line_color="crimson", opacity=0.6,
-                      annotation_text=name, annotation_font_size=9)
+        fig.add_vline(
+            x=step, line_dash="dash", line_color="crimson", opacity=0.6, annotation_text=name, annotation_font_size=9
+        )
     for step, name in _remedy_actions(run):  # what the loop changed in answer (diagnostics.remedies)
-        fig.add_vline(x=step, line_dash="dot", line_color="seagreen", opacity=0.6,
-                      annotation_text=f"remedy: {name}", annotation_position="bottom right", annotation_font_size=9)
+        fig.add_vline(
+            x=step,
+            line_dash="dot",
+            line_color="seagreen",
+            opacity=0.6,
+            annotation_text=f"remedy: {name}",
+            annotation_position="bottom right",
+            annotation_font_size=9,
+        )
     return fig
 
 
@@ -77,8 +109,13 @@ def _remedy_actions(run: RunData) -> list[tuple[int, str]]:
 def fig_curriculum(run: RunData, max_prompts: int = 80):
     """loop.prompt_selection=adaptive: each prompt's pass rate at every step it was drawn (a heat map, prompts in
     the order first drawn; blank: not drawn that step), so replays, retirements and revisits show as the run goes."""
-    cells = [(r["step"], int(row), p) for r in run.train if isinstance(r.get("select/pass_by_prompt"), dict)
-             for row, p in r["select/pass_by_prompt"].items() if _is_number(p)]
+    cells = [
+        (r["step"], int(row), p)
+        for r in run.train
+        if isinstance(r.get("select/pass_by_prompt"), dict)
+        for row, p in r["select/pass_by_prompt"].items()
+        if _is_number(p)
+    ]
     if not cells:
         return None
     go, _ = _plotly()
@@ -92,11 +129,25 @@ def fig_curriculum(run: RunData, max_prompts: int = 80):
     for s, row, p in cells:
         if row in line:
             z[line[row]][col[s]] = p
-    fig = go.Figure(go.Heatmap(z=z, x=steps, y=[f"row {r}" for r in rows], zmin=0, zmax=1, colorscale="RdYlGn",
-                               colorbar=dict(title="pass"), hoverongaps=False))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=steps,
+            y=[f"row {r}" for r in rows],
+            zmin=0,
+            zmax=1,
+            colorscale="RdYlGn",
+            colorbar={"title": "pass"},
+            hoverongaps=False,
+        )
+    )
     more = f" (first {max_prompts} of {len(order)})" if len(order) > max_prompts else ""
-    return _layout(fig, f"pass rate of each drawn prompt{more}", yaxis="prompt (in order first drawn)",
-                   height=max(340, 12 * len(rows) + 120))
+    return _layout(
+        fig,
+        f"pass rate of each drawn prompt{more}",
+        yaxis="prompt (in order first drawn)",
+        height=max(340, 12 * len(rows) + 120),
+    )
 
 
 def _is_number(v: Any) -> bool:
@@ -126,8 +177,15 @@ def fig_timing(run: RunData):
     for k in run.keys("time/"):
         if k.removeprefix("time/") not in STAGES:
             x, y = run.series(k)
-            fig.add_trace(go.Scatter(x=x, y=y, name=k.removeprefix("time/"), mode="lines+markers",
-                                     line=dict(dash="dot") if k != "time/step" else None))
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=y,
+                    name=k.removeprefix("time/"),
+                    mode="lines+markers",
+                    line={"dash": "dot"} if k != "time/step" else None,
+                )
+            )
     if not fig.data:
         return None
     fig.update_layout(barmode="stack")
@@ -135,15 +193,15 @@ def fig_timing(run: RunData):
 
 
 def fig_async(run: RunData):
-    keys = [k for k in run.keys("async/") if not k.endswith("_s")] + [k for k in run.keys("sync/")]
+    keys = [k for k in run.keys("async/") if not k.endswith("_s")] + list(run.keys("sync/"))
     fig = fig_lines(run, "async: staleness and idle fractions", keys)
     secs = [k for k in run.keys("async/") if k.endswith("_s")]
     if fig is not None and secs:
         go, _ = _plotly()
         for k in secs:  # seconds on a second axis: fractions and seconds do not share a scale
             x, y = run.series(k)
-            fig.add_trace(go.Scatter(x=x, y=y, name=k, yaxis="y2", mode="lines+markers", line=dict(dash="dot")))
-        fig.update_layout(yaxis2=dict(title="seconds", overlaying="y", side="right"))
+            fig.add_trace(go.Scatter(x=x, y=y, name=k, yaxis="y2", mode="lines+markers", line={"dash": "dot"}))
+        fig.update_layout(yaxis2={"title": "seconds", "overlaying": "y", "side": "right"})
     return fig
 
 
@@ -159,10 +217,23 @@ def fig_explorer(run: RunData):
     for k in keys:
         x, y = run.series(k)
         fig.add_trace(go.Scatter(x=x, y=y, name=k, mode="lines+markers", visible=k == first))
-    buttons = [dict(label=k, method="update", args=[{"visible": [j == i for j in range(len(keys))]}, {"title": k}])
-               for i, k in enumerate(keys)]
-    fig.update_layout(updatemenus=[dict(buttons=buttons, active=keys.index(first), x=1.0, xanchor="right", y=1.18,
-                                        direction="down")], showlegend=False)
+    buttons = [
+        {"label": k, "method": "update", "args": [{"visible": [j == i for j in range(len(keys))]}, {"title": k}]}
+        for i, k in enumerate(keys)
+    ]
+    fig.update_layout(
+        updatemenus=[
+            {
+                "buttons": buttons,
+                "active": keys.index(first),
+                "x": 1.0,
+                "xanchor": "right",
+                "y": 1.18,
+                "direction": "down",
+            }
+        ],
+        showlegend=False,
+    )
     return _layout(fig, first)
 
 
@@ -175,14 +246,22 @@ def fig_reliability(run: RunData):
     if not evals:
         return None
     go, _ = _plotly()
-    fig = go.Figure([go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="calibrated", line=dict(dash="dot", color="grey"))])
+    fig = go.Figure(
+        [go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="calibrated", line={"dash": "dot", "color": "grey"})]
+    )
     for label, rec in (("first eval", evals[0]), ("last eval", evals[-1]))[: 1 if len(evals) == 1 else 2]:
         bins = [b for b in bins_from_sums(rec, "eval/decision/rel/") if b.count]
         total = sum(b.count for b in bins) or 1
-        fig.add_trace(go.Scatter(x=[b.conf_mean for b in bins], y=[b.accuracy for b in bins], mode="lines+markers",
-                                 name=f"{label} (step {rec.get('step')}, ECE {ece_from_bins(bins):.3f})",
-                                 marker=dict(size=[6 + 24 * b.count / total for b in bins]),
-                                 text=[f"n={b.count}" for b in bins]))
+        fig.add_trace(
+            go.Scatter(
+                x=[b.conf_mean for b in bins],
+                y=[b.accuracy for b in bins],
+                mode="lines+markers",
+                name=f"{label} (step {rec.get('step')}, ECE {ece_from_bins(bins):.3f})",
+                marker={"size": [6 + 24 * b.count / total for b in bins]},
+                text=[f"n={b.count}" for b in bins],
+            )
+        )
     fig = _layout(fig, "reliability: held-out accuracy vs stated confidence", xaxis="confidence", yaxis="accuracy")
     fig.update_xaxes(range=[0, 1])
     fig.update_yaxes(range=[0, 1])
@@ -199,19 +278,31 @@ def fig_timeline(run: RunData):
     fig = go.Figure()
     for name in sorted({e["name"] for e in run.trace}):
         ev = [e for e in run.trace if e["name"] == name]
-        fig.add_trace(go.Bar(
-            y=[e.get("worker", "main") for e in ev], x=[e["dur"] for e in ev], base=[e["ts"] - t0 for e in ev],
-            orientation="h", name=name, marker_color=STAGE_COLOURS.get(name),
-            customdata=[[e["ts"] - t0, json.dumps(e.get("args") or {})] for e in ev],
-            hovertemplate=f"<b>{name}</b> on %{{y}}<br>start %{{customdata[0]:.2f}}s, %{{x:.3f}}s<br>"
-                          "%{customdata[1]}<extra></extra>"))
-    fig.update_layout(barmode="overlay", yaxis=dict(categoryorder="array", categoryarray=lanes[::-1]))
-    return _layout(fig, "timeline: where each worker spent its time", xaxis="seconds since the first span",
-                   height=max(260, 60 + 28 * len(lanes)))
+        fig.add_trace(
+            go.Bar(
+                y=[e.get("worker", "main") for e in ev],
+                x=[e["dur"] for e in ev],
+                base=[e["ts"] - t0 for e in ev],
+                orientation="h",
+                name=name,
+                marker_color=STAGE_COLOURS.get(name),
+                customdata=[[e["ts"] - t0, json.dumps(e.get("args") or {})] for e in ev],
+                hovertemplate=f"<b>{name}</b> on %{{y}}<br>start %{{customdata[0]:.2f}}s, %{{x:.3f}}s<br>"
+                "%{customdata[1]}<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="overlay", yaxis={"categoryorder": "array", "categoryarray": lanes[::-1]})
+    return _layout(
+        fig,
+        "timeline: where each worker spent its time",
+        xaxis="seconds since the first span",
+        height=max(260, 60 + 28 * len(lanes)),
+    )
 
 
 def _div(fig, div_id: str) -> str:
     if fig is None:
         return ""
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
-                       config={"displaylogo": False, "responsive": True})
+    return fig.to_html(
+        full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False, "responsive": True}
+    )

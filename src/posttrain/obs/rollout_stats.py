@@ -41,7 +41,7 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, floa
     m.update(per_task_metrics(trajs, prefix))
     for key in sorted({k for t in trajs for k in t.metrics}):
         m[f"{prefix}episode/{key}"] = statistics.fmean(t.metrics.get(key, 0.0) for t in trajs)
-    names = [k for k in (ok[0].reward_components if ok else {})]
+    names = list(ok[0].reward_components if ok else {})
     for name in names:
         vals = [t.reward_components.get(name, 0.0) for t in ok]
         m[f"{prefix}reward/{name}"] = statistics.fmean(vals)
@@ -70,28 +70,43 @@ def failure_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, floa
     where = [t.failed_in for t in trajs if t.failed]
     if not where:
         return {}
-    return {f"{prefix}rollout/failed_rollout": float(where.count("rollout")),
-            f"{prefix}rollout/failed_score": float(where.count("score")),
-            f"{prefix}rollout/failed_frac": len(where) / len(trajs) if trajs else 0.0}
+    return {
+        f"{prefix}rollout/failed_rollout": float(where.count("rollout")),
+        f"{prefix}rollout/failed_score": float(where.count("score")),
+        f"{prefix}rollout/failed_frac": len(where) / len(trajs) if trajs else 0.0,
+    }
 
 
 def pass_rates(trajs: list[Trajectory], thresholds: dict[str, float], prefix: str = "") -> dict[str, float]:
     """Share of samples whose component score reaches its pass threshold (`pass/<name>`)."""
     if not trajs:
         return {}
-    return {f"{prefix}pass/{name}": sum(t.reward_components.get(name, 0.0) >= th and not t.failed for t in trajs)
-            / len(trajs) for name, th in thresholds.items()}
+    return {
+        f"{prefix}pass/{name}": sum(t.reward_components.get(name, 0.0) >= th and not t.failed for t in trajs)
+        / len(trajs)
+        for name, th in thresholds.items()
+    }
 
 
 def sample_records(trajs: list[Trajectory], k: int, tokenizer: Any = None) -> list[dict[str, Any]]:
     """samples.jsonl rows for the first k trajectories. With a tokenizer, also the per-token view the report
     colours (token_records)."""
-    return [{"prompt": t.prompt_text[-400:], "completion": t.completion_text, "reward": t.reward,
-             "components": t.reward_components, "passed": t.passed, "error": t.error,
-             "tokens": t.num_completion_tokens, "policy_version": t.policy_version,
-             **({"feedback": t.feedback, "feedback_turn": t.feedback_turn} if t.feedback else {}),
-             **({"messages": t.messages} if t.messages is not None else {}),
-             **(token_records(t, tokenizer) if tokenizer is not None else {})} for t in trajs[:k]]
+    return [
+        {
+            "prompt": t.prompt_text[-400:],
+            "completion": t.completion_text,
+            "reward": t.reward,
+            "components": t.reward_components,
+            "passed": t.passed,
+            "error": t.error,
+            "tokens": t.num_completion_tokens,
+            "policy_version": t.policy_version,
+            **({"feedback": t.feedback, "feedback_turn": t.feedback_turn} if t.feedback else {}),
+            **({"messages": t.messages} if t.messages is not None else {}),
+            **(token_records(t, tokenizer) if tokenizer is not None else {}),
+        }
+        for t in trajs[:k]
+    ]
 
 
 def token_records(t: Trajectory, tokenizer: Any) -> dict[str, Any]:
@@ -99,9 +114,12 @@ def token_records(t: Trajectory, tokenizer: Any) -> dict[str, Any]:
     env inserted it (0: tool results, later user turns), the sampler's log-prob, and what the stepper attached
     (pg_stepper._token_stats): the trainer's log-prob before the update and the sequence's advantage."""
     ids, mask, logps = t.sequence()
-    ids = ids[len(t.prompt_ids):]
-    out: dict[str, Any] = {"token_text": tokenizer.batch_decode([[i] for i in ids]), "token_mask": mask,
-                           "token_logprobs": [round(x, 4) for x in logps]}
+    ids = ids[len(t.prompt_ids) :]
+    out: dict[str, Any] = {
+        "token_text": tokenizer.batch_decode([[i] for i in ids]),
+        "token_mask": mask,
+        "token_logprobs": [round(x, 4) for x in logps],
+    }
     if t.trainer_logprobs is not None:
         out["token_trainer_logprobs"] = t.trainer_logprobs
     if t.advantage is not None:

@@ -38,7 +38,7 @@ class RunData:
         return [r for r in self.records if r.get("kind") == "eval"]
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> "RunData":
+    def load(cls, run_dir: str | Path) -> RunData:
         d = Path(run_dir)
         if not d.is_dir():
             raise ReportError(f"run directory not found: {d}")
@@ -52,11 +52,13 @@ class RunData:
             except json.JSONDecodeError:
                 run.notes.append("summary.json is not valid JSON")
         if not run.train:
-            run.notes.append("no train steps in metrics.jsonl yet: the run crashed or stopped before step 1, "
-                             "or is still starting")
+            run.notes.append(
+                "no train steps in metrics.jsonl yet: the run crashed or stopped before step 1, or is still starting"
+            )
         elif run.summary is None:
-            run.notes.append(f"no summary.json: the run is still going or stopped early (last step "
-                             f"{run.train[-1].get('step')})")
+            run.notes.append(
+                f"no summary.json: the run is still going or stopped early (last step {run.train[-1].get('step')})"
+            )
         if not run.trace:
             run.notes.append("no trace.jsonl: no timeline (runs from before tracing existed have none)")
         return run

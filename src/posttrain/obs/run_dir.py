@@ -41,8 +41,9 @@ def git_commit() -> str | None:
         r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True, timeout=5)
         if r.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=src,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=src, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
         return r.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -50,6 +51,12 @@ def git_commit() -> str | None:
 
 def write_run_info(run_dir: Path, config_yaml: str, seed: int) -> None:
     (run_dir / "config.yaml").write_text(config_yaml)
-    info = {"seed": seed, "git_commit": git_commit(), "versions": package_versions(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": platform.node(), "cpus": os.cpu_count()}
+    info = {
+        "seed": seed,
+        "git_commit": git_commit(),
+        "versions": package_versions(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+    }
     (run_dir / "run_info.json").write_text(json.dumps(info, indent=2))

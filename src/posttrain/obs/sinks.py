@@ -25,8 +25,10 @@ class TrackerSink:
         try:
             mod = importlib.import_module(module)
         except ImportError:
-            _warn(f"logging.{module}=true but {module} is not installed (pip install 'posttrain[{module}]'); "
-                  "metrics go to metrics.jsonl only")
+            _warn(
+                f"logging.{module}=true but {module} is not installed (pip install 'posttrain[{module}]'); "
+                "metrics go to metrics.jsonl only"
+            )
             return
         try:
             kwargs: dict[str, Any] = {"project": project, "name": name, "config": config}

@@ -20,9 +20,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 TRACE_FILE = "trace.jsonl"
 
@@ -80,8 +81,17 @@ def span(name: str, worker: str = "main", **args: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        tracer.write({"name": name, "worker": worker, "ts": ts, "dur": time.perf_counter() - t0,
-                      "pid": os.getpid(), "tid": threading.get_native_id(), "args": args})
+        tracer.write(
+            {
+                "name": name,
+                "worker": worker,
+                "ts": ts,
+                "dur": time.perf_counter() - t0,
+                "pid": os.getpid(),
+                "tid": threading.get_native_id(),
+                "args": args,
+            }
+        )
 
 
 def read_trace(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -111,16 +121,27 @@ def to_chrome_trace(events: list[dict[str, Any]]) -> dict[str, Any]:
     lanes: dict[str, int] = {}
     for w in sorted({e.get("worker", "main") for e in events}, key=lane_order):
         lanes[w] = len(lanes) + 1
-    out: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                                  "args": {"name": "posttrain run"}}]
-    out += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": w}}
-            for w, tid in lanes.items()]
-    out += [{"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
-            for tid in lanes.values()]
+    out: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "posttrain run"}}
+    ]
+    out += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": w}} for w, tid in lanes.items()]
+    out += [
+        {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
+        for tid in lanes.values()
+    ]
     for e in sorted(events, key=lambda e: e["ts"]):
-        out.append({"name": e["name"], "cat": "stage", "ph": "X", "pid": pid, "tid": lanes[e.get("worker", "main")],
-                    "ts": round((e["ts"] - t0) * 1e6, 1), "dur": round(e["dur"] * 1e6, 1),
-                    "args": {**(e.get("args") or {}), "os_pid": e.get("pid"), "os_tid": e.get("tid")}})
+        out.append(
+            {
+                "name": e["name"],
+                "cat": "stage",
+                "ph": "X",
+                "pid": pid,
+                "tid": lanes[e.get("worker", "main")],
+                "ts": round((e["ts"] - t0) * 1e6, 1),
+                "dur": round(e["dur"] * 1e6, 1),
+                "args": {**(e.get("args") or {}), "os_pid": e.get("pid"), "os_tid": e.get("tid")},
+            }
+        )
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 
 

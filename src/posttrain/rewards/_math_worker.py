@@ -54,8 +54,8 @@ def _checker():
     def parsed(text: str):
         # Bare math (\frac34, 2^{1/2}, (1, 2), 1+x^2) reads right only as LaTeX in $...$; a sentence ("It is 12 cm",
         # "The answer is 7.") only as math-verify reads free text. Each falls back to the other.
-        latex = lambda: parse("$" + text + "$", config, parsing_timeout=None)  # noqa: E731
-        plain = lambda: parse(text, config, parsing_timeout=None)  # noqa: E731
+        latex = lambda: parse("$" + text + "$", config, parsing_timeout=None)
+        plain = lambda: parse(text, config, parsing_timeout=None)
         first, second = (plain, latex) if words.search(text) else (latex, plain)
         return first() or second()
 

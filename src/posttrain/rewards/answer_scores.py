@@ -16,10 +16,19 @@ from fractions import Fraction
 from typing import Any
 
 from posttrain.bounded import BoundedError, loads_json
-from posttrain.rewards.extract import extract_answer, has_answer
-from posttrain.rewards.named_options import (ChoiceOptions, ContainsOptions, ExactOptions, FormatOptions,
-                                             JsonSchemaOptions, LengthOptions, NumericOptions, RegexOptions,
-                                             RewardConfigError, _validator)
+from posttrain.rewards.extract import extract_answer, has_answer, last_match
+from posttrain.rewards.named_options import (
+    ChoiceOptions,
+    ContainsOptions,
+    ExactOptions,
+    FormatOptions,
+    JsonSchemaOptions,
+    LengthOptions,
+    NumericOptions,
+    RegexOptions,
+    RewardConfigError,
+    _validator,
+)
 
 
 class GoldError(ValueError):
@@ -130,21 +139,21 @@ def score_numeric(text: str, row: dict[str, Any], o: NumericOptions, state: Any 
 def _choice_patterns(letters: str) -> list[re.Pattern[str]]:
     """Most explicit first. No two unbounded runs of the same characters sit side by side (linear on any text)."""
     L = f"([{re.escape(letters)}])"
-    return [re.compile(rf"(?i:answer)(?:\s+(?i:is))?\s*(?:[:\-]\s*)?[(\[*]*{L}(?![A-Za-z])"),  # The answer is (C)
-            re.compile(rf"\\boxed\{{{L}\}}"),  # \boxed{C}
-            re.compile(rf"\*\*\(?{L}\)?\*\*"),  # **C** / **(C)**
-            re.compile(rf"\({L}\)"),  # (C)
-            re.compile(rf"(?:^|\s){L}[).:](?!\S)"),  # C) / C. / C: standing alone
-            re.compile(rf"\W*{L}\W*")]  # the whole answer is the letter (fullmatch)
+    return [
+        re.compile(rf"(?i:answer)(?:\s+(?i:is))?\s*(?:[:\-]\s*)?[(\[*]*{L}(?![A-Za-z])"),  # The answer is (C)
+        re.compile(rf"\\boxed\{{{L}\}}"),  # \boxed{C}
+        re.compile(rf"\*\*\(?{L}\)?\*\*"),  # **C** / **(C)**
+        re.compile(rf"\({L}\)"),  # (C)
+        re.compile(rf"(?:^|\s){L}[).:](?!\S)"),  # C) / C. / C: standing alone
+        re.compile(rf"\W*{L}\W*"),
+    ]  # the whole answer is the letter (fullmatch)
 
 
 def choice_letter(text: str, letters: str = "ABCDEFGHIJ") -> str | None:
     """The option letter `text` picks, or None: "The answer is (C)", "Answer: C", "**C**", "(C)", "C)", "C"."""
     *found_in, whole = _choice_patterns(letters)
     for pattern in found_in:
-        last = None
-        for last in pattern.finditer(text):
-            pass
+        last = last_match(pattern, text)
         if last:
             return last.group(1)
     m = whole.fullmatch(text)
@@ -156,8 +165,10 @@ def _gold_letter(raw: Any, o: ChoiceOptions) -> str:
         return o.letters[raw]
     s = str(raw).strip().strip("()").strip().upper()
     if len(s) != 1 or s not in o.letters:
-        raise GoldError(f"the row's {o.answer_column!r} ({str(raw)[:40]!r}) is not one of the letters "
-                        f"{o.letters} or an index 0-{len(o.letters) - 1}")
+        raise GoldError(
+            f"the row's {o.answer_column!r} ({str(raw)[:40]!r}) is not one of the letters "
+            f"{o.letters} or an index 0-{len(o.letters) - 1}"
+        )
     return s
 
 
@@ -185,7 +196,7 @@ def score_regex(text: str, row: dict[str, Any], o: RegexOptions, rx: Any) -> flo
         return 0.0
     match = rx.fullmatch if o.fullmatch else rx.search
     try:
-        return float(match(answer[:o.max_chars], timeout=o.timeout_s) is not None)
+        return float(match(answer[: o.max_chars], timeout=o.timeout_s) is not None)
     except TimeoutError:
         raise _Counted("timeouts", 0.0) from None
 
@@ -200,7 +211,7 @@ def json_text(text: str, how: str) -> str | None:
     close = text.rfind("```")
     start = text.rfind("```", 0, close) if close > 0 else -1
     if start >= 0:
-        body = text[start + 3:close]
+        body = text[start + 3 : close]
         first, nl, rest = body.partition("\n")
         return rest if nl and first.strip().isalnum() else body  # ```json\n{...}``` drops the language tag
     return text

@@ -34,8 +34,9 @@ def improvement_rewards(scores: list[float | None], best: float) -> tuple[list[f
 class BestSoFarReward:
     __name__ = "improvement"
 
-    def __init__(self, scorer: Any, baseline: float = 0.0, state_file: str | Path | None = None,
-                 id_column: str = "ttrl_id"):
+    def __init__(
+        self, scorer: Any, baseline: float = 0.0, state_file: str | Path | None = None, id_column: str = "ttrl_id"
+    ):
         """`scorer(completions, rows) -> list[float | None]`: the task's own score of each completion."""
         self.scorer, self.baseline, self.id_column = scorer, float(baseline), id_column
         self.state_file = Path(state_file) if state_file else None
@@ -83,7 +84,7 @@ class BestSoFarReward:
     def drain_metrics(self) -> dict[str, float]:
         with self._lock:
             s = dict(self._stats)
-            self._stats = {k: 0.0 for k in s}
+            self._stats = dict.fromkeys(s, 0.0)
             best = max(self.best.values()) if self.best else (self.baseline if s["groups"] else None)
         out: dict[str, float] = {}
         if s["groups"]:

@@ -72,8 +72,16 @@ def reliability_bins(confidences: Sequence[float], correct: Sequence[float], n_b
         n[b] += 1
         conf_sum[b] += min(1.0, max(0.0, float(c)))
         acc_sum[b] += float(y)
-    return [Bin(b / n_bins, (b + 1) / n_bins, n[b], conf_sum[b] / n[b] if n[b] else math.nan,
-                acc_sum[b] / n[b] if n[b] else math.nan) for b in range(n_bins)]
+    return [
+        Bin(
+            b / n_bins,
+            (b + 1) / n_bins,
+            n[b],
+            conf_sum[b] / n[b] if n[b] else math.nan,
+            acc_sum[b] / n[b] if n[b] else math.nan,
+        )
+        for b in range(n_bins)
+    ]
 
 
 def ece_from_bins(bins: Sequence[Bin]) -> float:

@@ -61,7 +61,7 @@ def parse_decision(text: str, labels: list[str], tol: float = 0.05) -> Decision 
         return f"unknown label {str(label)[:40]!r}"
     if not isinstance(probs, dict) or not probs:
         return "probs must be a non-empty object"
-    out: dict[str, float] = {k: 0.0 for k in labels}
+    out: dict[str, float] = dict.fromkeys(labels, 0.0)
     for k, v in probs.items():
         if k not in labels:
             return f"unknown label {k[:40]!r} in probs"
@@ -87,18 +87,25 @@ class DecisionRewards:
 
     def __init__(self, labels: list[str], calibration: Literal["rlcr", "brier"] = "rlcr", tol: float = 0.05):
         if calibration not in CALIBRATIONS:
-            raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)} (the log score is not offered: "
-                             f"it is unbounded), got {calibration!r}")
+            raise ValueError(
+                f"calibration must be one of {', '.join(CALIBRATIONS)} (the log score is not offered: "
+                f"it is unbounded), got {calibration!r}"
+            )
         self.labels, self.calibration, self.tol = list(labels), calibration, tol
         self._lock = threading.Lock()
         self._records: list[tuple[bool, float, float, float, int]] = []  # valid, correct, confidence, brier, tokens
 
-
     def _parse(self, completion: Any) -> Decision | str:
         return parse_decision(completion_text(completion), self.labels, self.tol)
 
-    def schema(self, completions: list[Any], gold: list[dict[str, float]],
-               completion_ids: list[list[int]] | None = None, smoke: list[Any] | None = None, **_: Any) -> list[float]:
+    def schema(
+        self,
+        completions: list[Any],
+        gold: list[dict[str, float]],
+        completion_ids: list[list[int]] | None = None,
+        smoke: list[Any] | None = None,
+        **_: Any,
+    ) -> list[float]:
         out, recs = [], []
         for i, c in enumerate(completions):
             d = self._parse(c)
@@ -117,8 +124,9 @@ class DecisionRewards:
         return out
 
     def correct(self, completions: list[Any], gold: list[dict[str, float]], **_: Any) -> list[float]:
-        return [correctness(d, g) if isinstance(d := self._parse(c), Decision) else 0.0
-                for c, g in zip(completions, gold)]
+        return [
+            correctness(d, g) if isinstance(d := self._parse(c), Decision) else 0.0 for c, g in zip(completions, gold)
+        ]
 
     def calibration_score(self, completions: list[Any], gold: list[dict[str, float]], **_: Any) -> list[float]:
         out = []
@@ -141,10 +149,12 @@ class DecisionRewards:
         if not recs:
             return {}
         valid = [r for r in recs if r[0]]
-        m = {"decision/n": float(len(recs)),
-             "decision/valid_rate": len(valid) / len(recs),
-             "decision/accuracy": sum(r[1] for r in recs) / len(recs),
-             "decision/tokens_per_decision": sum(r[4] for r in recs) / len(recs)}
+        m = {
+            "decision/n": float(len(recs)),
+            "decision/valid_rate": len(valid) / len(recs),
+            "decision/accuracy": sum(r[1] for r in recs) / len(recs),
+            "decision/tokens_per_decision": sum(r[4] for r in recs) / len(recs),
+        }
         if valid:
             conf, corr = [r[2] for r in valid], [r[1] for r in valid]
             m["decision/ece"] = ece(conf, corr, N_BINS)
@@ -157,4 +167,3 @@ class DecisionRewards:
                 m[f"{b}/conf_sum"] = m.get(f"{b}/conf_sum", 0.0) + c
                 m[f"{b}/correct_sum"] = m.get(f"{b}/correct_sum", 0.0) + y
         return m
-

@@ -106,12 +106,15 @@ def to_triplets(rows: Sequence[Any], source: str = "triplets") -> list[Triplet]:
     out = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise TripletDataError(f"{source}: row {i} is a {type(row).__name__}, expected an object with "
-                                   "query, engaged and non_engaged")
+            raise TripletDataError(
+                f"{source}: row {i} is a {type(row).__name__}, expected an object with query, engaged and non_engaged"
+            )
         missing = [k for k in ("query", "engaged", "non_engaged") if k not in row]
         if missing:
-            raise TripletDataError(f"{source}: row {i} has no {', '.join(missing)} (columns: {sorted(row)}); a "
-                                   "triplet needs query, engaged and non_engaged")
+            raise TripletDataError(
+                f"{source}: row {i} has no {', '.join(missing)} (columns: {sorted(row)}); a "
+                "triplet needs query, engaged and non_engaged"
+            )
         vals = [row[k] for k in ("query", "engaged", "non_engaged")]
         for k, v in zip(("query", "engaged", "non_engaged"), vals):
             if not isinstance(v, str) or not v.strip():
@@ -152,8 +155,9 @@ class Embedder:
     """A frozen sentence-transformers model: `encode(texts) -> [N, D]` unit vectors, with a cache (queries and
     listings repeat across a run; summaries rarely do, so the cache is bounded)."""
 
-    def __init__(self, model: str | Path | None = None, device: str = "cpu", batch_size: int = 64,
-                 cache_size: int = 20000) -> None:
+    def __init__(
+        self, model: str | Path | None = None, device: str = "cpu", batch_size: int = 64, cache_size: int = 20000
+    ) -> None:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError:
@@ -174,8 +178,13 @@ class Embedder:
         with self._lock:
             todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
             if todo:
-                vecs = self.model.encode(todo, batch_size=self.batch_size, normalize_embeddings=True,
-                                         convert_to_numpy=True, show_progress_bar=False)
+                vecs = self.model.encode(
+                    todo,
+                    batch_size=self.batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
                 if len(self._cache) + len(todo) > self.cache_size:
                     self._cache.clear()
                 self._cache.update(zip(todo, vecs))
@@ -195,16 +204,21 @@ def load_embedder(model: str | Path | None = None, device: str = "cpu") -> Embed
         return _EMBEDDERS[key]
 
 
-def score_summaries(embedder: Embedder, queries: Sequence[str], engaged: Sequence[str],
-                    non_engaged: Sequence[str]) -> list[float]:
+def score_summaries(
+    embedder: Embedder, queries: Sequence[str], engaged: Sequence[str], non_engaged: Sequence[str]
+) -> list[float]:
     """Margins of (query, engaged text, non-engaged text) rows; one encode call for all texts."""
     n = len(queries)
     vecs = embedder.encode([*queries, *engaged, *non_engaged])
-    return embedding_margins(vecs[:n], vecs[n:2 * n], vecs[2 * n:])
+    return embedding_margins(vecs[:n], vecs[n : 2 * n], vecs[2 * n :])
 
 
-def embedding_margin(model: str | Path | None = None, device: str = "cpu", format_penalty: float = FORMAT_PENALTY,
-                     name: str = "embedding_margin") -> Callable[..., list[float]]:
+def embedding_margin(
+    model: str | Path | None = None,
+    device: str = "cpu",
+    format_penalty: float = FORMAT_PENALTY,
+    name: str = "embedding_margin",
+) -> Callable[..., list[float]]:
     """A reward function `fn(completions, query, engaged, **columns) -> list[float]`: the margin of the
     completion's two summaries (`A: ...` / `B: ...` lines) for the row's `query`, where the row's `engaged`
     column says which label ("A" or "B") is the engaged listing. Unparseable completions score
@@ -222,8 +236,9 @@ def embedding_margin(model: str | Path | None = None, device: str = "cpu", forma
                 a, b = parts
                 rows.append((i, q, a if label == "A" else b, b if label == "A" else a))
         if rows:
-            ms = score_summaries(load_embedder(model, device), [r[1] for r in rows], [r[2] for r in rows],
-                                 [r[3] for r in rows])
+            ms = score_summaries(
+                load_embedder(model, device), [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows]
+            )
             for (i, *_), m in zip(rows, ms):
                 out[i] = m
         return out

@@ -39,9 +39,10 @@ def _clip(s: str | None) -> str | None:
     return s[:MAX_ANSWER_CHARS] if s else None
 
 
-def _last(pattern: re.Pattern[str], text: str, end: int | None = None) -> re.Match[str] | None:
+def last_match(pattern: re.Pattern[str], text: str, end: int | None = None) -> re.Match[str] | None:
+    """The last match of `pattern` in `text[:end]`, or None."""
     found = None
-    for found in pattern.finditer(text, 0, len(text) if end is None else end):
+    for found in pattern.finditer(text, 0, len(text) if end is None else end):  # noqa: B007 - keeps the last match
         pass
     return found
 
@@ -51,12 +52,12 @@ def answer_tag(text: str) -> str | None:
     nearest it); without one, an opened tag never closed gives what follows it. Two linear scans: a lazy
     `<answer>(.*?)</answer>` would rescan the text from every one of ten thousand opening tags."""
     t = _tail(text)
-    close = _last(_CLOSE_TAG, t)
-    opened = _last(_OPEN_TAG, t, close.start()) if close else None
+    close = last_match(_CLOSE_TAG, t)
+    opened = last_match(_OPEN_TAG, t, close.start()) if close else None
     if close and opened:
-        return _clip(t[opened.end():close.start()])
-    opened = _last(_OPEN_TAG, t)
-    return _clip(t[opened.end():]) if opened else None
+        return _clip(t[opened.end() : close.start()])
+    opened = last_match(_OPEN_TAG, t)
+    return _clip(t[opened.end() :]) if opened else None
 
 
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -76,7 +77,7 @@ def boxed(text: str) -> str | None:
     for m in reversed(list(_BOX.finditer(t))):
         o = m.end() - 1
         if o in close:
-            return _clip(t[o + 1:close[o]])
+            return _clip(t[o + 1 : close[o]])
     return None
 
 
@@ -105,7 +106,11 @@ def whole(text: str) -> str | None:
 
 
 EXTRACTORS: dict[str, Callable[[str], str | None]] = {
-    "auto": auto, "answer_tag": answer_tag, "boxed": boxed, "last_line": last_line, "last_number": last_number,
+    "auto": auto,
+    "answer_tag": answer_tag,
+    "boxed": boxed,
+    "last_line": last_line,
+    "last_number": last_number,
     "none": whole,
 }
 
@@ -128,9 +133,9 @@ def has_answer(text: str, how: str = "auto") -> bool:
         return has_answer(text, "answer_tag") or has_answer(text, "boxed")
     if how == "answer_tag":
         t = _tail(text)
-        close = _last(_CLOSE_TAG, t)
-        opened = _last(_OPEN_TAG, t, close.start()) if close else None
-        return bool(close and opened and t[opened.end():close.start()].strip())
+        close = last_match(_CLOSE_TAG, t)
+        opened = last_match(_OPEN_TAG, t, close.start()) if close else None
+        return bool(close and opened and t[opened.end() : close.start()].strip())
     return extract_answer(text, how) is not None
 
 

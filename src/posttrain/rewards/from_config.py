@@ -26,12 +26,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from posttrain.rewards.named import (NAMED_REWARDS, NamedReward, RewardConfigError, nearest_name,
-                                     missing_column_message, named_reward, takes_answer_format)
+from posttrain.rewards.named import (
+    NAMED_REWARDS,
+    NamedReward,
+    RewardConfigError,
+    missing_column_message,
+    named_reward,
+    nearest_name,
+    takes_answer_format,
+)
 from posttrain.rewards.rubric import RewardComponent, Rubric
 
-__all__ = ["REWARD_FACTORIES", "RewardConfigError", "add_rewards", "check_columns", "components_from_specs",
-           "rubric_from_specs"]
+__all__ = [
+    "REWARD_FACTORIES",
+    "RewardConfigError",
+    "add_rewards",
+    "check_columns",
+    "components_from_specs",
+    "rubric_from_specs",
+]
 
 
 def _reward_model(**kw: Any) -> Callable[..., Any]:
@@ -116,8 +129,13 @@ def add_rewards(rubric: Rubric, specs: list[dict[str, Any]], answer_format: str 
     added = [_with_threshold(e.component, 1.0 if e.decides else float("-inf")) for e in entries]
     decider = next((e.component.name for e in entries if e.decides), rubric.pass_component)
     try:
-        return Rubric(components=[*rubric.components, *added], pass_component=decider, gates=list(rubric.gates),
-                      normalize=rubric.normalize, timeout_s=rubric.timeout_s)
+        return Rubric(
+            components=[*rubric.components, *added],
+            pass_component=decider,
+            gates=list(rubric.gates),
+            normalize=rubric.normalize,
+            timeout_s=rubric.timeout_s,
+        )
     except ValueError as e:  # a name the task's rubric already has
         raise RewardConfigError(f"task.rewards: {e}; give the entry another `name`") from None
 
@@ -129,9 +147,10 @@ def rubric_from_specs(specs: list[dict[str, Any]], answer_format: str = "auto") 
     decider = next((e for e in entries if e.decides), None) or next((e for e in entries if e.correctness), None)
     if decider is None:
         raise RewardConfigError(
-            "task.rewards: nothing decides the pass: add a correctness reward (" +
-            ", ".join(k for k, s in NAMED_REWARDS.items() if s.correctness) +
-            ") or mark one entry `pass: true`")
+            "task.rewards: nothing decides the pass: add a correctness reward ("
+            + ", ".join(k for k, s in NAMED_REWARDS.items() if s.correctness)
+            + ") or mark one entry `pass: true`"
+        )
     try:
         return Rubric(components=[e.component for e in entries], pass_component=decider.component.name)
     except ValueError as e:
@@ -144,5 +163,7 @@ def check_columns(rubric: Rubric, columns: Sequence[str]) -> None:
         if isinstance(c.func, NamedReward):
             for option, column in c.func.columns().items():
                 if column not in columns:
-                    raise RewardConfigError(f"task.rewards: {missing_column_message(c.name, c.func.fn, column, columns)}"
-                                            f"; set the entry's {option}")
+                    raise RewardConfigError(
+                        f"task.rewards: {missing_column_message(c.name, c.func.fn, column, columns)}"
+                        f"; set the entry's {option}"
+                    )

@@ -1,8 +1,8 @@
 """A rubric that zeroes what the hack detector (rewards/hack_detector.py) flags, and logs the flag rate.
 
-    guard(rubric, code_of)        `rubric` plus a weight-0 `hack_flagged` component; a flagged sample gets reward
-                                  0 and does not pass
-    hack_component(code_of)       that component alone (its mean is the flag rate: `reward/hack_flagged`)
+guard(rubric, code_of)        `rubric` plus a weight-0 `hack_flagged` component; a flagged sample gets reward
+                              0 and does not pass
+hack_component(code_of)       that component alone (its mean is the flag rate: `reward/hack_flagged`)
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ class GuardedRubric(Rubric):
 
 def guard(rubric: Rubric, code_of: CodeOf, name: str = "hack_flagged") -> GuardedRubric:
     """`rubric` plus the hack component, with flagged samples zeroed."""
-    return GuardedRubric(components=[*rubric.components, hack_component(code_of, name)],
-                         pass_component=rubric.pass_component, normalize=rubric.normalize,
-                         timeout_s=rubric.timeout_s, hack_name=name)
+    return GuardedRubric(
+        components=[*rubric.components, hack_component(code_of, name)],
+        pass_component=rubric.pass_component,
+        normalize=rubric.normalize,
+        timeout_s=rubric.timeout_s,
+        hack_name=name,
+    )

@@ -58,8 +58,13 @@ class StringFolder:
             return self._fold_binop(node, depth)
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
             s, step = self.fold(node.value, depth + 1), node.slice.step
-            if s is not None and isinstance(step, ast.UnaryOp) and isinstance(step.operand, ast.Constant) \
-                    and step.operand.value == 1 and isinstance(step.op, ast.USub):
+            if (
+                s is not None
+                and isinstance(step, ast.UnaryOp)
+                and isinstance(step.operand, ast.Constant)
+                and step.operand.value == 1
+                and isinstance(step.op, ast.USub)
+            ):
                 return s[::-1]
             return s
         if isinstance(node, ast.Attribute):
@@ -82,14 +87,27 @@ class StringFolder:
         if isinstance(node.op, ast.Mod):
             left = self.fold(node.left, depth + 1)
             right = node.right
-            named = {k.value: v for k, v in zip(right.keys, right.values) if isinstance(k, ast.Constant)
-                     and isinstance(k.value, str)} if isinstance(right, ast.Dict) else None
+            named = (
+                {
+                    k.value: v
+                    for k, v in zip(right.keys, right.values)
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                }
+                if isinstance(right, ast.Dict)
+                else None
+            )
             values = right.elts if isinstance(right, ast.Tuple) else [] if named is not None else [right]
             return None if left is None else self._substitute(_PERCENT, left, values, depth, named)
         return None
 
-    def _substitute(self, placeholder: re.Pattern[str], template: str, values: list[ast.AST], depth: int,
-                    named: dict[str, ast.AST] | None = None) -> str:
+    def _substitute(
+        self,
+        placeholder: re.Pattern[str],
+        template: str,
+        values: list[ast.AST],
+        depth: int,
+        named: dict[str, ast.AST] | None = None,
+    ) -> str:
         """`template` with its placeholders ('%s', '{}', '{0}', '{name}') filled by the folded `values` (in order,
         or by index) and `named` ('*' for what is unknown): "'/%s/x' % 'tests'" is '/tests/x'."""
         folded = [self.fold(v, depth + 1) for v in values[:20]]
@@ -123,15 +141,33 @@ class StringFolder:
         name = self.name(node.func) or ""
         if name in ("os.getcwd", "Path.cwd", "pathlib.Path.cwd", "os.getcwdb"):
             return "."
-        if name in ("os.path.join", "posixpath.join", "pathlib.Path", "Path", "pathlib.PurePath", "PurePath",
-                    "pathlib.PosixPath", "PosixPath", "str", "os.fspath", "os.path.abspath", "os.path.realpath",
-                    "os.path.normpath", "os.path.expanduser"):
+        if name in (
+            "os.path.join",
+            "posixpath.join",
+            "pathlib.Path",
+            "Path",
+            "pathlib.PurePath",
+            "PurePath",
+            "pathlib.PosixPath",
+            "PosixPath",
+            "str",
+            "os.fspath",
+            "os.path.abspath",
+            "os.path.realpath",
+            "os.path.normpath",
+            "os.path.expanduser",
+        ):
             return self._concat(node.args, "/", depth) if node.args else "."
         if name in ("os.path.dirname", "posixpath.dirname") and node.args:
             inner = self.fold(node.args[0], depth + 1)
             return None if inner is None else _dirname(inner)
-        if name == "chr" and node.args and isinstance(node.args[0], ast.Constant) \
-                and isinstance(node.args[0].value, int) and 0 <= node.args[0].value < 0x110000:
+        if (
+            name == "chr"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, int)
+            and 0 <= node.args[0].value < 0x110000
+        ):
             return chr(node.args[0].value)
         if not isinstance(node.func, ast.Attribute):
             return None
@@ -156,7 +192,17 @@ class StringFolder:
         if method == "replace" and len(node.args) == 2:
             old, new = (self.fold(a, depth + 1) for a in node.args)
             return base.replace(old, new) if old and new is not None and len(base) < 1000 else base
-        if method in ("lower", "upper", "strip", "lstrip", "rstrip", "resolve", "absolute", "expanduser",
-                      "as_posix", "casefold"):
+        if method in (
+            "lower",
+            "upper",
+            "strip",
+            "lstrip",
+            "rstrip",
+            "resolve",
+            "absolute",
+            "expanduser",
+            "as_posix",
+            "casefold",
+        ):
             return getattr(base, method)() if method in ("lower", "upper", "casefold") else base
         return None

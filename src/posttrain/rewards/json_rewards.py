@@ -59,7 +59,7 @@ def _fenced_body(text: str) -> str | None:
     m = _FENCE_OPEN.match(text)
     if m is None:
         return None
-    body = text[m.end():]
+    body = text[m.end() :]
     body = body[:-3] if body.endswith("```") else body
     body = body.rstrip(" \t")
     return body[:-1] if body.endswith("\n") else body
@@ -119,11 +119,17 @@ def strict_equal(expected: Any, got: Any) -> bool:
     if isinstance(expected, str):
         return isinstance(got, str) and got == expected
     if isinstance(expected, list):
-        return (isinstance(got, list) and len(got) == len(expected)
-                and all(strict_equal(e, g) for e, g in zip(expected, got)))
+        return (
+            isinstance(got, list)
+            and len(got) == len(expected)
+            and all(strict_equal(e, g) for e, g in zip(expected, got))
+        )
     if isinstance(expected, Mapping):
-        return (isinstance(got, Mapping) and set(got) == set(expected)
-                and all(strict_equal(v, got[k]) for k, v in expected.items()))
+        return (
+            isinstance(got, Mapping)
+            and set(got) == set(expected)
+            and all(strict_equal(v, got[k]) for k, v in expected.items())
+        )
     return bool(expected == got)
 
 
@@ -203,8 +209,9 @@ def json_values(completions: list[Any], expected: list[Any] | None = None, **kwa
     return out
 
 
-def json_exact(completions: list[Any], schema: list[Any] | None = None, expected: list[Any] | None = None,
-               **kwargs: Any) -> list[float]:
+def json_exact(
+    completions: list[Any], schema: list[Any] | None = None, expected: list[Any] | None = None, **kwargs: Any
+) -> list[float]:
     """The headline check: the parsed JSON validates against `schema` (when the row has one) and equals
     `expected` exactly under strict typing. Scores 1.0 when the completion is only that JSON (bare, or one
     fenced block), 0.5 when it is right but has other text around it, else 0.0. It passes at 0.5.
@@ -224,8 +231,9 @@ def json_exact(completions: list[Any], schema: list[Any] | None = None, expected
     return out
 
 
-def json_feedback(completions: list[Any], schema: list[Any] | None = None, expected: list[Any] | None = None,
-                  **kwargs: Any) -> list[str | None]:
+def json_feedback(
+    completions: list[Any], schema: list[Any] | None = None, expected: list[Any] | None = None, **kwargs: Any
+) -> list[str | None]:
     """What is wrong with each answer, in words (a Task.feedback function, envs/feedback.py): no JSON, prose
     around it, the first schema violation, or up to two wrong fields with the value they should have. The text is
     a hint for a self-distillation teacher, which may know the answer; the student never reads it."""
@@ -268,6 +276,8 @@ def json_rubric(weights: Mapping[str, float] | None = None) -> Rubric:
         if k not in w:
             raise ValueError(f"unknown json reward component {k!r}; valid: {sorted(w)}")
         w[k] = float(v)
-    comps = [RewardComponent(name=name, func=f, weight=w[name], pass_threshold=_THRESHOLDS.get(name, 1.0))
-             for name, f in _FUNCS.items()]
+    comps = [
+        RewardComponent(name=name, func=f, weight=w[name], pass_threshold=_THRESHOLDS.get(name, 1.0))
+        for name, f in _FUNCS.items()
+    ]
     return Rubric(components=comps, pass_component="json_exact")

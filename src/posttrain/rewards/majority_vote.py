@@ -54,8 +54,12 @@ def exact(text: str) -> str | None:
     return text.strip() or None
 
 
-EXTRACTORS: dict[str, Callable[[str], str | None]] = {"last_number": last_number, "boxed": boxed,
-                                                       "last_line": last_line, "exact": exact}
+EXTRACTORS: dict[str, Callable[[str], str | None]] = {
+    "last_number": last_number,
+    "boxed": boxed,
+    "last_line": last_line,
+    "exact": exact,
+}
 
 
 @dataclass(frozen=True)
@@ -98,8 +102,13 @@ class MajorityVoteReward:
 
     __name__ = "majority_vote"
 
-    def __init__(self, extract: Callable[[str], str | None], tie: str = "first",
-                 label_columns: tuple[str, ...] = ("answer",), id_column: str = "ttrl_id"):
+    def __init__(
+        self,
+        extract: Callable[[str], str | None],
+        tie: str = "first",
+        label_columns: tuple[str, ...] = ("answer",),
+        id_column: str = "ttrl_id",
+    ):
         majority_vote([], tie)  # validates the rule now
         self.extract, self.tie, self.label_columns, self.id_column = extract, tie, tuple(label_columns), id_column
         self._lock = threading.Lock()
@@ -114,8 +123,13 @@ class MajorityVoteReward:
         vote = majority_vote(answers, self.tie)
         ids = columns.get(self.id_column) or [None]
         with self._lock:
-            self._stats.update(groups=1, completions=len(answers), no_answer=sum(a is None for a in answers),
-                               majority_votes=vote.count if vote.label is not None else 0, ties=int(vote.tie))
+            self._stats.update(
+                groups=1,
+                completions=len(answers),
+                no_answer=sum(a is None for a in answers),
+                majority_votes=vote.count if vote.label is not None else 0,
+                ties=int(vote.tie),
+            )
             self.log.append((ids[0], vote))
         return agreement_rewards(answers, vote)
 
@@ -124,10 +138,12 @@ class MajorityVoteReward:
             s, self._stats = self._stats, Counter()
         if not s["groups"]:
             return {}
-        return {"ttrl/groups": float(s["groups"]),
-                "ttrl/majority_share": s["majority_votes"] / max(s["completions"], 1),  # of all G, no-answers too
-                "ttrl/no_answer": s["no_answer"] / max(s["completions"], 1),
-                "ttrl/ties": s["ties"] / s["groups"]}
+        return {
+            "ttrl/groups": float(s["groups"]),
+            "ttrl/majority_share": s["majority_votes"] / max(s["completions"], 1),  # of all G, no-answers too
+            "ttrl/no_answer": s["no_answer"] / max(s["completions"], 1),
+            "ttrl/ties": s["ties"] / s["groups"],
+        }
 
 
 class LabelAudit:
@@ -138,8 +154,13 @@ class LabelAudit:
 
     __name__ = "label_match"
 
-    def __init__(self, labels: dict[Any, str], extract: Callable[[str], str | None], votes: MajorityVoteReward,
-                 id_column: str = "ttrl_id"):
+    def __init__(
+        self,
+        labels: dict[Any, str],
+        extract: Callable[[str], str | None],
+        votes: MajorityVoteReward,
+        id_column: str = "ttrl_id",
+    ):
         self.labels, self.extract, self.votes, self.id_column = dict(labels), extract, votes, id_column
         self._lock = threading.Lock()
         self._hits: list[float] = []

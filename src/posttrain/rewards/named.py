@@ -40,21 +40,58 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posttrain.rewards.answer_scores import (GoldError, _compile_regex, _Counted, _gold, score_choice,
-                                             score_contains, score_exact, score_format, score_json_schema,
-                                             score_length, score_numeric, score_regex)
 # Re-exported: tests import these from here, where they lived before answer_scores.py was split off.
-from posttrain.rewards.answer_scores import choice_letter, parse_number  # noqa: F401 - re-exported
+from posttrain.rewards.answer_scores import (
+    GoldError,
+    _compile_regex,
+    _Counted,
+    _gold,
+    choice_letter,
+    parse_number,
+    score_choice,
+    score_contains,
+    score_exact,
+    score_format,
+    score_json_schema,
+    score_length,
+    score_numeric,
+    score_regex,
+)
 from posttrain.rewards.extract import completion_text, extract_answer
-from posttrain.rewards.named_options import (ChoiceOptions, ContainsOptions, ExactOptions, FormatOptions,
-                                             JsonSchemaOptions, LengthOptions, MathOptions, NumericOptions,
-                                             RegexOptions, RewardConfigError, _fits, _type_name, _validator,
-                                             nearest_name)
+from posttrain.rewards.named_options import (
+    ChoiceOptions,
+    ContainsOptions,
+    ExactOptions,
+    FormatOptions,
+    JsonSchemaOptions,
+    LengthOptions,
+    MathOptions,
+    NumericOptions,
+    RegexOptions,
+    RewardConfigError,
+    _fits,
+    _type_name,
+    _validator,
+    nearest_name,
+)
 from posttrain.rewards.rubric import PartialRewardFailure
 
-__all__ = ["NAMED_REWARDS", "GoldError", "MathReward", "NamedReward", "RewardConfigError", "RewardSpec",
-           "choice_letter", "math_pool", "missing_column_message", "named_reward", "nearest_name", "parse_number",
-           "parse_options", "takes_answer_format"]
+__all__ = [
+    "NAMED_REWARDS",
+    "GoldError",
+    "MathReward",
+    "NamedReward",
+    "RewardConfigError",
+    "RewardSpec",
+    "choice_letter",
+    "math_pool",
+    "missing_column_message",
+    "named_reward",
+    "nearest_name",
+    "parse_number",
+    "parse_options",
+    "takes_answer_format",
+]
 
 
 # ------------------------------------------------------------------------------------------ the reward functions
@@ -139,8 +176,10 @@ class NamedReward:
 
 def missing_column_message(name: str, fn: str, column: str, there: Sequence[str]) -> str:
     shown = [c for c in there if c not in ("prompts", "completion_ids")]
-    return (f"reward {name!r} ({fn}) reads the column {column!r}, which the rows do not have; their columns: "
-            f"{', '.join(shown) or '(none)'}{nearest_name(column, shown)}")
+    return (
+        f"reward {name!r} ({fn}) reads the column {column!r}, which the rows do not have; their columns: "
+        f"{', '.join(shown) or '(none)'}{nearest_name(column, shown)}"
+    )
 
 
 # --------------------------------------------------------------------------------------------------------- math
@@ -159,8 +198,9 @@ def math_pool() -> Any:
 
     with _MATH_POOL_LOCK:
         if _MATH_POOL is None:
-            _MATH_POOL = WorkerPool(_MATH_WORKER, "math checker", size=2, memory_bytes=MATH_MEMORY_BYTES,
-                                    cpu_s=MATH_CPU_S, wait_s=120.0)
+            _MATH_POOL = WorkerPool(
+                _MATH_WORKER, "math checker", size=2, memory_bytes=MATH_MEMORY_BYTES, cpu_s=MATH_CPU_S, wait_s=120.0
+            )
             atexit.register(_MATH_POOL.close)
         return _MATH_POOL
 
@@ -193,7 +233,7 @@ class MathReward(NamedReward):
                 continue
             answer = extract_answer(completion_text(c), o.answer_format)
             if answer is not None and len(answer) <= o.max_answer_chars:
-                items.append([gold[:o.max_answer_chars], answer])
+                items.append([gold[: o.max_answer_chars], answer])
                 where.append(i)
             elif answer is not None:
                 self.count("too_long")
@@ -218,8 +258,12 @@ class MathReward(NamedReward):
         from posttrain.bounded import BoundedTimeout
 
         try:
-            reply = math_pool().request({"items": items, "timeout": o.timeout_s, "budget": budget}, budget,
-                                        64 + 16 * len(items), died="the math checker died")
+            reply = math_pool().request(
+                {"items": items, "timeout": o.timeout_s, "budget": budget},
+                budget,
+                64 + 16 * len(items),
+                died="the math checker died",
+            )
         except BoundedTimeout:  # the checker itself missed its deadline: nothing was checked in time
             return ["timeout"] * len(items)
         results = reply.get("results")
@@ -247,8 +291,12 @@ NAMED_REWARDS: dict[str, RewardSpec] = {
     "contains": RewardSpec(ContainsOptions, score_contains, True),
     "regex": RewardSpec(RegexOptions, score_regex, True, _compile_regex),
     "choice": RewardSpec(ChoiceOptions, score_choice, True),
-    "json_schema": RewardSpec(JsonSchemaOptions, score_json_schema, True,
-                              lambda o: _validator(o.schema, RewardConfigError) if o.schema is not None else None),
+    "json_schema": RewardSpec(
+        JsonSchemaOptions,
+        score_json_schema,
+        True,
+        lambda o: _validator(o.schema, RewardConfigError) if o.schema is not None else None,
+    ),
     "format": RewardSpec(FormatOptions, score_format, False),
     "length": RewardSpec(LengthOptions, score_length, False),
 }
@@ -265,13 +313,18 @@ def parse_options(fn: str, raw: dict[str, Any]) -> Any:
     hints = typing.get_type_hints(cls)
     for key, value in raw.items():
         if key not in fields:
-            raise RewardConfigError(f"{fn} has no option {key!r}{nearest_name(key, list(fields))}; its options: "
-                                    f"{', '.join(fields)}")
+            raise RewardConfigError(
+                f"{fn} has no option {key!r}{nearest_name(key, list(fields))}; its options: {', '.join(fields)}"
+            )
         if not _fits(value, hints[key]):
-            raise RewardConfigError(f"{fn} option {key!r} must be {_type_name(hints[key])}, got "
-                                    f"{type(value).__name__} {value!r}")
-    missing = [k for k, f in fields.items() if k not in raw and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
+            raise RewardConfigError(
+                f"{fn} option {key!r} must be {_type_name(hints[key])}, got {type(value).__name__} {value!r}"
+            )
+    missing = [
+        k
+        for k, f in fields.items()
+        if k not in raw and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise RewardConfigError(f"{fn} needs option {missing[0]!r}")
     converted = {k: float(v) if hints[k] is float else v for k, v in raw.items()}
@@ -289,6 +342,7 @@ def named_reward(fn: str, name: str | None = None, **options: Any) -> NamedRewar
     """The reward `fn` of NAMED_REWARDS with `options` (checked), as a TRL reward function named `name` (default:
     fn). E.g. in a task file: `rewards=[named_reward("math", answer_column="solution"), my_style_reward]`."""
     if fn not in NAMED_REWARDS:
-        raise RewardConfigError(f"unknown reward {fn!r}{nearest_name(fn, list(NAMED_REWARDS))}; known: "
-                                f"{', '.join(NAMED_REWARDS)}")
+        raise RewardConfigError(
+            f"unknown reward {fn!r}{nearest_name(fn, list(NAMED_REWARDS))}; known: {', '.join(NAMED_REWARDS)}"
+        )
     return NAMED_REWARDS[fn].reward(fn=fn, options=parse_options(fn, options), name=name or fn)

@@ -39,8 +39,10 @@ class AnswerOptions:
 
     def __post_init__(self) -> None:
         if self.answer_format not in EXTRACTORS:
-            raise RewardConfigError(f"answer_format {self.answer_format!r} is not one of {', '.join(EXTRACTORS)}"
-                                    + nearest_name(self.answer_format, EXTRACTORS))
+            raise RewardConfigError(
+                f"answer_format {self.answer_format!r} is not one of {', '.join(EXTRACTORS)}"
+                + nearest_name(self.answer_format, EXTRACTORS)
+            )
 
     def columns(self) -> dict[str, str]:
         """option -> the row column it names (checked against the data before training)."""
@@ -55,8 +57,9 @@ class MathOptions(AnswerOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _positive(timeout_s=self.timeout_s, batch_timeout_s=self.batch_timeout_s,
-                  max_answer_chars=self.max_answer_chars)
+        _positive(
+            timeout_s=self.timeout_s, batch_timeout_s=self.batch_timeout_s, max_answer_chars=self.max_answer_chars
+        )
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,11 @@ class ChoiceOptions(AnswerOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.letters or not all("A" <= c <= "Z" for c in self.letters) or len(set(self.letters)) != len(
-                self.letters):
+        if (
+            not self.letters
+            or not all("A" <= c <= "Z" for c in self.letters)
+            or len(set(self.letters)) != len(self.letters)
+        ):
             raise RewardConfigError(f"letters must be distinct capital letters, got {self.letters!r}")
 
 

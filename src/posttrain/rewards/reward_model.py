@@ -48,8 +48,11 @@ def check_reward_model_folder(path: str | Path) -> dict[str, Any]:
         raise RewardModelError(f"reward model path {p} is a file, not a folder; {train_hint}")
     cfg_path = p / "config.json"
     if not cfg_path.exists():
-        hint = (" (it holds a LoRA adapter only: `posttrain rm train` saves merged weights)"
-                if (p / "adapter_config.json").exists() else "")
+        hint = (
+            " (it holds a LoRA adapter only: `posttrain rm train` saves merged weights)"
+            if (p / "adapter_config.json").exists()
+            else ""
+        )
         raise RewardModelError(f"{p} holds no config.json, so it is not a HF model folder{hint}; {train_hint}")
     try:
         cfg = json.loads(cfg_path.read_text())
@@ -59,17 +62,20 @@ def check_reward_model_folder(path: str | Path) -> dict[str, Any]:
     if not any(str(a).endswith("ForSequenceClassification") for a in archs):
         raise RewardModelError(
             f"{p} is not a reward model: its architectures are {archs or 'not set'}, expected a "
-            f"*ForSequenceClassification head (a causal LM folder is a policy, not a reward model); {train_hint}")
+            f"*ForSequenceClassification head (a causal LM folder is a policy, not a reward model); {train_hint}"
+        )
     n_labels = len(cfg.get("id2label") or {}) or cfg.get("num_labels", 1)
     if n_labels != 1:
-        raise RewardModelError(f"{p} is a sequence classifier with {n_labels} labels; a reward model has exactly "
-                               f"one output (num_labels=1)")
+        raise RewardModelError(
+            f"{p} is a sequence classifier with {n_labels} labels; a reward model has exactly one output (num_labels=1)"
+        )
     return cfg
 
 
 def _messages_text(messages: Sequence[dict[str, Any]]) -> str:
-    return "\n".join(f"{str(m.get('role', 'user')).capitalize()}: {completion_text(m.get('content', ''))}"
-                     for m in messages)
+    return "\n".join(
+        f"{str(m.get('role', 'user')).capitalize()}: {completion_text(m.get('content', ''))}" for m in messages
+    )
 
 
 def format_pair(prompt: Any, response: Any) -> str:
@@ -119,9 +125,14 @@ class RewardModelScorer:
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         with self._lock, torch.inference_mode():
             for s in range(0, len(order), batch_size):
-                idx = order[s:s + batch_size]
-                enc = self.tok([texts[i] for i in idx], return_tensors="pt", padding=True, truncation=True,
-                               max_length=self.max_length).to(self.device)
+                idx = order[s : s + batch_size]
+                enc = self.tok(
+                    [texts[i] for i in idx],
+                    return_tensors="pt",
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                ).to(self.device)
                 logits = self.model(**enc).logits[:, 0].float().tolist()
                 for i, v in zip(idx, logits):
                     out[i] = float(v)
@@ -141,8 +152,9 @@ def load_scorer(path: str | Path, device: str = "cpu", max_length: int = 512) ->
         return _SCORERS[key]
 
 
-def reward_model(path: str | Path, batch_size: int = 16, device: str = "cpu", max_length: int = 512,
-                 name: str = "reward_model") -> Callable[..., list[float]]:
+def reward_model(
+    path: str | Path, batch_size: int = 16, device: str = "cpu", max_length: int = 512, name: str = "reward_model"
+) -> Callable[..., list[float]]:
     """A reward function `fn(completions, prompts, **columns) -> list[float]` scoring with the reward model in
     `path`. The folder is validated now; the weights load on the first call. Scores are the model's raw outputs
     (Bradley-Terry logits: differences matter, the offset does not; GRPO's group normalization removes it)."""

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,11 +87,13 @@ class Rubric:
         self._names = names
 
     @classmethod
-    def from_funcs(cls, funcs: Sequence[RewardFunc], weights: Sequence[float] | None = None) -> "Rubric":
+    def from_funcs(cls, funcs: Sequence[RewardFunc], weights: Sequence[float] | None = None) -> Rubric:
         weights = list(weights) if weights is not None else [1.0] * len(funcs)
         if len(weights) != len(funcs):
             raise ValueError(f"{len(funcs)} reward functions but {len(weights)} weights")
-        comps = [RewardComponent(name=_func_name(f, i), func=f, weight=w) for i, (f, w) in enumerate(zip(funcs, weights))]
+        comps = [
+            RewardComponent(name=_func_name(f, i), func=f, weight=w) for i, (f, w) in enumerate(zip(funcs, weights))
+        ]
         # The first function decides pass/fail; the rest shape the reward. Requiring every component to reach 1.0
         # would make a task with a penalty term (e.g. -0.05 per tool call) never pass.
         return cls(components=comps, pass_component=comps[0].name if comps else None)
@@ -111,8 +113,18 @@ class Rubric:
                 continue
             # Only the samples still past every gate already scored: the rest score 0 here anyway.
             sub_errors: list[str | None] = [errors[i] for i in todo]
-            sub = _call_isolated(comp, [completions[i] for i in todo], {k: [v[i] for i in todo] for k, v in kwargs.items()},
-                                 len(todo), sub_errors, self.timeout_s) if todo else []
+            sub = (
+                _call_isolated(
+                    comp,
+                    [completions[i] for i in todo],
+                    {k: [v[i] for i in todo] for k, v in kwargs.items()},
+                    len(todo),
+                    sub_errors,
+                    self.timeout_s,
+                )
+                if todo
+                else []
+            )
             raw[comp.name] = [None] * n
             for j, i in enumerate(todo):
                 raw[comp.name][i], errors[i] = sub[j], sub_errors[j]
@@ -141,8 +153,15 @@ class Rubric:
                 passed = all(comps[c.name] >= c.pass_threshold for c in self.components)
             failed = errors[i] is not None
             passed = passed and not gated_out
-            scores.append(Score(reward=0.0 if failed else total, components=comps, passed=passed and not failed,
-                                failed=failed, error=errors[i]))
+            scores.append(
+                Score(
+                    reward=0.0 if failed else total,
+                    components=comps,
+                    passed=passed and not failed,
+                    failed=failed,
+                    error=errors[i],
+                )
+            )
         return scores
 
     def _threshold(self, name: str) -> float:
@@ -205,8 +224,13 @@ def _call(func: RewardFunc, completions: list[Any], kwargs: dict[str, list[Any]]
     return out
 
 
-def _call_with_timeout(func: RewardFunc, completions: list[Any], kwargs: dict[str, list[Any]],
-                       timeout_s: float | None, call: Callable[..., list[Any]] | None = None) -> list[Any]:
+def _call_with_timeout(
+    func: RewardFunc,
+    completions: list[Any],
+    kwargs: dict[str, list[Any]],
+    timeout_s: float | None,
+    call: Callable[..., list[Any]] | None = None,
+) -> list[Any]:
     """`call(func, completions, kwargs)` (default: a reward call, checked for numbers) under a timeout."""
     call = call or _call
     if timeout_s is None:
@@ -233,8 +257,14 @@ class PartialRewardFailure(RuntimeError):
         self.values, self.errors = list(values), dict(errors)
 
 
-def _call_isolated(comp: RewardComponent, completions: list[Any], kwargs: dict[str, list[Any]], n: int,
-                   errors: list[str | None], timeout_s: float | None = None) -> list[float | None]:
+def _call_isolated(
+    comp: RewardComponent,
+    completions: list[Any],
+    kwargs: dict[str, list[Any]],
+    n: int,
+    errors: list[str | None],
+    timeout_s: float | None = None,
+) -> list[float | None]:
     """The component's values, each finite or None; the samples it could not score are marked in `errors`."""
     return _finite_only(comp, _call_each(comp, completions, kwargs, n, errors, timeout_s), errors)
 
@@ -258,8 +288,14 @@ def _is_finite(v: Any) -> bool:
         return False
 
 
-def _call_each(comp: RewardComponent, completions: list[Any], kwargs: dict[str, list[Any]], n: int,
-               errors: list[str | None], timeout_s: float | None = None) -> list[float | None]:
+def _call_each(
+    comp: RewardComponent,
+    completions: list[Any],
+    kwargs: dict[str, list[Any]],
+    n: int,
+    errors: list[str | None],
+    timeout_s: float | None = None,
+) -> list[float | None]:
     """Call on the whole batch; if that raises, call per sample so one bad sample fails alone. A timeout
     fails the whole batch at once (retrying per sample could take n times the timeout)."""
     try:
@@ -278,8 +314,11 @@ def _call_each(comp: RewardComponent, completions: list[Any], kwargs: dict[str, 
     out: list[float | None] = []
     for i in range(n):
         try:
-            out.append(_call_with_timeout(comp.func, completions[i : i + 1],
-                                          {k: v[i : i + 1] for k, v in kwargs.items()}, timeout_s)[0])
+            out.append(
+                _call_with_timeout(
+                    comp.func, completions[i : i + 1], {k: v[i : i + 1] for k, v in kwargs.items()}, timeout_s
+                )[0]
+            )
         except Exception as e:  # noqa: BLE001
             out.append(None)
             if errors[i] is None:

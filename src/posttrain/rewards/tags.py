@@ -44,6 +44,7 @@ class VocabularyError(ValueError):
 
 # ---- built-in rules: read only what any trajectory has (its text, finish reason, components, extra) -----------------
 
+
 def _text(t: Trajectory) -> str:
     return t.completion_text or ""
 
@@ -96,9 +97,21 @@ def solved(t: Trajectory) -> bool:
     return t.passed
 
 
-BUILTIN_RULES: dict[str, Rule] = {f.__name__: f for f in (
-    truncated, empty_answer, invalid_json, prose_around_json, only_json, schema_violation, wrong_value,
-    repeated_tool_call, tool_error, solved)}
+BUILTIN_RULES: dict[str, Rule] = {
+    f.__name__: f
+    for f in (
+        truncated,
+        empty_answer,
+        invalid_json,
+        prose_around_json,
+        only_json,
+        schema_violation,
+        wrong_value,
+        repeated_tool_call,
+        tool_error,
+        solved,
+    )
+}
 
 # Shared across environments: a rule that does not apply to a task (no JSON, no tools) never fires there.
 DEFAULT_VOCABULARY: list[Tag] = [
@@ -106,8 +119,12 @@ DEFAULT_VOCABULARY: list[Tag] = [
     Tag("only_json", "positive", "the answer is only the JSON value, with nothing around it", "only_json"),
     Tag("prose_around_json", "negative", "the answer has prose around the JSON", "prose_around_json"),
     Tag("invalid_json", "negative", "the answer is not valid JSON", "invalid_json"),
-    Tag("schema_violation", "negative", "a field has the wrong type or is missing (the schema is violated)",
-        "schema_violation"),
+    Tag(
+        "schema_violation",
+        "negative",
+        "a field has the wrong type or is missing (the schema is violated)",
+        "schema_violation",
+    ),
     Tag("wrong_value", "negative", "a field holds a wrong value", "wrong_value"),
     Tag("truncated", "negative", "the answer ran out of tokens before it ended", "truncated"),
     Tag("empty_answer", "negative", "the answer is empty (gave up)", "empty_answer"),
@@ -184,8 +201,10 @@ class RuleTagger:
         return out
 
 
-JUDGE_QUESTION = ("Here is a task and a reply.\nTask: {prompt}\nReply: {completion}\n\n"
-                  "Question: does the reply show this behaviour: {behaviour}? Answer Yes or No.")
+JUDGE_QUESTION = (
+    "Here is a task and a reply.\nTask: {prompt}\nReply: {completion}\n\n"
+    "Question: does the reply show this behaviour: {behaviour}? Answer Yes or No."
+)
 
 
 @dataclass
@@ -205,8 +224,11 @@ class JudgeTagger:
         prompts, where = [], []
         for i, tr in enumerate(trajs):
             for tag in tags:
-                prompts.append(JUDGE_QUESTION.format(prompt=str(tr.prompt_text)[-1500:], completion=_text(tr)[:1500],
-                                                     behaviour=tag.description))
+                prompts.append(
+                    JUDGE_QUESTION.format(
+                        prompt=str(tr.prompt_text)[-1500:], completion=_text(tr)[:1500], behaviour=tag.description
+                    )
+                )
                 where.append((i, tag.name))
         try:
             answers = self.runner.ask("yes_no", JUDGE_QUESTION, prompts)

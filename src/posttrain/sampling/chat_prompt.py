@@ -77,11 +77,13 @@ def message_key(m: dict[str, Any]) -> tuple:
 
 def tools_system_text(tools: list[dict[str, Any]]) -> str:
     specs = "\n".join(json.dumps(t.get("function", t)) for t in tools)
-    return ("You may call one or more functions to assist with the user query.\n\n"
-            f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{specs}\n</tools>\n\n"
-            "For each function call, return a json object with function name and arguments within <tool_call>"
-            "</tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
-            "</tool_call>")
+    return (
+        "You may call one or more functions to assist with the user query.\n\n"
+        f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{specs}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within <tool_call>"
+        '</tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
+        "</tool_call>"
+    )
 
 
 class ChatRenderer:
@@ -93,10 +95,13 @@ class ChatRenderer:
         self.has_template = bool(template)
         self.template_has_tools = bool(template) and "tools" in template
 
-    def text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
+    def text(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+    ) -> str:
         if not self.has_template:
-            raise ValueError("this model's tokenizer has no chat template; use /v1/completions with a text or "
-                             "token-id prompt")
+            raise ValueError(
+                "this model's tokenizer has no chat template; use /v1/completions with a text or token-id prompt"
+            )
         msgs = [normalize_message(m, self.template_has_tools) for m in messages]
         kwargs: dict[str, Any] = {}
         if tools and self.template_has_tools:
@@ -107,8 +112,7 @@ class ChatRenderer:
                 msgs[0] = {**msgs[0], "content": msgs[0]["content"] + "\n\n" + sys_text}
             else:
                 msgs.insert(0, {"role": "system", "content": sys_text})
-        return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                            **kwargs)
+        return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
 
     def encode(self, text: str) -> list[int]:
         return [int(i) for i in self.tok(text, add_special_tokens=False)["input_ids"]]
@@ -116,8 +120,9 @@ class ChatRenderer:
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         return self.encode(self.text(messages, tools, add_generation_prompt=True))
 
-    def splice(self, prev: RecordedCall, messages: list[dict[str, Any]],
-               tools: list[dict[str, Any]] | None) -> list[int] | None:
+    def splice(
+        self, prev: RecordedCall, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> list[int] | None:
         """Prompt ids that extend `prev` token for token, or None when `messages` do not continue it."""
         if prev.messages is None or prev.reply is None or (prev.tools or None) != (tools or None):
             return None
@@ -131,7 +136,9 @@ class ChatRenderer:
         gen = self.text(prev.messages, tools, add_generation_prompt=True)
         head = self.text(messages[: n + 1], tools, add_generation_prompt=False)
         full = self.text(messages, tools, add_generation_prompt=True)
-        probe = self.text(messages[:n] + [{"role": "assistant", "content": _SENTINEL}], tools, add_generation_prompt=False)
+        probe = self.text(
+            messages[:n] + [{"role": "assistant", "content": _SENTINEL}], tools, add_generation_prompt=False
+        )
         if not (full.startswith(head) and head.startswith(gen) and probe.startswith(gen) and _SENTINEL in probe):
             return None
         tail = probe[probe.index(_SENTINEL) + len(_SENTINEL) :]  # what the template writes after the content

@@ -34,9 +34,11 @@ class ContextOverflow(ValueError):
 
     def __init__(self, prompt_tokens: int, max_tokens: int, max_context: int):
         self.prompt_tokens, self.max_tokens, self.max_context = prompt_tokens, max_tokens, max_context
-        super().__init__(f"context overflow: a prompt of {prompt_tokens} tokens + max_tokens {max_tokens} exceeds the "
-                         f"model's context of {max_context} tokens (sampling.max_context; "
-                         "sampling.context_overflow=truncate cuts max_tokens to fit instead)")
+        super().__init__(
+            f"context overflow: a prompt of {prompt_tokens} tokens + max_tokens {max_tokens} exceeds the "
+            f"model's context of {max_context} tokens (sampling.max_context; "
+            "sampling.context_overflow=truncate cuts max_tokens to fit instead)"
+        )
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,9 @@ def model_positions(model_config: Any) -> int | None:
     return None
 
 
-def budget_for(model_config: Any, max_context: int | None = None, overflow: Overflow = "fail",
-               engine_limit: int | None = None) -> ContextBudget:
+def budget_for(
+    model_config: Any, max_context: int | None = None, overflow: Overflow = "fail", engine_limit: int | None = None
+) -> ContextBudget:
     """The run's budget: the smallest of the model's positions, the config's `sampling.max_context` and the
     engine's own limit (vLLM's max_model_len); UNKNOWN_CONTEXT when none of them says."""
     limits = [v for v in (model_positions(model_config), max_context, engine_limit) if v]

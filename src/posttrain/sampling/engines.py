@@ -47,11 +47,19 @@ def engine_spec(cfg: Config, model: Any, model_dir: str, max_lora_rank: int = 0)
     dtype = v.dtype if v.dtype != "auto" else str(next(model.parameters()).dtype).removeprefix("torch.")
     if dtype not in ("float32", "bfloat16", "float16"):
         dtype = "float32" if not torch.cuda.is_available() else "bfloat16"
-    return EngineSpec(model_dir=model_dir, dtype=dtype, seed=cfg.run.seed,
-                      max_model_len=v.max_model_len or min(limit, 4096), kv_cache_gb=v.kv_cache_gb,
-                      compile=v.compile, gpu_memory_utilization=v.gpu_memory_utilization,
-                      tensor_parallel_size=v.tensor_parallel_size, sleep_mode=v.sleep_mode,
-                      max_lora_rank=max_lora_rank, extra=dict(v.extra))
+    return EngineSpec(
+        model_dir=model_dir,
+        dtype=dtype,
+        seed=cfg.run.seed,
+        max_model_len=v.max_model_len or min(limit, 4096),
+        kv_cache_gb=v.kv_cache_gb,
+        compile=v.compile,
+        gpu_memory_utilization=v.gpu_memory_utilization,
+        tensor_parallel_size=v.tensor_parallel_size,
+        sleep_mode=v.sleep_mode,
+        max_lora_rank=max_lora_rank,
+        extra=dict(v.extra),
+    )
 
 
 def lora_rank(cfg: Config) -> int:
@@ -73,9 +81,14 @@ def local_vllm(cfg: Config, c: Any, say=print) -> tuple[Any, Any]:
 
     wd = work_dir(cfg)
     spec = engine_spec(cfg, c.model, engine_model_dir(cfg, c.model, c.tokenizer, wd, log=say), lora_rank(cfg))
-    engine = VLLMSampler(spec, c.tokenizer, stop_token_ids(c.model, c.tokenizer), log=say,
-                         context=run_budget(cfg, c.model, spec.max_model_len),
-                         in_flight=cfg.sampling.vllm.weight_update == "in_flight")
+    engine = VLLMSampler(
+        spec,
+        c.tokenizer,
+        stop_token_ids(c.model, c.tokenizer),
+        log=say,
+        context=run_budget(cfg, c.model, spec.max_model_len),
+        in_flight=cfg.sampling.vllm.weight_update == "in_flight",
+    )
     sync = EngineWeights(c.model, engine, cfg.sampling.vllm.lora, wd)
     first_push(sync, c.sampler.policy_version)  # the sampler serves what the trainer holds now
     return engine, sync

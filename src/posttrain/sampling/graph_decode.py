@@ -47,11 +47,14 @@ class GraphDecoder:
         self.model, self.cache_arg = model, cache_arg
         self.compile_step = compile_step
         self._caches: dict[tuple[int, int], Any] = {}
-        self._step = torch.compile(self._forward, mode="reduce-overhead", dynamic=False) if compile_step else self._forward
+        self._step = (
+            torch.compile(self._forward, mode="reduce-overhead", dynamic=False) if compile_step else self._forward
+        )
 
     def _forward(self, ids_B1: torch.Tensor, pos_B1: torch.Tensor, mask_BC: torch.Tensor, cache: Any) -> torch.Tensor:
-        out = self.model(input_ids=ids_B1, attention_mask=mask_BC, position_ids=pos_B1,
-                         **{self.cache_arg: cache}, use_cache=True)
+        out = self.model(
+            input_ids=ids_B1, attention_mask=mask_BC, position_ids=pos_B1, **{self.cache_arg: cache}, use_cache=True
+        )
         return out.logits[:, -1].float()
 
     def cache(self, batch: int, capacity: int) -> Any:
@@ -78,8 +81,14 @@ class GraphDecoder:
         padded_rows = rows + [rows[0]] * (Bb - B)  # bucket padding: decoded, then dropped
         ids_BL, mask_BC, pos_BL = left_pad(padded_rows, sampler.pad_id, C, dev)
         cache = self.cache(Bb, C)
-        logits, v = sampler._forward_last(input_ids=ids_BL, attention_mask=mask_BC, position_ids=pos_BL,
-                                          **{self.cache_arg: cache}, use_cache=True, logits_to_keep=1)
+        logits, v = sampler._forward_last(
+            input_ids=ids_BL,
+            attention_mask=mask_BC,
+            position_ids=pos_BL,
+            **{self.cache_arg: cache},
+            use_cache=True,
+            logits_to_keep=1,
+        )
         logits = logits.float()
         versions_T = [v]  # the policy version behind each step's logits (an interruptible sampler may change it)
         next_pos = pos_BL[:, -1:] + 1
@@ -96,8 +105,9 @@ class GraphDecoder:
         sel = torch.arange(B, device=dev)
         feed_B = torch.full((Bb,), sampler.pad_id, dtype=torch.long, device=dev)
         for t in range(max_new):
-            tok_s = sampler._take_tokens(logits[sel], sel, t, params, tokens_BT, logps_BT, lengths_B, done_B, reasons,
-                                         stop_ids)
+            tok_s = sampler._take_tokens(
+                logits[sel], sel, t, params, tokens_BT, logps_BT, lengths_B, done_B, reasons, stop_ids
+            )
             if bool(done_B.all()) or t == max_new - 1:
                 break
             feed_B.fill_(sampler.pad_id)

@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
-from posttrain.sampling.padding import left_pad
 from posttrain.sampling.coalesce import Coalescer
 from posttrain.sampling.context import ContextBudget, ContextOverflow, budget_for, text_config
 from posttrain.sampling.kv_cache import PreallocCache, cache_arg_name, cache_from_rows, row_kv
 from posttrain.sampling.logits import choose_tokens
+from posttrain.sampling.padding import left_pad
 from posttrain.sampling.prefix_cache import PrefixStore, weights_signature
 from posttrain.sampling.weight_gate import WeightGate
 from posttrain.types import Completion, SampleParams
@@ -30,9 +30,20 @@ from posttrain.types import Completion, SampleParams
 class HFSampler:
     """Samples from an in-memory HF model. The trainer shares the same module, so a weight sync is a version bump."""
 
-    def __init__(self, model: Any, tokenizer: Any, stop_token_ids: list[int], seed: int = 0,
-                 compact_fraction: float = 0.75, max_batch: int = 64, merge_lora: bool = True, graphs: bool = False,
-                 interruptible: bool = False, prefix_cache_tokens: int = 0, context: ContextBudget | None = None):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        stop_token_ids: list[int],
+        seed: int = 0,
+        compact_fraction: float = 0.75,
+        max_batch: int = 64,
+        merge_lora: bool = True,
+        graphs: bool = False,
+        interruptible: bool = False,
+        prefix_cache_tokens: int = 0,
+        context: ContextBudget | None = None,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.stop_token_ids = list(stop_token_ids)
@@ -53,8 +64,9 @@ class HFSampler:
         # Never decode past the model's positions (the KV buffer is sized prompt + max_tokens; a row past them would
         # decode garbage or allocate without bound): the model's own limit unless the run set a smaller one.
         self.context = context if context is not None else budget_for(text_config(model))
-        self._coalescer = Coalescer(lambda rows, params: asyncio.to_thread(self._sample_rows, rows, params),
-                                    self.context)
+        self._coalescer = Coalescer(
+            lambda rows, params: asyncio.to_thread(self._sample_rows, rows, params), self.context
+        )
         # The GPU decode fast path (graph_decode.py): a static KV cache, the decode step a CUDA graph. On a CPU
         # the same static-cache loop runs uncompiled (what the tests compare with the eager loop).
         self.graphs = graphs
@@ -174,17 +186,25 @@ class HFSampler:
             ids = tokens_BT[b, :n].tolist()
             # Token t was sampled from the logits of forward pass t (the prefill for t = 0); a completion's
             # version is its first token's, the oldest.
-            out.append(Completion(token_ids=ids, logprobs=logps_BT[b, :n].tolist(), finish_reason=reasons[b],
-                                  policy_version=versions_T[0], token_versions=list(versions_T[:n]) or None,
-                                  text=cut_at_stop(self.decode(ids), params.stop)))
+            out.append(
+                Completion(
+                    token_ids=ids,
+                    logprobs=logps_BT[b, :n].tolist(),
+                    finish_reason=reasons[b],
+                    policy_version=versions_T[0],
+                    token_versions=list(versions_T[:n]) or None,
+                    text=cut_at_stop(self.decode(ids), params.stop),
+                )
+            )
         return out
 
     def _graphs(self):
         if self._graph_decoder is None:
             from posttrain.sampling.graph_decode import GraphDecoder
 
-            self._graph_decoder = GraphDecoder(self.model, self._cache_arg,
-                                               compile_step=_device(self.model).type == "cuda")
+            self._graph_decoder = GraphDecoder(
+                self.model, self._cache_arg, compile_step=_device(self.model).type == "cuda"
+            )
         return self._graph_decoder
 
     def _decode_loop(self, rows: list[list[int]], params: SampleParams):
@@ -204,8 +224,14 @@ class HFSampler:
                 cache, logits = self._prefill_reusing(prompts_P, hits, Lp + max_new, n_layers, dev)
             else:
                 cache = PreallocCache(n_layers, capacity=Lp + max_new)
-                logits = self.model(input_ids=ids_PL, attention_mask=mask_PL if padded else None, position_ids=pos_PL,
-                                    **{self._cache_arg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
+                logits = self.model(
+                    input_ids=ids_PL,
+                    attention_mask=mask_PL if padded else None,
+                    position_ids=pos_PL,
+                    **{self._cache_arg: cache},
+                    use_cache=True,
+                    logits_to_keep=1,
+                ).logits[:, -1]
             v = self.policy_version
         versions_T = [v]  # the policy version of each forward pass, i.e. of the tokens sampled from it
         keep = self.prefix is not None and params.keep_prefix and not self.graphs
@@ -224,27 +250,36 @@ class HFSampler:
         done_B = torch.zeros(B, dtype=torch.bool, device=dev)
         stop_ids = torch.tensor(self.stop_token_ids, dtype=torch.long, device=dev)
         for t in range(max_new):
-            tok_b = self._take_tokens(logits, rows, t, params, tokens_BT, logps_BT, lengths_B, done_B, reasons, stop_ids)
+            tok_b = self._take_tokens(
+                logits, rows, t, params, tokens_BT, logps_BT, lengths_B, done_B, reasons, stop_ids
+            )
             if bool(done_B.all()) or t == max_new - 1:
                 break
             idx = self._compaction(rows, done_B)
             if idx is not None:
                 if keep:  # the rows compaction drops are finished: keep their KV first
                     with self._step_gate():  # not while a sync clears the store
-                        self._store_rows(cache, rows, done_B[rows].nonzero().squeeze(-1), prompt_of_row, tokens_BT,
-                                         lengths_B, Lp)
+                        self._store_rows(
+                            cache, rows, done_B[rows].nonzero().squeeze(-1), prompt_of_row, tokens_BT, lengths_B, Lp
+                        )
                 cache.batch_select_indices(idx)
                 rows, tok_b, next_pos_B, mask_BT = rows[idx], tok_b[idx], next_pos_B[idx], mask_BT[idx]
             attn = mask_BT[:, : Lp + t + 1] if padded else None
-            logits, v = self._forward_last(input_ids=tok_b[:, None], attention_mask=attn,
-                                           position_ids=next_pos_B[:, None], **{self._cache_arg: cache}, use_cache=True)
+            logits, v = self._forward_last(
+                input_ids=tok_b[:, None],
+                attention_mask=attn,
+                position_ids=next_pos_B[:, None],
+                **{self._cache_arg: cache},
+                use_cache=True,
+            )
             versions_T.append(v)
             next_pos_B = next_pos_B + 1
         if keep:
             with self._step_gate():
                 if set(versions_T) == {self.policy_version}:
-                    self._store_rows(cache, rows, torch.arange(len(rows), device=dev), prompt_of_row, tokens_BT,
-                                     lengths_B, Lp)
+                    self._store_rows(
+                        cache, rows, torch.arange(len(rows), device=dev), prompt_of_row, tokens_BT, lengths_B, Lp
+                    )
                 else:  # a sync landed inside the call: its KV mixes versions, keep none of it
                     self.prefix.clear()
         return tokens_BT.cpu(), logps_BT.cpu(), lengths_B.tolist(), reasons, versions_T
@@ -281,8 +316,14 @@ class HFSampler:
             Lm = max(len(p) for p in sub)
             ids, mask, pos = left_pad(sub, self.pad_id, Lm, dev)
             c = PreallocCache(n_layers, capacity=Lm)
-            out = self.model(input_ids=ids, attention_mask=mask if any(len(p) != Lm for p in sub) else None,
-                             position_ids=pos, **{self._cache_arg: c}, use_cache=True, logits_to_keep=1).logits[:, -1]
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask if any(len(p) != Lm for p in sub) else None,
+                position_ids=pos,
+                **{self._cache_arg: c},
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits[:, -1]
             for j, i in enumerate(misses):
                 kv[i], last[i] = row_kv(c, j, Lm - len(prompts_P[i]), Lm), out[j]
         for i, h in enumerate(hits):
@@ -293,9 +334,13 @@ class HFSampler:
             c = PreallocCache(n_layers, capacity=len(p))
             for layer, (k, v) in zip(c.layers, stored):
                 layer.update(k, v)
-            out = self.model(input_ids=torch.tensor([p[n:]], device=dev),
-                             position_ids=torch.arange(n, len(p), device=dev)[None], **{self._cache_arg: c},
-                             use_cache=True, logits_to_keep=1).logits[:, -1]
+            out = self.model(
+                input_ids=torch.tensor([p[n:]], device=dev),
+                position_ids=torch.arange(n, len(p), device=dev)[None],
+                **{self._cache_arg: c},
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits[:, -1]
             kv[i], last[i] = [(layer.keys, layer.values) for layer in c.layers], out[0]
         return cache_from_rows(kv, Lp, capacity), torch.stack(last)
 
@@ -352,7 +397,9 @@ class HFSampler:
                 if piece and "\ufffd" not in piece and not any(c in piece for c in last_chars):
                     hits.append(False)
                     continue
-            tail = self.tokenizer.decode(tokens_BT[r, max(0, t + 1 - window) : t + 1].tolist(), skip_special_tokens=True)
+            tail = self.tokenizer.decode(
+                tokens_BT[r, max(0, t + 1 - window) : t + 1].tolist(), skip_special_tokens=True
+            )
             hits.append(any(s in tail for s in stops))
         return torch.tensor(hits, dtype=torch.bool, device=tokens_BT.device)
 
@@ -360,8 +407,9 @@ class HFSampler:
         """Each token id's text on its own (built once per sampler; None if the tokenizer cannot list them)."""
         if self._pieces is None:
             try:
-                self._pieces = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))],
-                                                           skip_special_tokens=True)
+                self._pieces = self.tokenizer.batch_decode(
+                    [[i] for i in range(len(self.tokenizer))], skip_special_tokens=True
+                )
             except Exception:  # noqa: BLE001 - an unusual tokenizer: every check decodes the tail (always correct)
                 self._pieces = []
         return self._pieces or None

@@ -94,7 +94,8 @@ def check_bind(host: str, api_key: str | None) -> None:
             f"refusing to serve on {host!r} without an API key: anything that can reach this address could use "
             f"the endpoint. Pass --api-key KEY (or set {API_KEY_ENV}); clients then send 'Authorization: Bearer "
             "KEY' (the openai client's api_key). Or bind 127.0.0.1 (the default) and reach it through an SSH "
-            "tunnel.")
+            "tunnel."
+        )
 
 
 # ---- the ASGI guard -----------------------------------------------------------------------------------------
@@ -103,8 +104,9 @@ def _error_body(status: int, message: str, kind: str, code: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": kind, "code": code}, "detail": message}).encode()
 
 
-async def _refuse(send: Any, status: int, message: str, kind: str, code: str, close: bool,
-                  headers: list[tuple[bytes, bytes]] = ()) -> None:
+async def _refuse(
+    send: Any, status: int, message: str, kind: str, code: str, close: bool, headers: list[tuple[bytes, bytes]] = ()
+) -> None:
     """Answer a request the app never sees. `close`: end the connection afterwards (a client too slow to keep);
     otherwise the server reads and discards what is left of the body (it keeps no byte of it), so the client
     reads this answer instead of a reset connection."""
@@ -149,27 +151,57 @@ class GuardedApp:
         if kind != "http":
             return await self.app(scope, receive, send)
         if not self._authorized(scope):
-            return await _refuse(send, 401, "a valid API key is required: send 'Authorization: Bearer <key>'",
-                                 "authentication_error", "invalid_api_key", close=False,
-                                 headers=[(b"www-authenticate", b"Bearer")])
+            return await _refuse(
+                send,
+                401,
+                "a valid API key is required: send 'Authorization: Bearer <key>'",
+                "authentication_error",
+                "invalid_api_key",
+                close=False,
+                headers=[(b"www-authenticate", b"Bearer")],
+            )
         cap = self.guard.max_body_bytes
         declared = _content_length(scope)
         if declared == -1:
-            return await _refuse(send, 400, "the Content-Length header is not a number", "invalid_request_error",
-                                 "bad_request", close=True)
+            return await _refuse(
+                send,
+                400,
+                "the Content-Length header is not a number",
+                "invalid_request_error",
+                "bad_request",
+                close=True,
+            )
         if declared is not None and declared > cap:
-            return await _refuse(send, 413, f"the request body is {declared} bytes; this server takes at most {cap} "
-                                 "(--max-body-mb)", "invalid_request_error", "request_too_large", close=False)
+            return await _refuse(
+                send,
+                413,
+                f"the request body is {declared} bytes; this server takes at most {cap} (--max-body-mb)",
+                "invalid_request_error",
+                "request_too_large",
+                close=False,
+            )
         try:
             async with asyncio.timeout(self.guard.body_timeout_s):
                 body = await self._read_body(receive, cap)
         except TimeoutError:
             log.info("cut off a client that did not send its request body within %.0fs", self.guard.body_timeout_s)
-            return await _refuse(send, 408, f"the request body did not arrive within {self.guard.body_timeout_s}s",
-                                 "invalid_request_error", "request_timeout", close=True)
+            return await _refuse(
+                send,
+                408,
+                f"the request body did not arrive within {self.guard.body_timeout_s}s",
+                "invalid_request_error",
+                "request_timeout",
+                close=True,
+            )
         except _BodyTooLarge:
-            return await _refuse(send, 413, f"the request body is larger than this server takes ({cap} bytes; "
-                                 "--max-body-mb)", "invalid_request_error", "request_too_large", close=False)
+            return await _refuse(
+                send,
+                413,
+                f"the request body is larger than this server takes ({cap} bytes; --max-body-mb)",
+                "invalid_request_error",
+                "request_too_large",
+                close=False,
+            )
         if body is None:  # the client went away
             return
         replayed = False
@@ -276,6 +308,7 @@ def _guarded_protocol(guard: HttpGuard) -> type[asyncio.Protocol]:
                 raise ValueError(f"request headers past {guard.max_header_bytes} bytes")
 
         if hasattr(AutoHTTPProtocol, "on_header"):
+
             def on_message_begin(self) -> None:
                 self._g_header_bytes = 0
                 super().on_message_begin()
@@ -295,9 +328,17 @@ def uvicorn_config(app: Any, host: str, port: int, log_level: str, guard: HttpGu
     """A uvicorn Config for `app` behind `guard`: the guarded app and protocol, WebSocket message and queue
     caps, h11's header cap. Options this uvicorn does not know are left out (older versions)."""
     uvicorn = _uvicorn()
-    options = dict(host=host, port=port, log_level=log_level, http=_guarded_protocol(guard),
-                   ws_max_size=guard.ws_max_bytes, ws_max_queue=4, timeout_keep_alive=5,
-                   h11_max_incomplete_event_size=guard.max_header_bytes, **kwargs)
+    options = dict(
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=_guarded_protocol(guard),
+        ws_max_size=guard.ws_max_bytes,
+        ws_max_queue=4,
+        timeout_keep_alive=5,
+        h11_max_incomplete_event_size=guard.max_header_bytes,
+        **kwargs,
+    )
     known = inspect.signature(uvicorn.Config).parameters
     return uvicorn.Config(GuardedApp(app, guard), **{k: v for k, v in options.items() if k in known})
 
@@ -314,8 +355,14 @@ class InLoopServer:
     """A started uvicorn server running as a task in the current loop. `url` is `http://host:port`.
     `guard`: the limits and key (default: HttpGuard(), limits without a key)."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
-                 guard: HttpGuard | None = None):
+    def __init__(
+        self,
+        app: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+        guard: HttpGuard | None = None,
+    ):
         uvicorn = _uvicorn()
 
         class _NoSignals(uvicorn.Server):
@@ -362,15 +409,16 @@ class InLoopServer:
         self.server.should_exit = True
         try:
             await asyncio.wait_for(asyncio.shield(self.task), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("server on %s did not stop within %ss; cancelling it", self.url, timeout_s)
             self.server.force_exit = True
             self.task.cancel()
 
 
 @contextlib.asynccontextmanager
-async def serve_in_loop(app: Any, host: str = "127.0.0.1", port: int = 0,
-                        guard: HttpGuard | None = None) -> AsyncIterator[InLoopServer]:
+async def serve_in_loop(
+    app: Any, host: str = "127.0.0.1", port: int = 0, guard: HttpGuard | None = None
+) -> AsyncIterator[InLoopServer]:
     server = await InLoopServer(app, host, port, guard=guard).start()
     try:
         yield server

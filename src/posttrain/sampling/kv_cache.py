@@ -90,5 +90,7 @@ def cache_from_rows(rows_kv: list[list[tuple[torch.Tensor, torch.Tensor]]], widt
 
 def row_kv(cache: PreallocCache, row: int, start: int, end: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """A copy of one batch row's KV over columns [start, end), per layer, each (1, heads, end - start, dim)."""
-    return [(layer._k[row : row + 1, :, start:end].clone(), layer._v[row : row + 1, :, start:end].clone())
-            for layer in cache.layers]
+    return [
+        (layer._k[row : row + 1, :, start:end].clone(), layer._v[row : row + 1, :, start:end].clone())
+        for layer in cache.layers
+    ]

@@ -20,8 +20,9 @@ def filter_top_k_top_p(logits_BV: torch.Tensor, top_k: int = 0, top_p: float = 1
     return logits_BV
 
 
-def choose_tokens(logits_BV: torch.Tensor, temperature: float, top_k: int, top_p: float,
-                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+def choose_tokens(
+    logits_BV: torch.Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the next token per row and return (token_B, logprob_B).
 
     The logprob is log softmax(logits / temperature) of the chosen token, before top-k/top-p filtering, so it

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 # (1e-300 gave NaN logprobs, then a 500 writing them), and nothing useful lies between 0 and 1e-4.
 MIN_TEMPERATURE = 1e-4
 
+
 @dataclass(frozen=True)
 class RequestLimits:
     """What one request may ask for (checked before any work starts; each refusal says which limit)."""
@@ -95,9 +96,9 @@ class HTTPError(Exception):
         self.status = status
 
 
-
-def _error(status: int, message: str, kind: str, code: str | int | None = None,
-           param: str | None = None) -> JSONResponse:
+def _error(
+    status: int, message: str, kind: str, code: str | int | None = None, param: str | None = None
+) -> JSONResponse:
     err: dict[str, Any] = {"message": message, "type": kind, "code": status if code is None else code}
     if param is not None:
         err["param"] = param

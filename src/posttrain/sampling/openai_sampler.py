@@ -73,11 +73,22 @@ def reply_cap(choices: int, max_tokens: int) -> int:
 
 
 class OpenAISampler:
-    def __init__(self, base_url: str, model: str | None = None, tokenizer: Any = None, api_key: str = "x",
-                 timeout_s: float = 300.0, max_retries: int = 3, backoff_s: float = 0.5,
-                 max_prompts_per_request: int = 64, extra_body: dict[str, Any] | None = None,
-                 headers: dict[str, str] | None = None, vocab_size: int | None = None,
-                 max_response_bytes: int | None = None, context: ContextBudget | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        tokenizer: Any = None,
+        api_key: str = "x",
+        timeout_s: float = 300.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        max_prompts_per_request: int = 64,
+        extra_body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        vocab_size: int | None = None,
+        max_response_bytes: int | None = None,
+        context: ContextBudget | None = None,
+    ):
         """`base_url` is the server root or its /v1 (both work). `model` defaults to the first of /v1/models.
         `tokenizer` (the served model's) is needed for `decode`, and gives the vocabulary token ids are checked
         against unless `vocab_size` says it (a model whose embedding is padded past its tokenizer). A reply is
@@ -134,8 +145,11 @@ class OpenAISampler:
     def _http(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:  # an httpx client is bound to one event loop
-            self._client = httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers,
-                                             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+            self._client = httpx.AsyncClient(
+                timeout=self.timeout_s,
+                headers=self.headers,
+                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            )
             self._client_loop = loop
         return self._client
 
@@ -153,10 +167,17 @@ class OpenAISampler:
 
     async def _sample_chunk(self, prompts: list[list[int]], params: SampleParams, n: int) -> list[list[Completion]]:
         body: dict[str, Any] = {
-            "model": self.model, "prompt": [list(map(int, p)) for p in prompts], "n": n,
-            "max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
-            "logprobs": 0, "return_token_ids": True, "return_tokens_as_token_ids": True,
-            "skip_special_tokens": True, **self.extra_body,
+            "model": self.model,
+            "prompt": [list(map(int, p)) for p in prompts],
+            "n": n,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": True,
+            **self.extra_body,
         }
         if params.top_k:
             body["top_k"] = params.top_k
@@ -200,7 +221,8 @@ class OpenAISampler:
         if ids is None:
             raise OpenAISamplerError(
                 f"{self.base_url} returned no completion token ids. The server must support `return_token_ids` "
-                "(vLLM >= 0.10.2, posttrain serve) or `return_tokens_as_token_ids` (vLLM)")
+                "(vLLM >= 0.10.2, posttrain serve) or `return_tokens_as_token_ids` (vLLM)"
+            )
         logps = lp.get("token_logprobs")
         if logps is None:
             raise OpenAISamplerError(f"{self.base_url} returned no logprobs; the server must support `logprobs: 0`")
@@ -209,9 +231,13 @@ class OpenAISampler:
         if text is not None and not isinstance(text, str):
             raise OpenAIReplyError(f"a choice's 'text' is a JSON {type(text).__name__}, not a string")
         reason = choice.get("finish_reason") or "stop"
-        return Completion(token_ids=list(ids), logprobs=[float(x) for x in logps],
-                          finish_reason="length" if reason == "length" else "stop", policy_version=version,
-                          text=text or "")
+        return Completion(
+            token_ids=list(ids),
+            logprobs=[float(x) for x in logps],
+            finish_reason="length" if reason == "length" else "stop",
+            policy_version=version,
+            text=text or "",
+        )
 
     def _check_tokens(self, ids: Any, logps: Any, max_tokens: int) -> None:
         """Token ids: integers of the vocabulary (the trainer indexes its embedding with them: out of range is a
@@ -241,7 +267,7 @@ class OpenAISampler:
             self.stats["requests"] += 1
             try:  # the deadline covers the whole exchange: httpx's timeout is per read, which trickling resets
                 status, raw = await asyncio.wait_for(self._exchange(method, url, body, cap), self.timeout_s)
-            except (httpx.TimeoutException, asyncio.TimeoutError):
+            except (TimeoutError, httpx.TimeoutException):
                 self.stats["timeouts"] += 1
                 why = f"timeout after {self.timeout_s}s ({self.stats['timeouts']} timeouts so far)"
             except httpx.TransportError as e:  # refused, reset, closed without a reply, a body cut short

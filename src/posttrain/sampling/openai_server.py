@@ -38,18 +38,27 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 
 from posttrain.sampling.base import Sampler
 from posttrain.sampling.chat_prompt import ChatRenderer
 from posttrain.sampling.context import ContextBudget, ContextOverflow, context_of
-from posttrain.sampling.openai_requests import (  # noqa: F401 - the request API is re-exported from here
-    MIN_TEMPERATURE, BadRequest, ChatRequest, CompletionRequest, ContextLengthExceeded, HTTPError, RequestLimits,
-    _Sampling, add_error_handlers)
+from posttrain.sampling.openai_requests import (
+    MIN_TEMPERATURE,
+    BadRequest,
+    ChatRequest,
+    CompletionRequest,
+    ContextLengthExceeded,
+    HTTPError,
+    RequestLimits,
+    _Sampling,
+    add_error_handlers,
+)
 from posttrain.sampling.recorder import RecordedCall, RolloutRecorder
 from posttrain.sampling.tool_calls import parse_tool_calls
 from posttrain.types import Completion, SampleParams
@@ -82,16 +91,31 @@ class ServerState:
         return await asyncio.get_running_loop().run_in_executor(self.cpu, fn, *args)
 
 
-def create_app(sampler: Sampler, tokenizer: Any, model_name: str = "posttrain", recorder: RolloutRecorder | None = None,
-               request_timeout_s: float = 300.0, default_max_tokens: int = 512,
-               weights_dir: str | None = None, limits: RequestLimits | None = None) -> FastAPI:
+def create_app(
+    sampler: Sampler,
+    tokenizer: Any,
+    model_name: str = "posttrain",
+    recorder: RolloutRecorder | None = None,
+    request_timeout_s: float = 300.0,
+    default_max_tokens: int = 512,
+    weights_dir: str | None = None,
+    limits: RequestLimits | None = None,
+) -> FastAPI:
     """The FastAPI app. `app.state.posttrain` is the ServerState; `app.state.recorder` the RolloutRecorder.
     `weights_dir`: enables POST /update_weights_from_disk, which loads what a trainer's FileWeights wrote there
     (only from that folder: a request names no path, so the endpoint cannot read arbitrary files). `limits`:
     what one request may ask for (the HTTP-level limits and the API key belong to the server, http_serve)."""
-    st = ServerState(sampler, tokenizer, model_name, recorder or RolloutRecorder(), request_timeout_s,
-                     default_max_tokens, ChatRenderer(tokenizer), limits or RequestLimits(),
-                     _max_token_chars(tokenizer))
+    st = ServerState(
+        sampler,
+        tokenizer,
+        model_name,
+        recorder or RolloutRecorder(),
+        request_timeout_s,
+        default_max_tokens,
+        ChatRenderer(tokenizer),
+        limits or RequestLimits(),
+        _max_token_chars(tokenizer),
+    )
     app = FastAPI(title="posttrain OpenAI-compatible server")
     app.state.posttrain = st
     app.state.recorder = st.recorder
@@ -102,14 +126,16 @@ def create_app(sampler: Sampler, tokenizer: Any, model_name: str = "posttrain", 
         return {"status": "ok", "policy_version": st.sampler.policy_version, **st.stats}
 
     if weights_dir is not None:
+
         @app.post("/update_weights_from_disk")
         async def update_weights() -> dict[str, Any]:
             from posttrain.sampling.weight_ipc import read_file_weights
 
             box: dict[str, int] = {}
             # Between decodes (the sampler's lock), so no completion mixes two versions.
-            await asyncio.to_thread(st.sampler.update_weights,
-                                    lambda m: box.setdefault("v", read_file_weights(weights_dir, m)), -1)
+            await asyncio.to_thread(
+                st.sampler.update_weights, lambda m: box.setdefault("v", read_file_weights(weights_dir, m)), -1
+            )
             st.sampler.policy_version = box["v"]
             return {"success": True, "policy_version": box["v"]}
 
@@ -130,19 +156,32 @@ def create_app(sampler: Sampler, tokenizer: Any, model_name: str = "posttrain", 
 
 # ---- routes ------------------------------------------------------------------------------------------------
 def list_models(st: ServerState) -> dict[str, Any]:
-    return {"object": "list", "data": [{"id": st.model_name, "object": "model", "created": 0, "owned_by": "posttrain",
-                                        "policy_version": st.sampler.policy_version}]}
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": st.model_name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "posttrain",
+                "policy_version": st.sampler.policy_version,
+            }
+        ],
+    }
 
 
 async def chat_completions(st: ServerState, body: ChatRequest, header_rid: str | None) -> Any:
     _reject_unsupported(body.stream, False)
     _check_sampling(st, body)
     if len(body.messages) > st.limits.max_messages:
-        raise BadRequest(f"{len(body.messages)} messages; this server takes at most {st.limits.max_messages} "
-                         "(RequestLimits.max_messages)")
+        raise BadRequest(
+            f"{len(body.messages)} messages; this server takes at most {st.limits.max_messages} "
+            "(RequestLimits.max_messages)"
+        )
     if body.tools is not None and len(body.tools) > st.limits.max_messages:
-        raise BadRequest(f"{len(body.tools)} tools; this server takes at most {st.limits.max_messages} "
-                         "(RequestLimits.max_messages)")
+        raise BadRequest(
+            f"{len(body.tools)} tools; this server takes at most {st.limits.max_messages} (RequestLimits.max_messages)"
+        )
     rid = header_rid or body.rollout_id
     prev = st.recorder.last(rid) if rid else None
     asked = body.max_completion_tokens or body.max_tokens
@@ -154,21 +193,42 @@ async def chat_completions(st: ServerState, body: ChatRequest, header_rid: str |
         message: dict[str, Any] = {"role": "assistant", "content": content}
         finish = c.finish_reason
         if calls:
-            message["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                                      "function": {"name": x["name"], "arguments": json.dumps(x["arguments"])}}
-                                     for x in calls]
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{uuid.uuid4().hex[:24]}",
+                    "type": "function",
+                    "function": {"name": x["name"], "arguments": json.dumps(x["arguments"])},
+                }
+                for x in calls
+            ]
             finish = "tool_calls" if finish == "stop" else finish
         choice: dict[str, Any] = {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
         if body.logprobs:
-            choice["logprobs"] = {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
-                                              for t, lp in zip(_token_strs(st, c.token_ids, body), c.logprobs)]}
+            choice["logprobs"] = {
+                "content": [
+                    {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+                    for t, lp in zip(_token_strs(st, c.token_ids, body), c.logprobs)
+                ]
+            }
         if body.return_token_ids:
             choice["token_ids"] = c.token_ids
         choices.append(choice)
         if rid:
-            st.recorder.record(rid, RecordedCall(prompt_ids, c.token_ids, c.logprobs, c.policy_version, c.finish_reason,
-                                                 text=c.text, messages=body.messages, tools=body.tools, reply=message,
-                                                 token_versions=c.token_versions))
+            st.recorder.record(
+                rid,
+                RecordedCall(
+                    prompt_ids,
+                    c.token_ids,
+                    c.logprobs,
+                    c.policy_version,
+                    c.finish_reason,
+                    text=c.text,
+                    messages=body.messages,
+                    tools=body.tools,
+                    reply=message,
+                    token_versions=c.token_versions,
+                ),
+            )
     out = _envelope("chat.completion", st, [prompt_ids], [comps], choices)
     if body.return_token_ids:
         out["prompt_token_ids"] = prompt_ids
@@ -180,30 +240,48 @@ async def completions(st: ServerState, body: CompletionRequest, header_rid: str 
     _check_sampling(st, body)
     rid = header_rid or body.rollout_id
     asked = body.max_tokens if "max_tokens" in body.model_fields_set else None
-    prompts_P, max_tokens = await st.off_loop(_completion_prompts, st, body.prompt, asked or body.max_tokens,
-                                              asked is not None)
+    prompts_P, max_tokens = await st.off_loop(
+        _completion_prompts, st, body.prompt, asked or body.max_tokens, asked is not None
+    )
     groups = await _sample(st, prompts_P, _params(body, max_tokens), body.n)
     choices = []
     for p, (prompt_ids, comps) in enumerate(zip(prompts_P, groups)):
         for j, c in enumerate(comps):
-            choice: dict[str, Any] = {"index": p * body.n + j, "text": c.text, "finish_reason": c.finish_reason,
-                                      "logprobs": None}
+            choice: dict[str, Any] = {
+                "index": p * body.n + j,
+                "text": c.text,
+                "finish_reason": c.finish_reason,
+                "logprobs": None,
+            }
             if body.logprobs is not None:
                 toks = _token_strs(st, c.token_ids, body)
                 offsets, pos = [], 0
                 for t in toks:
                     offsets.append(pos)
                     pos += len(t)
-                choice["logprobs"] = {"tokens": toks, "token_logprobs": c.logprobs,
-                                      "top_logprobs": [{} for _ in toks] if body.logprobs else None,
-                                      "text_offset": offsets}
+                choice["logprobs"] = {
+                    "tokens": toks,
+                    "token_logprobs": c.logprobs,
+                    "top_logprobs": [{} for _ in toks] if body.logprobs else None,
+                    "text_offset": offsets,
+                }
             if body.return_token_ids:
                 choice["token_ids"] = c.token_ids
                 choice["prompt_token_ids"] = prompt_ids
             choices.append(choice)
             if rid:
-                st.recorder.record(rid, RecordedCall(prompt_ids, c.token_ids, c.logprobs, c.policy_version,
-                                                     c.finish_reason, text=c.text, token_versions=c.token_versions))
+                st.recorder.record(
+                    rid,
+                    RecordedCall(
+                        prompt_ids,
+                        c.token_ids,
+                        c.logprobs,
+                        c.policy_version,
+                        c.finish_reason,
+                        text=c.text,
+                        token_versions=c.token_versions,
+                    ),
+                )
     return _envelope("text_completion", st, prompts_P, groups, choices)
 
 
@@ -217,25 +295,35 @@ def _reject_unsupported(stream: bool, echo: bool) -> None:
 
 def _params(body: _Sampling, max_tokens: int) -> SampleParams:
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-    return SampleParams(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
-                        stop=stop, seed=body.seed)
+    return SampleParams(
+        max_tokens=max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        stop=stop,
+        seed=body.seed,
+    )
 
 
 def _check_sampling(st: ServerState, body: _Sampling) -> None:
     """The sampling parameters against the limits (the schema already made them finite and typed)."""
     lim = st.limits
     if body.n > lim.max_n:
-        raise BadRequest(f"n={body.n}; this server samples at most {lim.max_n} completions per prompt "
-                         "(posttrain serve --max-n)")
+        raise BadRequest(
+            f"n={body.n}; this server samples at most {lim.max_n} completions per prompt (posttrain serve --max-n)"
+        )
     if body.temperature > lim.max_temperature or 0 < body.temperature < MIN_TEMPERATURE:
-        raise BadRequest(f"temperature={body.temperature}: use 0 (greedy) or a value in [{MIN_TEMPERATURE}, "
-                         f"{lim.max_temperature}]")
+        raise BadRequest(
+            f"temperature={body.temperature}: use 0 (greedy) or a value in [{MIN_TEMPERATURE}, {lim.max_temperature}]"
+        )
     stops = [body.stop] if isinstance(body.stop, str) else (body.stop or [])
     if len(stops) > lim.max_stop:
         raise BadRequest(f"{len(stops)} stop strings; this server takes at most {lim.max_stop}")
     if sum(len(x) for x in stops) > lim.max_stop_chars:
-        raise BadRequest(f"the stop strings have {sum(len(x) for x in stops)} characters together; this server "
-                         f"takes at most {lim.max_stop_chars}")
+        raise BadRequest(
+            f"the stop strings have {sum(len(x) for x in stops)} characters together; this server "
+            f"takes at most {lim.max_stop_chars}"
+        )
 
 
 def _text_chars(value: Any, cap: int) -> int:
@@ -273,7 +361,8 @@ def _fits_by_length(st: ServerState, chars: int, max_tokens: int, explicit: bool
         raise ContextLengthExceeded(
             f"this model's maximum context length is {budget.max_context} tokens; the prompt alone has "
             f"{chars} characters, at least {at_least} tokens, and the completion asks for {wanted}. Shorten the "
-            "prompt or lower max_tokens") from None
+            "prompt or lower max_tokens"
+        ) from None
 
 
 def _fit_max_tokens(st: ServerState, prompts_P: list[list[int]], max_tokens: int, explicit: bool) -> int:
@@ -292,14 +381,18 @@ def _fit_max_tokens(st: ServerState, prompts_P: list[list[int]], max_tokens: int
         raise ContextLengthExceeded(
             f"this model's maximum context length is {budget.max_context} tokens; the request asks for "
             f"{longest + max_tokens} ({longest} in the prompt, {max_tokens} in the completion). Shorten the prompt "
-            "or lower max_tokens") from None
+            "or lower max_tokens"
+        ) from None
 
 
 def _chat_prompt(st: ServerState, body: ChatRequest, prev: Any, asked: int | None) -> tuple[list[int], int]:
     """(prompt ids, max_tokens) of a chat request: in a worker thread (the char count, the template, the
     tokenizer)."""
-    _check_chars(st, _text_chars(body.messages, st.limits.max_chars) + _text_chars(body.tools, st.limits.max_chars),
-                 "messages and tools")
+    _check_chars(
+        st,
+        _text_chars(body.messages, st.limits.max_chars) + _text_chars(body.tools, st.limits.max_chars),
+        "messages and tools",
+    )
     max_tokens = asked or st.default_max_tokens
     try:
         text = st.renderer.text(body.messages, body.tools, add_generation_prompt=True)
@@ -335,7 +428,9 @@ def _completion_prompts(st: ServerState, prompt: Any, max_tokens: int, explicit:
     vocab = len(st.tokenizer)
     out = []
     for p in prompts:
-        ids = [int(i) for i in st.tokenizer(p, add_special_tokens=False)["input_ids"]] if isinstance(p, str) else list(p)
+        ids = (
+            [int(i) for i in st.tokenizer(p, add_special_tokens=False)["input_ids"]] if isinstance(p, str) else list(p)
+        )
         if not ids:
             raise BadRequest("a prompt has no tokens")
         bad = [i for i in ids if not 0 <= i < vocab]
@@ -359,10 +454,11 @@ async def _sample(st: ServerState, prompts_P: list[list[int]], params: SamplePar
     st.stats["requests"] += 1
     try:
         return await asyncio.wait_for(st.sampler.sample(prompts_P, params, n=n), st.request_timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         st.stats["timeouts"] += 1
-        log.warning("sampler call timed out after %.1fs (%d timeouts so far)", st.request_timeout_s,
-                    st.stats["timeouts"])
+        log.warning(
+            "sampler call timed out after %.1fs (%d timeouts so far)", st.request_timeout_s, st.stats["timeouts"]
+        )
         raise HTTPError(504, f"sampling timed out after {st.request_timeout_s}s") from None
     except ContextOverflow as e:  # the sampler's own check (a budget tighter than the one read here)
         st.stats["errors"] += 1
@@ -378,20 +474,37 @@ def _token_strs(st: ServerState, ids: list[int], body: _Sampling) -> list[str]:
     return [st.tokenizer.decode([i]) for i in ids]
 
 
-def _envelope(obj: str, st: ServerState, prompts_P: list[list[int]], groups: list[list[Completion]],
-              choices: list[dict[str, Any]]) -> dict[str, Any]:
+def _envelope(
+    obj: str, st: ServerState, prompts_P: list[list[int]], groups: list[list[Completion]], choices: list[dict[str, Any]]
+) -> dict[str, Any]:
     n_completion = sum(len(c.token_ids) for g in groups for c in g)
     n_prompt = sum(len(p) for p in prompts_P)
     prefix = "chatcmpl" if obj == "chat.completion" else "cmpl"
-    return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": obj, "created": int(time.time()), "model": st.model_name,
-            "choices": choices, "policy_version": min((c.policy_version for g in groups for c in g), default=0),
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
-                      "total_tokens": n_prompt + n_completion}}
+    return {
+        "id": f"{prefix}-{uuid.uuid4().hex}",
+        "object": obj,
+        "created": int(time.time()),
+        "model": st.model_name,
+        "choices": choices,
+        "policy_version": min((c.policy_version for g in groups for c in g), default=0),
+        "usage": {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": n_completion,
+            "total_tokens": n_prompt + n_completion,
+        },
+    }
 
 
-def build_model_app(model: str, lora: str | None = None, dtype: str = "float32", seed: int = 0,
-                    request_timeout_s: float = 300.0, log=print, weights_dir: str | None = None,
-                    limits: RequestLimits | None = None) -> FastAPI:
+def build_model_app(
+    model: str,
+    lora: str | None = None,
+    dtype: str = "float32",
+    seed: int = 0,
+    request_timeout_s: float = 300.0,
+    log=print,
+    weights_dir: str | None = None,
+    limits: RequestLimits | None = None,
+) -> FastAPI:
     """`posttrain serve`: load a model (or a LoRA adapter folder on its base) and serve it with an HFSampler."""
     from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
     from posttrain.sampling.hf_sampler import HFSampler
@@ -399,5 +512,6 @@ def build_model_app(model: str, lora: str | None = None, dtype: str = "float32",
     net, tok = load_model(lora or model, dtype, seed=seed, log=log)
     ensure_pad_token(tok)
     sampler = HFSampler(net, tok, stop_token_ids(net, tok), seed=seed)
-    return create_app(sampler, tok, model_name=model, request_timeout_s=request_timeout_s, weights_dir=weights_dir,
-                      limits=limits)
+    return create_app(
+        sampler, tok, model_name=model, request_timeout_s=request_timeout_s, weights_dir=weights_dir, limits=limits
+    )

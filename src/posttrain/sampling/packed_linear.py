@@ -30,8 +30,9 @@ def can_pack(dtype: torch.dtype) -> bool:
         return False
     try:
         w = torch.zeros(8, 8, dtype=dtype)
-        y = torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8, dtype=dtype),
-                                               torch.ops.mkldnn._reorder_linear_weight(w, 2), None, "none", [], "")
+        y = torch.ops.mkldnn._linear_pointwise(
+            torch.ones(2, 8, dtype=dtype), torch.ops.mkldnn._reorder_linear_weight(w, 2), None, "none", [], ""
+        )
         return y.shape == (2, 8)
     except (RuntimeError, AttributeError, NotImplementedError):
         return False
@@ -53,8 +54,9 @@ class PackedLinear(torch.nn.Module):
     def load_(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         """Pack `weight` (any dtype) into this layer, replacing the previous packing."""
         if tuple(weight.shape) != (self.out_features, self.in_features):
-            raise ValueError(f"weight of shape {tuple(weight.shape)} for a packed layer of "
-                             f"{(self.out_features, self.in_features)}")
+            raise ValueError(
+                f"weight of shape {tuple(weight.shape)} for a packed layer of {(self.out_features, self.in_features)}"
+            )
         w = weight.detach().to(self.dtype).contiguous()
         self.packed = torch.ops.mkldnn._reorder_linear_weight(w, self.rows_hint)
         if self.bias is not None and bias is not None:
@@ -79,8 +81,12 @@ def pack_linears_(model: torch.nn.Module, dtype: torch.dtype) -> int:
         return 0
     from posttrain.models.matmul import ROUTABLE
 
-    found = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-             if type(child) in ROUTABLE]  # exact: a LoRA or quantized layer keeps its forward
+    found = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) in ROUTABLE
+    ]  # exact: a LoRA or quantized layer keeps its forward
     for parent, name, lin in found:
         setattr(parent, name, PackedLinear(lin, dtype))
     return len(found)

@@ -12,7 +12,7 @@ def left_pad(rows: list[list[int]], pad_id: int, mask_width: int, device) -> tup
     ids = torch.full((len(rows), Lp), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), mask_width), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, Lp - len(r):] = torch.tensor(r)
-        mask[i, Lp - len(r):] = 1
+        ids[i, Lp - len(r) :] = torch.tensor(r)
+        mask[i, Lp - len(r) :] = 1
     ids, mask = ids.to(device), mask.to(device)
     return ids, mask, (mask[:, :Lp].cumsum(-1) - 1).clamp(min=0)

@@ -68,8 +68,9 @@ class Int8Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, shape[-1]).to(torch.bfloat16), self.weight_int8,
-                                               self.scale)
+        y = torch.ops.aten._weight_int8pack_mm(
+            x.reshape(-1, shape[-1]).to(torch.bfloat16), self.weight_int8, self.scale
+        )
         y = y.reshape(*shape[:-1], self.out_features).to(x.dtype)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
@@ -84,8 +85,12 @@ def _plain(model: Any) -> Any:
 
 
 def _linears(model: Any) -> list[tuple[Any, str, torch.nn.Linear]]:
-    return [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-            if isinstance(child, torch.nn.Linear)]
+    return [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, torch.nn.Linear)
+    ]
 
 
 def low_precision_copy(model: Any, precision: str, packed: bool = False) -> Any:
@@ -123,9 +128,11 @@ def precision_advice(precision: str, device_type: str) -> str | None:
     AVX-NE-CONVERT) decoded at 0.53x the fp32 MKL sampler's speed on an AVX2 EPYC (bench/results/
     sampler_precision_avx2.md), where a packed fp32 copy was the fastest usable sampler (1.31x)."""
     if precision == "bf16" and device_type == "cpu" and not can_pack(torch.bfloat16):
-        return ("sampling.precision=bf16: this CPU has no native bf16 arithmetic, so a bf16 sampler decodes "
-                "slower than fp32 (0.53x on an AVX2 EPYC, bench/results/sampler_precision_avx2.md); "
-                "sampling.precision=fp32 sampling.packed_weights=on is the fast choice here")
+        return (
+            "sampling.precision=bf16: this CPU has no native bf16 arithmetic, so a bf16 sampler decodes "
+            "slower than fp32 (0.53x on an AVX2 EPYC, bench/results/sampler_precision_avx2.md); "
+            "sampling.precision=fp32 sampling.packed_weights=on is the fast choice here"
+        )
     return None
 
 
@@ -142,8 +149,9 @@ def should_pack(model: Any, precision: str, setting: str, holds_copy: bool) -> b
         return False
     if not can_pack(copy_dtype(model, precision)):
         if setting == "on":
-            raise ValueError(f"sampling.packed_weights=on: oneDNN cannot pack {precision} weights on this CPU; "
-                             "use auto or off")
+            raise ValueError(
+                f"sampling.packed_weights=on: oneDNN cannot pack {precision} weights on this CPU; use auto or off"
+            )
         return False
     return setting == "on" or not (precision == "fp32" and hasattr(model, "merge_and_unload"))
 
@@ -175,8 +183,8 @@ def closeness(reference: Any, candidate: Any, tokenizer: Any, pairs: list[tuple[
     for prompt, answer in pairs:
         p_ids = render_prompt(tokenizer, prompt)
         ids = torch.tensor([p_ids + tokenizer.encode(answer, add_special_tokens=False)])
-        a = F.log_softmax(reference(ids).logits[0, len(p_ids) - 1:-1].float(), -1)
-        b = F.log_softmax(candidate(ids).logits[0, len(p_ids) - 1:-1].float(), -1)
+        a = F.log_softmax(reference(ids).logits[0, len(p_ids) - 1 : -1].float(), -1)
+        b = F.log_softmax(candidate(ids).logits[0, len(p_ids) - 1 : -1].float(), -1)
         kl += float((a.exp() * (a - b)).sum())
         agree += int((a.argmax(-1) == b.argmax(-1)).sum())
         n += a.shape[0]

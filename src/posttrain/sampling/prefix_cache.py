@@ -96,9 +96,12 @@ class PrefixStore:
         tokens prefilled anyway."""
         if not (self.hits or self.misses):
             return {}
-        m = {"sampling/prefix_hits": float(self.hits), "sampling/prefix_misses": float(self.misses),
-             "sampling/prefix_reused_tokens": float(self.reused_tokens),
-             "sampling/prefill_tokens": float(self.prefilled_tokens),
-             "sampling/prefix_cached_tokens": float(self._tokens)}
+        m = {
+            "sampling/prefix_hits": float(self.hits),
+            "sampling/prefix_misses": float(self.misses),
+            "sampling/prefix_reused_tokens": float(self.reused_tokens),
+            "sampling/prefill_tokens": float(self.prefilled_tokens),
+            "sampling/prefix_cached_tokens": float(self._tokens),
+        }
         self.hits = self.misses = self.reused_tokens = self.prefilled_tokens = 0
         return m

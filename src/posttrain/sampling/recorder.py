@@ -39,9 +39,14 @@ class RecordedCall:
     token_versions: list[int] | None = None  # Completion.token_versions
 
     def as_turn(self) -> Turn:
-        return Turn(prompt_ids=list(self.prompt_ids), completion_ids=list(self.completion_ids),
-                    completion_logprobs=list(self.logprobs), policy_version=self.policy_version,
-                    finish_reason=self.finish_reason, token_versions=self.token_versions)
+        return Turn(
+            prompt_ids=list(self.prompt_ids),
+            completion_ids=list(self.completion_ids),
+            completion_logprobs=list(self.logprobs),
+            policy_version=self.policy_version,
+            finish_reason=self.finish_reason,
+            token_versions=self.token_versions,
+        )
 
 
 def extends(call: RecordedCall, prev: RecordedCall) -> bool:
@@ -67,8 +72,9 @@ def chain_to_trajectory(chain: list[RecordedCall], row: dict[str, Any] | None = 
     prompt_text = ""
     if first.messages:
         prompt_text = "\n".join(f"[{m.get('role')}] {m.get('content')}" for m in first.messages)
-    return Trajectory(turns=[c.as_turn() for c in chain], prompt_text=prompt_text, completion_text=chain[-1].text,
-                      row=dict(row or {}))
+    return Trajectory(
+        turns=[c.as_turn() for c in chain], prompt_text=prompt_text, completion_text=chain[-1].text, row=dict(row or {})
+    )
 
 
 @dataclass

@@ -21,8 +21,16 @@ class ScriptedSampler:
     `stop_ends_reply=True` copies the HF sampler exactly: a text that ends in one of the stop strings gets no end
     token (the model stopped at the string), which is what demonstrations for a warm start need."""
 
-    def __init__(self, tokenizer: Any, texts: list[str], delay_s: float = 0.0, policy_version: int = 0,
-                 end_token_id: int | None = None, stop_ends_reply: bool = False, context: ContextBudget | None = None):
+    def __init__(
+        self,
+        tokenizer: Any,
+        texts: list[str],
+        delay_s: float = 0.0,
+        policy_version: int = 0,
+        end_token_id: int | None = None,
+        stop_ends_reply: bool = False,
+        context: ContextBudget | None = None,
+    ):
         self.tok = tokenizer
         self.context = context  # None: no limit; a budget: calls are fitted to it as a real sampler's are
         self.texts = list(texts)
@@ -48,8 +56,10 @@ class ScriptedSampler:
         if not (self.stop_ends_reply and any(text.endswith(s) for s in params.stop or [])):
             ids.append(self.end_token_id)
         shown = cut_at_stop(text, params.stop) if params.stop else text
-        return [[Completion(list(ids), [-0.5] * len(ids), "stop", self.policy_version, text=shown) for _ in range(n)]
-                for _ in prompts_P]
+        return [
+            [Completion(list(ids), [-0.5] * len(ids), "stop", self.policy_version, text=shown) for _ in range(n)]
+            for _ in prompts_P
+        ]
 
 
 class CapturingSampler:

@@ -58,12 +58,12 @@ def fenced_blocks(text: str) -> list[tuple[int, int, str]]:
     runs = [len(text[s:e]) - len(text[s:e].lstrip("`")) for s, e in spans]
     closers: dict[int, list[int]] = {}
     for i, ((s, e), r) in enumerate(zip(spans, runs)):
-        if r >= 3 and not text[s + r:e].strip(" \t"):
+        if r >= 3 and not text[s + r : e].strip(" \t"):
             closers.setdefault(r, []).append(i)
     blocks, i = [], 0
     while i < len(spans):
         (s, e), r = spans[i], runs[i]
-        opener = r >= 3 and e < len(text) and "`" not in text[s + r:e]
+        opener = r >= 3 and e < len(text) and "`" not in text[s + r : e]
         later = closers.get(r, []) if opener else []
         k = bisect.bisect_right(later, i)
         if k == len(later):
@@ -71,7 +71,7 @@ def fenced_blocks(text: str) -> list[tuple[int, int, str]]:
             continue
         j = later[k]
         end = min(spans[j][1] + 1, len(text))
-        blocks.append((s, end, text[e + 1:spans[j][0]]))
+        blocks.append((s, end, text[e + 1 : spans[j][0]]))
         i = j + 1
     return blocks
 
@@ -84,9 +84,15 @@ def _fill_blocks(args: dict[str, Any], before: str) -> tuple[dict[str, Any], str
         return args, before, None
     blocks = fenced_blocks(before)
     if len(blocks) < len(wanted):
-        return args, before, (f"{len(wanted)} argument(s) ({', '.join(wanted)}) are {BLOCK!r} but {len(blocks)} "
-                              "fenced block(s) come before the call")
-    used = blocks[-len(wanted):]  # the blocks nearest the call: earlier ones may be quoted prose
+        return (
+            args,
+            before,
+            (
+                f"{len(wanted)} argument(s) ({', '.join(wanted)}) are {BLOCK!r} but {len(blocks)} "
+                "fenced block(s) come before the call"
+            ),
+        )
+    used = blocks[-len(wanted) :]  # the blocks nearest the call: earlier ones may be quoted prose
     filled = {**args, **{k: body for k, (_, _, body) in zip(wanted, used)}}
     kept, at = [], 0
     for start, end, _ in used:
@@ -104,8 +110,8 @@ def _next_call(text: str, at: int) -> tuple[int, int, str] | None:
         return None
     close = text.find(CLOSE, start + len(OPEN))
     if close < 0:
-        return start, len(text), text[start + len(OPEN):]
-    return start, close + len(CLOSE), text[start + len(OPEN):close]
+        return start, len(text), text[start + len(OPEN) :]
+    return start, close + len(CLOSE), text[start + len(OPEN) : close]
 
 
 def _quoted_end(quoted: list[tuple[int, int, str]], starts: list[int], pos: int) -> int | None:

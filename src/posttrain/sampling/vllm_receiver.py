@@ -45,8 +45,10 @@ class WeightReceiver:
         groups.clear()
         t0 = time.perf_counter()
         store = wt.open_store(a["host"], int(a["port"]), int(a["world"]), int(a["rank"]), float(a["timeout_s"]))
-        groups[a["name"]] = (store, wt.open_group(a["backend"], store, a["name"], int(a["rank"]), int(a["world"]),
-                                                  float(a["timeout_s"])))
+        groups[a["name"]] = (
+            store,
+            wt.open_group(a["backend"], store, a["name"], int(a["rank"]), int(a["world"]), float(a["timeout_s"])),
+        )
         return json.dumps({"joined": a["name"], "seconds": time.perf_counter() - t0})
 
     def posttrain_receive(self, args: str) -> str:

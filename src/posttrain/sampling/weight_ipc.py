@@ -230,8 +230,9 @@ class FileWeights:
 
     def push(self, version: int) -> dict[str, float]:
         t0 = time.perf_counter()
-        save_safetensors_atomic({n: t.contiguous() for n, t in trainable_state(self.model).items()},
-                                self.dir / "weights.safetensors")
+        save_safetensors_atomic(
+            {n: t.contiguous() for n, t in trainable_state(self.model).items()}, self.dir / "weights.safetensors"
+        )
         (self.dir / "version.json").write_text(json.dumps({"version": version}))
         return {"time/weight_sync": time.perf_counter() - t0}
 
@@ -268,8 +269,15 @@ def read_file_weights(directory: str | Path, model: Any) -> int:
 class ServerWeights:
     """Push to an OpenAI-compatible inference server: write the file, then ask the server to reload it."""
 
-    def __init__(self, model: Any, directory: str | Path, url: str, timeout_s: float = 60.0, retries: int = 2,
-                 api_key: str | None = None):
+    def __init__(
+        self,
+        model: Any,
+        directory: str | Path,
+        url: str,
+        timeout_s: float = 60.0,
+        retries: int = 2,
+        api_key: str | None = None,
+    ):
         self.files, self.url = FileWeights(model, directory), url.rstrip("/")
         self.timeout_s, self.retries = timeout_s, retries
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -283,8 +291,7 @@ class ServerWeights:
 
         def attempt(timeout_s: float) -> bool:
             try:
-                r = httpx.post(f"{self.url}/update_weights_from_disk", json={}, timeout=timeout_s,
-                               headers=self.headers)
+                r = httpx.post(f"{self.url}/update_weights_from_disk", json={}, timeout=timeout_s, headers=self.headers)
             except httpx.HTTPError:
                 return False
             if r.status_code != 200:

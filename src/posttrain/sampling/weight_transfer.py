@@ -87,8 +87,9 @@ def layout_json(specs: list[TensorSpec], buckets: list[tuple[int, int]] | None =
 
 def parse_layout(text: str) -> tuple[list[TensorSpec], list[tuple[int, int]], dict[str, Any]]:
     d = json.loads(text)
-    specs = [TensorSpec(s["name"], tuple(s["shape"]), s["dtype"], int(s["offset"]), int(s["nbytes"]))
-             for s in d.pop("specs")]
+    specs = [
+        TensorSpec(s["name"], tuple(s["shape"]), s["dtype"], int(s["offset"]), int(s["nbytes"])) for s in d.pop("specs")
+    ]
     buckets = [(int(a), int(b)) for a, b in d.pop("buckets")]
     return specs, buckets, d
 
@@ -96,7 +97,7 @@ def parse_layout(text: str) -> tuple[list[TensorSpec], list[tuple[int, int]], di
 def _typed(data: torch.Tensor, s: TensorSpec, base: int = 0) -> torch.Tensor:
     """The tensor `s` as a view of the uint8 buffer `data` whose first byte is flat offset `base`."""
     a = s.offset - base
-    return data[a:a + s.nbytes].view(getattr(torch, s.dtype)).view(s.shape)
+    return data[a : a + s.nbytes].view(getattr(torch, s.dtype)).view(s.shape)
 
 
 class FlatWeights:
@@ -106,8 +107,11 @@ class FlatWeights:
         self.specs = specs
         size = max(total_bytes(specs), 1)
         self.shm = shared_memory.SharedMemory(create=True, size=size) if shared else None
-        self.data = (torch.frombuffer(self.shm.buf, dtype=torch.uint8, count=size) if self.shm is not None
-                     else torch.empty(size, dtype=torch.uint8))
+        self.data = (
+            torch.frombuffer(self.shm.buf, dtype=torch.uint8, count=size)
+            if self.shm is not None
+            else torch.empty(size, dtype=torch.uint8)
+        )
         self._views = {s.name: _typed(self.data, s) for s in specs}
 
     @property
@@ -146,8 +150,9 @@ def open_store(host: str, port: int, world: int, rank: int, timeout_s: float) ->
     """The group's rendezvous: rank 0 hosts it (port 0: a free port, read back from `.port`)."""
     import torch.distributed as dist
 
-    return dist.TCPStore(host, port, world, is_master=rank == 0, timeout=timedelta(seconds=timeout_s),
-                         wait_for_workers=False)
+    return dist.TCPStore(
+        host, port, world, is_master=rank == 0, timeout=timedelta(seconds=timeout_s), wait_for_workers=False
+    )
 
 
 def open_group(backend: str, store: Any, name: str, rank: int, world: int, timeout_s: float) -> Any:
@@ -185,8 +190,9 @@ def _root0() -> Any:
     return opts
 
 
-def iter_received(group: Any, specs: list[TensorSpec], buckets: list[tuple[int, int]],
-                  device: str = "cpu") -> Iterator[tuple[str, torch.Tensor]]:
+def iter_received(
+    group: Any, specs: list[TensorSpec], buckets: list[tuple[int, int]], device: str = "cpu"
+) -> Iterator[tuple[str, torch.Tensor]]:
     """Ranks 1..K: every tensor of the layout, bucket by bucket, as (name, tensor) for a loader to consume; the next
     bucket's receive is posted before this one's tensors are handed out, so receiving and loading overlap."""
     if not buckets:

@@ -38,8 +38,9 @@ class Layout:
     rpc: str = ""  # two-process runs: root-only dir of the FIFOs between the processes
 
 
-NS_LAYOUT = Layout(work=f"{BOX}/work", tmp=f"{BOX}/tmp", inputs="/in", tests="/tests", runner=f"{BOX}/runner",
-                   rpc=f"{BOX}/rpc")
+NS_LAYOUT = Layout(
+    work=f"{BOX}/work", tmp=f"{BOX}/tmp", inputs="/in", tests="/tests", runner=f"{BOX}/runner", rpc=f"{BOX}/rpc"
+)
 LAUNCH = ".launch.sh"  # the root-only launch script, staged in the inputs dir
 
 
@@ -56,20 +57,30 @@ class Interpreter:
 @functools.lru_cache(maxsize=8)
 def probe_interpreter(python: str) -> Interpreter:
     """Ask `python` where its prefixes are; those (outside the system dirs we always bind) get bound read-only."""
-    code = ("import sys, os, json, importlib.util as u; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix,"
-            " sys.base_exec_prefix, os.path.realpath(sys.executable), list(sys.version_info[:2]),"
-            " u.find_spec('pytest') is not None]))")
+    code = (
+        "import sys, os, json, importlib.util as u; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix,"
+        " sys.base_exec_prefix, os.path.realpath(sys.executable), list(sys.version_info[:2]),"
+        " u.find_spec('pytest') is not None]))"
+    )
     try:
-        out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                             check=True).stdout
+        out = subprocess.run(
+            [python, "-I", "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=True
+        ).stdout
     except (OSError, subprocess.SubprocessError) as e:
         raise SandboxUnavailable(f"cannot run the sandbox interpreter {python!r}: {e}") from None
     prefix, base, exec_prefix, base_exec, real_exe, version, has_pytest = json.loads(out)
-    candidates = {prefix, base, exec_prefix, base_exec, os.path.dirname(real_exe),
-                  os.path.dirname(os.path.abspath(python))}
+    candidates = {
+        prefix,
+        base,
+        exec_prefix,
+        base_exec,
+        os.path.dirname(real_exe),
+        os.path.dirname(os.path.abspath(python)),
+    }
     roots = _outermost(p for p in candidates if not _under_system_dirs(p))
-    return Interpreter(path=os.path.abspath(python), roots=roots, version=(version[0], version[1]),
-                       has_pytest=bool(has_pytest))
+    return Interpreter(
+        path=os.path.abspath(python), roots=roots, version=(version[0], version[1]), has_pytest=bool(has_pytest)
+    )
 
 
 def _under_system_dirs(path: str) -> bool:
@@ -86,7 +97,7 @@ def _outermost(paths) -> list[str]:
     return kept
 
 
-def _roots_under_tmp(interp: "Interpreter") -> list[str]:
+def _roots_under_tmp(interp: Interpreter) -> list[str]:
     return [r for r in interp.roots if r == "/tmp" or r.startswith("/tmp/")]
 
 
@@ -101,8 +112,16 @@ def system_binds() -> list[tuple[str, str]]:
     return out
 
 
-def bwrap_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_in: str, stage_tests: str | None,
-               box_dir: str | None, uid_namespace: bool, seccomp_fd: int | None) -> list[str]:
+def bwrap_argv(
+    cfg: SandboxConfig,
+    interp: Interpreter,
+    layout: Layout,
+    stage_in: str,
+    stage_tests: str | None,
+    box_dir: str | None,
+    uid_namespace: bool,
+    seccomp_fd: int | None,
+) -> list[str]:
     """bubblewrap: new mount/pid/net/ipc/uts/cgroup namespaces, only system dirs and the interpreter visible.
 
     As root we keep bwrap out of a user namespace and drop to the run's own uid with setpriv instead: inside a
@@ -110,8 +129,18 @@ def bwrap_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_in
     `box_dir` is a host tmpfs with an inode cap to bind as the box (None: bwrap makes a plain tmpfs). The
     result is meant for `bwrap --args FD`: it names host paths, and bwrap's own command line is readable inside.
     """
-    cmd = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-           "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"]
+    cmd = [
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--hostname",
+        "sandbox",
+    ]
     if uid_namespace:
         cmd.append("--unshare-user")
     if seccomp_fd is not None:
@@ -145,9 +174,22 @@ def bwrap_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_in
     cmd += ["--ro-bind", stage_in, layout.inputs]
     if stage_tests is not None:
         cmd += ["--ro-bind", stage_tests, layout.tests]
-    cmd += ["--perms", "0755", "--dir", "/etc",
-            "--ro-bind", f"{stage_in}/etc/passwd", "/etc/passwd", "--ro-bind", f"{stage_in}/etc/group", "/etc/group",
-            "--remount-ro", "/", "--chdir", "/"]
+    cmd += [
+        "--perms",
+        "0755",
+        "--dir",
+        "/etc",
+        "--ro-bind",
+        f"{stage_in}/etc/passwd",
+        "/etc/passwd",
+        "--ro-bind",
+        f"{stage_in}/etc/group",
+        "/etc/group",
+        "--remount-ro",
+        "/",
+        "--chdir",
+        "/",
+    ]
     return cmd  # the command itself (bwrap_command) goes on the real command line: --args takes options only
 
 
@@ -155,8 +197,15 @@ def bwrap_command(layout: Layout) -> list[str]:
     return ["--", "/bin/sh", "-e", f"{layout.inputs}/{LAUNCH}"]
 
 
-def unshare_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_in: str, stage_tests: str | None,
-                 root_dir: str, uid_namespace: bool) -> tuple[list[str], str]:
+def unshare_argv(
+    cfg: SandboxConfig,
+    interp: Interpreter,
+    layout: Layout,
+    stage_in: str,
+    stage_tests: str | None,
+    root_dir: str,
+    uid_namespace: bool,
+) -> tuple[list[str], str]:
     """util-linux unshare: the same namespaces, plus a root we assemble on a tmpfs and chroot into. Returns
     (argv, the mount script to feed on stdin).
 
@@ -170,19 +219,23 @@ def unshare_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_
     lines = ["set -e", f"mount -t tmpfs -o size=1m,nr_inodes=256,mode=755 ptsb-root {q(r)}"]
     tmp_roots = _roots_under_tmp(interp)
     if tmp_roots:  # see bwrap_argv: /tmp becomes its own tmpfs holding the interpreter
-        lines.append(f"mkdir -p {q(r)}/tmp && mount -t tmpfs -o size={cfg.tmpfs_mb << 9}k,nr_inodes={inodes},"
-                     f"mode=1777,nosuid,nodev ptsb-tmp {q(r)}/tmp")
+        lines.append(
+            f"mkdir -p {q(r)}/tmp && mount -t tmpfs -o size={cfg.tmpfs_mb << 9}k,nr_inodes={inodes},"
+            f"mode=1777,nosuid,nodev ptsb-tmp {q(r)}/tmp"
+        )
     ro_dirs = [p for kind, p in system_binds() if kind == "bind"] + interp.roots
     for d in ro_dirs:
         lines.append(f"mkdir -p {q(r + d)} && mount --rbind {q(d)} {q(r + d)} && mount -o remount,bind,ro {q(r + d)}")
     for kind, p in system_binds():
         if kind == "symlink":
             lines.append(f"ln -s {q(os.readlink(p))} {q(r + p)}")
-    lines += [f"mkdir -p {q(r)}/proc {q(r)}/dev {q(r + BOX)} {q(r + layout.inputs)} {q(r)}/etc",
-              f"mount -t proc -o nosuid,nodev,noexec proc {q(r)}/proc",
-              f"mount -t tmpfs -o size={cfg.tmpfs_mb << (9 if tmp_roots else 10)}k,nr_inodes={inodes},mode=755,"
-              f"nosuid,nodev ptsb-work {q(r + BOX)}",
-              f"mount --bind {q(stage_in)} {q(r + layout.inputs)} && mount -o remount,bind,ro {q(r + layout.inputs)}"]
+    lines += [
+        f"mkdir -p {q(r)}/proc {q(r)}/dev {q(r + BOX)} {q(r + layout.inputs)} {q(r)}/etc",
+        f"mount -t proc -o nosuid,nodev,noexec proc {q(r)}/proc",
+        f"mount -t tmpfs -o size={cfg.tmpfs_mb << (9 if tmp_roots else 10)}k,nr_inodes={inodes},mode=755,"
+        f"nosuid,nodev ptsb-work {q(r + BOX)}",
+        f"mount --bind {q(stage_in)} {q(r + layout.inputs)} && mount -o remount,bind,ro {q(r + layout.inputs)}",
+    ]
     if not tmp_roots:
         lines.append(f"ln -s {q(layout.tmp)} {q(r)}/tmp")
     for dev in ("null", "zero", "full", "random", "urandom"):
@@ -190,15 +243,31 @@ def unshare_argv(cfg: SandboxConfig, interp: Interpreter, layout: Layout, stage_
     for f in ("passwd", "group"):
         lines.append(f"touch {q(r)}/etc/{f} && mount --bind {q(stage_in)}/etc/{f} {q(r)}/etc/{f}")
     if stage_tests is not None:
-        lines.append(f"mkdir -p {q(r + layout.tests)} && mount --bind {q(stage_tests)} {q(r + layout.tests)}"
-                     f" && mount -o remount,bind,ro {q(r + layout.tests)}")
+        lines.append(
+            f"mkdir -p {q(r + layout.tests)} && mount --bind {q(stage_tests)} {q(r + layout.tests)}"
+            f" && mount -o remount,bind,ro {q(r + layout.tests)}"
+        )
     lines.append(f"mount -o remount,ro {q(r)}")
     # pid 1 enters the chroot too, so its /proc/1/mountinfo and root show no host paths; it stays root and keeps
     # the parent-death signal (chroot(1) is no setuid exec), waiting for the launch script's process.
     inner = f"/bin/sh -e {q(layout.inputs + '/' + LAUNCH)} </dev/null & wait $!"
     lines.append(f"exec chroot {q(r)} /bin/sh -c {q(inner)} </dev/null")
-    cmd = [tool("setpriv"), "--pdeathsig=KILL", "--", tool("unshare"), "--mount", "--uts", "--ipc", "--net", "--pid",
-           "--cgroup", "--fork", "--kill-child", "--propagation", "private"]
+    cmd = [
+        tool("setpriv"),
+        "--pdeathsig=KILL",
+        "--",
+        tool("unshare"),
+        "--mount",
+        "--uts",
+        "--ipc",
+        "--net",
+        "--pid",
+        "--cgroup",
+        "--fork",
+        "--kill-child",
+        "--propagation",
+        "private",
+    ]
     if uid_namespace:
         cmd += ["--user", "--map-root-user"]
     return cmd + ["--", "/bin/sh", "-s"], "\n".join(lines) + "\n"
@@ -221,20 +290,51 @@ def probe_backends() -> dict[str, str | None]:
     if shutil.which("bwrap") is None:
         reasons["bwrap"] = "bwrap not installed (Debian/Ubuntu: apt-get install bubblewrap; `make setup` tries it)"
     else:
-        flags = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--die-with-parent",
-                 "--new-session", "--clearenv", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        flags = [
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+        ]
         if not can_switch_uid():
             flags.append("--unshare-user")
-        binds = [a for kind, p in system_binds()
-                 for a in (["--ro-bind", p, p] if kind == "bind" else ["--symlink", os.readlink(p), p])]
+        binds = [
+            a
+            for kind, p in system_binds()
+            for a in (["--ro-bind", p, p] if kind == "bind" else ["--symlink", os.readlink(p), p])
+        ]
         reasons["bwrap"] = _probe([shutil.which("bwrap") or "bwrap", *flags, *binds, "--", "/bin/true"])
     if shutil.which("unshare") is None:
         reasons["unshare"] = "unshare (util-linux) not installed"
     else:
         extra = [] if can_switch_uid() else ["--user", "--map-root-user"]
-        reasons["unshare"] = _probe([shutil.which("unshare") or "unshare", "--mount", "--net", "--pid", "--fork",
-                                     "--ipc", "--uts", "--propagation", "private", *extra, "--",
-                                     "/bin/sh", "-c", "mount -t tmpfs none /mnt && mount -t proc proc /proc"])
+        reasons["unshare"] = _probe(
+            [
+                shutil.which("unshare") or "unshare",
+                "--mount",
+                "--net",
+                "--pid",
+                "--fork",
+                "--ipc",
+                "--uts",
+                "--propagation",
+                "private",
+                *extra,
+                "--",
+                "/bin/sh",
+                "-c",
+                "mount -t tmpfs none /mnt && mount -t proc proc /proc",
+            ]
+        )
     reasons["unsafe"] = None
     return reasons
 
@@ -256,6 +356,8 @@ def resolve_backend(cfg: SandboxConfig) -> str:
         raise SandboxUnavailable(f"sandbox backend {name!r} is unavailable: {reasons[name]}")
     if name == "unsafe" and not cfg.allow_unsafe:
         why = "; ".join(f"{b}: {reasons[b]}" for b in ("bwrap", "unshare") if reasons[b])
-        raise SandboxUnavailable("refusing the 'unsafe' backend (limits only; host files and network are visible)"
-                                 f" without allow_unsafe=True. {why}")
+        raise SandboxUnavailable(
+            "refusing the 'unsafe' backend (limits only; host files and network are visible)"
+            f" without allow_unsafe=True. {why}"
+        )
     return name

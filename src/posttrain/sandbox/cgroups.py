@@ -77,7 +77,7 @@ class RunCgroup:
     dirs: list[str]
 
     @classmethod
-    def create(cls, memory_bytes: int, max_pids: int) -> "RunCgroup":
+    def create(cls, memory_bytes: int, max_pids: int) -> RunCgroup:
         found = _parent_dirs()
         if found is None:
             raise OSError("no usable cgroup hierarchy")

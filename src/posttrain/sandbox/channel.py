@@ -80,8 +80,13 @@ def values_equal(expected: Any, got: Any) -> bool:
     if isinstance(expected, (list, tuple)):
         return type(got) is list and len(got) == len(expected) and all(map(values_equal, expected, got))
     if isinstance(expected, dict):
-        return (type(got) is dict and len(got) == len(expected) and all(type(k) is str for k in got)
-                and set(got) == set(expected) and all(values_equal(v, got[k]) for k, v in expected.items()))
+        return (
+            type(got) is dict
+            and len(got) == len(expected)
+            and all(type(k) is str for k in got)
+            and set(got) == set(expected)
+            and all(values_equal(v, got[k]) for k, v in expected.items())
+        )
     raise TypeError(f"expected value of type {type(expected).__name__} is not JSON")
 
 
@@ -177,6 +182,7 @@ def read_pytest_channel(raw: bytes, static_ids: set[str], max_items: int) -> Ite
         else:
             raise ChannelError(f"record of unknown kind {short(kind)}")
     if type(done.get("count")) is not int or done["count"] != len(out.passed):
-        raise ChannelError(f"closing record counts {short(str(done.get('count')))} items, "
-                           f"the channel has {len(out.passed)}")
+        raise ChannelError(
+            f"closing record counts {short(str(done.get('count')))} items, the channel has {len(out.passed)}"
+        )
     return out

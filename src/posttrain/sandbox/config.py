@@ -36,12 +36,17 @@ class SandboxConfig(BaseModel):
     max_open_files: int = Field(64, gt=3, description="RLIMIT_NOFILE")
     tmpfs_mb: int = Field(64, gt=0, description="size of the fresh work dir (also holds /tmp)")
     max_inodes: int = Field(8192, gt=64, description="files and dirs the work dir's tmpfs may hold")
-    run_memory_mb: int = Field(1024, gt=0, description="cgroup memory limit for the whole run: every process, "
-                                                       "tmpfs, shared memory, memfd and kernel objects together")
+    run_memory_mb: int = Field(
+        1024,
+        gt=0,
+        description="cgroup memory limit for the whole run: every process, "
+        "tmpfs, shared memory, memfd and kernel objects together",
+    )
     max_output_bytes: int = Field(65536, ge=0, description="stdout and stderr are each cut at this many bytes")
     max_result_bytes: int = Field(4 << 20, gt=0, description="cap on the grading result channel")
-    python: str = Field(default_factory=_default_python,
-                        description="interpreter used inside; its prefix is bound read-only")
+    python: str = Field(
+        default_factory=_default_python, description="interpreter used inside; its prefix is bound read-only"
+    )
     concurrency: int = Field(2, ge=1, description="SandboxPool: runs at once")
     staging_dir: str | None = Field(None, description="host dir for per-run staging folders; default: the temp dir")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables inside (after clearing)")

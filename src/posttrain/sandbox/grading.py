@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from posttrain.sandbox.backends import resolve_backend
 from posttrain.sandbox.channel import ChannelError, base_id, read_function_channel, read_pytest_channel, values_equal
@@ -32,13 +31,28 @@ OUT_OF_PROCESS, IN_PROCESS = "out-of-process", "in-process"
 __all__ = ["grade_function", "grade_pytest", "static_test_ids", "values_equal", "OUT_OF_PROCESS", "IN_PROCESS"]
 
 
-def _result(per_case: list[bool], run: RunResult, error: str | None, trust: str = OUT_OF_PROCESS,
-            per_test: dict[str, bool] | None = None) -> GradeResult:
+def _result(
+    per_case: list[bool],
+    run: RunResult,
+    error: str | None,
+    trust: str = OUT_OF_PROCESS,
+    per_test: dict[str, bool] | None = None,
+) -> GradeResult:
     passed = sum(per_case)
     total = len(per_case)
-    return GradeResult(score=passed / total if total else 0.0, passed=passed, total=total, per_case=per_case,
-                       isolation=run.isolation, error=error, timed_out=run.timed_out, duration_s=run.duration_s,
-                       run=run, trust=trust, per_test=per_test)
+    return GradeResult(
+        score=passed / total if total else 0.0,
+        passed=passed,
+        total=total,
+        per_case=per_case,
+        isolation=run.isolation,
+        error=error,
+        timed_out=run.timed_out,
+        duration_s=run.duration_s,
+        run=run,
+        trust=trust,
+        per_test=per_test,
+    )
 
 
 def _why_no_report(run: RunResult) -> str:
@@ -76,12 +90,24 @@ def grade_function(code: str, entry_point: str, cases: list[dict], cfg: SandboxC
     resolve_backend(cfg)
     inputs_only = [{"args": list(c.get("args", [])), "kwargs": dict(c.get("kwargs", {}))} for c in cases]
     case_timeout = cfg.case_timeout_s or cfg.timeout_s
-    inputs = {"harness_function.py": (HERE / "harness_function.py").read_bytes(),
-              "cases.json": json.dumps(inputs_only), "solution.py": code}
+    inputs = {
+        "harness_function.py": (HERE / "harness_function.py").read_bytes(),
+        "cases.json": json.dumps(inputs_only),
+        "solution.py": code,
+    }
 
     def argv(layout):
-        return [cfg.python, "-I", "-B", f"{layout.inputs}/harness_function.py", "{result_fd}",
-                f"{layout.inputs}/cases.json", f"{layout.inputs}/solution.py", entry_point, str(case_timeout)]
+        return [
+            cfg.python,
+            "-I",
+            "-B",
+            f"{layout.inputs}/harness_function.py",
+            "{result_fd}",
+            f"{layout.inputs}/cases.json",
+            f"{layout.inputs}/solution.py",
+            entry_point,
+            str(case_timeout),
+        ]
 
     run, raw, _ = run_sandboxed([], None, cfg, inputs=inputs, result_channel=True, argv_fn=argv)
     try:
@@ -105,8 +131,11 @@ def static_test_ids(rel: str, source: str) -> list[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
             ids.append(f"{rel}::{node.name}")
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            ids += [f"{rel}::{node.name}::{m.name}" for m in node.body
-                    if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name.startswith("test")]
+            ids += [
+                f"{rel}::{node.name}::{m.name}"
+                for m in node.body
+                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name.startswith("test")
+            ]
     return ids or [f"{rel}::<no tests>"]
 
 
@@ -127,8 +156,9 @@ def default_mode(cfg: SandboxConfig) -> str:
     return OUT_OF_PROCESS if backend != "unsafe" and can_switch_uid() else IN_PROCESS
 
 
-def _judge_pytest(raw: bytes, hashes: dict[str, str], test_files: dict[str, str], run: RunResult,
-                  mode: str) -> GradeResult:
+def _judge_pytest(
+    raw: bytes, hashes: dict[str, str], test_files: dict[str, str], run: RunResult, mode: str
+) -> GradeResult:
     ids = {rel: static_test_ids(rel, src) for rel, src in test_files.items()}
     static = {tid for v in ids.values() for tid in v}
     fail = [False] * len(static)
@@ -140,15 +170,20 @@ def _judge_pytest(raw: bytes, hashes: dict[str, str], test_files: dict[str, str]
     except ChannelError as e:
         return _result(fail, run, f"result channel rejected ({_why_no_report(run)}): {e}", mode)
     if lines.tampered:
-        return _result(fail, run, "pytest machinery was patched during the run: " + ", ".join(lines.tampered)[:500],
-                       mode)
+        return _result(
+            fail, run, "pytest machinery was patched during the run: " + ", ".join(lines.tampered)[:500], mode
+        )
     reported: dict[str, list[bool]] = {tid: [] for tid in sorted(static)}
     for nodeid, ok in lines.passed.items():
         reported[base_id(nodeid)].append(ok)
     per_case = [ok for tid in reported for ok in (reported[tid] or [False])]
     if lines.link_timeout is not None:  # the items count (a solution that hangs fails), the per-test map does not
-        return _result(per_case, run, "the solution process stopped answering in time "
-                       f"({lines.link_timeout}); per-test verdicts unknown", mode)
+        return _result(
+            per_case,
+            run,
+            f"the solution process stopped answering in time ({lines.link_timeout}); per-test verdicts unknown",
+            mode,
+        )
     error = None
     if lines.collect_errors or lines.errors:
         error = "collection errors: " + ", ".join(lines.collect_errors + lines.errors)[:500]
@@ -157,8 +192,9 @@ def _judge_pytest(raw: bytes, hashes: dict[str, str], test_files: dict[str, str]
     return _result(per_case, run, error, mode, {tid: bool(v) and all(v) for tid, v in reported.items()})
 
 
-def grade_pytest(files: dict[str, str], test_files: dict[str, str], cfg: SandboxConfig | None = None,
-                 mode: str | None = None) -> GradeResult:
+def grade_pytest(
+    files: dict[str, str], test_files: dict[str, str], cfg: SandboxConfig | None = None, mode: str | None = None
+) -> GradeResult:
     """Run pristine `test_files` against solution `files` with pytest; score = fraction of test items passed.
 
     `mode` "out-of-process" (the default where the machine allows it: root and a namespaced backend) or
@@ -179,8 +215,10 @@ def grade_pytest(files: dict[str, str], test_files: dict[str, str], cfg: Sandbox
     mode = mode or default_mode(cfg)
     if mode not in (OUT_OF_PROCESS, IN_PROCESS):
         raise ValueError(f"mode must be {OUT_OF_PROCESS!r} or {IN_PROCESS!r}, not {mode!r}")
-    inputs = {name: (HERE / name).read_bytes() for name in
-              ("harness_pytest.py", "harness_remote.py", "harness_wire.py", "harness_solution.py")}
+    inputs = {
+        name: (HERE / name).read_bytes()
+        for name in ("harness_pytest.py", "harness_remote.py", "harness_wire.py", "harness_solution.py")
+    }
     inputs["pytest.ini"] = "[pytest]\n"
     names = sorted(test_files)
     call_timeout = cfg.case_timeout_s or cfg.timeout_s
@@ -189,15 +227,29 @@ def grade_pytest(files: dict[str, str], test_files: dict[str, str], cfg: Sandbox
         head = [cfg.python, "-I", "-B", f"{layout.inputs}/harness_pytest.py", mode, "{result_fd}"]
         if mode == IN_PROCESS:
             return head + [layout.work, layout.tests, f"{layout.inputs}/pytest.ini", *names]
-        return head + ["{rpc_req}", "{rpc_reply}", ",".join(top_level_names(files)), str(call_timeout),
-                       layout.tests, f"{layout.inputs}/pytest.ini", *names]
+        return head + [
+            "{rpc_req}",
+            "{rpc_reply}",
+            ",".join(top_level_names(files)),
+            str(call_timeout),
+            layout.tests,
+            f"{layout.inputs}/pytest.ini",
+            *names,
+        ]
 
     def solution_argv(layout):
-        return [cfg.python, "-I", "-B", f"{layout.inputs}/harness_solution.py", "{rpc_req}", "{rpc_reply}",
-                layout.work]
+        return [cfg.python, "-I", "-B", f"{layout.inputs}/harness_solution.py", "{rpc_req}", "{rpc_reply}", layout.work]
 
-    run, raw, hashes = run_sandboxed([], files, cfg, inputs=inputs, tests=dict(test_files), result_channel=True,
-                                     argv_fn=argv, companion_fn=solution_argv if mode == OUT_OF_PROCESS else None)
+    run, raw, hashes = run_sandboxed(
+        [],
+        files,
+        cfg,
+        inputs=inputs,
+        tests=dict(test_files),
+        result_channel=True,
+        argv_fn=argv,
+        companion_fn=solution_argv if mode == OUT_OF_PROCESS else None,
+    )
     try:
         return _judge_pytest(raw, hashes, test_files, run, mode)
     except Exception as e:  # noqa: BLE001 - a bug here must cost this sample, not the batch

@@ -17,10 +17,26 @@ import json
 import os
 import sys
 
-WATCHED_MODULES = ["_pytest.runner", "_pytest.reports", "_pytest.python", "_pytest.main", "_pytest.skipping",
-                   "_pytest.outcomes", "_pytest.fixtures", "_pytest.nodes", "_pytest.unittest", "_pytest.config",
-                   "_pytest.assertion.rewrite", "_pytest.assertion.util", "pluggy._hooks", "pluggy._callers",
-                   "pluggy._manager", "builtins", "json", "os"]
+WATCHED_MODULES = [
+    "_pytest.runner",
+    "_pytest.reports",
+    "_pytest.python",
+    "_pytest.main",
+    "_pytest.skipping",
+    "_pytest.outcomes",
+    "_pytest.fixtures",
+    "_pytest.nodes",
+    "_pytest.unittest",
+    "_pytest.config",
+    "_pytest.assertion.rewrite",
+    "_pytest.assertion.util",
+    "pluggy._hooks",
+    "pluggy._callers",
+    "pluggy._manager",
+    "builtins",
+    "json",
+    "os",
+]
 
 
 def _watched_objects():
@@ -38,8 +54,9 @@ def _watched_objects():
 def _behaviour(obj):
     """Everything callable or descriptor-like on obj (the objects themselves, held, so a replaced one is seen even
     after the original is freed): patching any of these changes outcomes."""
-    return {k: v for k, v in list(vars(obj).items())
-            if callable(v) or isinstance(v, (property, staticmethod, classmethod))}
+    return {
+        k: v for k, v in list(vars(obj).items()) if callable(v) or isinstance(v, (property, staticmethod, classmethod))
+    }
 
 
 def _snapshot():
@@ -50,8 +67,11 @@ def _snapshot():
 
 
 # Set and reset by pytest itself around every test (assertion rewriting's hooks), not by a solution.
-PYTEST_TOGGLES = {"_pytest.assertion.util._reprcompare", "_pytest.assertion.util._assertion_pass",
-                  "_pytest.assertion.util._config"}
+PYTEST_TOGGLES = {
+    "_pytest.assertion.util._reprcompare",
+    "_pytest.assertion.util._assertion_pass",
+    "_pytest.assertion.util._config",
+}
 
 
 def _changed(snapshot):
@@ -62,8 +82,11 @@ def _changed(snapshot):
         if "." in name and name in _sys.modules and _sys.modules[name] is not obj and name in WATCHED_MODULES:
             out.append(f"sys.modules[{name}] replaced")
         after = _behaviour(obj)
-        out += [f"{name}.{k}" for k in set(before) | set(after)
-                if k not in before or k not in after or before[k] is not after[k]]
+        out += [
+            f"{name}.{k}"
+            for k in set(before) | set(after)
+            if k not in before or k not in after or before[k] is not after[k]
+        ]
     return sorted(set(out) - PYTEST_TOGGLES)
 
 
@@ -144,8 +167,11 @@ def main():
             if not final:
                 changed = [c for c in changed if c.startswith(("_pytest", "pluggy", "snapshot"))]
             if self.plugins is not None:
-                changed += [f"plugin registered at run time: {self.pm.get_name(p)}" for p in self.pm.get_plugins()
-                            if not any(p is q for q in self.plugins)]
+                changed += [
+                    f"plugin registered at run time: {self.pm.get_name(p)}"
+                    for p in self.pm.get_plugins()
+                    if not any(p is q for q in self.plugins)
+                ]
             return changed
 
         def pytest_collectreport(self, report):
@@ -176,9 +202,24 @@ def main():
                 emit({"kind": "link", "why": str(conn.dead)[:200]})
             emit({"kind": "done", "count": self.items})
 
-    args = ["-q", "-c", ini, "--rootdir", tests_dir, "-p", "no:cacheprovider", "--noconftest",
-            "-p", "no:stepwise", "-p", "no:junitxml", "--tb=short", "-o", "addopts=",
-            *[os.path.join(tests_dir, t) for t in test_files]]
+    args = [
+        "-q",
+        "-c",
+        ini,
+        "--rootdir",
+        tests_dir,
+        "-p",
+        "no:cacheprovider",
+        "--noconftest",
+        "-p",
+        "no:stepwise",
+        "-p",
+        "no:junitxml",
+        "--tb=short",
+        "-o",
+        "addopts=",
+        *[os.path.join(tests_dir, t) for t in test_files],
+    ]
     pytest.main(args, plugins=[Reporter()])
 
 

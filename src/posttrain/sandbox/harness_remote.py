@@ -22,8 +22,14 @@ import types
 import harness_wire as wire
 
 MAX_REPLY = 16 << 20
-NOT_MAPPED = {"BaseException", "StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt",
-              "SystemExit"}
+NOT_MAPPED = {
+    "BaseException",
+    "StopIteration",
+    "StopAsyncIteration",
+    "GeneratorExit",
+    "KeyboardInterrupt",
+    "SystemExit",
+}
 SAFE_DUNDER_ATTRS = {"__name__", "__qualname__", "__doc__"}
 
 
@@ -56,7 +62,7 @@ class Connection:
                 self.timed_out = True
                 raise self._die("timed out sending a request")
             try:
-                data = data[os.write(self.wfd, data):]
+                data = data[os.write(self.wfd, data) :]
             except BlockingIOError:
                 continue
             except OSError as e:
@@ -104,8 +110,11 @@ class Connection:
         def ref_of(x):
             if type(x) is Remote and object.__getattribute__(x, "_c") is self:
                 return {"ref": object.__getattribute__(x, "_ref")}
-            raise TypeError(f"cannot pass {type(x).__name__} to the solution process (only plain data and "
-                            "the solution's own objects cross)")
+            raise TypeError(
+                f"cannot pass {type(x).__name__} to the solution process (only plain data and "
+                "the solution's own objects cross)"
+            )
+
         return wire.encode(value, ref_of)
 
     def from_ref(self, x):
@@ -146,6 +155,7 @@ def _op(name, remote_only=False):
             return NotImplemented  # a solution object never compares equal to the test's own values
         c = object.__getattribute__(self, "_c")
         return c.request(name, ref=object.__getattribute__(self, "_ref"), args=c.encode(list(args)))
+
     return method
 
 
@@ -170,8 +180,9 @@ class Remote:
         self._c.request("delattr", ref=self._ref, name=name)
 
     def __call__(self, *args, **kwargs):
-        return self._c.request("call", ref=self._ref, args=self._c.encode(list(args)),
-                               kwargs=self._c.encode(dict(kwargs)))
+        return self._c.request(
+            "call", ref=self._ref, args=self._c.encode(list(args)), kwargs=self._c.encode(dict(kwargs))
+        )
 
     def __iter__(self):
         return iter(self._c.request("iter", ref=self._ref, args={"list": []}))

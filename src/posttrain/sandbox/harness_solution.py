@@ -16,15 +16,34 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's dir out
-import harness_wire as wire  # noqa: E402
+import harness_wire as wire
 
-OPS = {"len": len, "bool": bool, "str": str, "repr": repr, "contains": operator.contains,
-       "getitem": operator.getitem, "setitem": operator.setitem, "delitem": operator.delitem,
-       "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
-       "ge": operator.ge, "add": operator.add, "sub": operator.sub, "mul": operator.mul,
-       "truediv": operator.truediv, "floordiv": operator.floordiv, "mod": operator.mod, "neg": operator.neg,
-       "iter": lambda o: list(itertools.islice(iter(o), wire.MAX_ITEMS)),
-       "enter": lambda o: type(o).__enter__(o), "exit": lambda o, *a: type(o).__exit__(o, *a)}
+OPS = {
+    "len": len,
+    "bool": bool,
+    "str": str,
+    "repr": repr,
+    "contains": operator.contains,
+    "getitem": operator.getitem,
+    "setitem": operator.setitem,
+    "delitem": operator.delitem,
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "truediv": operator.truediv,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "neg": operator.neg,
+    "iter": lambda o: list(itertools.islice(iter(o), wire.MAX_ITEMS)),
+    "enter": lambda o: type(o).__enter__(o),
+    "exit": lambda o, *a: type(o).__exit__(o, *a),
+}
 
 
 class Objects:
@@ -60,7 +79,7 @@ class Objects:
 
 def handle(objs, msg):
     op = msg.get("op")
-    dec = lambda v: wire.decode(v, objs.from_ref)  # noqa: E731
+    dec = lambda v: wire.decode(v, objs.from_ref)
     if op == "import":
         name = msg.get("name")
         if type(name) is not str or not all(p.isidentifier() for p in name.split(".")):

@@ -34,8 +34,9 @@ def encode(x, ref_of, depth=0, budget=None):
     if t in CONTAINERS:
         return {CONTAINERS[t]: [encode(v, ref_of, depth + 1, budget) for v in x]}
     if t is dict:
-        return {"dict": [[encode(k, ref_of, depth + 1, budget), encode(v, ref_of, depth + 1, budget)]
-                         for k, v in x.items()]}
+        return {
+            "dict": [[encode(k, ref_of, depth + 1, budget), encode(v, ref_of, depth + 1, budget)] for k, v in x.items()]
+        }
     if t is bytes:
         return {"bytes": x.decode("latin-1")}
     return ref_of(x)
@@ -56,7 +57,7 @@ def decode(x, from_ref, depth=0, budget=None):
         return from_ref(x)
     if len(x) != 1:
         raise WireError("unknown tagged value")
-    (tag, body), = x.items()
+    ((tag, body),) = x.items()
     if tag == "float" and body in ("nan", "inf", "-inf"):
         return float(body)
     if tag == "bytes" and type(body) is str:

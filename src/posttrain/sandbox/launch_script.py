@@ -44,22 +44,43 @@ def chain(cfg: SandboxConfig, proc: Proc) -> list[str]:
     """prlimit (as root, so hard limits can be set) -> setpriv (drop to the run's uid) -> env -i (clean env)."""
     out = [tool("prlimit"), *prlimit_args(cfg), "--", *(proc.pre or [])]
     if proc.uid is not None:
-        out += [tool("setpriv"), f"--reuid={proc.uid}", f"--regid={proc.uid}", "--clear-groups", "--inh-caps=-all",
-                "--bounding-set=-all", "--no-new-privs", "--"]
+        out += [
+            tool("setpriv"),
+            f"--reuid={proc.uid}",
+            f"--regid={proc.uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
     return out + [tool("env"), "-i", "-C", proc.cwd, *[f"{k}={v}" for k, v in proc.env.items()], *proc.argv]
 
 
-def inner_script(cfg: SandboxConfig, box: str, work: str, tmp: str, inputs: str, main: Proc,
-                 companion: Proc | None = None, close_fds: tuple[int, ...] = (), result_fd: int | None = None,
-                 runner: str = "", rpc_dir: str = "", rpc: tuple[int, int] = (7, 8)) -> str:
+def inner_script(
+    cfg: SandboxConfig,
+    box: str,
+    work: str,
+    tmp: str,
+    inputs: str,
+    main: Proc,
+    companion: Proc | None = None,
+    close_fds: tuple[int, ...] = (),
+    result_fd: int | None = None,
+    runner: str = "",
+    rpc_dir: str = "",
+    rpc: tuple[int, int] = (7, 8),
+) -> str:
     """The script's text. `close_fds` (the launch's own fds: bwrap args, seccomp program) are closed before
     anything untrusted starts; `result_fd` is closed for the companion only."""
     q = shlex.quote
     # dash redirects single-digit fds only; bwrap closes its own fds, and the solution harness closes every fd
     # but its pipes before any solution code runs, so the larger ones are covered there.
     lines = [f"exec {n}<&-" for n in close_fds if n <= 9]
-    lines += [f"mkdir -p {q(work)} {q(tmp)}",
-              f"if [ -d {q(inputs)}/files ]; then cp -R {q(inputs)}/files/. {q(work)}/; fi"]
+    lines += [
+        f"mkdir -p {q(work)} {q(tmp)}",
+        f"if [ -d {q(inputs)}/files ]; then cp -R {q(inputs)}/files/. {q(work)}/; fi",
+    ]
     owner = companion.uid if companion is not None else main.uid
     if owner is not None:
         # The box itself stays root's, world-writable and sticky (like /tmp): the run may create files there, but
@@ -74,7 +95,8 @@ def inner_script(cfg: SandboxConfig, box: str, work: str, tmp: str, inputs: str,
         lines.append(f"chown {main.uid}:{main.uid} {q(runner)}")
     close_result = f" {result_fd}>&-" if result_fd is not None and result_fd <= 9 else ""
     # Both open q first, then r, so neither blocks the other; the companion's opens happen in its own subshell.
-    lines.append(f"{shlex.join(chain(cfg, companion))} {a}<{q(rpc_dir)}/q {b}>{q(rpc_dir)}/r{close_result}"
-                 " </dev/null &")
+    lines.append(
+        f"{shlex.join(chain(cfg, companion))} {a}<{q(rpc_dir)}/q {b}>{q(rpc_dir)}/r{close_result} </dev/null &"
+    )
     lines.append(f"exec {shlex.join(chain(cfg, main))} {a}>{q(rpc_dir)}/q {b}<{q(rpc_dir)}/r")
     return "\n".join(lines) + "\n"

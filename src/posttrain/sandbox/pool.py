@@ -88,8 +88,9 @@ async def _until_done(work: asyncio.Future) -> None:
 class SandboxPool:
     """Run sandboxed commands and graders from asyncio code, at most `cfg.concurrency` at a time."""
 
-    def __init__(self, cfg: SandboxConfig | None = None, concurrency: int | None = None,
-                 executor: Executor | None = None):
+    def __init__(
+        self, cfg: SandboxConfig | None = None, concurrency: int | None = None, executor: Executor | None = None
+    ):
         """`executor`: where runs happen; None (default) follows `current_executor()` at each call."""
         self.cfg = cfg or SandboxConfig()
         self.concurrency = concurrency or self.cfg.concurrency
@@ -118,8 +119,9 @@ class SandboxPool:
                 await _until_done(work)
                 raise
 
-    async def run_command(self, argv: list[str], files: dict[str, str | bytes] | None = None,
-                          cfg: SandboxConfig | None = None) -> RunResult:
+    async def run_command(
+        self, argv: list[str], files: dict[str, str | bytes] | None = None, cfg: SandboxConfig | None = None
+    ) -> RunResult:
         """Async run_command under the pool's limit."""
         return await self._call(run_command, argv, files, cfg or self.cfg)
 
@@ -131,16 +133,28 @@ class SandboxPool:
         except SandboxUnavailable:
             raise
         except Exception as e:  # noqa: BLE001 - one bad sample must not abort the batch
-            return GradeResult(score=0.0, passed=0, total=0, per_case=[], isolation="none",
-                               error=f"grading failed: {type(e).__name__}: {str(e)[:300]}")
+            return GradeResult(
+                score=0.0,
+                passed=0,
+                total=0,
+                per_case=[],
+                isolation="none",
+                error=f"grading failed: {type(e).__name__}: {str(e)[:300]}",
+            )
 
-    async def grade_function(self, code: str, entry_point: str, cases: list[dict],
-                             cfg: SandboxConfig | None = None) -> GradeResult:
+    async def grade_function(
+        self, code: str, entry_point: str, cases: list[dict], cfg: SandboxConfig | None = None
+    ) -> GradeResult:
         """Async grade_function under the pool's limit; never raises for a sample (see _grade)."""
         return await self._grade(grade_function, code, entry_point, cases, cfg or self.cfg)
 
-    async def grade_pytest(self, files: dict[str, str], test_files: dict[str, str],
-                           cfg: SandboxConfig | None = None, mode: str | None = None) -> GradeResult:
+    async def grade_pytest(
+        self,
+        files: dict[str, str],
+        test_files: dict[str, str],
+        cfg: SandboxConfig | None = None,
+        mode: str | None = None,
+    ) -> GradeResult:
         """Async grade_pytest under the pool's limit; never raises for a sample (see _grade)."""
         return await self._grade(grade_pytest, files, test_files, cfg or self.cfg, mode)
 

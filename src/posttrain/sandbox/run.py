@@ -94,7 +94,7 @@ def hide_tree(root: str, uid: int) -> None:
     The hidden-data rule: in a two-process run the graded code runs under a second uid, and the pristine tests
     hold the asserted values. World-readable, a solution that opens them could return what they assert (the
     bind mount keeps these host owners and modes, so they hold inside the sandbox)."""
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         for n in filenames:
             os.chown(os.path.join(dirpath, n), uid, uid, follow_symlinks=False)
             os.chmod(os.path.join(dirpath, n), 0o400)
@@ -110,8 +110,14 @@ def _chown_tree(root: str, uid: int) -> None:
 
 
 def _base_env(cfg: SandboxConfig, layout: Layout, python: str) -> dict[str, str]:
-    env = {"PATH": f"{os.path.dirname(python)}:/usr/local/bin:/usr/bin:/bin", "HOME": layout.work,
-           "TMPDIR": layout.tmp, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+    env = {
+        "PATH": f"{os.path.dirname(python)}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": layout.work,
+        "TMPDIR": layout.tmp,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+    }
     env.update(cfg.env)
     return env
 
@@ -141,8 +147,9 @@ def cancel_on(event: threading.Event) -> Iterator[threading.Event]:
         _cancel.event = previous
 
 
-def _pump(proc: subprocess.Popen, sinks: dict[int, _Sink], timeout_s: float,
-          cancel: threading.Event | None = None) -> bool:
+def _pump(
+    proc: subprocess.Popen, sinks: dict[int, _Sink], timeout_s: float, cancel: threading.Event | None = None
+) -> bool:
     """Read every pipe until EOF, the deadline, a cancel, or shortly after the launcher exits. Returns timed_out
     (a cancelled run counts as timed out: its caller's deadline passed)."""
     sel = selectors.DefaultSelector()
@@ -210,10 +217,21 @@ def _mount_private(stage: str, cfg: SandboxConfig, half_box: bool, unavailable: 
     return done
 
 
-def _namespaced_command(cfg: SandboxConfig, backend: str, interp, layout: Layout, stage: str, stage_in: str,
-                        stage_tests: str | None, box_dir: str | None, main: Proc, companion: Proc | None,
-                        bpf: bytes | None, result_fd: int,
-                        rpc_pair: tuple[int, int]) -> tuple[list[str], list[int], int]:
+def _namespaced_command(
+    cfg: SandboxConfig,
+    backend: str,
+    interp,
+    layout: Layout,
+    stage: str,
+    stage_in: str,
+    stage_tests: str | None,
+    box_dir: str | None,
+    main: Proc,
+    companion: Proc | None,
+    bpf: bytes | None,
+    result_fd: int,
+    rpc_pair: tuple[int, int],
+) -> tuple[list[str], list[int], int]:
     """The host argv for bwrap or unshare, the fds it must inherit, and an fd for its stdin (-1: none).
 
     Writes the root-only launch script into the staged inputs. Nothing that names a host path or holds an
@@ -228,11 +246,18 @@ def _namespaced_command(cfg: SandboxConfig, backend: str, interp, layout: Layout
         write_tree(stage_in, {SECCOMP_BPF: bpf, SECCOMP_EXEC: (HERE / SECCOMP_EXEC).read_bytes()}, mode=0o600)
         for p in (main, companion):
             if p is not None:
-                p.pre = [interp.path, "-I", "-S", f"{layout.inputs}/{SECCOMP_EXEC}", f"{layout.inputs}/{SECCOMP_BPF}",
-                         "--"]
+                p.pre = [
+                    interp.path,
+                    "-I",
+                    "-S",
+                    f"{layout.inputs}/{SECCOMP_EXEC}",
+                    f"{layout.inputs}/{SECCOMP_BPF}",
+                    "--",
+                ]
     if backend == "bwrap":
-        args = bwrap_argv(cfg, interp, layout, stage_in, stage_tests, box_dir, main.uid is None,
-                          launch_fds[0] if launch_fds else None)
+        args = bwrap_argv(
+            cfg, interp, layout, stage_in, stage_tests, box_dir, main.uid is None, launch_fds[0] if launch_fds else None
+        )
         launch_fds.append(_memfd("ptsb-args", b"".join(a.encode() + b"\0" for a in args)))
         cmd = [tool("bwrap"), "--args", str(launch_fds[-1]), *bwrap_command(layout)]
     else:
@@ -240,17 +265,34 @@ def _namespaced_command(cfg: SandboxConfig, backend: str, interp, layout: Layout
         os.makedirs(root_dir)
         cmd, mount_script = unshare_argv(cfg, interp, layout, stage_in, stage_tests, root_dir, main.uid is None)
         stdin = _memfd("ptsb-mounts", mount_script.encode())
-    script = inner_script(cfg, BOX, layout.work, layout.tmp, layout.inputs, main, companion,
-                          close_fds=tuple(launch_fds), result_fd=result_fd if result_fd >= 0 else None,
-                          runner=layout.runner, rpc_dir=layout.rpc, rpc=rpc_pair)
+    script = inner_script(
+        cfg,
+        BOX,
+        layout.work,
+        layout.tmp,
+        layout.inputs,
+        main,
+        companion,
+        close_fds=tuple(launch_fds),
+        result_fd=result_fd if result_fd >= 0 else None,
+        runner=layout.runner,
+        rpc_dir=layout.rpc,
+        rpc=rpc_pair,
+    )
     with open(os.open(os.path.join(stage_in, LAUNCH), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700), "w") as f:
         f.write(script)
     return cmd, launch_fds, stdin
 
 
-def _stage(stage: str, backend: str, uid: int | None, files: dict[str, str | bytes] | None,
-           inputs: dict[str, str | bytes] | None, tests: dict[str, str | bytes] | None,
-           hide_tests: bool) -> tuple[str, str | None, Layout]:
+def _stage(
+    stage: str,
+    backend: str,
+    uid: int | None,
+    files: dict[str, str | bytes] | None,
+    inputs: dict[str, str | bytes] | None,
+    tests: dict[str, str | bytes] | None,
+    hide_tests: bool,
+) -> tuple[str, str | None, Layout]:
     """The run's files under `stage`: `in/` (an /etc for the run's user, the inputs, the files under `files/`),
     `tests/` when given (hidden from the solution's uid in a two-process run), and the layout the command sees
     (the unsafe backend works in copies under `stage`; the namespaced ones mount NS_LAYOUT)."""
@@ -259,8 +301,10 @@ def _stage(stage: str, backend: str, uid: int | None, files: dict[str, str | byt
     os.chmod(stage_in, 0o755)
     name = "sandbox" if uid is not None else "user"
     u, g = (uid, uid) if uid is not None else (os.getuid(), os.getgid())
-    staged: dict[str, str | bytes] = {"etc/passwd": f"root:x:0:0::/:/bin/false\n{name}:x:{u}:{g}::/:/bin/false\n",
-                                      "etc/group": f"root:x:0:\n{name}:x:{g}:\n"}
+    staged: dict[str, str | bytes] = {
+        "etc/passwd": f"root:x:0:0::/:/bin/false\n{name}:x:{u}:{g}::/:/bin/false\n",
+        "etc/group": f"root:x:0:\n{name}:x:{g}:\n",
+    }
     staged.update(inputs or {})
     staged.update({f"files/{k}": v for k, v in (files or {}).items()})
     write_tree(stage_in, staged)
@@ -272,8 +316,9 @@ def _stage(stage: str, backend: str, uid: int | None, files: dict[str, str | byt
     if backend != "unsafe":
         return stage_in, stage_tests, NS_LAYOUT
     layout = Layout(work=f"{stage}/work", tmp=f"{stage}/tmp", inputs=stage_in, tests=stage_tests or "")
-    shutil.copytree(os.path.join(stage_in, "files"), layout.work, dirs_exist_ok=True) \
-        if os.path.isdir(os.path.join(stage_in, "files")) else os.makedirs(layout.work)
+    shutil.copytree(os.path.join(stage_in, "files"), layout.work, dirs_exist_ok=True) if os.path.isdir(
+        os.path.join(stage_in, "files")
+    ) else os.makedirs(layout.work)
     os.makedirs(layout.tmp)
     if uid is not None:
         _chown_tree(layout.work, uid)
@@ -294,8 +339,16 @@ def _run_cgroup(cfg: SandboxConfig, unavailable: dict[str, str]) -> RunCgroup | 
     return None
 
 
-def _result(proc: subprocess.Popen, sinks: dict[int, _Sink], timed_out: bool, t0: float, backend: str,
-            uid: int | None, cg: RunCgroup | None, unavailable: dict[str, str]) -> RunResult:
+def _result(
+    proc: subprocess.Popen,
+    sinks: dict[int, _Sink],
+    timed_out: bool,
+    t0: float,
+    backend: str,
+    uid: int | None,
+    cg: RunCgroup | None,
+    unavailable: dict[str, str],
+) -> RunResult:
     """The finished (or killed) run as a RunResult: its capped output, exit code (signals as 128 + n, the way bwrap
     and sh report them), whether it timed out, was killed or ran out of memory."""
     try:
@@ -307,17 +360,33 @@ def _result(proc: subprocess.Popen, sinks: dict[int, _Sink], timed_out: bool, t0
     if rc is not None and rc < 0:
         rc = 128 - rc
     died_by_signal = rc is not None and 128 < rc <= 128 + 64
-    return RunResult(stdout=out.data.decode("utf-8", "replace"), stderr=err.data.decode("utf-8", "replace"),
-                     exit_code=rc, timed_out=timed_out, killed=timed_out or died_by_signal,
-                     duration_s=round(time.monotonic() - t0, 4), isolation=backend, stdout_truncated=out.truncated,
-                     stderr_truncated=err.truncated, uid=uid, oom_killed=cg is not None and cg.oom_killed(),
-                     unavailable=unavailable)
+    return RunResult(
+        stdout=out.data.decode("utf-8", "replace"),
+        stderr=err.data.decode("utf-8", "replace"),
+        exit_code=rc,
+        timed_out=timed_out,
+        killed=timed_out or died_by_signal,
+        duration_s=round(time.monotonic() - t0, 4),
+        isolation=backend,
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+        uid=uid,
+        oom_killed=cg is not None and cg.oom_killed(),
+        unavailable=unavailable,
+    )
 
 
-def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: SandboxConfig, *,
-                  inputs: dict[str, str | bytes] | None = None, tests: dict[str, str | bytes] | None = None,
-                  result_channel: bool = False, argv_fn=None,
-                  companion_fn=None) -> tuple[RunResult, bytes, dict[str, str]]:
+def run_sandboxed(
+    argv: list[str],
+    files: dict[str, str | bytes] | None,
+    cfg: SandboxConfig,
+    *,
+    inputs: dict[str, str | bytes] | None = None,
+    tests: dict[str, str | bytes] | None = None,
+    result_channel: bool = False,
+    argv_fn=None,
+    companion_fn=None,
+) -> tuple[RunResult, bytes, dict[str, str]]:
     """The engine behind run_command and the graders.
 
     `inputs` land read-only in `layout.inputs`, `tests` read-only in `layout.tests`. With `result_channel`, a
@@ -351,8 +420,9 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
             box_dir = mounted[0] if mounted and backend == "bwrap" else None
             if backend == "unshare":
                 unavailable.pop("inode_cap", None)  # the unshare script mounts its own capped tmpfs
-        stage_in, stage_tests, layout = _stage(stage, backend, uid, files, inputs, tests,
-                                               hide_tests=companion_fn is not None)
+        stage_in, stage_tests, layout = _stage(
+            stage, backend, uid, files, inputs, tests, hide_tests=companion_fn is not None
+        )
         if argv_fn is not None:
             argv = argv_fn(layout)
         companion_argv = companion_fn(layout) if companion_fn is not None else None
@@ -384,16 +454,36 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
         if backend == "unsafe":
             cmd = chain(cfg, main)
         else:
-            cmd, launch_fds, stdin = _namespaced_command(cfg, backend, interp, layout, stage, stage_in, stage_tests,
-                                                         box_dir, main, companion, bpf, write_fd, rpc_pair)
+            cmd, launch_fds, stdin = _namespaced_command(
+                cfg,
+                backend,
+                interp,
+                layout,
+                stage,
+                stage_in,
+                stage_tests,
+                box_dir,
+                main,
+                companion,
+                bpf,
+                write_fd,
+                rpc_pair,
+            )
         pass_fds += launch_fds
         cg = _run_cgroup(cfg, unavailable)
         if cg is not None:
             cmd = cg.wrap(cmd)
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=stdin if stdin >= 0 else subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE,
-                                pass_fds=tuple(pass_fds), start_new_session=True, close_fds=True, env=HOST_ENV)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=stdin if stdin >= 0 else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=tuple(pass_fds),
+            start_new_session=True,
+            close_fds=True,
+            env=HOST_ENV,
+        )
         for fd in [write_fd, stdin, *launch_fds]:
             if fd >= 0:
                 os.close(fd)
@@ -428,8 +518,9 @@ def run_sandboxed(argv: list[str], files: dict[str, str | bytes] | None, cfg: Sa
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def run_command(argv: list[str], files: dict[str, str | bytes] | None = None,
-                cfg: SandboxConfig | None = None) -> RunResult:
+def run_command(
+    argv: list[str], files: dict[str, str | bytes] | None = None, cfg: SandboxConfig | None = None
+) -> RunResult:
     """Run `argv` in a fresh sandbox whose work dir (the cwd) holds `files`. Never raises for what the command does.
 
     Raises SandboxUnavailable when the configured backend cannot run here, or when only the limits-only backend

@@ -49,15 +49,25 @@ def make_task(n_train: int = 64, n_eval: int = 32, seed: int = 0, max_value: int
             if q in seen and len(seen) < (max_value + 1) ** 2 * 3:  # train and held-out questions never repeat
                 continue
             seen.add(q)
-            out.append({"prompt": [{"role": "user", "content": f"What is {q}? Answer with the number only."}],
-                        "answer": str(ops[op](a, b))})
+            out.append(
+                {
+                    "prompt": [{"role": "user", "content": f"What is {q}? Answer with the number only."}],
+                    "answer": str(ops[op](a, b)),
+                }
+            )
         return out
 
     train_rows, eval_rows = rows(n_train), rows(n_eval)
     r0 = train_rows[0]
-    return Task(name="arith", train_rows=train_rows, eval_rows=eval_rows,
-                rubric=Rubric([RewardComponent("correct", correct)], pass_component="correct"), max_tokens=max_tokens,
-                description="integer arithmetic, exact answer",
-                smoke_checks=[SmokeCheck("the right number passes", row=r0, completion=f"It is {r0['answer']}"),
-                              SmokeCheck("a wrong number fails", row=r0, completion=f"{int(r0['answer']) + 1}",
-                                         expect="fail")])
+    return Task(
+        name="arith",
+        train_rows=train_rows,
+        eval_rows=eval_rows,
+        rubric=Rubric([RewardComponent("correct", correct)], pass_component="correct"),
+        max_tokens=max_tokens,
+        description="integer arithmetic, exact answer",
+        smoke_checks=[
+            SmokeCheck("the right number passes", row=r0, completion=f"It is {r0['answer']}"),
+            SmokeCheck("a wrong number fails", row=r0, completion=f"{int(r0['answer']) + 1}", expect="fail"),
+        ],
+    )

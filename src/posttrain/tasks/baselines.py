@@ -67,8 +67,16 @@ class BaselineStore:
     """Baselines by row key, kept only once graded to a verdict. Shared by a task's reward and episodes, and
     pickled with them to Ray env workers (cluster.envs=ray), so it holds no pool and no loop of its own."""
 
-    def __init__(self, name: str, cfg: Any, subject: Subject, key: Callable[[Row], str], mode: str | None = None,
-                 max_tries: int = MAX_TRIES, timeout_factor: float = TIMEOUT_FACTOR) -> None:
+    def __init__(
+        self,
+        name: str,
+        cfg: Any,
+        subject: Subject,
+        key: Callable[[Row], str],
+        mode: str | None = None,
+        max_tries: int = MAX_TRIES,
+        timeout_factor: float = TIMEOUT_FACTOR,
+    ) -> None:
         self.name, self.subject, self.key, self.mode, self.max_tries = name, subject, key, mode, max_tries
         self.cfg = baseline_config(cfg, timeout_factor)
         self.grades = 0  # grades run so far (tests, and the summary line)
@@ -119,8 +127,10 @@ class BaselineStore:
             n = self._failures[key] = self._failures.get(key, 0) + 1
             self._why[key] = why
         if n == self.max_tries:  # exactly once per row: later requests find it given up and do not try
-            msg = (f"{self.name}: the baseline of {key} is given up after {n} failed tries ({why}); its samples "
-                   "fail (kept out of training) instead of being paid against a guess")
+            msg = (
+                f"{self.name}: the baseline of {key} is given up after {n} failed tries ({why}); its samples "
+                "fail (kept out of training) instead of being paid against a guess"
+            )
             (say or logger.error)(msg)
         return Baseline(None, f"{why} (try {n} of {self.max_tries})")
 
@@ -158,6 +168,8 @@ class BaselineStore:
             say(f"{self.name} baselines: not graded, no sandbox: {e}")
             return
         unknown = [k for k in todo if k not in self._known]
-        say(f"{self.name} baselines: {len(todo) - len(unknown)} of {len(todo)} rows graded "
+        say(
+            f"{self.name} baselines: {len(todo) - len(unknown)} of {len(todo)} rows graded "
             f"({self.grades - grades} grades) in {time.perf_counter() - t0:.1f}s"
-            + (f"; {len(unknown)} unknown, their samples fail: {', '.join(unknown[:5])}" if unknown else ""))
+            + (f"; {len(unknown)} unknown, their samples fail: {', '.join(unknown[:5])}" if unknown else "")
+        )

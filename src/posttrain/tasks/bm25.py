@@ -41,8 +41,14 @@ def build_index(docs: list[tuple[str, str]]) -> Index:
     for counts in tf:
         df.update(counts.keys())
     lengths = tuple(sum(c.values()) for c in tf)
-    return Index(ids=tuple(i for i, _ in docs), texts=tuple(t for _, t in docs), tf=tf, lengths=lengths,
-                 df=dict(df), avgdl=sum(lengths) / len(lengths))
+    return Index(
+        ids=tuple(i for i, _ in docs),
+        texts=tuple(t for _, t in docs),
+        tf=tf,
+        lengths=lengths,
+        df=dict(df),
+        avgdl=sum(lengths) / len(lengths),
+    )
 
 
 def idf(index: Index, term: str) -> float:

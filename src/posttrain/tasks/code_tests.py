@@ -36,9 +36,11 @@ from posttrain.rewards.text import completion_text
 
 DATA = Path(__file__).parent / "data" / "code_problems.json"
 SYSTEM = "You are a careful Python programmer."
-USER = ("Write a Python function `{signature}` that {description}\n"
-        "Example: {example}\n"
-        "Reply with only the function in a ```python code block.")
+USER = (
+    "Write a Python function `{signature}` that {description}\n"
+    "Example: {example}\n"
+    "Reply with only the function in a ```python code block."
+)
 # Numeric codes so the level fits a float reward-component column (higher is stronger isolation).
 ISOLATION_CODES = {"unsafe": 0.0, "unshare": 1.0, "bwrap": 2.0}
 _LANG = re.compile(r"[ \t]*([A-Za-z0-9_+-]*)")
@@ -52,10 +54,12 @@ def load_problems() -> tuple[dict[str, Any], ...]:
     return tuple(json.loads(DATA.read_text())["problems"])
 
 
-def split_problems(problems: Sequence[dict[str, Any]], eval_fraction: float = 0.2,
-                   split_seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_problems(
+    problems: Sequence[dict[str, Any]], eval_fraction: float = 0.2, split_seed: int = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, held-out) by problem id. Order by a hash, not by position, so the split does not depend on the
     file's order and a new problem lands on one side without moving others."""
+
     def key(p: dict[str, Any]) -> str:
         return hashlib.sha256(f"{split_seed}:{p['id']}".encode()).hexdigest()
 
@@ -79,8 +83,12 @@ def make_prompt(problem: dict[str, Any]) -> list[dict[str, str]]:
 
 def make_row(problem: dict[str, Any]) -> dict[str, Any]:
     """A task row. The hidden cases travel as a column (reward functions read it), never in the prompt."""
-    return {"prompt": make_prompt(problem), "problem_id": problem["id"], "entry_point": problem["entry_point"],
-            "tests": problem["tests"]}
+    return {
+        "prompt": make_prompt(problem),
+        "problem_id": problem["id"],
+        "entry_point": problem["entry_point"],
+        "tests": problem["tests"],
+    }
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -134,7 +142,7 @@ def extract_code(text: str, entry_point: str | None = None) -> str | None:
     m = re.search(r"^(def|import|from|class)\s", text, re.MULTILINE)
     if m is None:
         return None
-    code = text[m.start():].strip("\n")
+    code = text[m.start() :].strip("\n")
     return code if _parses(code) else None
 
 
@@ -180,14 +188,16 @@ class FunctionGrader:
         return out
 
 
-def code_rubric(grader: FunctionGrader, format_weight: float = 0.1, detect_hacks: bool = True,
-                partial_credit: bool = True) -> Rubric:
+def code_rubric(
+    grader: FunctionGrader, format_weight: float = 0.1, detect_hacks: bool = True, partial_credit: bool = True
+) -> Rubric:
     """The code-tests rubric over rows with `entry_point` and `tests` columns. partial_credit=False scores
     tests_passed 1 only when every case passes (else 0): partial credit pays a one-line guess that gets some
     cases right, which a small model drifts towards (see docs/code_tasks.md)."""
 
-    def tests_passed(completions: list[Any], entry_point: list[str], tests: list[list[dict[str, Any]]],
-                     **kwargs: Any) -> list[float]:
+    def tests_passed(
+        completions: list[Any], entry_point: list[str], tests: list[list[dict[str, Any]]], **kwargs: Any
+    ) -> list[float]:
         codes = [extract_code(completion_text(c), e) for c, e in zip(completions, entry_point)]
         results = grader.grade(list(zip(codes, entry_point, tests)))
         scores = [r.score if r is not None else 0.0 for r in results]
@@ -203,10 +213,14 @@ def code_rubric(grader: FunctionGrader, format_weight: float = 0.1, detect_hacks
             out.append(ISOLATION_CODES.get(level, -1.0) if level else -1.0)  # -1: not graded (no code)
         return out
 
-    rubric = Rubric([RewardComponent("tests_passed", tests_passed, weight=1.0, pass_threshold=1.0),
-                     RewardComponent("code_format", code_format, weight=format_weight, pass_threshold=1.0),
-                     RewardComponent("sandbox_isolation", sandbox_isolation, weight=0.0, pass_threshold=0.0)],
-                    pass_component="tests_passed")
+    rubric = Rubric(
+        [
+            RewardComponent("tests_passed", tests_passed, weight=1.0, pass_threshold=1.0),
+            RewardComponent("code_format", code_format, weight=format_weight, pass_threshold=1.0),
+            RewardComponent("sandbox_isolation", sandbox_isolation, weight=0.0, pass_threshold=0.0),
+        ],
+        pass_component="tests_passed",
+    )
     return guard(rubric, code_of=all_code) if detect_hacks else rubric
 
 
@@ -219,10 +233,18 @@ def wrong_completion(problem: dict[str, Any]) -> str:
     return f"```python\ndef {problem['signature']}:\n    return None\n```"
 
 
-def make_task(seed: int = 0, eval_fraction: float = 0.2, split_seed: int = 0, difficulties: list[str] | None = None,
-              detect_hacks: bool = True, format_weight: float = 0.1, sandbox: dict[str, Any] | None = None,
-              max_tokens: int = 256, problems: Sequence[dict[str, Any]] | None = None,
-              partial_credit: bool = True) -> Task:
+def make_task(
+    seed: int = 0,
+    eval_fraction: float = 0.2,
+    split_seed: int = 0,
+    difficulties: list[str] | None = None,
+    detect_hacks: bool = True,
+    format_weight: float = 0.1,
+    sandbox: dict[str, Any] | None = None,
+    max_tokens: int = 256,
+    problems: Sequence[dict[str, Any]] | None = None,
+    partial_credit: bool = True,
+) -> Task:
     """The `code-tests` task. `difficulties` keeps only those levels ("easy", "medium", "hard");
     `sandbox` holds SandboxConfig fields (e.g. {"backend": "unsafe", "allow_unsafe": true} where no
     isolation tool exists); `problems` replaces the built-in set (same JSON shape). `seed` is unused: the
@@ -239,8 +261,8 @@ def make_task(seed: int = 0, eval_fraction: float = 0.2, split_seed: int = 0, di
         eval_rows=[make_row(p) for p in held],
         rubric=code_rubric(grader, format_weight, detect_hacks, partial_credit),
         description=f"Write a small Python function that passes hidden tests ({len(train)} train / "
-                    f"{len(held)} held-out problems); reward = "
-                    + ("fraction of hidden cases passed." if partial_credit else "1 if every hidden case passes."),
+        f"{len(held)} held-out problems); reward = "
+        + ("fraction of hidden cases passed." if partial_credit else "1 if every hidden case passes."),
         max_tokens=max_tokens,
         # Stop after the closing fence: a fence followed by a newline ends the code; the opening fence
         # ("```python\n") does not match, so prose before the code is allowed.
@@ -255,10 +277,12 @@ def make_task(seed: int = 0, eval_fraction: float = 0.2, split_seed: int = 0, di
     for split, rows in (("train", task.train_rows), ("eval", task.eval_rows)):
         if rows:
             row, p = rows[0], by_id[rows[0]["problem_id"]]
-            checks.append(SmokeCheck(f"reference {split}:{p['id']}", row=row, completion=reference_completion(p),
-                                     expect="pass"))
-            checks.append(SmokeCheck(f"wrong {split}:{p['id']}", row=row, completion=wrong_completion(p),
-                                     expect="fail"))
+            checks.append(
+                SmokeCheck(f"reference {split}:{p['id']}", row=row, completion=reference_completion(p), expect="pass")
+            )
+            checks.append(
+                SmokeCheck(f"wrong {split}:{p['id']}", row=row, completion=wrong_completion(p), expect="fail")
+            )
     row, p = task.train_rows[0], by_id[task.train_rows[0]["problem_id"]]
     if detect_hacks:
         hack = f"```python\nimport sys\ndef {p['signature']}:\n    sys.exit(0)\n```"

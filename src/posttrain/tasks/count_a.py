@@ -24,8 +24,9 @@ def a_fraction(completions, **kwargs) -> list[float]:
 
 def a_feedback(completions, **kwargs) -> list[str | None]:
     """The words a hint can carry for count-a (tests of hint distillation use it)."""
-    return [f"only {a_fraction([c])[0]:.0%} of the characters were 'a'; write more of the letter a."
-            for c in completions]
+    return [
+        f"only {a_fraction([c])[0]:.0%} of the characters were 'a'; write more of the letter a." for c in completions
+    ]
 
 
 def make_task(n_train: int = 64, n_eval: int = 16, seed: int = 0, max_tokens: int = 16) -> Task:
@@ -36,11 +37,19 @@ def make_task(n_train: int = 64, n_eval: int = 16, seed: int = 0, max_tokens: in
         w = rng.choice(words)
         return {"prompt": [{"role": "user", "content": f"say a {w} {i}"}], "word": w}
 
-    rubric = Rubric([RewardComponent("a_fraction", a_fraction, weight=1.0, pass_threshold=0.5)],
-                    pass_component="a_fraction")
+    rubric = Rubric(
+        [RewardComponent("a_fraction", a_fraction, weight=1.0, pass_threshold=0.5)], pass_component="a_fraction"
+    )
     train_rows = [row(i) for i in range(n_train)]
-    return Task(name="count-a", train_rows=train_rows,
-                smoke_checks=[SmokeCheck("all a passes", row=train_rows[0], completion="aaaa"),
-                              SmokeCheck("no a fails", row=train_rows[0], completion="xyz", expect="fail")],
-                eval_rows=[row(1000 + i) for i in range(n_eval)], rubric=rubric, max_tokens=max_tokens,
-                feedback=a_feedback)
+    return Task(
+        name="count-a",
+        train_rows=train_rows,
+        smoke_checks=[
+            SmokeCheck("all a passes", row=train_rows[0], completion="aaaa"),
+            SmokeCheck("no a fails", row=train_rows[0], completion="xyz", expect="fail"),
+        ],
+        eval_rows=[row(1000 + i) for i in range(n_eval)],
+        rubric=rubric,
+        max_tokens=max_tokens,
+        feedback=a_feedback,
+    )

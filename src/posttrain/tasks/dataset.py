@@ -45,8 +45,9 @@ def _read_jsonl(path: Path) -> Rows:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as e:
-                    raise TaskLoadError(f"task.dataset {path}:{n}: not valid JSON ({e.msg}); each line must be one "
-                                        "JSON object") from None
+                    raise TaskLoadError(
+                        f"task.dataset {path}:{n}: not valid JSON ({e.msg}); each line must be one JSON object"
+                    ) from None
     return rows
 
 
@@ -54,11 +55,14 @@ def _read_json(path: Path) -> Rows:
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise TaskLoadError(f"task.dataset {path}: not valid JSON ({e.msg} at line {e.lineno}); a .json file holds "
-                            "a list of row objects (one object per line: name it .jsonl)") from None
+        raise TaskLoadError(
+            f"task.dataset {path}: not valid JSON ({e.msg} at line {e.lineno}); a .json file holds "
+            "a list of row objects (one object per line: name it .jsonl)"
+        ) from None
     if not isinstance(rows, list):
-        raise TaskLoadError(f"task.dataset {path}: a .json file must hold a list of row objects, got "
-                            f"{type(rows).__name__}")
+        raise TaskLoadError(
+            f"task.dataset {path}: a .json file must hold a list of row objects, got {type(rows).__name__}"
+        )
     return rows
 
 
@@ -85,8 +89,13 @@ def _read_arrow(path: Path) -> Rows:
             return pa.ipc.open_file(source).read_all().to_pylist()
 
 
-READERS: dict[str, Callable[[Path], Rows]] = {".jsonl": _read_jsonl, ".json": _read_json, ".parquet": _read_parquet,
-                                              ".csv": _read_csv, ".arrow": _read_arrow}
+READERS: dict[str, Callable[[Path], Rows]] = {
+    ".jsonl": _read_jsonl,
+    ".json": _read_json,
+    ".parquet": _read_parquet,
+    ".csv": _read_csv,
+    ".arrow": _read_arrow,
+}
 _KINDS = ", ".join(READERS)
 
 
@@ -94,19 +103,23 @@ def read_file(path: Path) -> Rows:
     """The rows of one data file; TaskLoadError when its extension is unknown or it cannot be read."""
     reader = READERS.get(path.suffix.lower())
     if reader is None:
-        raise TaskLoadError(f"task.dataset {path}: unknown extension {path.suffix or '(none)'!r}; use a {_KINDS} "
-                            "file, a folder of them, or a datasets save_to_disk folder")
+        raise TaskLoadError(
+            f"task.dataset {path}: unknown extension {path.suffix or '(none)'!r}; use a {_KINDS} "
+            "file, a folder of them, or a datasets save_to_disk folder"
+        )
     try:
         rows = reader(path)
     except TaskLoadError:
         raise
     except (OSError, UnicodeDecodeError, ValueError, ImportError) as e:  # pyarrow's errors are ValueErrors
-        raise TaskLoadError(f"task.dataset {path}: cannot read it as {path.suffix} ({type(e).__name__}: "
-                            f"{_first_line(e)})") from None
+        raise TaskLoadError(
+            f"task.dataset {path}: cannot read it as {path.suffix} ({type(e).__name__}: {_first_line(e)})"
+        ) from None
     bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
     if bad is not None:
-        raise TaskLoadError(f"task.dataset {path}: row {bad} is a {type(rows[bad]).__name__}, not an object with "
-                            "columns")
+        raise TaskLoadError(
+            f"task.dataset {path}: row {bad} is a {type(rows[bad]).__name__}, not an object with columns"
+        )
     return rows
 
 
@@ -123,8 +136,13 @@ def _split_of(path: Path) -> str:
 
 
 def _folder_files(folder: Path) -> dict[str, list[Path]]:
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in READERS
-                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and p.suffix.lower() in READERS
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
     out: dict[str, list[Path]] = {}
     for p in files:
         out.setdefault(_split_of(p), []).append(p)
@@ -177,14 +195,20 @@ def _load_cached(name: str, cache_dir: str | None = None) -> dict[str, Callable[
         with _offline():
             return _datasets_splits(load_dataset(repo, config or None, cache_dir=cache_dir))
     except Exception as e:  # noqa: BLE001 - datasets raises many kinds; all mean "not here offline"
-        raise TaskLoadError(f"task.dataset {name!r} is not a file or folder, nor a dataset in the local Hugging Face "
-                            f"cache ({type(e).__name__}); posttrain never downloads: on a machine with network run "
-                            f"datasets.load_dataset({repo!r}).save_to_disk(DIR) and set task.dataset=DIR") from None
+        raise TaskLoadError(
+            f"task.dataset {name!r} is not a file or folder, nor a dataset in the local Hugging Face "
+            f"cache ({type(e).__name__}); posttrain never downloads: on a machine with network run "
+            f"datasets.load_dataset({repo!r}).save_to_disk(DIR) and set task.dataset=DIR"
+        ) from None
 
 
 def _looks_like_path(name: str) -> bool:
-    return name.startswith((".", "/", "~")) or Path(name).suffix.lower() in READERS or os.sep in name and \
-        Path(name.split(os.sep)[0]).exists()
+    return (
+        name.startswith((".", "/", "~"))
+        or Path(name).suffix.lower() in READERS
+        or os.sep in name
+        and Path(name.split(os.sep)[0]).exists()
+    )
 
 
 def dataset_splits(dataset: str, cache_dir: str | None = None) -> dict[str, Callable[[], Rows]]:
@@ -197,8 +221,9 @@ def dataset_splits(dataset: str, cache_dir: str | None = None) -> dict[str, Call
             return _load_saved(path)
         files = _folder_files(path)
         if not files:
-            raise TaskLoadError(f"task.dataset {path}: the folder holds no {_KINDS} file and is not a datasets "
-                                "save_to_disk folder")
+            raise TaskLoadError(
+                f"task.dataset {path}: the folder holds no {_KINDS} file and is not a datasets save_to_disk folder"
+            )
         return {split: (lambda ps=ps: [r for p in ps for r in read_file(p)]) for split, ps in files.items()}
     if _looks_like_path(dataset):
         raise TaskLoadError(f"task.dataset {dataset}: no such file or folder")
@@ -223,17 +248,26 @@ def template_fields(template: str, where: str, columns: list[str]) -> list[str]:
         raise TaskLoadError(f"task.prompt_template: {e}; write a literal brace doubled ({{{{ or }}}})") from None
     for f in fields:
         if not f.isidentifier():
-            raise TaskLoadError(f"task.prompt_template: {{{f}}} is not a column name (a template names columns as "
-                                "{question}; a literal brace is doubled: \\boxed{{}})")
+            raise TaskLoadError(
+                f"task.prompt_template: {{{f}}} is not a column name (a template names columns as "
+                "{question}; a literal brace is doubled: \\boxed{{}})"
+            )
         if f not in columns:
-            raise TaskLoadError(f"task.prompt_template names the column {f!r}, which {where} does not have; its "
-                                f"columns: {', '.join(columns)}")
+            raise TaskLoadError(
+                f"task.prompt_template names the column {f!r}, which {where} does not have; its "
+                f"columns: {', '.join(columns)}"
+            )
     return fields
 
 
 def _is_chat(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+        )
+    )
 
 
 def _prompt_value(row: dict[str, Any], i: int, tc: TaskConfig, where: str) -> str | list[dict[str, str]]:
@@ -242,11 +276,16 @@ def _prompt_value(row: dict[str, Any], i: int, tc: TaskConfig, where: str) -> st
     value = row.get(tc.prompt_column)
     if isinstance(value, str) or _is_chat(value):
         return value
-    kind = "a list that is not chat messages ({role, content} objects)" if isinstance(value, list) else \
-        f"a {type(value).__name__}"
-    raise TaskLoadError(f"task.dataset {where}: row {i}'s {tc.prompt_column!r} is {kind}; a prompt is a string or "
-                        "a list of chat messages: pick another task.prompt_column, or build the prompt with "
-                        "task.prompt_template, e.g. 'Solve: {" + tc.prompt_column + "}'")
+    kind = (
+        "a list that is not chat messages ({role, content} objects)"
+        if isinstance(value, list)
+        else f"a {type(value).__name__}"
+    )
+    raise TaskLoadError(
+        f"task.dataset {where}: row {i}'s {tc.prompt_column!r} is {kind}; a prompt is a string or "
+        "a list of chat messages: pick another task.prompt_column, or build the prompt with "
+        "task.prompt_template, e.g. 'Solve: {" + tc.prompt_column + "}'"
+    )
 
 
 def make_prompt(row: dict[str, Any], i: int, tc: TaskConfig, where: str) -> str | list[dict[str, str]]:
@@ -263,19 +302,19 @@ def _check_prompt_columns(tc: TaskConfig, columns: list[str], where: str) -> Non
     if tc.prompt_template is not None:
         template_fields(tc.prompt_template, where, columns)
     elif tc.prompt_column not in columns:
-        raise TaskLoadError(f"task.dataset {where} has no column {tc.prompt_column!r} (task.prompt_column); its "
-                            f"columns: {', '.join(columns)}; set task.prompt_column to one of them, or "
-                            "task.prompt_template, e.g. 'Solve: {" + columns[0] + "}'")
+        raise TaskLoadError(
+            f"task.dataset {where} has no column {tc.prompt_column!r} (task.prompt_column); its "
+            f"columns: {', '.join(columns)}; set task.prompt_column to one of them, or "
+            "task.prompt_template, e.g. 'Solve: {" + columns[0] + "}'"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- the task
 
 
-def _split_rows(splits: dict[str, Callable[[], Rows]], split: str, key: str, where: str,
-                max_rows: int | None) -> Rows:
+def _split_rows(splits: dict[str, Callable[[], Rows]], split: str, key: str, where: str, max_rows: int | None) -> Rows:
     if split not in splits:
-        raise TaskLoadError(f"task.dataset {where} has no split {split!r} ({key}); its splits: "
-                            f"{', '.join(splits)}")
+        raise TaskLoadError(f"task.dataset {where} has no split {split!r} ({key}); its splits: {', '.join(splits)}")
     rows = splits[split]()[:max_rows]
     if not rows:
         raise TaskLoadError(f"task.dataset {where}: the {split!r} split is empty")
@@ -286,11 +325,16 @@ def _held_out(rows: Rows, fraction: float | None, seed: int) -> tuple[Rows, Rows
     """(train, eval): `fraction` of the rows held out at random (seeded), by default 10% and at most 64, as
     load_task does for a task without eval rows."""
     if len(rows) < 2:
-        raise TaskLoadError(f"task.dataset has {len(rows)} row: too few to hold any out; add rows or set "
-                            "task.eval_split")
+        raise TaskLoadError(
+            f"task.dataset has {len(rows)} row: too few to hold any out; add rows or set task.eval_split"
+        )
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
-    n = min(64, max(1, len(rows) // 10)) if fraction is None else min(len(rows) - 1, max(1, round(len(rows) * fraction)))
+    n = (
+        min(64, max(1, len(rows) // 10))
+        if fraction is None
+        else min(len(rows) - 1, max(1, round(len(rows) * fraction)))
+    )
     return [rows[i] for i in order[n:]], [rows[i] for i in order[:n]]
 
 
@@ -303,8 +347,10 @@ def load_dataset_task(tc: TaskConfig, seed: int = 0, cache_dir: str | None = Non
     assert tc.dataset is not None
     where = tc.dataset
     if not tc.rewards:
-        raise TaskLoadError(f"task.dataset {where} has no reward: name one, e.g. task.rewards=[{{fn: math}}] "
-                            "(answer_column: answer by default; docs/datasets.md lists them)")
+        raise TaskLoadError(
+            f"task.dataset {where} has no reward: name one, e.g. task.rewards=[{{fn: math}}] "
+            "(answer_column: answer by default; docs/datasets.md lists them)"
+        )
     splits = dataset_splits(tc.dataset, cache_dir)
     train = _split_rows(splits, tc.split, "task.split", where, tc.max_rows)
     if tc.eval_split is not None:
@@ -318,6 +364,10 @@ def load_dataset_task(tc: TaskConfig, seed: int = 0, cache_dir: str | None = Non
         check_columns(rubric, [*columns, "prompt"])
     except RewardConfigError as e:
         raise TaskLoadError(f"task.dataset {where}: {e}") from None
-    return Task(name=f"dataset:{tc.label}", train_rows=_rows_with_prompts(train, tc, where),
-                eval_rows=_rows_with_prompts(evals, tc, where), rubric=rubric,
-                description=f"rows of {where}, rewards {', '.join(c.name for c in rubric.components)}")
+    return Task(
+        name=f"dataset:{tc.label}",
+        train_rows=_rows_with_prompts(train, tc, where),
+        eval_rows=_rows_with_prompts(evals, tc, where),
+        rubric=rubric,
+        description=f"rows of {where}, rewards {', '.join(c.name for c in rubric.components)}",
+    )

@@ -122,8 +122,20 @@ TEMPLATES: dict[str, list[str]] = {
 }
 
 SLOTS: dict[str, list[str]] = {
-    "product": ["Pro", "Basic", "Family", "smart speaker", "headphones", "camera", "router", "kettle", "watch",
-                "Premium", "tablet", "desk lamp"],
+    "product": [
+        "Pro",
+        "Basic",
+        "Family",
+        "smart speaker",
+        "headphones",
+        "camera",
+        "router",
+        "kettle",
+        "watch",
+        "Premium",
+        "tablet",
+        "desk lamp",
+    ],
     "order": ["#48213", "#10977", "#55230", "#73114", "#20568", "#91842", "#36601", "#84420", "#67319", "#12785"],
     "amount": ["$9.99", "$49", "$120", "$15.50", "$4.99", "$230", "$75", "$19.99"],
     "days": ["3", "5", "10", "14", "30", "2", "7", "21"],

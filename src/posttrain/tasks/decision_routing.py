@@ -22,16 +22,18 @@ from typing import Any
 
 from posttrain.envs.smoke_checks import SmokeCheck
 from posttrain.envs.task import Task
-from posttrain.tasks import decision_data as D
 from posttrain.rewards.decision import CALIBRATIONS, DecisionRewards
 from posttrain.rewards.rubric import RewardComponent, Rubric
+from posttrain.tasks import decision_data as D
 
 SYSTEM = "You route customer support messages. Labels: " + ", ".join(D.LABELS) + "."
 # Short on purpose: SmolLM2-135M must write the whole answer in ~60 tokens. Only the likely labels need a
 # probability (the rest count as 0), which keeps the JSON short. A concrete example, not a placeholder outline
 # ({"label": L, ...}): with the outline the default model wrote prose on 24 of 24 held-out prompts.
-USER = ('Message: "{text}"\nReply with only JSON like {{"label": "billing", "probs": {{"billing": 0.7, '
-        '"refund": 0.3}}, "confidence": 0.7}}: probs sum to 1, confidence is your chance of being right.')
+USER = (
+    'Message: "{text}"\nReply with only JSON like {{"label": "billing", "probs": {{"billing": 0.7, '
+    '"refund": 0.3}}, "confidence": 0.7}}: probs sum to 1, confidence is your chance of being right.'
+)
 
 DEFAULT_WEIGHTS = {"decision_schema": 0.1, "decision_correct": 1.0, "calibration": 1.0}
 
@@ -41,14 +43,19 @@ def _fill(template: str, rng: random.Random) -> str:
 
 
 def _row(text: str, gold: dict[str, float], ambiguous: bool) -> dict[str, Any]:
-    return {"prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER.format(text=text)}],
-            "gold": dict(gold), "label": max(gold, key=gold.get), "ambiguous": ambiguous, "text": text}
+    return {
+        "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER.format(text=text)}],
+        "gold": dict(gold),
+        "label": max(gold, key=gold.get),
+        "ambiguous": ambiguous,
+        "text": text,
+    }
 
 
 def _rows(n: int, part: int, rng: random.Random) -> list[dict[str, Any]]:
     """`n` rows from one part of the pools: the ambiguous messages of that part (at most one row in 8, so they stay
     a minority), then clear messages with labels balanced (counts differ by at most one), shuffled."""
-    ambiguous = D.split(D.AMBIGUOUS)[part][:n // 8]
+    ambiguous = D.split(D.AMBIGUOUS)[part][: n // 8]
     rows = [_row(t, g, True) for t, g in ambiguous]
     labels = [D.LABELS[i % len(D.LABELS)] for i in range(n - len(rows))]
     for label in labels:
@@ -93,16 +100,25 @@ def demonstrate_varied(row: dict[str, Any]) -> list[str]:
 DEMOS = {"calibrated": demonstrate, "varied": demonstrate_varied}
 
 
-def make_task(seed: int = 0, n_train: int = 200, n_eval: int = 60, calibration: str = "rlcr",
-              weights: dict[str, float] | None = None, prob_tolerance: float = 0.05, demos: str = "calibrated") -> Task:
+def make_task(
+    seed: int = 0,
+    n_train: int = 200,
+    n_eval: int = 60,
+    calibration: str = "rlcr",
+    weights: dict[str, float] | None = None,
+    prob_tolerance: float = 0.05,
+    demos: str = "calibrated",
+) -> Task:
     """The `decision-routing` task. Deterministic in `seed`; held-out rows do not depend on `n_train`.
     `calibration`: "rlcr" (default) or "brier" (the calibration component's scoring rule). `weights` overrides
     component weights by name (decision_schema, decision_correct, calibration). `prob_tolerance`: how far from 1
     the probabilities may sum. `demos`: the warm start's demonstrations, "calibrated" (the gold share as
     confidence) or "varied" (right labels, uninformative confidences: calibration is left to RL)."""
     if calibration not in CALIBRATIONS:
-        raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got {calibration!r} "
-                         "(no log score: it is unbounded, docs/decision.md)")
+        raise ValueError(
+            f"calibration must be one of {', '.join(CALIBRATIONS)}, got {calibration!r} "
+            "(no log score: it is unbounded, docs/decision.md)"
+        )
     if n_train < 1 or n_eval < 0:
         raise ValueError(f"need n_train >= 1 and n_eval >= 0, got n_train={n_train}, n_eval={n_eval}")
     if demos not in DEMOS:
@@ -113,10 +129,15 @@ def make_task(seed: int = 0, n_train: int = 200, n_eval: int = 60, calibration: 
             raise ValueError(f"unknown weight {k!r}; components: {', '.join(w)}")
         w[k] = float(v)
     r = DecisionRewards(D.LABELS, calibration, prob_tolerance)
-    rubric = Rubric([RewardComponent("decision_schema", r.schema, weight=w["decision_schema"]),
-                     RewardComponent("decision_correct", r.correct, weight=w["decision_correct"], pass_threshold=0.5),
-                     RewardComponent("calibration", r.calibration_score, weight=w["calibration"], pass_threshold=0.9)],
-                    pass_component="decision_correct", gates=["decision_schema"])
+    rubric = Rubric(
+        [
+            RewardComponent("decision_schema", r.schema, weight=w["decision_schema"]),
+            RewardComponent("decision_correct", r.correct, weight=w["decision_correct"], pass_threshold=0.5),
+            RewardComponent("calibration", r.calibration_score, weight=w["calibration"], pass_threshold=0.9),
+        ],
+        pass_component="decision_correct",
+        gates=["decision_schema"],
+    )
     master = random.Random(seed)
     train_rng, eval_rng = random.Random(master.getrandbits(64)), random.Random(master.getrandbits(64))
     train_rows = _rows(n_train, 0, train_rng)
@@ -124,18 +145,30 @@ def make_task(seed: int = 0, n_train: int = 200, n_eval: int = 60, calibration: 
     smoke = {**clear, "smoke": True}  # the ledger skips these: they are not the policy's decisions
     gold, other = clear["label"], next(x for x in D.LABELS if x != clear["label"])
     checks = [
-        SmokeCheck("the gold label, confident, passes", row=smoke,
-                   completion=answer(gold, {gold: 0.9, other: 0.1}, 0.9)),
+        SmokeCheck(
+            "the gold label, confident, passes", row=smoke, completion=answer(gold, {gold: 0.9, other: 0.1}, 0.9)
+        ),
         SmokeCheck("a wrong label fails", row=smoke, completion=answer(other, {other: 1.0}, 1.0), expect="fail"),
-        SmokeCheck("probabilities that do not sum to 1 fail", row=smoke,
-                   completion=answer(gold, {gold: 0.9, other: 0.9}, 0.9), expect="fail"),
+        SmokeCheck(
+            "probabilities that do not sum to 1 fail",
+            row=smoke,
+            completion=answer(gold, {gold: 0.9, other: 0.9}, 0.9),
+            expect="fail",
+        ),
         SmokeCheck("an unknown label fails", row=smoke, completion=answer("sales", {"sales": 1.0}, 0.9), expect="fail"),
         SmokeCheck("prose fails", row=smoke, completion=f"The label is {gold}.", expect="fail"),
     ]
     return Task(
-        name="decision-routing", train_rows=train_rows, eval_rows=_rows(n_eval, 1, eval_rng), rubric=rubric,
-        smoke_checks=checks, max_tokens=96, stop=["\n\n", "\n```"],
+        name="decision-routing",
+        train_rows=train_rows,
+        eval_rows=_rows(n_eval, 1, eval_rng),
+        rubric=rubric,
+        smoke_checks=checks,
+        max_tokens=96,
+        stop=["\n\n", "\n```"],
         demonstrate=DEMOS[demos],  # a supervised warm start (warm_start.steps)
-        description=(f"Route a support message to one of {len(D.LABELS)} labels with probabilities and a confidence; "
-                     f"rewards: valid decision (gate), correctness, calibration ({calibration})."),
+        description=(
+            f"Route a support message to one of {len(D.LABELS)} labels with probabilities and a confidence; "
+            f"rewards: valid decision (gate), correctness, calibration ({calibration})."
+        ),
     )

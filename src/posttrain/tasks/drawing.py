@@ -35,21 +35,25 @@ from PIL import Image
 
 from posttrain.envs.smoke_checks import SmokeCheck
 from posttrain.envs.task import Task
+from posttrain.rewards.rubric import RewardComponent, Rubric
+from posttrain.rewards.text import completion_text
 from posttrain.tasks import drawing_data as D
 from posttrain.tasks import drawing_scenes as scenes
 from posttrain.tasks.drawing_gate import MAX_CHARS, check_program
 from posttrain.tasks.drawing_render import RenderError, flat_distance, image_distance, region_score, render
-from posttrain.rewards.rubric import RewardComponent, Rubric
-from posttrain.rewards.text import completion_text
 
 SYSTEM = "You write short drawing programs."
-API = ('fill(color) gradient(top, bottom) rect(x, y, w, h, color) circle(x, y, r, color) '
-       'ellipse(x, y, rx, ry, color) line(x1, y1, x2, y2, color, width) polygon(color, x1, y1, x2, y2, x3, y3, ...) '
-       'stroke(x1, y1, x2, y2, color, width) wash(color, alpha) canvas(w, h)')
-USER = ("Draw: {description}\nCalls: " + API + "\nCoordinates 0-100, y down; colours like \"red\" or \"#ff0000\"; "
-        "`for i in range(n):` loops. Example:\nfill(\"skyblue\")\ncircle(50, 30, 10, \"yellow\")\n"
-        "Reply with only the code.")
-JUDGE_QUESTION = ("A drawing program:\n{completion}\nDoes this program draw {description}? Answer Yes or No.")
+API = (
+    "fill(color) gradient(top, bottom) rect(x, y, w, h, color) circle(x, y, r, color) "
+    "ellipse(x, y, rx, ry, color) line(x1, y1, x2, y2, color, width) polygon(color, x1, y1, x2, y2, x3, y3, ...) "
+    "stroke(x1, y1, x2, y2, color, width) wash(color, alpha) canvas(w, h)"
+)
+USER = (
+    "Draw: {description}\nCalls: " + API + '\nCoordinates 0-100, y down; colours like "red" or "#ff0000"; '
+    '`for i in range(n):` loops. Example:\nfill("skyblue")\ncircle(50, 30, 10, "yellow")\n'
+    "Reply with only the code."
+)
+JUDGE_QUESTION = "A drawing program:\n{completion}\nDoes this program draw {description}? Answer Yes or No."
 SIZE = 64
 MIN_FLAT = 0.05  # a nearly flat reference still leaves room between a blank page and a copy
 IMAGE_BASELINES = ("flat", "region", "none")
@@ -61,7 +65,7 @@ def program_text(completion: Any) -> str:
     ignored: small models introduce their code with a sentence), else the whole text."""
     t = completion_text(completion)
     if "```" in t:
-        t = t[t.index("```") + 3:]
+        t = t[t.index("```") + 3 :]
         t = t.split("\n", 1)[1] if "\n" in t else ""  # the fence line's language tag
         if "```" in t:
             t = t[: t.index("```")]
@@ -147,8 +151,9 @@ def _length_score(image_score):
 def _image_score(renders: Renders, baseline: str, image_scale: float):
     flat: dict[str, float] = {}  # reference program -> its flat-page distance
 
-    def drawing_image(completions: list[Any], reference: list[str], smoke: list[Any] | None = None,
-                      **_: Any) -> list[float]:
+    def drawing_image(
+        completions: list[Any], reference: list[str], smoke: list[Any] | None = None, **_: Any
+    ) -> list[float]:
         out = []
         for i, (c, ref) in enumerate(zip(completions, reference)):
             img, want = renders.get(program_text(c)), renders.get(ref, count=not (smoke and smoke[i]))
@@ -178,8 +183,10 @@ def _scorer_component(spec: str, renders: Renders):
     try:
         fn = getattr(importlib.import_module(mod_name), fn_name)
     except (ImportError, AttributeError) as e:
-        raise ValueError(f"judge {spec!r}: cannot load the scorer ({type(e).__name__}: {e}); expected "
-                         "'package.module:function' taking (images, descriptions)") from None
+        raise ValueError(
+            f"judge {spec!r}: cannot load the scorer ({type(e).__name__}: {e}); expected "
+            "'package.module:function' taking (images, descriptions)"
+        ) from None
 
     def judge(completions: list[Any], description: list[str], **_: Any) -> list[float]:
         images = [renders.get(program_text(c)) for c in completions]
@@ -194,8 +201,8 @@ def _scorer_component(spec: str, renders: Renders):
 
 
 def _llm_judge(judge_model: str, judge_base_url: str | None):
-    from posttrain.tasks.json_judged import make_backend
     from posttrain.rewards.judges import JudgeRunner, PointwiseJudge
+    from posttrain.tasks.json_judged import make_backend
 
     backend = make_backend(judge_model, judge_base_url)
     runner = JudgeRunner(backend, batch_size=8) if not judge_base_url else JudgeRunner(backend)
@@ -203,16 +210,29 @@ def _llm_judge(judge_model: str, judge_base_url: str | None):
 
 
 def _row(description: str, reference: str) -> dict[str, Any]:
-    return {"prompt": [{"role": "system", "content": SYSTEM},
-                       {"role": "user", "content": USER.format(description=description)}],
-            "description": description, "reference": reference}
+    return {
+        "prompt": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": USER.format(description=description)},
+        ],
+        "description": description,
+        "reference": reference,
+    }
 
 
-def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: str = "default",
-              judge_base_url: str | None = None, image_baseline: str = "flat", image_scale: float = 0.5,
-              pass_threshold: float = 0.5,
-              weights: dict[str, float] | None = None, max_tokens: int = 160, train_pictures: int = 0,
-              eval_pictures: int = 0) -> Task:
+def make_task(
+    judge: str | None = None,
+    judge_weight: float = 0.5,
+    judge_model: str = "default",
+    judge_base_url: str | None = None,
+    image_baseline: str = "flat",
+    image_scale: float = 0.5,
+    pass_threshold: float = 0.5,
+    weights: dict[str, float] | None = None,
+    max_tokens: int = 160,
+    train_pictures: int = 0,
+    eval_pictures: int = 0,
+) -> Task:
     """The `drawing` task. `judge`: None (default, off), "llm" (a yes/no judge on the program text, `judge_model` /
     `judge_base_url` as in json-extract-judged) or "package.module:function" (a scorer of the rendered images).
     `image_baseline`: "flat" (score the progress past the best one-colour page), "region" (the same progress per
@@ -236,9 +256,11 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
         w[k] = float(v)
     renders = Renders()
     image = _image_score(renders, image_baseline, image_scale)
-    comps = [RewardComponent("drawing_gate", renders.gate, weight=w["drawing_gate"]),
-             RewardComponent("drawing_length", _length_score(image), weight=w["drawing_length"], pass_threshold=0.5),
-             RewardComponent("drawing_image", image, weight=w["drawing_image"], pass_threshold=pass_threshold)]
+    comps = [
+        RewardComponent("drawing_gate", renders.gate, weight=w["drawing_gate"]),
+        RewardComponent("drawing_length", _length_score(image), weight=w["drawing_length"], pass_threshold=0.5),
+        RewardComponent("drawing_image", image, weight=w["drawing_image"], pass_threshold=pass_threshold),
+    ]
     judges: dict[str, Any] = {}
     if judge == "llm":
         j = _llm_judge(judge_model, judge_base_url)
@@ -247,8 +269,9 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
     elif judge is not None:
         if ":" not in str(judge):
             raise ValueError(f"judge must be None, 'llm' or 'package.module:function', got {judge!r}")
-        comps.append(RewardComponent("judge", _scorer_component(judge, renders), weight=judge_weight,
-                                     pass_threshold=0.5))
+        comps.append(
+            RewardComponent("judge", _scorer_component(judge, renders), weight=judge_weight, pass_threshold=0.5)
+        )
     # One generated sequence: the first train_pictures train and the next eval_pictures evaluate, so no eval
     # picture is ever trained on. The eval pictures depend on train_pictures: compare runs with the same value.
     generated = scenes.generate(train_pictures + eval_pictures)
@@ -257,23 +280,32 @@ def make_task(judge: str | None = None, judge_weight: float = 0.5, judge_model: 
     first = {**train_rows[0], "smoke": True}
     checks = [
         SmokeCheck("the reference program passes", row=first, completion=first["reference"]),
-        SmokeCheck("the reference in a ``` fence passes", row=first,
-                   completion=f"```python\n{first['reference']}\n```"),
+        SmokeCheck(
+            "the reference in a ``` fence passes", row=first, completion=f"```python\n{first['reference']}\n```"
+        ),
         SmokeCheck("a blank page fails", row=first, completion='fill("white")', expect="fail"),
-        SmokeCheck("an import is refused by the gate", row=first,
-                   completion="import os\n" + first["reference"], expect="fail"),
-        SmokeCheck("attribute escapes are refused", row=first,
-                   completion='fill(().__class__.__name__)', expect="fail"),
+        SmokeCheck(
+            "an import is refused by the gate", row=first, completion="import os\n" + first["reference"], expect="fail"
+        ),
+        SmokeCheck("attribute escapes are refused", row=first, completion="fill(().__class__.__name__)", expect="fail"),
         SmokeCheck("prose fails", row=first, completion="Here is a red sun over the sea.", expect="fail"),
     ]
     return Task(
-        name="drawing", train_rows=train_rows, eval_rows=[_row(d, p) for d, p in held_out],
-        rubric=Rubric(comps, pass_component="drawing_image", gates=["drawing_gate"]), smoke_checks=checks,
+        name="drawing",
+        train_rows=train_rows,
+        eval_rows=[_row(d, p) for d, p in held_out],
+        rubric=Rubric(comps, pass_component="drawing_image", gates=["drawing_gate"]),
+        smoke_checks=checks,
         # Stop at a closing fence ("\n```" then a newline), not at an opening one ("\n```python"): the default
         # model writes a sentence, then the fenced program.
-        judges=judges, max_tokens=max_tokens, stop=["\n```\n"],
+        judges=judges,
+        max_tokens=max_tokens,
+        stop=["\n```\n"],
         demonstrate=lambda row: [row["reference"]],  # a supervised warm start on the reference programs
-        description=("Write a short drawing program (ten allowed calls) for a description; gated by an AST "
-                     "allow-list, rendered at 64x64 and scored against a reference render"
-                     + (f", plus a judge ({judge})" if judge else "") + "."),
+        description=(
+            "Write a short drawing program (ten allowed calls) for a description; gated by an AST "
+            "allow-list, rendered at 64x64 and scored against a reference render"
+            + (f", plus a judge ({judge})" if judge else "")
+            + "."
+        ),
     )

@@ -31,13 +31,34 @@ MAX_DRAWS = 400
 TIME_BUDGET_S = 5.0
 
 PALETTE: dict[str, tuple[int, int, int]] = {
-    "black": (0, 0, 0), "white": (255, 255, 255), "grey": (128, 128, 128), "gray": (128, 128, 128),
-    "silver": (192, 192, 192), "red": (220, 30, 30), "maroon": (128, 0, 0), "orange": (255, 140, 0),
-    "yellow": (250, 220, 40), "gold": (255, 200, 0), "beige": (240, 230, 200), "sand": (220, 200, 150),
-    "tan": (210, 180, 140), "brown": (130, 80, 40), "green": (40, 160, 60), "darkgreen": (0, 90, 30),
-    "lime": (150, 230, 60), "olive": (120, 130, 40), "teal": (0, 128, 128), "cyan": (0, 220, 230),
-    "skyblue": (135, 200, 240), "lightblue": (180, 220, 250), "blue": (30, 80, 220), "navy": (10, 30, 110),
-    "indigo": (75, 0, 130), "purple": (130, 50, 170), "violet": (190, 120, 230), "pink": (250, 160, 190),
+    "black": (0, 0, 0),
+    "white": (255, 255, 255),
+    "grey": (128, 128, 128),
+    "gray": (128, 128, 128),
+    "silver": (192, 192, 192),
+    "red": (220, 30, 30),
+    "maroon": (128, 0, 0),
+    "orange": (255, 140, 0),
+    "yellow": (250, 220, 40),
+    "gold": (255, 200, 0),
+    "beige": (240, 230, 200),
+    "sand": (220, 200, 150),
+    "tan": (210, 180, 140),
+    "brown": (130, 80, 40),
+    "green": (40, 160, 60),
+    "darkgreen": (0, 90, 30),
+    "lime": (150, 230, 60),
+    "olive": (120, 130, 40),
+    "teal": (0, 128, 128),
+    "cyan": (0, 220, 230),
+    "skyblue": (135, 200, 240),
+    "lightblue": (180, 220, 250),
+    "blue": (30, 80, 220),
+    "navy": (10, 30, 110),
+    "indigo": (75, 0, 130),
+    "purple": (130, 50, 170),
+    "violet": (190, 120, 230),
+    "pink": (250, 160, 190),
     "magenta": (220, 40, 180),
 }
 
@@ -56,8 +77,9 @@ def color(value: Any) -> tuple[int, int, int]:
     if v.startswith("#") and len(v) in (4, 7) and all(ch in "0123456789abcdef" for ch in v[1:]):
         h = v[1:] if len(v) == 7 else "".join(ch * 2 for ch in v[1:])
         return int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)
-    raise RenderError(f"unknown colour {value[:24]!r}; use a palette name ({', '.join(list(PALETTE)[:8])}, ...) "
-                      "or '#rrggbb'")
+    raise RenderError(
+        f"unknown colour {value[:24]!r}; use a palette name ({', '.join(list(PALETTE)[:8])}, ...) or '#rrggbb'"
+    )
 
 
 class _Painter:
@@ -108,14 +130,16 @@ class _Painter:
         self.draw.ellipse(self._box(x - rx, y - ry, x + rx, y + ry), fill=color(c))
 
     def line(self, x1: float, y1: float, x2: float, y2: float, c: Any, width: float = 1.0) -> None:
-        self.draw.line([(self._x(x1), self._y(y1)), (self._x(x2), self._y(y2))], fill=color(c),
-                       width=self._width(width))
+        self.draw.line(
+            [(self._x(x1), self._y(y1)), (self._x(x2), self._y(y2))], fill=color(c), width=self._width(width)
+        )
 
     def polygon(self, c: Any, *coords: float) -> None:
         if len(coords) % 2:
             raise RenderError("polygon takes a colour then x, y pairs")
-        self.draw.polygon([(self._x(coords[i]), self._y(coords[i + 1])) for i in range(0, len(coords), 2)],
-                          fill=color(c))
+        self.draw.polygon(
+            [(self._x(coords[i]), self._y(coords[i + 1])) for i in range(0, len(coords), 2)], fill=color(c)
+        )
 
     def stroke(self, x1: float, y1: float, x2: float, y2: float, c: Any, width: float) -> None:
         # A brush stroke: a round-capped line at 60% opacity, so strokes layer like paint
@@ -252,8 +276,13 @@ class _Interpreter:
             raise RenderError(f"{name}: {type(e).__name__}: {str(e)[:80]}") from None
 
 
-def render(program: str | ast.Module, size: int = 64, max_steps: int = MAX_STEPS, max_draws: int = MAX_DRAWS,
-           time_budget_s: float = TIME_BUDGET_S) -> Image.Image:
+def render(
+    program: str | ast.Module,
+    size: int = 64,
+    max_steps: int = MAX_STEPS,
+    max_draws: int = MAX_DRAWS,
+    time_budget_s: float = TIME_BUDGET_S,
+) -> Image.Image:
     """Draw a program (source text, gated here, or a tree the gate accepted) to a size x size RGB image."""
     if isinstance(program, str):
         g = check_program(program)
@@ -272,13 +301,13 @@ def image_distance(a: Image.Image, b: Image.Image, grid: int = 16) -> float:
     images to grid x grid. Low resolution on purpose: it asks for the right colours in the right places, not a
     pixel-exact copy."""
     pa, pb = (im.convert("RGB").resize((grid, grid), Image.BOX).tobytes() for im in (a, b))
-    total = sum(math.dist(pa[i:i + 3], pb[i:i + 3]) for i in range(0, len(pa), 3))
+    total = sum(math.dist(pa[i : i + 3], pb[i : i + 3]) for i in range(0, len(pa), 3))
     return total / (grid * grid * 255.0 * math.sqrt(3.0))
 
 
 def _cells(im: Image.Image, grid: int) -> list[bytes]:
     px = im.convert("RGB").resize((grid, grid), Image.BOX).tobytes()
-    return [px[i:i + 3] for i in range(0, len(px), 3)]
+    return [px[i : i + 3] for i in range(0, len(px), 3)]
 
 
 def flat_distance(ref: Image.Image, grid: int = 16) -> float:

@@ -36,24 +36,27 @@ def _distinct(rng: random.Random, k: int) -> list[str]:
     score needs a figure cell to differ from the ground by more than 10% of the colour cube's diagonal)."""
     while True:
         picked = rng.sample(COLOURS, k)
-        if all(_far(a, b) for i, a in enumerate(picked) for b in picked[i + 1:]):
+        if all(_far(a, b) for i, a in enumerate(picked) for b in picked[i + 1 :]):
             return picked
 
 
 def _far(a: str, b: str) -> bool:
     pa, pb = PALETTE[a], PALETTE[b]
-    return sum((x - y) ** 2 for x, y in zip(pa, pb)) ** 0.5 > 0.25 * (3 * 255 ** 2) ** 0.5
+    return sum((x - y) ** 2 for x, y in zip(pa, pb)) ** 0.5 > 0.25 * (3 * 255**2) ** 0.5
 
 
 # --- families: each takes the RNG and returns one scene. The training target it generalises is named. ---
+
 
 def _shape_on_background(rng: random.Random) -> Scene:
     # "a blue square on an orange background", "an orange circle on a navy background", "a green triangle ..."
     c, bg = _distinct(rng, 2)
     shape = rng.choice(("circle", "square", "triangle"))
-    draw = {"circle": f'circle(50, 50, 25, "{c}")',
-            "square": f'rect(25, 25, 50, 50, "{c}")',
-            "triangle": f'polygon("{c}", 50, 20, 85, 80, 15, 80)'}[shape]
+    draw = {
+        "circle": f'circle(50, 50, 25, "{c}")',
+        "square": f'rect(25, 25, 50, 50, "{c}")',
+        "triangle": f'polygon("{c}", 50, 20, 85, 80, 15, 80)',
+    }[shape]
     return f"{_article(c)} {c} {shape} on {_article(bg)} {bg} background", f'fill("{bg}")\n{draw}'
 
 
@@ -61,8 +64,10 @@ def _sky_over_ground(rng: random.Random) -> Scene:
     # "a purple sky over a black field"
     sky, ground = _distinct(rng, 2)
     kind, top = rng.choice((("field", 70), ("sea", 60), ("lake", 55)))
-    return (f"{_article(sky)} {sky} sky over {_article(ground)} {ground} {kind}",
-            f'fill("{sky}")\nrect(0, {top}, 100, {100 - top}, "{ground}")')
+    return (
+        f"{_article(sky)} {sky} sky over {_article(ground)} {ground} {kind}",
+        f'fill("{sky}")\nrect(0, {top}, 100, {100 - top}, "{ground}")',
+    )
 
 
 def _sun_over_sea(rng: random.Random) -> Scene:
@@ -74,8 +79,10 @@ def _sun_over_sea(rng: random.Random) -> Scene:
         if _far(c, sky) and _far(sea, sky):
             break
     y, r = (35, 15) if body == "sun" else (28, 10)
-    return (f"{_article(c)} {c} {body} over {_article(sea)} {sea} sea",
-            f'fill("{sky}")\nrect(0, 60, 100, 40, "{sea}")\ncircle(50, {y}, {r}, "{c}")')
+    return (
+        f"{_article(c)} {c} {body} over {_article(sea)} {sea} sea",
+        f'fill("{sky}")\nrect(0, 60, 100, 40, "{sea}")\ncircle(50, {y}, {r}, "{c}")',
+    )
 
 
 def _circles_in_a_row(rng: random.Random) -> Scene:
@@ -85,8 +92,10 @@ def _circles_in_a_row(rng: random.Random) -> Scene:
     step = 100 // n
     r = min(12, step // 2 - 3)
     page = "" if bg == "white" else f" on {_article(bg)} {bg} page"
-    return (f"{NUMBERS[n]} {c} circles in a row{page}",
-            f'fill("{bg}")\nfor i in range({n}):\n    circle({step // 2} + {step} * i, 50, {r}, "{c}")')
+    return (
+        f"{NUMBERS[n]} {c} circles in a row{page}",
+        f'fill("{bg}")\nfor i in range({n}):\n    circle({step // 2} + {step} * i, 50, {r}, "{c}")',
+    )
 
 
 def _stripe_across_flag(rng: random.Random) -> Scene:
@@ -94,8 +103,10 @@ def _stripe_across_flag(rng: random.Random) -> Scene:
     c, bg = _distinct(rng, 2)
     if rng.random() < 0.5:
         return f"{_article(c)} {c} stripe across {_article(bg)} {bg} flag", f'fill("{bg}")\nrect(0, 40, 100, 20, "{c}")'
-    return (f"{_article(c)} {c} vertical stripe on {_article(bg)} {bg} flag",
-            f'fill("{bg}")\nrect(40, 0, 20, 100, "{c}")')
+    return (
+        f"{_article(c)} {c} vertical stripe on {_article(bg)} {bg} flag",
+        f'fill("{bg}")\nrect(40, 0, 20, 100, "{c}")',
+    )
 
 
 def _house(rng: random.Random) -> Scene:
@@ -104,9 +115,11 @@ def _house(rng: random.Random) -> Scene:
         wall, roof = _distinct(rng, 2)
         if _far(wall, "skyblue") and _far(roof, "skyblue"):
             break
-    return (f"{_article(wall)} {wall} house with {_article(roof)} {roof} roof",
-            f'fill("skyblue")\nrect(0, 80, 100, 20, "green")\nrect(30, 50, 40, 30, "{wall}")\n'
-            f'polygon("{roof}", 25, 50, 50, 30, 75, 50)')
+    return (
+        f"{_article(wall)} {wall} house with {_article(roof)} {roof} roof",
+        f'fill("skyblue")\nrect(0, 80, 100, 20, "green")\nrect(30, 50, 40, 30, "{wall}")\n'
+        f'polygon("{roof}", 25, 50, 50, 30, 75, 50)',
+    )
 
 
 def _flower(rng: random.Random) -> Scene:
@@ -115,13 +128,22 @@ def _flower(rng: random.Random) -> Scene:
         petals, centre = _distinct(rng, 2)
         if _far(petals, "white") and petals != "green":
             break
-    return (f"{_article(petals)} {petals} flower with {_article(centre)} {centre} centre",
-            f'fill("white")\nline(50, 50, 50, 95, "green", 3)\ncircle(50, 40, 12, "{petals}")\n'
-            f'circle(50, 40, 4, "{centre}")')
+    return (
+        f"{_article(petals)} {petals} flower with {_article(centre)} {centre} centre",
+        f'fill("white")\nline(50, 50, 50, 95, "green", 3)\ncircle(50, 40, 12, "{petals}")\n'
+        f'circle(50, 40, 4, "{centre}")',
+    )
 
 
 FAMILIES: tuple[Callable[[random.Random], Scene], ...] = (
-    _shape_on_background, _sky_over_ground, _sun_over_sea, _circles_in_a_row, _stripe_across_flag, _house, _flower)
+    _shape_on_background,
+    _sky_over_ground,
+    _sun_over_sea,
+    _circles_in_a_row,
+    _stripe_across_flag,
+    _house,
+    _flower,
+)
 
 
 MAX_MISSES = 5000  # tries in a row without a new picture: the families are out

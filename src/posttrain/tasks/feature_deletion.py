@@ -30,22 +30,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from posttrain.bounded import BoundedError, parse_python
-from posttrain.tasks.baselines import BaselineStore
-from posttrain.envs.task import Task
 from posttrain.aio import run_sync
-from posttrain.tasks.code_tests import all_code, extract_code
+from posttrain.bounded import BoundedError, parse_python
+from posttrain.envs.task import Task
 from posttrain.rewards.hack_guard import guard
-from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.rewards.repair_grades import Baseline, check_repair_reward, issue_rewards
+from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.rewards.text import completion_text
+from posttrain.tasks.baselines import BaselineStore
+from posttrain.tasks.code_tests import all_code, extract_code
 
 REPOS = Path(__file__).parent / "data" / "repos"
 STUB = "raise NotImplementedError"
-USER = ("Here is a small Python repository.\n\n{files}\n\n"
-        "The body of `{qualname}` in `{path}` was deleted: it now raises NotImplementedError. Write the complete "
-        "function `{name}` again so that the repository works. Reply with only the function definition in a "
-        "```python code block.")
+USER = (
+    "Here is a small Python repository.\n\n{files}\n\n"
+    "The body of `{qualname}` in `{path}` was deleted: it now raises NotImplementedError. Write the complete "
+    "function `{name}` again so that the repository works. Reply with only the function definition in a "
+    "```python code block."
+)
 
 
 @dataclass(frozen=True)
@@ -95,14 +97,16 @@ def function_sites(source: str) -> list[Site]:
         if fn.name.startswith("__") and fn.name.endswith("__"):
             return
         body = fn.body
-        has_doc = isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+        has_doc = (
+            isinstance(body[0], ast.Expr)
+            and isinstance(getattr(body[0], "value", None), ast.Constant)
             and isinstance(body[0].value.value, str)
+        )
         rest = body[1:] if has_doc else body
         if not rest:
             return
         start = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
-        sites.append(Site(prefix + fn.name, fn.name, start, fn.end_lineno or fn.lineno, rest[0].lineno,
-                          fn.col_offset))
+        sites.append(Site(prefix + fn.name, fn.name, start, fn.end_lineno or fn.lineno, rest[0].lineno, fn.col_offset))
 
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -119,7 +123,7 @@ def delete_body(source: str, site: Site) -> str:
     Line-based, so comments and formatting elsewhere in the file survive (ast.unparse would drop them)."""
     lines = source.splitlines(keepends=True)
     body_indent = " " * (site.indent + 4)
-    return "".join(lines[: site.body_start - 1] + [body_indent + STUB + "\n"] + lines[site.end:])
+    return "".join(lines[: site.body_start - 1] + [body_indent + STUB + "\n"] + lines[site.end :])
 
 
 def original_function(source: str, site: Site) -> str:
@@ -137,8 +141,9 @@ def splice(stub_source: str, qualname: str, code: str) -> str | None:
         tree = parse_python(code)  # model text: size, depth and node caps (a deep expression raised RecursionError)
     except BoundedError:
         return None
-    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and n.name == name), None)
+    fn = next(
+        (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None
+    )
     if fn is None:
         return None
     code_lines = code.splitlines(keepends=True)
@@ -151,7 +156,7 @@ def splice(stub_source: str, qualname: str, code: str) -> str | None:
     new_fn = textwrap.indent(new_fn, " " * site.indent)
     if not new_fn.endswith("\n"):
         new_fn += "\n"
-    out = lines[: site.start - 1] + [new_fn] + lines[site.end:]
+    out = lines[: site.start - 1] + [new_fn] + lines[site.end :]
     imports = [ast.get_source_segment(code, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     if imports:
         mod = ast.parse(stub_source)
@@ -172,8 +177,13 @@ def make_rows(repo: str) -> list[tuple[dict[str, Any], str]]:
             files[path] = delete_body(text, site)
             shown = "\n\n".join(f"### {p}\n```python\n{t.rstrip()}\n```" for p, t in files.items() if p.endswith(".py"))
             user = USER.format(files=shown, qualname=site.qualname, path=path, name=site.name)
-            row = {"prompt": [{"role": "user", "content": user}], "repo": repo, "path": path,
-                   "qualname": site.qualname, "files": files}
+            row = {
+                "prompt": [{"role": "user", "content": user}],
+                "repo": repo,
+                "path": path,
+                "qualname": site.qualname,
+                "files": files,
+            }
             out.append((row, original_function(text, site)))
     return out
 
@@ -203,8 +213,7 @@ class PytestGrader:
 
         async def all_of() -> list[Any]:
             async def one(f: dict[str, str] | None, row: dict[str, Any]) -> Any:
-                return None if f is None else await self.pool.grade_pytest(f, load_repo(row["repo"])[1],
-                                                                           mode=self.mode)
+                return None if f is None else await self.pool.grade_pytest(f, load_repo(row["repo"])[1], mode=self.mode)
 
             return list(await asyncio.gather(*(one(f, r) for f, r in zip(files, rows))))
 
@@ -241,14 +250,26 @@ def deletion_rubric(grader: PytestGrader, detect_hacks: bool = True, reward: str
     that does not touch the function. Both are logged."""
     check_repair_reward(reward)
 
-    def tests_passed(completions: list[Any], repo: list[str], path: list[str], qualname: list[str],
-                     files: list[dict[str, str]], **kwargs: Any) -> list[float]:
+    def tests_passed(
+        completions: list[Any],
+        repo: list[str],
+        path: list[str],
+        qualname: list[str],
+        files: list[dict[str, str]],
+        **kwargs: Any,
+    ) -> list[float]:
         rows = [{"repo": r, "path": p, "qualname": q, "files": f} for r, p, q, f in zip(repo, path, qualname, files)]
         results = grader.grade([completion_text(c) for c in completions], rows)
         return [r.score if r is not None else 0.0 for r in results]
 
-    def issue_tests(completions: list[Any], repo: list[str], path: list[str], qualname: list[str],
-                    files: list[dict[str, str]], **kwargs: Any) -> list[float | None]:
+    def issue_tests(
+        completions: list[Any],
+        repo: list[str],
+        path: list[str],
+        qualname: list[str],
+        files: list[dict[str, str]],
+        **kwargs: Any,
+    ) -> list[float | None]:
         rows = [{"repo": r, "path": p, "qualname": q, "files": f} for r, p, q, f in zip(repo, path, qualname, files)]
         texts = [completion_text(c) for c in completions]
         if any((t, _key(r)) not in grader.last for t, r in zip(texts, rows)):  # tests_passed usually graded them
@@ -257,23 +278,27 @@ def deletion_rubric(grader: PytestGrader, detect_hacks: bool = True, reward: str
         graded = [r for r, g in zip(rows, grades) if g is not None]  # nothing spliced in: 0, no baseline needed
         starts = iter(grader.start(graded))
         # An unknown baseline fails the sample with the reason while issue_tests is paid (issue_rewards)
-        return issue_rewards([(next(starts), g.per_test) if g is not None else None for g in grades],
-                             paid=reward == "issue_tests")
+        return issue_rewards(
+            [(next(starts), g.per_test) if g is not None else None for g in grades], paid=reward == "issue_tests"
+        )
 
-    def grading_trust(completions: list[Any], repo: list[str], path: list[str], qualname: list[str],
-                      **kwargs: Any) -> list[float]:
+    def grading_trust(
+        completions: list[Any], repo: list[str], path: list[str], qualname: list[str], **kwargs: Any
+    ) -> list[float]:
         out = []
         for c, r, p, q in zip(completions, repo, path, qualname):
             trust = grader.trust.get((completion_text(c), _key({"repo": r, "path": p, "qualname": q})))
             out.append({"out-of-process": 1.0, "in-process": 0.0}.get(trust or "", -1.0))
         return out
 
-    rubric = Rubric([RewardComponent("tests_passed", tests_passed, weight=float(reward == "tests_passed"),
-                                     pass_threshold=1.0),
-                     RewardComponent("issue_tests", issue_tests, weight=float(reward == "issue_tests"),
-                                     pass_threshold=1.0),
-                     RewardComponent("grading_trust", grading_trust, weight=0.0, pass_threshold=0.0)],
-                    pass_component="tests_passed")
+    rubric = Rubric(
+        [
+            RewardComponent("tests_passed", tests_passed, weight=float(reward == "tests_passed"), pass_threshold=1.0),
+            RewardComponent("issue_tests", issue_tests, weight=float(reward == "issue_tests"), pass_threshold=1.0),
+            RewardComponent("grading_trust", grading_trust, weight=0.0, pass_threshold=0.0),
+        ],
+        pass_component="tests_passed",
+    )
     return guard(rubric, code_of=all_code) if detect_hacks else rubric
 
 
@@ -288,9 +313,17 @@ def _key(row: dict[str, Any]) -> str:
     return f"{row['repo']}:{row['path']}:{row['qualname']}"
 
 
-def make_task(seed: int = 0, repos: list[str] | None = None, eval_fraction: float = 0.2, split_seed: int = 0,
-              detect_hacks: bool = True, sandbox: dict[str, Any] | None = None, max_tokens: int = 384,
-              grading_mode: str | None = None, reward: str = "issue_tests") -> Task:
+def make_task(
+    seed: int = 0,
+    repos: list[str] | None = None,
+    eval_fraction: float = 0.2,
+    split_seed: int = 0,
+    detect_hacks: bool = True,
+    sandbox: dict[str, Any] | None = None,
+    max_tokens: int = 384,
+    grading_mode: str | None = None,
+    reward: str = "issue_tests",
+) -> Task:
     """The `feature-deletion` task over the shipped repos (or `repos`). Rows are split by function, ordered by
     a hash of (split_seed, repo, path, qualname): deterministic and independent of file order. `grading_mode`
     "out-of-process" or "in-process" forces one (None: out-of-process where the machine allows it)."""
@@ -300,22 +333,37 @@ def make_task(seed: int = 0, repos: list[str] | None = None, eval_fraction: floa
     train = [(row, ref) for row, ref in pairs if _key(row) not in held_keys]
     held = [(row, ref) for row, ref in pairs if _key(row) in held_keys]
     grader = PytestGrader(mode=grading_mode, **(sandbox or {}))
-    task = Task(name="feature-deletion", train_rows=[r for r, _ in train], eval_rows=[r for r, _ in held],
-                rubric=deletion_rubric(grader, detect_hacks, reward),
-                description=f"Restore a deleted function body in a small repo ({len(train)} train / {len(held)} "
-                            "held-out functions); reward = " + ("the tests the deletion breaks, fixed, the rest kept passing"
-                                                 if reward == "issue_tests" else "fraction of the repo's tests passed")
-                            + ".",
-                max_tokens=max_tokens, stop=["\n```\n"], prepare=grader.baselines.prepare)
+    task = Task(
+        name="feature-deletion",
+        train_rows=[r for r, _ in train],
+        eval_rows=[r for r, _ in held],
+        rubric=deletion_rubric(grader, detect_hacks, reward),
+        description=f"Restore a deleted function body in a small repo ({len(train)} train / {len(held)} "
+        "held-out functions); reward = "
+        + (
+            "the tests the deletion breaks, fixed, the rest kept passing"
+            if reward == "issue_tests"
+            else "fraction of the repo's tests passed"
+        )
+        + ".",
+        max_tokens=max_tokens,
+        stop=["\n```\n"],
+        prepare=grader.baselines.prepare,
+    )
     from posttrain.envs.smoke_checks import SmokeCheck
 
     row, ref = train[0]
-    stub = original_function(row["files"][row["path"]],
-                             next(s for s in function_sites(row["files"][row["path"]]) if s.qualname == row["qualname"]))
+    stub = original_function(
+        row["files"][row["path"]],
+        next(s for s in function_sites(row["files"][row["path"]]) if s.qualname == row["qualname"]),
+    )
     task.smoke_checks = [  # type: ignore[attr-defined]
-        SmokeCheck(f"restored {row['repo']}:{row['qualname']}", row=row, completion=f"```python\n{ref}```", expect="pass"),
-        SmokeCheck(f"left deleted {row['repo']}:{row['qualname']}", row=row, completion=f"```python\n{stub}```",
-                   expect="fail"),
+        SmokeCheck(
+            f"restored {row['repo']}:{row['qualname']}", row=row, completion=f"```python\n{ref}```", expect="pass"
+        ),
+        SmokeCheck(
+            f"left deleted {row['repo']}:{row['qualname']}", row=row, completion=f"```python\n{stub}```", expect="fail"
+        ),
     ]
     task.references = {(r["repo"], r["path"], r["qualname"]): ref for r, ref in pairs}  # type: ignore[attr-defined]
     return task

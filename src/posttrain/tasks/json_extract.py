@@ -21,8 +21,8 @@ from typing import Any
 
 from posttrain.envs.smoke_checks import SmokeCheck
 from posttrain.envs.task import Task
-from posttrain.tasks import json_data as D
 from posttrain.rewards.json_rewards import json_feedback, json_rubric
+from posttrain.tasks import json_data as D
 
 SYSTEM = "You extract data as JSON."
 # The prompt shows the schema as a skeleton of JSON type names, {"name":"string","age":"integer",...}: the
@@ -46,15 +46,27 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "contact": _obj({"name": STR, "email": STR, "tags": {"type": "array", "items": STR}}),
 }
 SHAPES = list(SCHEMAS)
-MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-          "November", "December"]
+MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 
 
 class _Pools:
     """The name pools of one split."""
 
     def __init__(self, part: int) -> None:
-        pick = lambda pool: D.split(pool)[part]  # noqa: E731
+        pick = lambda pool: D.split(pool)[part]
         self.first, self.last = pick(D.FIRST_NAMES), pick(D.LAST_NAMES)
         self.places, self.adjectives = pick(D.PLACES), pick(D.PRODUCT_ADJECTIVES)
         self.nouns, self.events = pick(D.PRODUCT_NOUNS), pick(D.EVENT_FIRST)
@@ -110,8 +122,7 @@ def _order(rng: random.Random, p: _Pools) -> Fact:
 
 
 def _cities(rng: random.Random, p: _Pools) -> Fact:
-    rows = [{"city": c, "population": rng.randint(1000, 90000)}
-            for c, _ in rng.sample(p.places, rng.randint(2, 3))]
+    rows = [{"city": c, "population": rng.randint(1000, 90000)} for c, _ in rng.sample(p.places, rng.randint(2, 3))]
     if rng.random() < 0.5:
         text = "; ".join(f"{r['city']} has {r['population']} people" for r in rows) + "."
     else:
@@ -132,8 +143,12 @@ def _contact(rng: random.Random, p: _Pools) -> Fact:
 
 
 MAKERS: dict[str, Callable[[random.Random, _Pools], Fact]] = {
-    "person": _person, "product": _product, "event": _event,
-    "order": _order, "cities": _cities, "contact": _contact,
+    "person": _person,
+    "product": _product,
+    "event": _event,
+    "order": _order,
+    "cities": _cities,
+    "contact": _contact,
 }
 
 
@@ -153,7 +168,10 @@ def _row(shape: str, rng: random.Random, pools: _Pools, schema_style: str) -> di
     user = USER.format(facts=text, schema=json.dumps(shown, separators=(",", ":")))
     return {
         "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
-        "schema": schema, "expected": expected, "shape": shape, "entity": entity,
+        "schema": schema,
+        "expected": expected,
+        "shape": shape,
+        "entity": entity,
     }
 
 
@@ -164,8 +182,13 @@ def _rows(n: int, rng: random.Random, pools: _Pools, schema_style: str) -> list[
     return [_row(s, rng, pools, schema_style) for s in shapes]
 
 
-def make_task(seed: int = 0, n_train: int = 400, n_eval: int = 48,
-              weights: dict[str, float] | None = None, schema_style: str = "skeleton") -> Task:
+def make_task(
+    seed: int = 0,
+    n_train: int = 400,
+    n_eval: int = 48,
+    weights: dict[str, float] | None = None,
+    schema_style: str = "skeleton",
+) -> Task:
     """The `json-extract` task. Deterministic in `seed`; the held-out rows do not depend on `n_train`.
     `weights` overrides rubric weights by component name (json_parse, json_schema, json_values, json_exact).
     `schema_style`: how the prompt shows the schema, "skeleton" (type names in place of values) or
@@ -183,15 +206,17 @@ def make_task(seed: int = 0, n_train: int = 400, n_eval: int = 48,
         name="json-extract",
         train_rows=train_rows,
         eval_rows=_rows(n_eval, eval_rng, _Pools(1), schema_style),
-        smoke_checks=[SmokeCheck("the expected JSON passes", row=first, completion=json.dumps(first["expected"])),
-                      SmokeCheck("an empty object fails", row=first, completion="{}", expect="fail")],
+        smoke_checks=[
+            SmokeCheck("the expected JSON passes", row=first, completion=json.dumps(first["expected"])),
+            SmokeCheck("an empty object fails", row=first, completion="{}", expect="fail"),
+        ],
         rubric=rubric,
         feedback=json_feedback,
         # A supervised warm start (`warm_start.steps`) on the expected JSON itself, written compactly as the
         # skeleton in the prompt is: the answer the exact reward wants, nothing around it.
         demonstrate=lambda row: [json.dumps(row["expected"], separators=(",", ":"))],
         description="Extract facts from a short text into JSON matching a given schema "
-                    f"({len(SHAPES)} shapes: {', '.join(SHAPES)}); held-out rows use unseen entities.",
+        f"({len(SHAPES)} shapes: {', '.join(SHAPES)}); held-out rows use unseen entities.",
         max_tokens=96,
         # The answer is one JSON value: a blank line or a closing fence after it means the model has moved on
         # to commentary. Stopping there (the text is cut before the stop, as in the OpenAI API) keeps

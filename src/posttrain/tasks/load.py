@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.envs.task import Task, TaskLoadError
+from posttrain.rewards.rubric import Rubric
 from posttrain.tasks import BUILTIN_TASKS, builtin_task_factory
 from posttrain.tasks.user_files import import_user_file
-from posttrain.rewards.rubric import Rubric
-
 
 # The module name a task file is imported under (not importable by that name elsewhere: cluster/ray_episodes.py
 # ships such modules' code by value).
@@ -40,12 +39,14 @@ def load_task(name: str, options: dict[str, Any] | None = None, seed: int = 0) -
     elif name.startswith(REASONING_GYM_PREFIX):  # any reasoning-gym dataset (tasks/reasoning_gym.py)
         from posttrain.tasks import reasoning_gym
 
-        factory = functools.partial(reasoning_gym.make_task, name[len(REASONING_GYM_PREFIX):])
+        factory = functools.partial(reasoning_gym.make_task, name[len(REASONING_GYM_PREFIX) :])
     elif ":" in name:
         factory = _load_factory(name)
     else:
-        raise TaskLoadError(f"unknown task {name!r}: use a built-in ({', '.join(BUILTIN_TASKS)}), "
-                            "'reasoning_gym:<dataset>', 'path/to/file.py:make_task' or 'package.module:make_task'")
+        raise TaskLoadError(
+            f"unknown task {name!r}: use a built-in ({', '.join(BUILTIN_TASKS)}), "
+            "'reasoning_gym:<dataset>', 'path/to/file.py:make_task' or 'package.module:make_task'"
+        )
     try:
         out = factory(**options)
     except TypeError as e:
@@ -87,8 +88,10 @@ def to_task(out: Any, name: str, seed: int = 0) -> Task:
     if isinstance(out, tuple) and len(out) == 2:
         out = {"train": out[0], "rewards": out[1]}
     if not isinstance(out, dict) or "train" not in out or "rewards" not in out:
-        raise TaskLoadError(f"task factory {name!r} must return a Task, a (rows, reward_funcs) tuple or a dict "
-                            "with 'train' and 'rewards'")
+        raise TaskLoadError(
+            f"task factory {name!r} must return a Task, a (rows, reward_funcs) tuple or a dict "
+            "with 'train' and 'rewards'"
+        )
     train = _rows(out["train"], "train rows")
     evals = _rows(out.get("eval"), "eval rows")
     funcs = out["rewards"]
@@ -106,11 +109,21 @@ def to_task(out: Any, name: str, seed: int = 0) -> Task:
         evals = [train[i] for i in order[:n_eval]]
         train = [train[i] for i in order[n_eval:]] or train
     rubric = Rubric.from_funcs(funcs, out.get("weights"))
-    return Task(name=name, train_rows=train, eval_rows=evals, rubric=rubric, max_tokens=out.get("max_tokens"),
-                stop=list(out.get("stop") or []), tools=list(out.get("tools") or []),
-                max_turns=int(out.get("max_turns", 4 if out.get("tools") else 1)), final_tool=out.get("final_tool"),
-                episode=out.get("episode"), env_factory=out.get("env_factory"), demonstrate=out.get("demonstrate"),
-                group_rewards=list(out.get("group_rewards") or []))
+    return Task(
+        name=name,
+        train_rows=train,
+        eval_rows=evals,
+        rubric=rubric,
+        max_tokens=out.get("max_tokens"),
+        stop=list(out.get("stop") or []),
+        tools=list(out.get("tools") or []),
+        max_turns=int(out.get("max_turns", 4 if out.get("tools") else 1)),
+        final_tool=out.get("final_tool"),
+        episode=out.get("episode"),
+        env_factory=out.get("env_factory"),
+        demonstrate=out.get("demonstrate"),
+        group_rewards=list(out.get("group_rewards") or []),
+    )
 
 
 def apply_subset(task: Task, path: str) -> Task:
@@ -133,8 +146,10 @@ def apply_subset(task: Task, path: str) -> Task:
             raise TaskLoadError(f"task.subset {path!r}: {split!r} must be a list of row indices")
         bad = [i for i in idx if not 0 <= i < len(rows)]
         if bad:
-            raise TaskLoadError(f"task.subset {path!r}: {split} indices {bad[:5]} out of range (the task has "
-                                f"{len(rows)} {split} rows; was the file made with other task options?)")
+            raise TaskLoadError(
+                f"task.subset {path!r}: {split} indices {bad[:5]} out of range (the task has "
+                f"{len(rows)} {split} rows; was the file made with other task options?)"
+            )
         if split == "train" and not idx:
             raise TaskLoadError(f"task.subset {path!r}: the train list is empty")
         setattr(task, attr, [rows[i] for i in idx])

@@ -49,8 +49,9 @@ def make_task(tasks: list[dict[str, Any]] | None = None, seed: int = 0) -> Task:
     from posttrain.tasks.load import load_task
 
     if not tasks or not isinstance(tasks, list):
-        raise TaskLoadError("mixture: task.options.tasks must list the tasks, e.g. [{name: count-a, weight: 2}, "
-                            "{name: reversal}]")
+        raise TaskLoadError(
+            "mixture: task.options.tasks must list the tasks, e.g. [{name: count-a, weight: 2}, {name: reversal}]"
+        )
     parts = [_part(spec, i, load_task) for i, spec in enumerate(tasks)]
     names = [p.name for p in parts]
     if len(set(names)) != len(names):
@@ -63,8 +64,10 @@ def _part(spec: Any, i: int, load_task: Any) -> Part:
         raise TaskLoadError(f"mixture: tasks[{i}] must be a mapping with `name`, got {spec!r:.200}")
     unknown = set(spec) - {"name", "options", "weight", "max_tokens", "stop", "label"}
     if unknown:
-        raise TaskLoadError(f"mixture: tasks[{i}] ({spec['name']}): unknown keys {sorted(unknown)}; a part takes name, "
-                            "options, weight, max_tokens, stop, label")
+        raise TaskLoadError(
+            f"mixture: tasks[{i}] ({spec['name']}): unknown keys {sorted(unknown)}; a part takes name, "
+            "options, weight, max_tokens, stop, label"
+        )
     weight = spec.get("weight", 1.0)
     if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not weight > 0:
         raise TaskLoadError(f"mixture: tasks[{i}] ({spec['name']}): weight must be a number > 0, got {weight!r}")
@@ -79,8 +82,13 @@ def _part(spec: Any, i: int, load_task: Any) -> Part:
 def mixture_task(parts: list[Part], seed: int = 0) -> Task:
     """One Task over `parts`: training rows in proportion to the weights, held-out rows interleaved."""
     rng = random.Random(seed)
-    tagged = {p.name: ([{**r, TASK_COLUMN: p.name} for r in p.task.train_rows],
-                       [{**r, TASK_COLUMN: p.name} for r in p.task.eval_rows]) for p in parts}
+    tagged = {
+        p.name: (
+            [{**r, TASK_COLUMN: p.name} for r in p.task.train_rows],
+            [{**r, TASK_COLUMN: p.name} for r in p.task.eval_rows],
+        )
+        for p in parts
+    }
     total_rows = sum(len(t) for t, _ in tagged.values())
     total_w = sum(p.weight for p in parts)
     train: list[dict[str, Any]] = []
@@ -91,14 +99,21 @@ def mixture_task(parts: list[Part], seed: int = 0) -> Task:
     rng.shuffle(train)
     evals = _interleave([tagged[p.name][1] for p in parts])
     by_name = {p.name: p for p in parts}
-    checks = [replace(c, name=f"{p.name}: {c.name}", row={**(c.row or p.task.train_rows[0]), TASK_COLUMN: p.name})
-              for p in parts for c in (p.task.smoke_checks or [SmokeCheck("scores an empty completion", completion="",
-                                                                          expect="no_error")])]
-    return Task(name="mixture(" + ",".join(by_name) + ")", train_rows=train, eval_rows=evals,
-                rubric=MixtureRubric(by_name),  # type: ignore[arg-type]  # a Rubric by its interface
-                max_tokens=max((p.max_tokens or p.task.max_tokens or 0) for p in parts) or None,
-                env_factory=lambda task, tok, params: MixtureEnv(task, by_name, tok, params),
-                smoke_checks=checks, train_pass=all(p.task.train_pass for p in parts))
+    checks = [
+        replace(c, name=f"{p.name}: {c.name}", row={**(c.row or p.task.train_rows[0]), TASK_COLUMN: p.name})
+        for p in parts
+        for c in (p.task.smoke_checks or [SmokeCheck("scores an empty completion", completion="", expect="no_error")])
+    ]
+    return Task(
+        name="mixture(" + ",".join(by_name) + ")",
+        train_rows=train,
+        eval_rows=evals,
+        rubric=MixtureRubric(by_name),  # type: ignore[arg-type]  # a Rubric by its interface
+        max_tokens=max((p.max_tokens or p.task.max_tokens or 0) for p in parts) or None,
+        env_factory=lambda task, tok, params: MixtureEnv(task, by_name, tok, params),
+        smoke_checks=checks,
+        train_pass=all(p.task.train_pass for p in parts),
+    )
 
 
 def _interleave(lists: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:

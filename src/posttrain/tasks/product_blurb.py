@@ -29,11 +29,54 @@ from pathlib import Path
 from typing import Any
 
 MAX_WORDS = 20
-COLOURS = ["red", "blue", "green", "yellow", "black", "white", "grey", "pink", "purple", "orange", "brown",
-           "beige", "navy", "teal", "ivory", "maroon", "olive", "turquoise", "crimson", "charcoal", "lavender",
-           "mustard", "coral", "burgundy", "cream", "indigo"]
-MATERIALS = ["wool", "ceramic", "leather", "cotton", "linen", "bamboo", "glass", "oak", "steel", "canvas",
-             "stoneware", "velvet", "felt", "cork", "walnut", "porcelain", "suede", "rattan"]
+COLOURS = [
+    "red",
+    "blue",
+    "green",
+    "yellow",
+    "black",
+    "white",
+    "grey",
+    "pink",
+    "purple",
+    "orange",
+    "brown",
+    "beige",
+    "navy",
+    "teal",
+    "ivory",
+    "maroon",
+    "olive",
+    "turquoise",
+    "crimson",
+    "charcoal",
+    "lavender",
+    "mustard",
+    "coral",
+    "burgundy",
+    "cream",
+    "indigo",
+]
+MATERIALS = [
+    "wool",
+    "ceramic",
+    "leather",
+    "cotton",
+    "linen",
+    "bamboo",
+    "glass",
+    "oak",
+    "steel",
+    "canvas",
+    "stoneware",
+    "velvet",
+    "felt",
+    "cork",
+    "walnut",
+    "porcelain",
+    "suede",
+    "rattan",
+]
 # (noun, features that suit it). Split in halves by position: even -> train, odd -> held-out.
 ITEMS: list[tuple[str, list[str]]] = [
     ("scarf", ["hand-knitted", "extra long", "soft on the skin"]),
@@ -66,20 +109,36 @@ ITEMS: list[tuple[str, list[str]]] = [
     ("bookend", ["sold as a pair", "with a non-slip base", "heavy enough for hardbacks"]),
 ]
 # "{c}" is the colour, "{m}" the material; every opener ends in ", {feature}." so each feature reads right.
-TEMPLATES = ["A {c} {m} {noun}, {feature}.", "This {c} {m} {noun} is made to order, {feature}.",
-             "Our {c} {m} {noun}: {feature}.", "Meet the {c} {m} {noun}, {feature}.",
-             "A handmade {m} {noun} in {c}, {feature}.", "Handmade {noun} in {c} {m}, {feature}."]
-CLOSERS = ["Made to last.", "Ships in two days.", "A lovely gift.", "Made in small batches.", "Easy to care for.",
-           "Built for daily use.", ""]
+TEMPLATES = [
+    "A {c} {m} {noun}, {feature}.",
+    "This {c} {m} {noun} is made to order, {feature}.",
+    "Our {c} {m} {noun}: {feature}.",
+    "Meet the {c} {m} {noun}, {feature}.",
+    "A handmade {m} {noun} in {c}, {feature}.",
+    "Handmade {noun} in {c} {m}, {feature}.",
+]
+CLOSERS = [
+    "Made to last.",
+    "Ships in two days.",
+    "A lovely gift.",
+    "Made in small batches.",
+    "Easy to care for.",
+    "Built for daily use.",
+    "",
+]
 # Filler for long blurbs: no colour words, nothing that states a fact the prompt did not give.
-FILLERS = ["It is the kind of piece that quietly makes every room and every day feel a little more special.",
-           "Whether you keep it for yourself or give it to someone you love, it is sure to delight.",
-           "We designed it with care, tested it in our own homes, and refined it until it felt just right.",
-           "Pair it with your favourite things and enjoy how naturally it fits into your everyday routine.",
-           "Every single detail has been considered so that it looks good and works well for many years.",
-           "It makes a thoughtful present for birthdays, holidays, housewarmings and every occasion in between."]
-PROMPT = ("Write a short product description for our shop.\nItem: {noun}\nColour: {colour}\nMaterial: {material}\n"
-          "Detail: {feature}")
+FILLERS = [
+    "It is the kind of piece that quietly makes every room and every day feel a little more special.",
+    "Whether you keep it for yourself or give it to someone you love, it is sure to delight.",
+    "We designed it with care, tested it in our own homes, and refined it until it felt just right.",
+    "Pair it with your favourite things and enjoy how naturally it fits into your everyday routine.",
+    "Every single detail has been considered so that it looks good and works well for many years.",
+    "It makes a thoughtful present for birthdays, holidays, housewarmings and every occasion in between.",
+]
+PROMPT = (
+    "Write a short product description for our shop.\nItem: {noun}\nColour: {colour}\nMaterial: {material}\n"
+    "Detail: {feature}"
+)
 
 
 def words(text: str) -> list[str]:
@@ -161,8 +220,14 @@ def pair(p: Product, rng: random.Random, kind: str) -> dict[str, Any]:
     else:
         raise ValueError(f"unknown rejection kind {kind!r}; known: {REJECT_KINDS}")
     assert rule_ok(chosen, p.colour) and not rule_ok(rejected, p.colour), (chosen, rejected)
-    return {"prompt": p.messages(), "chosen": chosen, "rejected": rejected, "kind": kind, "colour": p.colour,
-            "noun": p.noun}
+    return {
+        "prompt": p.messages(),
+        "chosen": chosen,
+        "rejected": rejected,
+        "kind": kind,
+        "colour": p.colour,
+        "noun": p.noun,
+    }
 
 
 def _drop_colour(text: str, colour: str) -> str:
@@ -186,8 +251,10 @@ def preference_pairs(n_train: int = 3000, n_eval: int = 400, seed: int = 0) -> t
 
 # The judge's question (reward="judge"): the hidden rule, asked in words. `posttrain judge finetune --data
 # product-blurb` teaches a local model to answer exactly this question (judge_examples below).
-JUDGE_QUESTION = ("Product description: {completion}\n\nDoes this description name the colour {colour} and have "
-                  "at most 20 words? Answer Yes or No.")
+JUDGE_QUESTION = (
+    "Product description: {completion}\n\nDoes this description name the colour {colour} and have "
+    "at most 20 words? Answer Yes or No."
+)
 
 
 def default_judge_dir(name: str) -> Path:
@@ -206,8 +273,12 @@ def judge_examples(n_train: int = 4000, n_eval: int = 400, seed: int = 0) -> tup
         rows = []
         for p in pairs:
             for text in (p["chosen"], p["rejected"]):
-                rows.append({"question": JUDGE_QUESTION.format(completion=text, colour=p["colour"]),
-                             "answer": "Yes" if rule_ok(text, p["colour"]) else "No"})
+                rows.append(
+                    {
+                        "question": JUDGE_QUESTION.format(completion=text, colour=p["colour"]),
+                        "answer": "Yes" if rule_ok(text, p["colour"]) else "No",
+                    }
+                )
         out.append(rows)
     return out[0], out[1]
 
@@ -223,14 +294,24 @@ def _rows(n: int, rng: random.Random, split: str) -> list[dict[str, Any]]:
     rows = []
     for _ in range(n):
         p = product(rng, split)
-        rows.append({"prompt": p.messages(), "colour": p.colour, "noun": p.noun, "material": p.material,
-                     "feature": p.feature})
+        rows.append(
+            {"prompt": p.messages(), "colour": p.colour, "noun": p.noun, "material": p.material, "feature": p.feature}
+        )
     return rows
 
 
-def make_task(rm: str | None = None, reward: str = "rm", seed: int = 0, n_train: int = 400, n_eval: int = 48,
-              rm_batch_size: int = 16, rm_device: str = "cpu", max_tokens: int = 48, one_line: bool = True,
-              judge_model: str | None = None):
+def make_task(
+    rm: str | None = None,
+    reward: str = "rm",
+    seed: int = 0,
+    n_train: int = 400,
+    n_eval: int = 48,
+    rm_batch_size: int = 16,
+    rm_device: str = "cpu",
+    max_tokens: int = 48,
+    one_line: bool = True,
+    judge_model: str | None = None,
+):
     """The `product-blurb` task. `rm`: the reward-model folder (`posttrain rm train` writes one; default: the
     folder it writes by default, `$POSTTRAIN_CACHE/reward_models/product-blurb`). `reward`: "rm" (train on the
     reward model only), "judge" (train on an LLM judge only: JUDGE_QUESTION asked of `judge_model`, a HF folder
@@ -254,33 +335,58 @@ def make_task(rm: str | None = None, reward: str = "rm", seed: int = 0, n_train:
     comps = [rule]
     if reward == "rm":
         # Checked now (folder and config, not the weights), so a wrong path fails at task load, not mid-run.
-        comps.append(RewardComponent("reward_model", reward_model(rm or default_rm_dir("product-blurb"),
-                                                                   batch_size=rm_batch_size, device=rm_device),
-                                     weight=1.0, pass_threshold=0.0))
+        comps.append(
+            RewardComponent(
+                "reward_model",
+                reward_model(rm or default_rm_dir("product-blurb"), batch_size=rm_batch_size, device=rm_device),
+                weight=1.0,
+                pass_threshold=0.0,
+            )
+        )
     judges = {}
     if reward == "judge":
         from posttrain.rewards.judges import JudgeRunner, LocalHFBackend, PointwiseJudge
 
         folder = judge_model or str(default_judge_dir("product-blurb"))
         if folder not in ("default", "tiny-random") and not (Path(folder) / "config.json").exists():
-            raise FileNotFoundError(f"product-blurb: judge model {folder!r} is not a HF folder; write one with "
-                                    "`posttrain judge finetune --data product-blurb`, or pass "
-                                    "task.options.judge_model=default for the untuned model")
-        judge = PointwiseJudge(JudgeRunner(LocalHFBackend(folder, max_batch=16), batch_size=16, timeout_s=600.0,
-                                           max_retries=0), JUDGE_QUESTION, name="judge")
+            raise FileNotFoundError(
+                f"product-blurb: judge model {folder!r} is not a HF folder; write one with "
+                "`posttrain judge finetune --data product-blurb`, or pass "
+                "task.options.judge_model=default for the untuned model"
+            )
+        judge = PointwiseJudge(
+            JudgeRunner(LocalHFBackend(folder, max_batch=16), batch_size=16, timeout_s=600.0, max_retries=0),
+            JUDGE_QUESTION,
+            name="judge",
+        )
         comps.append(RewardComponent("judge", judge, weight=1.0, pass_threshold=0.5))
         judges = {"judge": judge}
     first = train_rows[0]
-    good = _short(Product(first["noun"], first["colour"], first["material"], first["feature"]), random.Random(0),
-                  first["colour"])
-    checks = [SmokeCheck("a blurb that follows the hidden rule passes", row=first, completion=good),
-              SmokeCheck("a blurb without the colour fails", row=first, completion=_drop_colour(good, first["colour"]),
-                         expect="fail")]
+    good = _short(
+        Product(first["noun"], first["colour"], first["material"], first["feature"]), random.Random(0), first["colour"]
+    )
+    checks = [
+        SmokeCheck("a blurb that follows the hidden rule passes", row=first, completion=good),
+        SmokeCheck(
+            "a blurb without the colour fails", row=first, completion=_drop_colour(good, first["colour"]), expect="fail"
+        ),
+    ]
     return Task(
-        name="product-blurb", train_rows=train_rows, eval_rows=eval_rows,
-        rubric=Rubric(comps, pass_component="hidden_rule"), smoke_checks=checks,
-        description=("Write a short product description. Training reward: "
-                     + {"rm": "a reward model fitted to preferences from", "judge": "an LLM judge asked about",
-                        "rule": "the rule itself, the oracle, of"}[reward]
-                     + f" a hidden rule (name the colour, at most {MAX_WORDS} words); held-out pass: the rule."),
-        max_tokens=max_tokens, stop=["\n"] if one_line else ["\n\n"], judges=judges)
+        name="product-blurb",
+        train_rows=train_rows,
+        eval_rows=eval_rows,
+        rubric=Rubric(comps, pass_component="hidden_rule"),
+        smoke_checks=checks,
+        description=(
+            "Write a short product description. Training reward: "
+            + {
+                "rm": "a reward model fitted to preferences from",
+                "judge": "an LLM judge asked about",
+                "rule": "the rule itself, the oracle, of",
+            }[reward]
+            + f" a hidden rule (name the colour, at most {MAX_WORDS} words); held-out pass: the rule."
+        ),
+        max_tokens=max_tokens,
+        stop=["\n"] if one_line else ["\n\n"],
+        judges=judges,
+    )

@@ -37,7 +37,13 @@ from posttrain.envs.task import Task, TaskLoadError
 from posttrain.rewards.extract import completion_text, extract_answer, has_answer
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.tasks.reasoning_gym_screen import (  # noqa: F401 - the EVALS_ sets are re-exported
-    EVALS_ARITHMETIC, EVALS_LITERAL, EVALS_SYMBOLIC, run_with_timeout, screen, stuck_threads)
+    EVALS_ARITHMETIC,
+    EVALS_LITERAL,
+    EVALS_SYMBOLIC,
+    run_with_timeout,
+    screen,
+    stuck_threads,
+)
 
 INSTALL_HINT = "pip install 'posttrain[reasoning-gym]'"
 MAX_ANSWER_CHARS = 2000  # what a scorer sees at most of the extracted answer
@@ -46,8 +52,18 @@ BATCH_TIMEOUT_S = 30.0  # one reward call (a batch), under the rubric's reward_t
 MAX_STUCK_THREADS = 4  # timed-out scorer threads still running; past this, scoring is skipped (0) until they end
 CACHE_SIZE = 16  # datasets kept per process
 
-POSTTRAIN_OPTIONS = ("train_size", "eval_size", "seed", "system_prompt", "answer_format", "fallback", "max_tokens",
-                     "format_weight", "score_timeout_s", "datasets")
+POSTTRAIN_OPTIONS = (
+    "train_size",
+    "eval_size",
+    "seed",
+    "system_prompt",
+    "answer_format",
+    "fallback",
+    "max_tokens",
+    "format_weight",
+    "score_timeout_s",
+    "datasets",
+)
 
 # How each answer format is asked for (appended to the system prompt) and written (demonstrations, tests).
 _INSTRUCTIONS = {
@@ -71,6 +87,7 @@ def format_answer(answer: str, answer_format: str = "answer_tag") -> str:
 
 
 # ------------------------------------------------------------------------------------------ entries as JSON text
+
 
 def dumps_entry(entry: Any) -> str:
     """An entry as JSON that `loads_entry` turns back into equal Python values: tuples, sets and dicts with
@@ -102,7 +119,7 @@ def _tag(x: Any) -> Any:
 
 def _untag(d: dict) -> Any:
     if len(d) == 1:
-        (k, v), = d.items()
+        ((k, v),) = d.items()
         if k == "__rg_tuple__":
             return tuple(v)
         if k == "__rg_set__":
@@ -113,6 +130,7 @@ def _untag(d: dict) -> Any:
 
 
 # ------------------------------------------------------------------------------------------- datasets and specs
+
 
 def _rg():
     try:
@@ -135,8 +153,10 @@ def _check_name(name: str) -> None:
         return
     near = difflib.get_close_matches(name, list(known), n=5, cutoff=0.5)
     hint = f"nearest: {', '.join(near)}" if near else f"{len(known)} datasets, e.g. {', '.join(sorted(known)[:8])}"
-    raise TaskLoadError(f"reasoning-gym has no dataset {name!r} ({hint}); "
-                        "list them: python -c 'from reasoning_gym.factory import DATASETS; print(sorted(DATASETS))'")
+    raise TaskLoadError(
+        f"reasoning-gym has no dataset {name!r} ({hint}); "
+        "list them: python -c 'from reasoning_gym.factory import DATASETS; print(sorted(DATASETS))'"
+    )
 
 
 def config_keys(name: str) -> list[str]:
@@ -148,9 +168,11 @@ def config_keys(name: str) -> list[str]:
 def _check_config(name: str, config: dict[str, Any], where: str) -> None:
     bad = sorted(set(config) - set(config_keys(name)) - {"seed", "size"})
     if bad:
-        raise TaskLoadError(f"{where}: reasoning-gym dataset {name!r} has no option {', '.join(map(repr, bad))}; its "
-                            f"options: {', '.join(config_keys(name)) or '(none)'}; posttrain's: "
-                            f"{', '.join(o for o in POSTTRAIN_OPTIONS if o != 'datasets')}")
+        raise TaskLoadError(
+            f"{where}: reasoning-gym dataset {name!r} has no option {', '.join(map(repr, bad))}; its "
+            f"options: {', '.join(config_keys(name)) or '(none)'}; posttrain's: "
+            f"{', '.join(o for o in POSTTRAIN_OPTIONS if o != 'datasets')}"
+        )
 
 
 def _create(spec: dict[str, Any]):
@@ -177,8 +199,10 @@ def _build(spec: dict[str, Any]):
     except TaskLoadError:
         raise
     except (TypeError, ValueError, AssertionError, KeyError) as e:
-        raise TaskLoadError(f"reasoning_gym:{spec['name']}: reasoning-gym refused the config "
-                            f"{spec['config']}: {type(e).__name__}: {e or '(a failed check)'}") from None
+        raise TaskLoadError(
+            f"reasoning_gym:{spec['name']}: reasoning-gym refused the config "
+            f"{spec['config']}: {type(e).__name__}: {e or '(a failed check)'}"
+        ) from None
 
 
 def _composite_specs(datasets: Any) -> list[dict[str, Any]]:
@@ -191,8 +215,10 @@ def _composite_specs(datasets: Any) -> list[dict[str, Any]]:
     for d in datasets:
         extra = set(d) - {"name", "weight", "config"}
         if extra:
-            raise TaskLoadError(f"reasoning_gym:composite: dataset entry {d.get('name')!r} has unknown keys "
-                                f"{sorted(extra)}; each takes weight and config")
+            raise TaskLoadError(
+                f"reasoning_gym:composite: dataset entry {d.get('name')!r} has unknown keys "
+                f"{sorted(extra)}; each takes weight and config"
+            )
         name, weight, config = d.get("name"), d.get("weight", 1.0), dict(d.get("config") or {})
         if name == "composite":
             raise TaskLoadError("reasoning_gym:composite: a composite cannot hold another composite")
@@ -208,10 +234,14 @@ def _spec(dataset: str, config: dict[str, Any], size: int, seed: int) -> dict[st
     if dataset == "composite":
         extra = set(config) - {"datasets"}
         if extra:
-            raise TaskLoadError(f"reasoning_gym:composite: unknown options {sorted(extra)}; each dataset's own "
-                                "config goes under datasets.<name>.config")
-        return {"name": "composite", "config": {"size": size, "seed": seed,
-                                                "datasets": _composite_specs(config.get("datasets"))}}
+            raise TaskLoadError(
+                f"reasoning_gym:composite: unknown options {sorted(extra)}; each dataset's own "
+                "config goes under datasets.<name>.config"
+            )
+        return {
+            "name": "composite",
+            "config": {"size": size, "seed": seed, "datasets": _composite_specs(config.get("datasets"))},
+        }
     _check_name(dataset)
     _check_config(dataset, config, f"reasoning_gym:{dataset}")
     return {"name": dataset, "config": {**config, "size": size, "seed": seed}}
@@ -220,14 +250,21 @@ def _spec(dataset: str, config: dict[str, Any], size: int, seed: int) -> dict[st
 # ------------------------------------------------------------------------------------------------------ scoring
 
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:/\d+)?")  # a reference answer that is one number (fallback: last number)
+
+
 class ScoreAnswer:
     """The headline reward: the dataset's own score_answer on the extracted answer, in [0, 1], 0 for no answer or a
     scorer that raises, times out or may not see the answer. Counts those cases for the step's metrics."""
 
     __name__ = "rg_score"
 
-    def __init__(self, answer_format: str = "answer_tag", fallback: bool = True,
-                 timeout_s: float = SCORE_TIMEOUT_S, batch_timeout_s: float = BATCH_TIMEOUT_S):
+    def __init__(
+        self,
+        answer_format: str = "answer_tag",
+        fallback: bool = True,
+        timeout_s: float = SCORE_TIMEOUT_S,
+        batch_timeout_s: float = BATCH_TIMEOUT_S,
+    ):
         self.answer_format, self.fallback = answer_format, fallback
         self.timeout_s, self.batch_timeout_s = timeout_s, batch_timeout_s
         self.counts = {"timeouts": 0, "errors": 0, "screened": 0, "skipped": 0}
@@ -245,8 +282,10 @@ class ScoreAnswer:
     def __call__(self, completions, rg_entry, rg_spec, answer=None, **kwargs) -> list[float]:
         deadline = time.monotonic() + self.batch_timeout_s
         refs = answer if answer is not None else [None] * len(completions)
-        return [self.score_one(self.extract(completion_text(c), ref), e, s, deadline)
-                for c, e, s, ref in zip(completions, rg_entry, rg_spec, refs)]
+        return [
+            self.score_one(self.extract(completion_text(c), ref), e, s, deadline)
+            for c, e, s, ref in zip(completions, rg_entry, rg_spec, refs)
+        ]
 
     def score_one(self, answer: str | None, entry_json: str, spec_json: str, deadline: float | None = None) -> float:
         if answer is None:
@@ -292,6 +331,7 @@ class FormatPresent:
 
 # --------------------------------------------------------------------------------------------------------- rows
 
+
 def _system_prompt(system_prompt: str | None, answer_format: str) -> str:
     """The system message: a named reasoning-gym prompt (SYSTEM_PROMPTS: default, direct, ...) as it is, or text
     (ours by default) followed by how to write the answer."""
@@ -307,10 +347,13 @@ def _system_prompt(system_prompt: str | None, answer_format: str) -> str:
 def _row(entry: dict[str, Any], system: str, spec_json: str) -> dict[str, Any]:
     messages = [{"role": "system", "content": system}] if system else []
     answer = entry.get("answer")
-    return {"prompt": messages + [{"role": "user", "content": str(entry["question"])}],
-            "answer": answer if isinstance(answer, str) else None,
-            "rg_dataset": str(entry.get("metadata", {}).get("source_dataset", "")),
-            "rg_entry": dumps_entry(entry), "rg_spec": spec_json}
+    return {
+        "prompt": messages + [{"role": "user", "content": str(entry["question"])}],
+        "answer": answer if isinstance(answer, str) else None,
+        "rg_dataset": str(entry.get("metadata", {}).get("source_dataset", "")),
+        "rg_entry": dumps_entry(entry),
+        "rg_spec": spec_json,
+    }
 
 
 EVAL_POOL = 10  # held-out candidates looked at, per held-out row asked for (only a small problem space needs many)
@@ -334,6 +377,7 @@ def _split(dataset, train_size: int, eval_size: int) -> tuple[list[dict], list[d
 
 # ---------------------------------------------------------------------------------------------------- the task
 
+
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise TaskLoadError(f"reasoning_gym: {name} must be an integer >= {minimum}, got {value!r}")
@@ -353,8 +397,17 @@ def _options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         if "train_size" in options:
             raise TaskLoadError("reasoning_gym: give train_size or size, not both")
         options = {**options, "train_size": config.pop("size")}
-    opts = {"train_size": 1000, "eval_size": 64, "seed": 0, "system_prompt": None, "answer_format": "answer_tag",
-            "fallback": True, "max_tokens": 256, "format_weight": 0.1, "score_timeout_s": SCORE_TIMEOUT_S}
+    opts = {
+        "train_size": 1000,
+        "eval_size": 64,
+        "seed": 0,
+        "system_prompt": None,
+        "answer_format": "answer_tag",
+        "fallback": True,
+        "max_tokens": 256,
+        "format_weight": 0.1,
+        "score_timeout_s": SCORE_TIMEOUT_S,
+    }
     opts.update({k: v for k, v in options.items() if k in POSTTRAIN_OPTIONS and k != "datasets"})
     if "datasets" in options:
         config["datasets"] = options["datasets"]
@@ -365,8 +418,9 @@ def _options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     _positive_number("format_weight", opts["format_weight"], allow_zero=True)
     _positive_number("score_timeout_s", opts["score_timeout_s"])
     if opts["answer_format"] not in _INSTRUCTIONS:
-        raise TaskLoadError(f"reasoning_gym: answer_format {opts['answer_format']!r} is not one of "
-                            f"{', '.join(_INSTRUCTIONS)}")
+        raise TaskLoadError(
+            f"reasoning_gym: answer_format {opts['answer_format']!r} is not one of {', '.join(_INSTRUCTIONS)}"
+        )
     return opts, config
 
 
@@ -375,13 +429,19 @@ def _warn_about(dataset_name: str, dataset, entries: list[dict[str, Any]]) -> No
     scorer that accepts nonsense: game_of_life_halting in 0.1.25 passes any non-empty answer)."""
     long = sum(isinstance(e.get("answer"), str) and len(e["answer"]) > MAX_ANSWER_CHARS for e in entries)
     if long:
-        warnings.warn(f"reasoning_gym:{dataset_name}: {long} of {len(entries)} reference answers are longer than "
-                      f"{MAX_ANSWER_CHARS} characters, which answer extraction cuts: those rows cannot pass; make the "
-                      "dataset's config easier", stacklevel=3)
+        warnings.warn(
+            f"reasoning_gym:{dataset_name}: {long} of {len(entries)} reference answers are longer than "
+            f"{MAX_ANSWER_CHARS} characters, which answer extraction cuts: those rows cannot pass; make the "
+            "dataset's config easier",
+            stacklevel=3,
+        )
     probe = entries[:8]
     if probe and all(_score_safely(dataset, "?", e) >= 1.0 for e in probe):
-        warnings.warn(f"reasoning_gym:{dataset_name}: its scorer passes the answer '?' on every row tried: its pass "
-                      "rate measures nothing", stacklevel=3)
+        warnings.warn(
+            f"reasoning_gym:{dataset_name}: its scorer passes the answer '?' on every row tried: its pass "
+            "rate measures nothing",
+            stacklevel=3,
+        )
 
 
 def _score_safely(dataset, answer: str, entry: dict[str, Any]) -> float:
@@ -394,8 +454,10 @@ def _smoke_checks(rows: list[dict[str, Any]], answer_format: str) -> list[SmokeC
     checks = [SmokeCheck("an empty reply fails", row=rows[0], completion="", expect="fail")]
     ref = next((r for r in rows if r["answer"] and len(r["answer"]) <= MAX_ANSWER_CHARS), None)
     if ref is not None:
-        checks.insert(0, SmokeCheck("the reference answer passes", row=ref,
-                                    completion=format_answer(ref["answer"], answer_format)))
+        checks.insert(
+            0,
+            SmokeCheck("the reference answer passes", row=ref, completion=format_answer(ref["answer"], answer_format)),
+        )
     return checks
 
 
@@ -409,20 +471,35 @@ def make_task(dataset: str, **options: Any) -> Task:
     train, evals = _split(built, n_train, n_eval)
     _warn_about(dataset, built, train + evals)
     if n_eval and not evals:
-        raise TaskLoadError(f"reasoning_gym:{dataset}: every held-out question also appears in training (the "
-                            "config's problem space is that small); lower train_size or widen the config")
+        raise TaskLoadError(
+            f"reasoning_gym:{dataset}: every held-out question also appears in training (the "
+            "config's problem space is that small); lower train_size or widen the config"
+        )
     if len(evals) < n_eval:
-        warnings.warn(f"reasoning_gym:{dataset}: only {len(evals)} of the {n_eval} held-out rows asked for are "
-                      "questions training does not have (a small problem space)", stacklevel=2)
+        warnings.warn(
+            f"reasoning_gym:{dataset}: only {len(evals)} of the {n_eval} held-out rows asked for are "
+            "questions training does not have (a small problem space)",
+            stacklevel=2,
+        )
     system, spec_json = _system_prompt(opts["system_prompt"], fmt), json.dumps(spec, sort_keys=True)
     train_rows = [_row(e, system, spec_json) for e in train]
     eval_rows = [_row(e, system, spec_json) for e in evals]
     score = ScoreAnswer(fmt, bool(opts["fallback"]), float(opts["score_timeout_s"]))
-    rubric = Rubric([RewardComponent("rg_score", score), RewardComponent("format", FormatPresent(fmt),
-                                                                          weight=float(opts["format_weight"]))],
-                    pass_component="rg_score")
-    demonstrate = (lambda row: [format_answer(row["answer"], fmt)] if row.get("answer") else [])
-    return Task(name=f"reasoning_gym:{dataset}", train_rows=train_rows, eval_rows=eval_rows, rubric=rubric,
-                description=f"reasoning-gym {dataset}, scored by its own score_answer",
-                max_tokens=opts["max_tokens"], demonstrate=demonstrate,
-                smoke_checks=_smoke_checks(train_rows, fmt))
+    rubric = Rubric(
+        [
+            RewardComponent("rg_score", score),
+            RewardComponent("format", FormatPresent(fmt), weight=float(opts["format_weight"])),
+        ],
+        pass_component="rg_score",
+    )
+    demonstrate = lambda row: [format_answer(row["answer"], fmt)] if row.get("answer") else []
+    return Task(
+        name=f"reasoning_gym:{dataset}",
+        train_rows=train_rows,
+        eval_rows=eval_rows,
+        rubric=rubric,
+        description=f"reasoning-gym {dataset}, scored by its own score_answer",
+        max_tokens=opts["max_tokens"],
+        demonstrate=demonstrate,
+        smoke_checks=_smoke_checks(train_rows, fmt),
+    )

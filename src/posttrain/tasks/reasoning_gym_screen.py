@@ -14,7 +14,6 @@ import re
 import threading
 from typing import Any
 
-
 # Scorers that `eval` the answer (reading a Python list back): they may see only a Python literal, a bare name, or
 # text that is no Python expression at all (eval raises on it, and the scorer's own except gives 0).
 EVALS_LITERAL = frozenset({"string_insertion", "spiral_matrix", "binary_matrix", "n_queens"})
@@ -26,13 +25,53 @@ EVALS_ARITHMETIC = frozenset({"countdown", "puzzle24"})
 # that stay small (9**9**9 runs in C, past any thread timeout).
 EVALS_SYMBOLIC = frozenset({"polynomial_multiplication", "simple_integration", "intermediate_integration"})
 
-_LITERAL_NODES = (ast.Expression, ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.USub,
-                  ast.UAdd, ast.Load)
-_ARITHMETIC_NODES = (ast.Expression, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div,
-                     ast.USub, ast.UAdd)
+_LITERAL_NODES = (
+    ast.Expression,
+    ast.Constant,
+    ast.List,
+    ast.Tuple,
+    ast.Set,
+    ast.Dict,
+    ast.UnaryOp,
+    ast.USub,
+    ast.UAdd,
+    ast.Load,
+)
+_ARITHMETIC_NODES = (
+    ast.Expression,
+    ast.Constant,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.Div,
+    ast.USub,
+    ast.UAdd,
+)
 _SYMBOLIC_NODES = _ARITHMETIC_NODES + (ast.Name, ast.Load, ast.Call, ast.Pow)
-_FUNCTIONS = frozenset({"sin", "cos", "tan", "cot", "sec", "csc", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-                        "exp", "log", "ln", "sqrt", "Abs", "abs"})
+_FUNCTIONS = frozenset(
+    {
+        "sin",
+        "cos",
+        "tan",
+        "cot",
+        "sec",
+        "csc",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "tanh",
+        "exp",
+        "log",
+        "ln",
+        "sqrt",
+        "Abs",
+        "abs",
+    }
+)
 _CONSTANTS = frozenset({"pi", "E", "I", "oo"})
 _MAX_EXPONENT = 32  # one power's constant exponent (the datasets' own answers stay under 11)
 _MAX_EXPONENT_SUM = 256  # all of them: (x+1)**32 * (x+1)**32 * ... combines into one power
@@ -83,8 +122,9 @@ def _number(node: ast.AST) -> bool:
 def _arithmetic_ok(text: str) -> bool:
     """Only what parse_expr reads as plain Python arithmetic (its transforms, 5! or 0.[3], are refused)."""
     nodes = _nodes(_parse_expr(text))
-    return nodes is not None and all(isinstance(n, _ARITHMETIC_NODES) and (not isinstance(n, ast.Constant)
-                                                                          or _number(n)) for n in nodes)
+    return nodes is not None and all(
+        isinstance(n, _ARITHMETIC_NODES) and (not isinstance(n, ast.Constant) or _number(n)) for n in nodes
+    )
 
 
 def _small_exponent(node: ast.AST) -> float | None:
@@ -142,7 +182,6 @@ def screen(dataset: str, answer: str, reference: Any = None) -> bool:
     return True
 
 
-
 _STUCK: set[threading.Thread] = set()  # scorer threads that ran past their timeout (Python cannot stop them)
 _STUCK_LOCK = threading.Lock()  # reward calls run in the rubric's threads, several at once
 
@@ -171,5 +210,3 @@ def run_with_timeout(fn, timeout_s: float) -> tuple[str, Any]:
             _STUCK.add(t)
         return "timeout", None
     return box[0]
-
-

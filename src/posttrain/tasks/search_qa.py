@@ -30,34 +30,106 @@ from typing import Any
 
 from posttrain.envs.smoke_checks import SmokeCheck
 from posttrain.envs.task import Task
-from posttrain.tasks import bm25
 from posttrain.envs.tools import parse_calls
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.rewards.text import completion_text
+from posttrain.tasks import bm25
 
 N_PEOPLE, N_CITIES, N_COUNTRIES, N_FESTIVALS, N_COMPANIES = 64, 30, 10, 24, 24
 TOP_K = 2
-ADJECTIVES = ["Blue", "Red", "Green", "Silver", "Golden", "Amber", "Crimson", "Quiet", "Bright", "Hidden", "Frozen",
-              "Wild", "Iron", "Velvet", "Copper", "Jade", "Scarlet", "Hollow", "Misty", "Ivory", "Azure", "Rusty",
-              "Lucky", "Silent", "Painted", "Sunken", "Merry", "Pale"]
-NOUNS = ["Lantern", "River", "Harvest", "Moon", "Kite", "Drum", "Feather", "Mask", "Candle", "Bell", "Fox", "Owl",
-         "Tide", "Stone", "Garden", "Ribbon", "Comet", "Meadow", "Willow", "Crown", "Anchor", "Thistle", "Ember",
-         "Orchard", "Sparrow", "Pebble", "Banner", "Falcon"]
+ADJECTIVES = [
+    "Blue",
+    "Red",
+    "Green",
+    "Silver",
+    "Golden",
+    "Amber",
+    "Crimson",
+    "Quiet",
+    "Bright",
+    "Hidden",
+    "Frozen",
+    "Wild",
+    "Iron",
+    "Velvet",
+    "Copper",
+    "Jade",
+    "Scarlet",
+    "Hollow",
+    "Misty",
+    "Ivory",
+    "Azure",
+    "Rusty",
+    "Lucky",
+    "Silent",
+    "Painted",
+    "Sunken",
+    "Merry",
+    "Pale",
+]
+NOUNS = [
+    "Lantern",
+    "River",
+    "Harvest",
+    "Moon",
+    "Kite",
+    "Drum",
+    "Feather",
+    "Mask",
+    "Candle",
+    "Bell",
+    "Fox",
+    "Owl",
+    "Tide",
+    "Stone",
+    "Garden",
+    "Ribbon",
+    "Comet",
+    "Meadow",
+    "Willow",
+    "Crown",
+    "Anchor",
+    "Thistle",
+    "Ember",
+    "Orchard",
+    "Sparrow",
+    "Pebble",
+    "Banner",
+    "Falcon",
+]
 COMPANY_SUFFIXES = ["Labs", "Works", "Foods", "Motors", "Textiles"]
 JOBS = ["baker", "sailor", "painter", "teacher", "farmer", "poet", "doctor", "weaver"]
-MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-          "November", "December"]
+MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 EXAMPLE_QUERY = "Tovenar"  # the query in the prompt's example call: reserved, never an entity name
 
 # Words of the document and question templates: generated names must not collide with them (BM25 would blur).
-_TEMPLATE_WORDS = set(bm25.tokenize(
-    " ".join(JOBS + MONTHS + COMPANY_SUFFIXES + ADJECTIVES + NOUNS) + " was born in is the mayor of founded works as"
-    " a city country capital festival held takes place every company based by which who what where fact question"))
+_TEMPLATE_WORDS = set(
+    bm25.tokenize(
+        " ".join(JOBS + MONTHS + COMPANY_SUFFIXES + ADJECTIVES + NOUNS)
+        + " was born in is the mayor of founded works as"
+        " a city country capital festival held takes place every company based by which who what where fact question"
+    )
+)
 
-INSTRUCTIONS = ("Answer the question about a made-up world. If the facts are not given, search for them; each "
-                "search has a cost. Make one call per reply, for example:\n"
-                f'<tool_call>{{"name": "search", "arguments": {{"query": "{EXAMPLE_QUERY}"}}}}</tool_call>\n'
-                'Finish by calling answer with the name as "text".')
+INSTRUCTIONS = (
+    "Answer the question about a made-up world. If the facts are not given, search for them; each "
+    "search has a cost. Make one call per reply, for example:\n"
+    f'<tool_call>{{"name": "search", "arguments": {{"query": "{EXAMPLE_QUERY}"}}}}</tool_call>\n'
+    'Finish by calling answer with the name as "text".'
+)
 
 
 @dataclass
@@ -84,8 +156,10 @@ class World:
 def _made_up_words(rng: random.Random, n: int, syllables: int, taken: set[str]) -> list[str]:
     out = []
     while len(out) < n:
-        w = "".join(rng.choice("bdfgklmnprstvz") + rng.choice("aeiou") + (rng.choice("nrls") if rng.random() < 0.4
-                                                                            else "") for _ in range(syllables))
+        w = "".join(
+            rng.choice("bdfgklmnprstvz") + rng.choice("aeiou") + (rng.choice("nrls") if rng.random() < 0.4 else "")
+            for _ in range(syllables)
+        )
         if len(w) >= 3 and w not in taken and w not in _TEMPLATE_WORDS:
             taken.add(w)
             out.append(w.capitalize())
@@ -102,14 +176,16 @@ def build_world(seed: int = 0) -> World:
     countries = [Entity("country", w, f"country-{i}") for i, w in enumerate(_made_up_words(rng, N_COUNTRIES, 2, taken))]
     adjs, nouns = rng.sample(ADJECTIVES, N_FESTIVALS), rng.sample(NOUNS, N_FESTIVALS)
     festivals = [Entity("festival", f"{a} {n}", f"festival-{i}") for i, (a, n) in enumerate(zip(adjs, nouns))]
-    companies = [Entity("company", f"{w} {rng.choice(COMPANY_SUFFIXES)}", f"company-{i}")
-                 for i, w in enumerate(_made_up_words(rng, N_COMPANIES, 2, taken))]
+    companies = [
+        Entity("company", f"{w} {rng.choice(COMPANY_SUFFIXES)}", f"company-{i}")
+        for i, w in enumerate(_made_up_words(rng, N_COMPANIES, 2, taken))
+    ]
 
     for i, city in enumerate(cities):  # every country gets cities; its first city is its capital
         country = countries[i % N_COUNTRIES]
         city.rel["country"] = country.name
         country.rel.setdefault("capital", city.name)
-    mayors, founders = people[:N_CITIES], people[N_CITIES:N_CITIES + N_COMPANIES]
+    mayors, founders = people[:N_CITIES], people[N_CITIES : N_CITIES + N_COMPANIES]
     for city, p in zip(cities, mayors):
         city.rel["mayor"], p.rel["mayor_of"] = p.name, city.name
     for co, p in zip(companies, founders):
@@ -123,8 +199,13 @@ def build_world(seed: int = 0) -> World:
             p.rel["job"] = rng.choice(JOBS)
 
     for p in people:
-        role = (f"{p.name} is the mayor of {p.rel['mayor_of']}." if "mayor_of" in p.rel else
-                f"{p.name} founded {p.rel['founded']}." if "founded" in p.rel else f"{p.name} works as a {p.rel['job']}.")
+        role = (
+            f"{p.name} is the mayor of {p.rel['mayor_of']}."
+            if "mayor_of" in p.rel
+            else f"{p.name} founded {p.rel['founded']}."
+            if "founded" in p.rel
+            else f"{p.name} works as a {p.rel['job']}."
+        )
         p.text = f"{p.name} was born in {p.rel['born_in']}. {role}"
     capitals = {k.rel["capital"]: k.name for k in countries}
     for c in cities:
@@ -134,8 +215,10 @@ def build_world(seed: int = 0) -> World:
     for k in countries:
         k.text = f"{k.name} is a country. The capital of {k.name} is {k.rel['capital']}."
     for f in festivals:
-        f.text = f"The {f.name} festival is held in {f.rel['held_in']}. The {f.name} festival takes place every " \
-                 f"{f.rel['month']}."
+        f.text = (
+            f"The {f.name} festival is held in {f.rel['held_in']}. The {f.name} festival takes place every "
+            f"{f.rel['month']}."
+        )
     for co in companies:
         co.text = f"{co.name} is a company based in {co.rel['based_in']}. {co.name} was founded by {co.rel['founder']}."
 
@@ -146,9 +229,20 @@ def build_world(seed: int = 0) -> World:
 
 # relation -> (subject kind, target kind, single-hop question, noun phrase for the target, fact sentence)
 RELATIONS: dict[str, tuple[str, str, str, str, str]] = {
-    "held_in": ("festival", "city", "Which city is the {s} festival held in?", "the city where the {s} festival is held",
-                "The {s} festival is held in {t}."),
-    "based_in": ("company", "city", "Which city is {s} based in?", "the city where {s} is based", "{s} is based in {t}."),
+    "held_in": (
+        "festival",
+        "city",
+        "Which city is the {s} festival held in?",
+        "the city where the {s} festival is held",
+        "The {s} festival is held in {t}.",
+    ),
+    "based_in": (
+        "company",
+        "city",
+        "Which city is {s} based in?",
+        "the city where {s} is based",
+        "{s} is based in {t}.",
+    ),
     "born_in": ("person", "city", "Which city was {s} born in?", "the city where {s} was born", "{s} was born in {t}."),
     "capital": ("country", "city", "What is the capital of {s}?", "the capital of {s}", "The capital of {s} is {t}."),
     "founder": ("company", "person", "Who founded {s}?", "the founder of {s}", "{s} was founded by {t}."),
@@ -156,9 +250,17 @@ RELATIONS: dict[str, tuple[str, str, str, str, str]] = {
     "country": ("city", "country", "Which country is {s} in?", "", "{s} is a city in {t}."),
 }
 # two-hop chains (r1 then r2); capital -> country is left out (it names the country asked about)
-CHAINS = [("held_in", "mayor"), ("held_in", "country"), ("based_in", "mayor"), ("based_in", "country"),
-          ("born_in", "mayor"), ("born_in", "country"), ("capital", "mayor"), ("founder", "born_in"),
-          ("mayor", "born_in")]
+CHAINS = [
+    ("held_in", "mayor"),
+    ("held_in", "country"),
+    ("based_in", "mayor"),
+    ("based_in", "country"),
+    ("born_in", "mayor"),
+    ("born_in", "country"),
+    ("capital", "mayor"),
+    ("founder", "born_in"),
+    ("mayor", "born_in"),
+]
 
 
 def all_questions(world: World, hops: Iterable[int] = (1, 2)) -> list[dict[str, Any]]:
@@ -178,8 +280,16 @@ def all_questions(world: World, hops: Iterable[int] = (1, 2)) -> list[dict[str, 
                 continue
             t = e.rel[r]
             if 1 in hops:
-                out.append({"question": q.format(s=e.name), "answer": t, "answer_kind": tkind, "hops": 1,
-                            "chain": [e.name, t], "facts": [fact(r, e.name, t)]})
+                out.append(
+                    {
+                        "question": q.format(s=e.name),
+                        "answer": t,
+                        "answer_kind": tkind,
+                        "hops": 1,
+                        "chain": [e.name, t],
+                        "facts": [fact(r, e.name, t)],
+                    }
+                )
             if 2 not in hops:
                 continue
             for r1, r2 in CHAINS:
@@ -190,8 +300,16 @@ def all_questions(world: World, hops: Iterable[int] = (1, 2)) -> list[dict[str, 
                     continue
                 phrase = RELATIONS[r1][3].format(s=e.name)
                 q2 = RELATIONS[r2][2].format(s=phrase)
-                out.append({"question": q2[0].upper() + q2[1:], "answer": u, "answer_kind": RELATIONS[r2][1],
-                            "hops": 2, "chain": [e.name, t, u], "facts": [fact(r1, e.name, t), fact(r2, t, u)]})
+                out.append(
+                    {
+                        "question": q2[0].upper() + q2[1:],
+                        "answer": u,
+                        "answer_kind": RELATIONS[r2][1],
+                        "hops": 2,
+                        "chain": [e.name, t, u],
+                        "facts": [fact(r1, e.name, t), fact(r2, t, u)],
+                    }
+                )
     return out
 
 
@@ -203,8 +321,15 @@ def _hash01(*parts: Any) -> float:
 def _row(q: dict[str, Any], given: bool) -> dict[str, Any]:
     facts = f"Fact: {' '.join(q['facts'])}\n" if given else ""
     user = f"{INSTRUCTIONS}\n\n{facts}Question: {q['question']}"
-    return {"prompt": [{"role": "user", "content": user}], "question": q["question"], "answer": q["answer"],
-            "answer_kind": q["answer_kind"], "hops": q["hops"], "given": given, "chain": list(q["chain"])}
+    return {
+        "prompt": [{"role": "user", "content": user}],
+        "question": q["question"],
+        "answer": q["answer"],
+        "answer_kind": q["answer_kind"],
+        "hops": q["hops"],
+        "given": given,
+        "chain": list(q["chain"]),
+    }
 
 
 # ---- tools -----------------------------------------------------------------------------------------------------
@@ -320,22 +445,34 @@ def make_rubric(world: World, search_cost: float = 0.1, format_bonus: float = 0.
         calls = tool_calls if tool_calls is not None else [[]] * len(completions)
         return [float(_names(c, "answer") > 0) for c in calls]
 
-    return Rubric([
-        RewardComponent("correct", correct, weight=1.0),
-        RewardComponent("format", called_answer, weight=format_bonus),
-        # passes (pass/search_cost) when the episode spent no step before answering
-        RewardComponent("search_cost", search_penalty, weight=1.0, pass_threshold=0.0),
-        # weight 0: logged only; passes (pass/num_searches) when the episode searched at least once
-        RewardComponent("num_searches", num_searches, weight=0.0, pass_threshold=1.0),
-    ], pass_component="correct")
+    return Rubric(
+        [
+            RewardComponent("correct", correct, weight=1.0),
+            RewardComponent("format", called_answer, weight=format_bonus),
+            # passes (pass/search_cost) when the episode spent no step before answering
+            RewardComponent("search_cost", search_penalty, weight=1.0, pass_threshold=0.0),
+            # weight 0: logged only; passes (pass/num_searches) when the episode searched at least once
+            RewardComponent("num_searches", num_searches, weight=0.0, pass_threshold=1.0),
+        ],
+        pass_component="correct",
+    )
 
 
 # ---- the task --------------------------------------------------------------------------------------------------
 
 
-def make_task(n_train: int = 300, n_eval: int = 60, seed: int = 0, search_cost: float = 0.1, max_turns: int = 4,
-              max_tokens: int = 64, hops: Iterable[int] = (1, 2), given_fraction: float = 0.25,
-              format_bonus: float = 0.1, demo_search_given: float = 0.5) -> Task:
+def make_task(
+    n_train: int = 300,
+    n_eval: int = 60,
+    seed: int = 0,
+    search_cost: float = 0.1,
+    max_turns: int = 4,
+    max_tokens: int = 64,
+    hops: Iterable[int] = (1, 2),
+    given_fraction: float = 0.25,
+    format_bonus: float = 0.1,
+    demo_search_given: float = 0.5,
+) -> Task:
     """The `search-qa` task. Deterministic in `seed` (world, split, which questions state their facts). Held-out
     rows are the `n_eval` questions first in a seeded hash order, so they do not depend on `n_train`; training
     rows are the next ones (repeated in order when `n_train` exceeds the pool)."""
@@ -348,22 +485,26 @@ def make_task(n_train: int = 300, n_eval: int = 60, seed: int = 0, search_cost: 
     world = build_world(seed)
     pool = sorted(all_questions(world, hops), key=lambda q: _hash01("split", seed, q["question"]))
     if len(pool) <= n_eval:
-        raise ValueError(f"search-qa has {len(pool)} questions for hops={sorted(set(hops))}; n_eval={n_eval} "
-                         "leaves none for training")
+        raise ValueError(
+            f"search-qa has {len(pool)} questions for hops={sorted(set(hops))}; n_eval={n_eval} "
+            "leaves none for training"
+        )
     rows = [_row(q, _hash01("given", seed, q["question"]) < given_fraction) for q in pool]
     eval_rows, train_pool = rows[:n_eval], rows[n_eval:]
     train_rows = [train_pool[i % len(train_pool)] for i in range(n_train)]
     first = train_rows[0]
     return Task(
-        smoke_checks=[SmokeCheck("the gold answer passes", row=first, completion=first["answer"]),
-                      SmokeCheck("another name fails", row=first, completion="Nobody Atall", expect="fail")],
+        smoke_checks=[
+            SmokeCheck("the gold answer passes", row=first, completion=first["answer"]),
+            SmokeCheck("another name fails", row=first, completion="Nobody Atall", expect="fail"),
+        ],
         name="search-qa",
         train_rows=train_rows,
         eval_rows=eval_rows,
         rubric=make_rubric(world, search_cost, format_bonus),
         description=f"Questions about a generated world ({len(world.entities)} documents); search a BM25 index "
-                    f"(top-{TOP_K}) at a cost of {search_cost:g} per search (or any other step before the answer), "
-                    "then call answer.",
+        f"(top-{TOP_K}) at a cost of {search_cost:g} per search (or any other step before the answer), "
+        "then call answer.",
         max_tokens=max_tokens,
         # One call per reply: stop once the call is closed. The text is cut before the stop string, which the
         # tool-call parser accepts (an unterminated final block parses when its JSON is complete); the sampled

@@ -20,21 +20,28 @@ import dataclasses
 from typing import Any
 
 from posttrain.envs.smoke_checks import SmokeCheck
-from posttrain.envs.task import TaskLoadError
-from posttrain.tasks.load import load_task
-from posttrain.envs.task import Task
+from posttrain.envs.task import Task, TaskLoadError
 from posttrain.rewards.best_so_far import BestSoFarReward
 from posttrain.rewards.majority_vote import EXTRACTORS, SMOKE_PREFIX, TIE_RULES, LabelAudit, MajorityVoteReward
 from posttrain.rewards.rubric import RewardComponent, Rubric
+from posttrain.tasks.load import load_task
 
 MODES = ("majority", "discover")
 TASK_EXTRACTORS = {"arith": "last_number", "json-extract": "exact", "search-qa": "last_line"}
 ID = "ttrl_id"
 
 
-def make_task(base: str = "arith", mode: str = "majority", extractor: str | None = None, tie: str = "first",
-              label_column: str = "answer", problem: int = 0, baseline: float = 0.0, state_file: str | None = None,
-              **base_options: Any) -> Task:
+def make_task(
+    base: str = "arith",
+    mode: str = "majority",
+    extractor: str | None = None,
+    tie: str = "first",
+    label_column: str = "answer",
+    problem: int = 0,
+    baseline: float = 0.0,
+    state_file: str | None = None,
+    **base_options: Any,
+) -> Task:
     if mode not in MODES:
         raise TaskLoadError(f"ttrl: mode must be one of {', '.join(MODES)}, got {mode!r}")
     if base == "ttrl":
@@ -61,15 +68,27 @@ def make_task(base: str = "arith", mode: str = "majority", extractor: str | None
     if labels.get("eval-0"):  # the extractor and the label plumbing, on a copy of held-out row 0 that is not counted
         labels[SMOKE_PREFIX + "0"] = labels["eval-0"]
         smoke_row = {**eval_rows[0], ID: SMOKE_PREFIX + "0"}
-        checks = [SmokeCheck("the held-out label passes the label audit", row=smoke_row, completion=labels["eval-0"]),
-                  SmokeCheck("an empty answer does not", row=smoke_row, completion="", expect="fail")]
+        checks = [
+            SmokeCheck("the held-out label passes the label audit", row=smoke_row, completion=labels["eval-0"]),
+            SmokeCheck("an empty answer does not", row=smoke_row, completion="", expect="fail"),
+        ]
     votes = MajorityVoteReward(extract, tie, label_columns=(label_column,), id_column=ID)
     audit = LabelAudit(labels, extract, votes, id_column=ID)
     rubric = Rubric([RewardComponent("label_match", audit, weight=0.0)], pass_component="label_match")
-    return dataclasses.replace(inner, name=f"ttrl-{inner.name}", train_rows=train_rows, eval_rows=eval_rows,
-                               rubric=rubric, group_rewards=[votes], group_reward_weights=[1.0], smoke_checks=checks,
-                               demonstrate=None, judges={}, train_pass=False,
-                               description=f"TTRL on {inner.name}: majority-vote reward ({name}, tie={tie})")
+    return dataclasses.replace(
+        inner,
+        name=f"ttrl-{inner.name}",
+        train_rows=train_rows,
+        eval_rows=eval_rows,
+        rubric=rubric,
+        group_rewards=[votes],
+        group_reward_weights=[1.0],
+        smoke_checks=checks,
+        demonstrate=None,
+        judges={},
+        train_pass=False,
+        description=f"TTRL on {inner.name}: majority-vote reward ({name}, tie={tie})",
+    )
 
 
 def _strip(row: dict[str, Any], label_column: str) -> dict[str, Any]:
@@ -88,10 +107,21 @@ def _discover(inner: Task, problem: int, baseline: float, state_file: str | None
         cols = [{k: v for k, v in r.items() if k not in ("prompt", "prompts")} for r in rows]
         return [None if s.failed else s.reward for s in scorer_rubric.score(comps, cols)]
 
-    logged = Rubric([dataclasses.replace(c, weight=0.0) for c in inner.rubric.components],
-                    pass_component=inner.rubric.pass_component, gates=list(inner.rubric.gates))
+    logged = Rubric(
+        [dataclasses.replace(c, weight=0.0) for c in inner.rubric.components],
+        pass_component=inner.rubric.pass_component,
+        gates=list(inner.rubric.gates),
+    )
     improve = BestSoFarReward(scorer, baseline=baseline, state_file=state_file, id_column=ID)
-    return dataclasses.replace(inner, name=f"ttrl-discover-{inner.name}", train_rows=[row], eval_rows=[row],
-                               rubric=logged, group_rewards=[improve], group_reward_weights=[1.0],
-                               smoke_checks=[], demonstrate=None,
-                               description=f"TTT-Discover on {inner.name} problem {problem}: best-so-far improvement")
+    return dataclasses.replace(
+        inner,
+        name=f"ttrl-discover-{inner.name}",
+        train_rows=[row],
+        eval_rows=[row],
+        rubric=logged,
+        group_rewards=[improve],
+        group_reward_weights=[1.0],
+        smoke_checks=[],
+        demonstrate=None,
+        description=f"TTT-Discover on {inner.name} problem {problem}: best-so-far improvement",
+    )

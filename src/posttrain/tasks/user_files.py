@@ -24,7 +24,7 @@ def import_user_file(path: Path, mod_name: str, what: str, reuse: bool = False) 
     sys.modules[mod_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001 - report any import-time failure of user code clearly
+    except Exception as e:
         sys.modules.pop(mod_name, None)
         raise TaskLoadError(f"importing {path} failed: {type(e).__name__}: {e}") from e
     return module

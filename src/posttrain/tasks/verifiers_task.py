@@ -27,8 +27,17 @@ from posttrain.envs.task import Task, TaskLoadError
 from posttrain.tasks.user_files import import_user_file
 
 PREFIX = "verifiers:"
-OWN_OPTIONS = ("n_train", "n_eval", "eval", "max_tokens", "timeout_s", "request_timeout_s", "max_turns",
-               "max_observation_chars", "pass_reward")
+OWN_OPTIONS = (
+    "n_train",
+    "n_eval",
+    "eval",
+    "max_tokens",
+    "timeout_s",
+    "request_timeout_s",
+    "max_turns",
+    "max_observation_chars",
+    "pass_reward",
+)
 MAX_HELD_OUT = 64
 
 
@@ -57,12 +66,20 @@ def load_verifiers_task(name: str, options: dict[str, Any] | None = None, seed: 
     timeout_s, request_timeout_s = float(own.get("timeout_s", 300)), float(own.get("request_timeout_s", 120))
 
     def env_factory(task: Task, tokenizer: Any, params: Any) -> VerifiersEnv:
-        return VerifiersEnv(env, task, tokenizer, timeout_s=timeout_s, request_timeout_s=request_timeout_s,
-                            max_tokens=task.max_tokens)
+        return VerifiersEnv(
+            env, task, tokenizer, timeout_s=timeout_s, request_timeout_s=request_timeout_s, max_tokens=task.max_tokens
+        )
 
-    return Task(name=name, train_rows=train, eval_rows=evals, rubric=rubric, env_factory=env_factory,
-                description=f"verifiers environment {env.config.env_id}", max_tokens=own.get("max_tokens"),
-                max_observation_chars=int(own.get("max_observation_chars", 8000)))
+    return Task(
+        name=name,
+        train_rows=train,
+        eval_rows=evals,
+        rubric=rubric,
+        env_factory=env_factory,
+        description=f"verifiers environment {env.config.env_id}",
+        max_tokens=own.get("max_tokens"),
+        max_observation_chars=int(own.get("max_observation_chars", 8000)),
+    )
 
 
 # ---- the verifiers env a spec names --------------------------------------------------------------------------
@@ -74,8 +91,10 @@ def _build(spec: str, options: dict[str, Any], own: dict[str, Any]) -> Any:
 
     from posttrain.envs.verifiers_env import with_posttrain_seats
 
-    harness = {"max_observation_chars": int(own.get("max_observation_chars", 8000)),
-               "request_timeout_s": float(own.get("request_timeout_s", 120))}
+    harness = {
+        "max_observation_chars": int(own.get("max_observation_chars", 8000)),
+        "request_timeout_s": float(own.get("request_timeout_s", 120)),
+    }
     try:
         env_cls, config, taskset = _resolve(spec, options)
         env = env_cls(with_posttrain_seats(config, harness, int(own.get("max_turns", 16))))
@@ -98,8 +117,10 @@ def _resolve(spec: str, options: dict[str, Any]) -> tuple[type, Any, Any]:
         return type(out), out.config, None
     taskset, env_cls = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
     if not isinstance(taskset, vf.Taskset) or not (env_cls is None or issubclass(env_cls, vf.Env)):
-        raise TypeError(f"{target}:{attr} must return a verifiers Env, a Taskset or (Taskset, Env subclass), "
-                        f"got {type(out).__name__}")
+        raise TypeError(
+            f"{target}:{attr} must return a verifiers Env, a Taskset or (Taskset, Env subclass), "
+            f"got {type(out).__name__}"
+        )
     from posttrain.envs.verifiers_env import register_plugin_module
 
     classes = (type(taskset),) if env_cls is None else (type(taskset), env_cls)

@@ -46,6 +46,8 @@ def checkpoint_layers(model, enabled: bool = True) -> int:
             m._can_checkpoint_with_cache = enabled
             n += 1
     if enabled and n == 0:
-        raise ValueError(f"trainer.gradient_checkpointing: {type(model).__name__} has no checkpointable decoder layers "
-                         "(transformers' GradientCheckpointingLayer)")
+        raise ValueError(
+            f"trainer.gradient_checkpointing: {type(model).__name__} has no checkpointable decoder layers "
+            "(transformers' GradientCheckpointingLayer)"
+        )
     return n

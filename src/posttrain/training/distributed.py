@@ -49,8 +49,9 @@ def split_indices(batch: Batch, n: int) -> list[list[int]]:
     lightest shard). Pure."""
     shards: list[list[int]] = [[] for _ in range(n)]
     load = [0] * n
-    groups = sorted(group_sequences(batch), key=lambda g: -sum(len(s.prompt_ids) + len(s.completion_ids)
-                                                               for s in g.sequences))
+    groups = sorted(
+        group_sequences(batch), key=lambda g: -sum(len(s.prompt_ids) + len(s.completion_ids) for s in g.sequences)
+    )
     for g in groups:
         r = load.index(min(load))
         shards[r] += g.indices
@@ -62,8 +63,15 @@ def split_by_groups(batch: Batch, n: int) -> list[Batch]:
     """`split_indices`' shards as batches, each carrying the whole batch's normalizers. Pure."""
     total_tokens = batch.total_loss_tokens or float(max(batch.num_loss_tokens, 1))
     total_seqs = batch.total_seqs or float(len(batch.sequences))
-    return [Batch([batch.sequences[i] for i in idx], batch.policy_version, total_loss_tokens=total_tokens,
-                  total_seqs=total_seqs) for idx in split_indices(batch, n)]
+    return [
+        Batch(
+            [batch.sequences[i] for i in idx],
+            batch.policy_version,
+            total_loss_tokens=total_tokens,
+            total_seqs=total_seqs,
+        )
+        for idx in split_indices(batch, n)
+    ]
 
 
 def combine_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
@@ -98,7 +106,7 @@ def _all_reduce_grads(trainer) -> None:
     dist.all_reduce(flat)
     off = 0
     for g in grads:
-        g.copy_(flat[off:off + g.numel()].view_as(g))
+        g.copy_(flat[off : off + g.numel()].view_as(g))
         off += g.numel()
     flag = torch.tensor([float(trainer._poisoned)], device=flat.device)  # NCCL reduces only CUDA tensors
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -148,8 +156,7 @@ def _run(trainer, cmd: tuple, rank: int, world: int, loss_fn, params, token_weig
 
 def _shared_setting(name: str) -> property:
     """Read from rank 0's trainer; an assignment goes to every rank (the `set` command)."""
-    return property(lambda self: getattr(self.trainer, name),
-                    lambda self, value: self._send(("set", {name: value})))
+    return property(lambda self: getattr(self.trainer, name), lambda self, value: self._send(("set", {name: value})))
 
 
 class DataParallelTrainer:

@@ -15,24 +15,44 @@ from posttrain.training.trainer import TokenWeightFn, Trainer
 def make_trainer(cfg: Config, model: Any, pad_id: int, cls: type = Trainer) -> Trainer:
     """`cls`: Trainer, or ShardedTrainer over an FSDP2-sharded model (training/launch.rank_trainer)."""
     t = cfg.trainer
-    return cls(model, pad_id=pad_id, lr=t.lr, weight_decay=t.weight_decay, betas=tuple(t.betas),
-               max_grad_norm=t.max_grad_norm, warmup_steps=t.warmup_steps, micro_batch_tokens=t.micro_batch_tokens,
-               prefix_sharing=t.prefix_sharing, temperature=cfg.sampling.temperature, optimizer=t.optimizer,
-               muon_momentum=t.muon_momentum, logits_chunk_tokens=t.logits_chunk_tokens,
-               gradient_checkpointing=t.gradient_checkpointing, precision=t.precision,
-               report_gap_max=cfg.sampling.engine != "own")
+    return cls(
+        model,
+        pad_id=pad_id,
+        lr=t.lr,
+        weight_decay=t.weight_decay,
+        betas=tuple(t.betas),
+        max_grad_norm=t.max_grad_norm,
+        warmup_steps=t.warmup_steps,
+        micro_batch_tokens=t.micro_batch_tokens,
+        prefix_sharing=t.prefix_sharing,
+        temperature=cfg.sampling.temperature,
+        optimizer=t.optimizer,
+        muon_momentum=t.muon_momentum,
+        logits_chunk_tokens=t.logits_chunk_tokens,
+        gradient_checkpointing=t.gradient_checkpointing,
+        precision=t.precision,
+        report_gap_max=cfg.sampling.engine != "own",
+    )
 
 
 def self_teacher(a: AlgorithmConfig, remedies: RemediesConfig | None = None) -> tuple[str, float] | None:
     """Which self-distillation teacher the run has (the config allows one): its metric prefix and coefficient.
     A remedy's guided format hint (`remedies`, when diagnostics are on) uses the hint teacher too."""
     # With a teacher model (algorithm.teacher.model) that model is the run's teacher: a remedy's hint adds none.
-    guided = remedies is not None and remedies.enabled and remedies.format_hint and \
-        remedies.format_hint_mode == "guide" and remedies.format_hint_distill and not a.teacher.model
-    for name, on, coef in (("hint", a.hint_distill.enabled, a.hint_distill.coef),
-                           ("insight", a.insights.enabled, a.insights.coef),
-                           ("rised", a.rised.enabled and a.rised.positive_distill, a.rised.coef),
-                           ("hint", guided, a.hint_distill.coef)):
+    guided = (
+        remedies is not None
+        and remedies.enabled
+        and remedies.format_hint
+        and remedies.format_hint_mode == "guide"
+        and remedies.format_hint_distill
+        and not a.teacher.model
+    )
+    for name, on, coef in (
+        ("hint", a.hint_distill.enabled, a.hint_distill.coef),
+        ("insight", a.insights.enabled, a.insights.coef),
+        ("rised", a.rised.enabled and a.rised.positive_distill, a.rised.coef),
+        ("hint", guided, a.hint_distill.coef),
+    ):
         if on:
             return name, coef
     return None
@@ -47,13 +67,19 @@ def loss_params(cfg: Config, max_tokens: int) -> LossParams:
     """The loss's hyper-parameters, once per run. With KL as a reward the loss has no KL term (beta 0 there)."""
     a = cfg.algorithm
     own = self_teacher(a, run_remedies(cfg))
-    return LossParams(epsilon=a.epsilon, epsilon_high=a.epsilon_high, beta=a.beta if a.kl_mode == "loss" else 0.0,
-                      kl_estimator=a.kl_estimator, aggregation=a.aggregation,
-                      max_tokens=max_tokens, cispo_epsilon_low=a.cispo_epsilon_low,
-                      dual_clip=a.dual_clip,
-                      distill_coef=a.teacher.coef if a.teacher.model else own[1] if own else 0.0,
-                      rl_weight=a.teacher.rl_weight if a.teacher.model else 1.0,
-                      distill_prefix=own[0] if own else "teacher")
+    return LossParams(
+        epsilon=a.epsilon,
+        epsilon_high=a.epsilon_high,
+        beta=a.beta if a.kl_mode == "loss" else 0.0,
+        kl_estimator=a.kl_estimator,
+        aggregation=a.aggregation,
+        max_tokens=max_tokens,
+        cispo_epsilon_low=a.cispo_epsilon_low,
+        dual_clip=a.dual_clip,
+        distill_coef=a.teacher.coef if a.teacher.model else own[1] if own else 0.0,
+        rl_weight=a.teacher.rl_weight if a.teacher.model else 1.0,
+        distill_prefix=own[0] if own else "teacher",
+    )
 
 
 def token_weight_fn(a: AlgorithmConfig) -> TokenWeightFn | None:

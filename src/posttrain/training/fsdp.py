@@ -50,8 +50,10 @@ def decoder_layers(model: Any) -> list[torch.nn.Module]:
     names = set(getattr(model, "_no_split_modules", None) or [])
     layers = [m for m in model.modules() if type(m).__name__ in names]
     if not layers:
-        raise ValueError(f"{type(model).__name__} names no decoder layer class (_no_split_modules): cannot shard it "
-                         "per layer; use trainer.sharding=none")
+        raise ValueError(
+            f"{type(model).__name__} names no decoder layer class (_no_split_modules): cannot shard it "
+            "per layer; use trainer.sharding=none"
+        )
     return layers
 
 
@@ -125,8 +127,17 @@ class ShardedTrainer(Trainer):
         out = []
         for kind in KINDS:
             idx = [i for i, s in enumerate(batch.sequences) if self._kind(s) == kind]
-            out.append((idx, Batch([batch.sequences[i] for i in idx], batch.policy_version,
-                                   total_loss_tokens=total_tokens, total_seqs=total_seqs)))
+            out.append(
+                (
+                    idx,
+                    Batch(
+                        [batch.sequences[i] for i in idx],
+                        batch.policy_version,
+                        total_loss_tokens=total_tokens,
+                        total_seqs=total_seqs,
+                    ),
+                )
+            )
         return out
 
     def _agreed_passes(self, parts: list[Batch]) -> list[tuple[int, int]]:
@@ -138,11 +149,21 @@ class ShardedTrainer(Trainer):
 
     def _idle_pass(self, kind: int, backward: bool) -> None:
         """The model calls of a real pass of this kind, on padding with no loss: its collectives, a zero gradient."""
-        seq = Sequence(prompt_ids=[self.pad_id], completion_ids=[self.pad_id] * kind, loss_mask=[0] * kind,
-                       sampler_logprobs=[0.0] * kind)
+        seq = Sequence(
+            prompt_ids=[self.pad_id],
+            completion_ids=[self.pad_id] * kind,
+            loss_mask=[0] * kind,
+            sampler_logprobs=[0.0] * kind,
+        )
         with torch.set_grad_enabled(backward), compute_context(self.model, self.precision):
-            t = completion_logprobs(self.model, group_sequences(Batch([seq])), self.pad_id, self.temperature,
-                                    self.prefix_sharing, chunk_tokens=self.chunk)
+            t = completion_logprobs(
+                self.model,
+                group_sequences(Batch([seq])),
+                self.pad_id,
+                self.temperature,
+                self.prefix_sharing,
+                chunk_tokens=self.chunk,
+            )
             if backward:
                 (t.logp_BT.sum() * 0.0).backward()
 
@@ -254,16 +275,22 @@ class ShardedTrainer(Trainer):
         optim = [get_optimizer_state_dict(self.model, o, options=opts) for o in self.optimizers]
         if dist.get_rank() != 0:
             return {}
-        return {"params": params,
-                "optimizers": [_by_index(s, self._param_names(o)) for s, o in zip(optim, self.optimizers)],
-                "schedulers": [s.state_dict() for s in self.schedulers], "step": self.step,
-                "skipped_steps": self.skipped_steps}
+        return {
+            "params": params,
+            "optimizers": [_by_index(s, self._param_names(o)) for s, o in zip(optim, self.optimizers)],
+            "schedulers": [s.state_dict() for s in self.schedulers],
+            "step": self.step,
+            "skipped_steps": self.skipped_steps,
+        }
 
     def load_state_dict(self, state: dict[str, Any], source: str = "the checkpoint") -> None:
         """Collective; every rank is handed the full state (a plain Trainer's, from any world size) and keeps its
         shard of it."""
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                             set_optimizer_state_dict)
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
 
         missing = [n for n in state["params"] if n not in set(self._trainable)]
         if missing:
@@ -271,8 +298,10 @@ class ShardedTrainer(Trainer):
         opt_states = state.get("optimizers") or [state["optimizer"]]
         sch_states = state.get("schedulers") or [state["scheduler"]]
         if len(opt_states) != len(self.optimizers):
-            raise ValueError(f"checkpoint {source} has {len(opt_states)} optimizer states, this trainer has "
-                             f"{len(self.optimizers)} (was trainer.optimizer changed?)")
+            raise ValueError(
+                f"checkpoint {source} has {len(opt_states)} optimizer states, this trainer has "
+                f"{len(self.optimizers)} (was trainer.optimizer changed?)"
+            )
         opts = StateDictOptions(full_state_dict=True, strict=False)
         set_model_state_dict(self.model, state["params"], options=opts)
         for o, os_, sch, ss in zip(self.optimizers, opt_states, self.schedulers, sch_states):

@@ -61,8 +61,9 @@ def start_ranks(cfg: Config, model, pad_id: int, config_path: Path):
         threads = str(max(1, (os.cpu_count() or 1) // world))
         for rank in range(1, world):
             env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "OMP_NUM_THREADS": threads}
-            workers.append(subprocess.Popen([sys.executable, "-m", "posttrain.training.launch", str(config_path)],
-                                            env=env))
+            workers.append(
+                subprocess.Popen([sys.executable, "-m", "posttrain.training.launch", str(config_path)], env=env)
+            )
     init_group(0, world, cfg.trainer.dist_timeout_s)
     if cfg.trainer.sharding == "fsdp2":
         model = copy.deepcopy(model)  # the sampler keeps the whole one (GatheredWeights refreshes it)
@@ -73,14 +74,14 @@ def run_worker(cfg: Config) -> None:
     """A rank > 0: the same model and Trainer as rank 0, then the worker loop until rank 0 says stop."""
     import torch
 
-    from posttrain.models.policy import resolve_device, resolve_dtype, seed_everything
-    from posttrain.training.from_config import loss_params, token_weight_fn
-    from posttrain.models.load import ensure_pad_token, load_model
-    from posttrain.models.lora import apply_lora
     from posttrain.algos import LOSSES
     from posttrain.algos.loss_terms import with_terms
+    from posttrain.models.load import ensure_pad_token, load_model
+    from posttrain.models.lora import apply_lora
+    from posttrain.models.policy import resolve_device, resolve_dtype, seed_everything
     from posttrain.tasks.from_config import task_from_config
     from posttrain.training.distributed import init_group, worker_loop
+    from posttrain.training.from_config import loss_params, token_weight_fn
 
     rank, world = launched_rank(), world_size(cfg)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 1)))
@@ -88,8 +89,13 @@ def run_worker(cfg: Config) -> None:
     device = resolve_device(cfg.model.device)
     if device.startswith("cuda"):
         device = f"cuda:{rank % torch.cuda.device_count()}"  # one GPU per rank on this host
-    model, tok = load_model(cfg.model.name, resolve_dtype(cfg.model.dtype, device), cfg.model.attn_implementation,
-                            seed=cfg.run.seed, log=lambda s: None)
+    model, tok = load_model(
+        cfg.model.name,
+        resolve_dtype(cfg.model.dtype, device),
+        cfg.model.attn_implementation,
+        seed=cfg.run.seed,
+        log=lambda s: None,
+    )
     model = model.to(device)
     ensure_pad_token(tok)
     if cfg.lora.enabled:
@@ -98,8 +104,14 @@ def run_worker(cfg: Config) -> None:
     max_tokens = cfg.sampling.max_tokens or task.max_tokens or 128
     init_group(rank, world, cfg.trainer.dist_timeout_s)
     trainer = rank_trainer(cfg, model, tok.pad_token_id, world)
-    worker_loop(trainer, with_terms(LOSSES[cfg.algorithm.loss]), loss_params(cfg, max_tokens), token_weight_fn(cfg.algorithm),
-                rank, world)
+    worker_loop(
+        trainer,
+        with_terms(LOSSES[cfg.algorithm.loss]),
+        loss_params(cfg, max_tokens),
+        token_weight_fn(cfg.algorithm),
+        rank,
+        world,
+    )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,9 @@ class MicroBatchTensors:
     entropy_BT: torch.Tensor | None  # per-token entropy of the policy, detached
 
 
-def token_logprobs(logits_BTV: torch.Tensor, targets_BT: torch.Tensor, temperature: float = 1.0,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    logits_BTV: torch.Tensor, targets_BT: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log softmax(logits / T)[target], computed as logit[target] - logsumexp(logits) to skip a V-sized copy."""
     logits = logits_BTV.float()
     if temperature != 1.0:
@@ -53,14 +54,20 @@ def _pad(rows: list[list[int]], value: int, left: bool = False) -> torch.Tensor:
     for i, r in enumerate(rows):
         if r:
             if left:
-                out[i, width - len(r):] = torch.tensor(r)
+                out[i, width - len(r) :] = torch.tensor(r)
             else:
                 out[i, : len(r)] = torch.tensor(r)
     return out
 
 
-def chunked_token_logprobs(hidden_BTH: torch.Tensor, head: Any, targets_BT: torch.Tensor, temperature: float = 1.0,
-                           with_entropy: bool = False, chunk_tokens: int = 1024) -> tuple[torch.Tensor, torch.Tensor | None]:
+def chunked_token_logprobs(
+    hidden_BTH: torch.Tensor,
+    head: Any,
+    targets_BT: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    chunk_tokens: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`token_logprobs(head(hidden), ...)` without ever holding B x T x V logits (the Liger-kernel idea): the output
     projection, log-softmax and entropy run per chunk of tokens, and each chunk is checkpointed, so backward
     recomputes that chunk's logits instead of keeping them. Peak memory: one chunk of logits, not the batch's."""
@@ -73,17 +80,25 @@ def chunked_token_logprobs(hidden_BTH: torch.Tensor, head: Any, targets_BT: torc
 
     logps, ents = [], []
     for i in range(0, B * T, chunk_tokens):
-        h, t = flat_NH[i:i + chunk_tokens], tgt_N[i:i + chunk_tokens]
-        lp, ent = (checkpoint(one, h, t, use_reentrant=False) if torch.is_grad_enabled() and h.requires_grad
-                   else one(h, t))
+        h, t = flat_NH[i : i + chunk_tokens], tgt_N[i : i + chunk_tokens]
+        lp, ent = (
+            checkpoint(one, h, t, use_reentrant=False) if torch.is_grad_enabled() and h.requires_grad else one(h, t)
+        )
         logps.append(lp)
         ents.append(ent.detach())
     logp_BT = torch.cat(logps).view(B, T)
     return logp_BT, (torch.cat(ents).view(B, T) if with_entropy else None)
 
 
-def completion_logprobs(model, groups: list[GroupSlice], pad_id: int, temperature: float = 1.0,
-                        shared: bool = True, with_entropy: bool = False, chunk_tokens: int = 0) -> MicroBatchTensors:
+def completion_logprobs(
+    model,
+    groups: list[GroupSlice],
+    pad_id: int,
+    temperature: float = 1.0,
+    shared: bool = True,
+    with_entropy: bool = False,
+    chunk_tokens: int = 0,
+) -> MicroBatchTensors:
     """chunk_tokens > 0: compute the output projection per chunk of that many tokens (chunked_token_logprobs)."""
     seqs = [s for g in groups for s in g.sequences]
     dev = next(model.parameters()).device
@@ -97,8 +112,9 @@ def completion_logprobs(model, groups: list[GroupSlice], pad_id: int, temperatur
     else:
         out = _full_logits(run, seqs, pad_id, comp_BT.shape[1], dev)
     if chunk_tokens:
-        logp_BT, ent_BT = chunked_token_logprobs(out, model.get_output_embeddings(), comp_BT, temperature,
-                                                 with_entropy, chunk_tokens)
+        logp_BT, ent_BT = chunked_token_logprobs(
+            out, model.get_output_embeddings(), comp_BT, temperature, with_entropy, chunk_tokens
+        )
     else:
         logp_BT, ent_BT = token_logprobs(out, comp_BT, temperature, with_entropy)
     logp_BT = logp_BT * valid_BT
@@ -159,11 +175,21 @@ def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pa
     record = Cache(layer_class_to_replicate=_RecordLayer)
     arg = cache_arg_name(getattr(model, "model", model))
     # use_cache=False: the cache passed is used either way; True would make a checkpointed layer drop it with a warning.
-    out = model(input_ids=prompt_PL, attention_mask=pmask_PL if padded else None, position_ids=ppos_PL,
-                **{arg: record}, use_cache=False, logits_to_keep=1)
+    out = model(
+        input_ids=prompt_PL,
+        attention_mask=pmask_PL if padded else None,
+        position_ids=ppos_PL,
+        **{arg: record},
+        use_cache=False,
+        logits_to_keep=1,
+    )
     row_to_prompt = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.sequences], device=dev)
-    cache = Cache(layers=[_PrefixLayer(lay.keys.index_select(0, row_to_prompt), lay.values.index_select(0, row_to_prompt))
-                          for lay in record.layers])
+    cache = Cache(
+        layers=[
+            _PrefixLayer(lay.keys.index_select(0, row_to_prompt), lay.values.index_select(0, row_to_prompt))
+            for lay in record.layers
+        ]
+    )
     first_BV = out.logits[:, -1][row_to_prompt]
     T = comp_BT.shape[1]
     if T == 1:

@@ -9,8 +9,6 @@ with `adjust_lr_fn="match_rms_adamw"` (Moonshot's scaling), so the AdamW learnin
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from posttrain.algos.registry import Registry
@@ -36,8 +34,12 @@ OPTIMIZERS: Registry = Registry("optimizer")
 
 def _fusable(params: list[torch.Tensor]) -> bool:
     """torch's fused AdamW kernel takes plain float tensors on CPU or CUDA (not a sharded DTensor)."""
-    return all(type(p) in (torch.Tensor, torch.nn.Parameter) and p.device.type in ("cpu", "cuda")
-               and p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in params)
+    return all(
+        type(p) in (torch.Tensor, torch.nn.Parameter)
+        and p.device.type in ("cpu", "cuda")
+        and p.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        for p in params
+    )
 
 
 @OPTIMIZERS.register("adamw")
@@ -57,15 +59,27 @@ def muon(named_params, lr, betas, weight_decay, muon_momentum=0.95) -> list[torc
     muon_params, adamw_params = muon_param_split(named_params)
     opts: list[torch.optim.Optimizer] = []
     if muon_params:
-        opts.append(torch.optim.Muon([p for _, p in muon_params], lr=lr, weight_decay=weight_decay,
-                                     momentum=muon_momentum, adjust_lr_fn="match_rms_adamw"))
+        opts.append(
+            torch.optim.Muon(
+                [p for _, p in muon_params],
+                lr=lr,
+                weight_decay=weight_decay,
+                momentum=muon_momentum,
+                adjust_lr_fn="match_rms_adamw",
+            )
+        )
     if adamw_params:
         opts += adamw(adamw_params, lr, betas, weight_decay)
     return opts
 
 
-def build_optimizers(named_params: list[tuple[str, torch.nn.Parameter]], name: str, lr: float,
-                     betas: tuple[float, float], weight_decay: float,
-                     muon_momentum: float = 0.95) -> list[torch.optim.Optimizer]:
+def build_optimizers(
+    named_params: list[tuple[str, torch.nn.Parameter]],
+    name: str,
+    lr: float,
+    betas: tuple[float, float],
+    weight_decay: float,
+    muon_momentum: float = 0.95,
+) -> list[torch.optim.Optimizer]:
     """One or two optimizers over the trainable parameters; the trainer steps them together."""
     return OPTIMIZERS[name](named_params, lr, betas, weight_decay, muon_momentum)

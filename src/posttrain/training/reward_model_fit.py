@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import random
 import time
 from collections.abc import Callable
@@ -85,28 +84,33 @@ def _response(v: Any, what: str, i: int) -> tuple[str, Any]:
         return v, None
     if isinstance(v, list) and v and all(isinstance(m, dict) and "content" in m for m in v):
         return str(v[-1]["content"]), (v[:-1] or None)
-    raise PreferenceDataError(f"pair {i}: {what!r} must be a string or a list of chat messages, got "
-                              f"{type(v).__name__}: {str(v)[:120]}")
+    raise PreferenceDataError(
+        f"pair {i}: {what!r} must be a string or a list of chat messages, got {type(v).__name__}: {str(v)[:120]}"
+    )
 
 
 def to_pairs(rows: list[dict[str, Any]], source: str = "data") -> list[PreferencePair]:
     out = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise PreferenceDataError(f"{source}: row {i} is a {type(row).__name__}, expected an object with "
-                                      "prompt/chosen/rejected")
+            raise PreferenceDataError(
+                f"{source}: row {i} is a {type(row).__name__}, expected an object with prompt/chosen/rejected"
+            )
         missing = [k for k in ("chosen", "rejected") if k not in row]
         if missing:
-            raise PreferenceDataError(f"{source}: row {i} has no {' or '.join(missing)} column (columns: "
-                                      f"{sorted(row)}); a preference row needs prompt, chosen and rejected")
+            raise PreferenceDataError(
+                f"{source}: row {i} has no {' or '.join(missing)} column (columns: "
+                f"{sorted(row)}); a preference row needs prompt, chosen and rejected"
+            )
         chosen, ctx = _response(row["chosen"], "chosen", i)
         rejected, _ = _response(row["rejected"], "rejected", i)
         if not chosen.strip() or not rejected.strip():
             raise PreferenceDataError(f"{source}: row {i} has an empty chosen or rejected response")
         prompt = row.get("prompt", ctx)
         if prompt is not None and not isinstance(prompt, (str, list)):
-            raise PreferenceDataError(f"{source}: row {i} prompt must be a string or chat messages, got "
-                                      f"{type(prompt).__name__}")
+            raise PreferenceDataError(
+                f"{source}: row {i} prompt must be a string or chat messages, got {type(prompt).__name__}"
+            )
         kind = row.get("kind")
         out.append(PreferencePair(prompt, chosen, rejected, None if kind is None else str(kind)))
     return out
@@ -122,7 +126,7 @@ def load_pairs(source: Any, seed: int = 0) -> tuple[list[PreferencePair], list[P
         return to_pairs(source.to_list(), "dataset"), None
     if isinstance(source, dict) and "train" in source:  # a datasets.DatasetDict or {"train": rows, ...}
         held = source.get("test") or source.get("validation")
-        rows = lambda d: d.to_list() if hasattr(d, "to_list") else list(d)  # noqa: E731
+        rows = lambda d: d.to_list() if hasattr(d, "to_list") else list(d)
         return to_pairs(rows(source["train"]), "train"), (to_pairs(rows(held), "held-out") if held else None)
     if isinstance(source, list):
         return to_pairs(source), None
@@ -145,14 +149,17 @@ def load_pairs(source: Any, seed: int = 0) -> tuple[list[PreferencePair], list[P
 
         return load_pairs(load_from_disk(str(p)), seed)
     if not p.exists():
-        raise PreferenceDataError(f"preference data not found: {name!r}; use a built-in "
-                                  f"({', '.join(BUILTIN_PREFERENCES)}), a .jsonl file, a saved datasets folder "
-                                  "or hf:<dataset>[:<split>]")
+        raise PreferenceDataError(
+            f"preference data not found: {name!r}; use a built-in "
+            f"({', '.join(BUILTIN_PREFERENCES)}), a .jsonl file, a saved datasets folder "
+            "or hf:<dataset>[:<split>]"
+        )
     return to_pairs(_read_file(p), str(p)), None
 
 
-def split_pairs(pairs: list[PreferencePair], eval_frac: float, seed: int,
-                max_eval: int = 500) -> tuple[list[PreferencePair], list[PreferencePair]]:
+def split_pairs(
+    pairs: list[PreferencePair], eval_frac: float, seed: int, max_eval: int = 500
+) -> tuple[list[PreferencePair], list[PreferencePair]]:
     order = list(range(len(pairs)))
     random.Random(seed).shuffle(order)
     n_eval = min(max_eval, max(1, round(len(pairs) * eval_frac))) if len(pairs) > 1 else 0
@@ -254,8 +261,9 @@ def _scores(model: Any, tok: Any, texts: list[str], max_length: int, device: str
     return model(**enc).logits[:, 0].float()
 
 
-def evaluate_pairs(model: Any, tok: Any, pairs: list[PreferencePair], max_length: int, device: str,
-                   batch_size: int = 16) -> dict[str, float]:
+def evaluate_pairs(
+    model: Any, tok: Any, pairs: list[PreferencePair], max_length: int, device: str, batch_size: int = 16
+) -> dict[str, float]:
     """Held-out pair accuracy and mean margin r(chosen) - r(rejected)."""
     import torch
 
@@ -265,7 +273,7 @@ def evaluate_pairs(model: Any, tok: Any, pairs: list[PreferencePair], max_length
     rs: list[float] = []
     with torch.inference_mode():
         for s in range(0, len(pairs), batch_size):
-            chunk = pairs[s:s + batch_size]
+            chunk = pairs[s : s + batch_size]
             out = _scores(model, tok, [t for p in chunk for t in p.texts], max_length, device).tolist()
             cs += out[0::2]
             rs += out[1::2]
@@ -297,24 +305,29 @@ def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -
     if held is None:
         train, held = split_pairs(train, cfg.eval_frac, cfg.seed)
     if cfg.max_train_pairs:
-        train = train[:cfg.max_train_pairs]
+        train = train[: cfg.max_train_pairs]
     if cfg.max_eval_pairs:
-        held = held[:cfg.max_eval_pairs]
+        held = held[: cfg.max_eval_pairs]
     if not train:
         raise PreferenceDataError("no training pairs")
     out = Path(cfg.out) if cfg.out else _default_out(cfg.data)
-    log(f"reward model: {cfg.model}{f' (first {cfg.layers} layers)' if cfg.layers else ''}, "
-        f"{'LoRA' if cfg.lora else 'full'}; {len(train)} train pairs, {len(held)} held-out pairs -> {out}")
+    log(
+        f"reward model: {cfg.model}{f' (first {cfg.layers} layers)' if cfg.layers else ''}, "
+        f"{'LoRA' if cfg.lora else 'full'}; {len(train)} train pairs, {len(held)} held-out pairs -> {out}"
+    )
 
     model, tok = build_reward_model(cfg.model, cfg.layers, cfg.seed)
     if cfg.lora:
         from peft import LoraConfig, get_peft_model
 
-        targets = sorted({n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
-                         & {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+        targets = sorted(
+            {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+            & {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+        )
         # SEQ_CLS makes peft train and save the new head (`score`) in full next to the adapters.
-        model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules=targets,
-                                                 task_type="SEQ_CLS"))
+        model = get_peft_model(
+            model, LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules=targets, task_type="SEQ_CLS")
+        )
     else:
         if not cfg.train_embeddings:
             model.get_input_embeddings().requires_grad_(False)
@@ -322,12 +335,14 @@ def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -
             # Frozen lower layers need no backward and keep no activations: a step costs about a third of
             # their share; the top layers still see the whole sequence through attention.
             layers = model.base_model.layers
-            for layer in layers[:max(len(layers) - cfg.train_layers, 0)]:
+            for layer in layers[: max(len(layers) - cfg.train_layers, 0)]:
                 layer.requires_grad_(False)
     model.to(cfg.device)
     params = [p for p in model.parameters() if p.requires_grad]
-    log(f"trainable parameters: {sum(p.numel() for p in params) / 1e6:.1f}M of "
-        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M")
+    log(
+        f"trainable parameters: {sum(p.numel() for p in params) / 1e6:.1f}M of "
+        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M"
+    )
 
     before = evaluate_pairs(model, tok, held, cfg.max_length, cfg.device) if held else {"accuracy": float("nan")}
     log(f"epoch 0 (untrained): held-out pair accuracy {before['accuracy']:.1%}{_per_kind(before)}")
@@ -336,7 +351,8 @@ def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -
     total = steps_per_epoch * cfg.epochs
     warmup = max(1, total // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then linear decay to 0
-        opt, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(total - warmup, 1))))
+        opt, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(total - warmup, 1)))
+    )
     epochs: list[dict[str, float]] = []
     step = 0
     t_train = time.perf_counter()
@@ -348,7 +364,7 @@ def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -
         loss_sum = acc_sum = 0.0
         n_seen = 0
         for s in range(0, len(order), cfg.batch_size):
-            chunk = [train[i] for i in order[s:s + cfg.batch_size]]
+            chunk = [train[i] for i in order[s : s + cfg.batch_size]]
             r = _scores(model, tok, [t for p in chunk for t in p.texts], cfg.max_length, cfg.device)
             loss = bradley_terry_loss(r[0::2], r[1::2])
             opt.zero_grad(set_to_none=True)
@@ -361,38 +377,72 @@ def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -
             acc_sum += float((r[0::2] > r[1::2]).float().sum())
             n_seen += len(chunk)
             if step % cfg.log_every == 0:
-                log(f"  epoch {epoch} step {step}/{total}: loss {loss_sum / n_seen:.4f}, train pair accuracy "
-                    f"{acc_sum / n_seen:.1%} ({time.perf_counter() - t_start:.0f}s)")
+                log(
+                    f"  epoch {epoch} step {step}/{total}: loss {loss_sum / n_seen:.4f}, train pair accuracy "
+                    f"{acc_sum / n_seen:.1%} ({time.perf_counter() - t_start:.0f}s)"
+                )
             if cfg.time_budget_s is not None and time.perf_counter() - t_train > cfg.time_budget_s:
                 stopped = True
                 break
-        ev = evaluate_pairs(model, tok, held, cfg.max_length, cfg.device) if held else {"accuracy": float("nan"),
-                                                                                       "margin": float("nan")}
-        rec = {"epoch": epoch, "loss": loss_sum / max(n_seen, 1), "train_accuracy": acc_sum / max(n_seen, 1),
-               "eval_accuracy": ev["accuracy"], "eval_margin": ev["margin"], "pairs_seen": n_seen,
-               **{f"eval_{k}": v for k, v in ev.items() if k.startswith("accuracy/")}}
+        ev = (
+            evaluate_pairs(model, tok, held, cfg.max_length, cfg.device)
+            if held
+            else {"accuracy": float("nan"), "margin": float("nan")}
+        )
+        rec = {
+            "epoch": epoch,
+            "loss": loss_sum / max(n_seen, 1),
+            "train_accuracy": acc_sum / max(n_seen, 1),
+            "eval_accuracy": ev["accuracy"],
+            "eval_margin": ev["margin"],
+            "pairs_seen": n_seen,
+            **{f"eval_{k}": v for k, v in ev.items() if k.startswith("accuracy/")},
+        }
         epochs.append(rec)
-        log(f"epoch {epoch}: loss {rec['loss']:.4f}, train pair accuracy {rec['train_accuracy']:.1%}, held-out "
+        log(
+            f"epoch {epoch}: loss {rec['loss']:.4f}, train pair accuracy {rec['train_accuracy']:.1%}, held-out "
             f"pair accuracy {ev['accuracy']:.1%} (mean margin {ev['margin']:+.3f}{_per_kind(ev)}) "
-            f"({time.perf_counter() - t_start:.0f}s){' [time budget reached]' if stopped else ''}")
+            f"({time.perf_counter() - t_start:.0f}s){' [time budget reached]' if stopped else ''}"
+        )
         if stopped:
             break
 
     if cfg.lora:
         model = model.merge_and_unload()  # a plain HF folder: loading it needs no peft
-    _save(model, tok, out, {
-        "kind": "bradley-terry reward model", "base_model": cfg.model, "layers": cfg.layers,
-        "format": "posttrain.rewards.reward_model.format_pair", "data": str(cfg.data) if not isinstance(
-            cfg.data, (str, Path)) else str(cfg.data), "n_train": len(train), "n_eval": len(held),
-        "eval_accuracy": epochs[-1]["eval_accuracy"], "eval_accuracy_before": before["accuracy"],
-        "epochs": epochs, "config": {k: v for k, v in asdict(cfg).items() if isinstance(v, (str, int, float, bool,
-                                                                                             type(None)))}})
+    _save(
+        model,
+        tok,
+        out,
+        {
+            "kind": "bradley-terry reward model",
+            "base_model": cfg.model,
+            "layers": cfg.layers,
+            "format": "posttrain.rewards.reward_model.format_pair",
+            "data": str(cfg.data) if not isinstance(cfg.data, (str, Path)) else str(cfg.data),
+            "n_train": len(train),
+            "n_eval": len(held),
+            "eval_accuracy": epochs[-1]["eval_accuracy"],
+            "eval_accuracy_before": before["accuracy"],
+            "epochs": epochs,
+            "config": {k: v for k, v in asdict(cfg).items() if isinstance(v, (str, int, float, bool, type(None)))},
+        },
+    )
     seconds = time.perf_counter() - t_start
-    log(f"saved {out}: held-out pair accuracy {before['accuracy']:.1%} -> {epochs[-1]['eval_accuracy']:.1%} "
-        f"on {len(held)} pairs, {seconds:.0f}s")
-    return RMTrainResult(out=str(out), eval_accuracy=epochs[-1]["eval_accuracy"],
-                         eval_margin=epochs[-1]["eval_margin"], eval_accuracy_before=before["accuracy"],
-                         n_train=len(train), n_eval=len(held), steps=step, seconds=seconds, epochs=epochs)
+    log(
+        f"saved {out}: held-out pair accuracy {before['accuracy']:.1%} -> {epochs[-1]['eval_accuracy']:.1%} "
+        f"on {len(held)} pairs, {seconds:.0f}s"
+    )
+    return RMTrainResult(
+        out=str(out),
+        eval_accuracy=epochs[-1]["eval_accuracy"],
+        eval_margin=epochs[-1]["eval_margin"],
+        eval_accuracy_before=before["accuracy"],
+        n_train=len(train),
+        n_eval=len(held),
+        steps=step,
+        seconds=seconds,
+        epochs=epochs,
+    )
 
 
 def _default_out(data: Any) -> Path:

@@ -60,11 +60,13 @@ def read_sft_rows(path: str | Path, target: str = "insight") -> list[dict[str, A
             continue
         rows.append({"prompt": r.get("prompt"), "completion": r.get("completion")})
     for i, r in enumerate(rows):
-        ok_prompt = isinstance(r["prompt"], str) or (isinstance(r["prompt"], list) and r["prompt"]
-                                                      and all(isinstance(m, dict) for m in r["prompt"]))
+        ok_prompt = isinstance(r["prompt"], str) or (
+            isinstance(r["prompt"], list) and r["prompt"] and all(isinstance(m, dict) for m in r["prompt"])
+        )
         if not ok_prompt or not isinstance(r["completion"], str) or not r["completion"].strip():
-            raise SFTDataError(f"{p}: row {i} needs a prompt (text or chat messages) and a non-empty completion, "
-                               f"got {str(r)[:200]}")
+            raise SFTDataError(
+                f"{p}: row {i} needs a prompt (text or chat messages) and a non-empty completion, got {str(r)[:200]}"
+            )
     if not rows:
         what = {"insight": "insight rows", "answer": "success rows (conditioned rollouts that passed)"}[target]
         raise SFTDataError(f"{p}: no {what} to train on" if any('"kind"' in x for x in lines) else f"{p} is empty")
@@ -105,13 +107,29 @@ def sft_sequences(rows: list[dict[str, Any]], tok: Any) -> list[Sequence]:
     out = []
     for i, r in enumerate(rows):
         ids = list(tok(r["completion"], add_special_tokens=False)["input_ids"]) + [end]
-        out.append(Sequence(prompt_ids=render_prompt(tok, r["prompt"]), completion_ids=ids, loss_mask=[1] * len(ids),
-                            sampler_logprobs=[0.0] * len(ids), advantage=1.0, group_id=i))
+        out.append(
+            Sequence(
+                prompt_ids=render_prompt(tok, r["prompt"]),
+                completion_ids=ids,
+                loss_mask=[1] * len(ids),
+                sampler_logprobs=[0.0] * len(ids),
+                advantage=1.0,
+                group_id=i,
+            )
+        )
     return out
 
 
-def sft(rows: list[dict[str, Any]], model_name: str, out: str | Path, steps: int = 100, lr: float = 1e-5,
-        batch_size: int = 8, seed: int = 0, log: Callable[[str], None] = print) -> dict[str, float]:
+def sft(
+    rows: list[dict[str, Any]],
+    model_name: str,
+    out: str | Path,
+    steps: int = 100,
+    lr: float = 1e-5,
+    batch_size: int = 8,
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+) -> dict[str, float]:
     """Train `model_name` on `rows` for `steps` batches and save it to `out`. Returns the NLL before/after."""
     import torch
 
@@ -139,5 +157,9 @@ def sft(rows: list[dict[str, Any]], model_name: str, out: str | Path, steps: int
     save_hf_folder(model, tok, out)
     log(f"sft: saved {out}")
     random.seed(seed)
-    return {"nll_first": losses[0], "nll_last": statistics.fmean(losses[-3:]), "rows": float(len(seqs)),
-            "seconds": time.perf_counter() - t0}
+    return {
+        "nll_first": losses[0],
+        "nll_last": statistics.fmean(losses[-3:]),
+        "rows": float(len(seqs)),
+        "seconds": time.perf_counter() - t0,
+    }

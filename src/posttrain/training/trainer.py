@@ -32,8 +32,9 @@ from posttrain.types import Batch
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 # (logp_BT detached, sampler_logp_BT, entropy_BT, mask_BT) -> (token weights or None, metrics). The caller builds
 # it from algos/ (importance-sampling correction, credit weights); the trainer just applies it per micro-batch.
-TokenWeightFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
-                         tuple[torch.Tensor | None, dict[str, float]]]
+TokenWeightFn = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor | None, dict[str, float]]
+]
 
 
 PRECISIONS = ("fp32", "bf16")
@@ -57,11 +58,25 @@ class Trainer:
     # trainer whose sequences are pickled to other ranks cannot), so the report's token stats need no extra pass.
     captures_logprobs = True
 
-    def __init__(self, model: Any, pad_id: int, lr: float = 1e-5, weight_decay: float = 0.0,
-                 betas: tuple[float, float] = (0.9, 0.99), max_grad_norm: float = 1.0, warmup_steps: int = 0,
-                 micro_batch_tokens: int = 4096, prefix_sharing: bool = True, temperature: float = 1.0,
-                 optimizer: str = "adamw", muon_momentum: float = 0.95, logits_chunk_tokens: int = 0,
-                 gradient_checkpointing: bool = False, precision: str = "fp32", report_gap_max: bool = False):
+    def __init__(
+        self,
+        model: Any,
+        pad_id: int,
+        lr: float = 1e-5,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.99),
+        max_grad_norm: float = 1.0,
+        warmup_steps: int = 0,
+        micro_batch_tokens: int = 4096,
+        prefix_sharing: bool = True,
+        temperature: float = 1.0,
+        optimizer: str = "adamw",
+        muon_momentum: float = 0.95,
+        logits_chunk_tokens: int = 0,
+        gradient_checkpointing: bool = False,
+        precision: str = "fp32",
+        report_gap_max: bool = False,
+    ):
         """`report_gap_max`: also log the largest per-token |trainer - sampler| log-prob gap of each step
         (`train/sampler_logp_abs_diff_max`), for rollouts from another engine (sampling.engine=vllm), where one bad
         token (a kernel, a missed push) shows there before the mean moves."""
@@ -85,8 +100,12 @@ class Trainer:
         if not self.params:
             raise ValueError("the model has no trainable parameters")
         self.optimizers = build_optimizers(named, optimizer, lr, betas, weight_decay, muon_momentum)
-        self.schedulers = [torch.optim.lr_scheduler.LambdaLR(
-            o, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps > 0 else 1.0) for o in self.optimizers]
+        self.schedulers = [
+            torch.optim.lr_scheduler.LambdaLR(
+                o, lambda s: min(1.0, (s + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+            )
+            for o in self.optimizers
+        ]
         self.step = 0
         self.skipped_steps = 0
         self._poisoned = False  # a non-finite loss was seen since the last optim_step
@@ -102,16 +121,20 @@ class Trainer:
         try:
             for groups in plan_micro_batches(batch, self.micro_batch_tokens):
                 with compute_context(model, self.precision):
-                    t = completion_logprobs(model, groups, self.pad_id, self.temperature, self.prefix_sharing,
-                                            chunk_tokens=self.chunk)
-                for row, (i, s) in enumerate((i, s) for g in groups for i, s in zip(g.indices, g.sequences, strict=True)):
+                    t = completion_logprobs(
+                        model, groups, self.pad_id, self.temperature, self.prefix_sharing, chunk_tokens=self.chunk
+                    )
+                for row, (i, s) in enumerate(
+                    (i, s) for g in groups for i, s in zip(g.indices, g.sequences, strict=True)
+                ):
                     out[i] = t.logp_BT[row, : len(s.completion_ids)].tolist()
         finally:
             model.train(was)
         return out
 
-    def forward_backward(self, batch: Batch, loss_fn: LossFn, params: LossParams,
-                         token_weight_fn: TokenWeightFn | None = None) -> dict[str, float]:
+    def forward_backward(
+        self, batch: Batch, loss_fn: LossFn, params: LossParams, token_weight_fn: TokenWeightFn | None = None
+    ) -> dict[str, float]:
         """Accumulate gradients of loss_fn over the batch. Returns summed/averaged metrics.
 
         Everything per sequence comes from the sequence: its advantage, the behaviour policy's log-probs
@@ -134,8 +157,15 @@ class Trainer:
         for groups in plan_micro_batches(batch, self.micro_batch_tokens):
             seqs = [s for g in groups for s in g.sequences]
             with compute_context(self.model, self.precision):
-                t = completion_logprobs(self.model, groups, self.pad_id, self.temperature, self.prefix_sharing,
-                                        with_entropy=True, chunk_tokens=self.chunk)
+                t = completion_logprobs(
+                    self.model,
+                    groups,
+                    self.pad_id,
+                    self.temperature,
+                    self.prefix_sharing,
+                    with_entropy=True,
+                    chunk_tokens=self.chunk,
+                )
             B, T = t.logp_BT.shape
             dev = t.logp_BT.device
             want = [row for row, s in enumerate(seqs) if s.capture_logprobs and s.trainer_logprobs is None]
@@ -152,10 +182,16 @@ class Trainer:
                 w_BT, w_metrics = token_weight_fn(t.logp_BT.detach(), sampler_BT, t.entropy_BT, t.mask_BT)
             teacher_BT = None  # the teacher's log-probs, NaN where it has no opinion (a whole sequence: None)
             if any(s.teacher_logprobs is not None for s in seqs):
-                teacher_BT = _pad_float([s.teacher_logprobs or [float("nan")] * len(s.completion_ids) for s in seqs],
-                                        T).to(dev)
-            inputs = LossInputs(total_tokens=total_tokens, total_seqs=total_seqs, token_weights_BT=w_BT,
-                                teacher_logp_BT=teacher_BT, entropy_coef=self.entropy_coef)
+                teacher_BT = _pad_float(
+                    [s.teacher_logprobs or [float("nan")] * len(s.completion_ids) for s in seqs], T
+                ).to(dev)
+            inputs = LossInputs(
+                total_tokens=total_tokens,
+                total_seqs=total_seqs,
+                token_weights_BT=w_BT,
+                teacher_logp_BT=teacher_BT,
+                entropy_coef=self.entropy_coef,
+            )
             loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, params, inputs)
             m = {**m, **w_metrics}
             if not torch.isfinite(loss):
@@ -182,16 +218,18 @@ class Trainer:
                 ent_sum += float((t.entropy_BT * mask).sum())
                 tok += float(mask.sum())
         metrics = {f"train/{k}": v / max(weights, 1.0) for k, v in sums.items()}
-        metrics.update({
-            "train/loss": loss_total,
-            "train/entropy": ent_sum / max(tok, 1.0),
-            # How far the sampler's log-probs are from the trainer's for the same tokens (off-policy drift).
-            "train/sampler_logp_abs_diff": mismatch_abs / max(drift_tok, 1.0),
-            "train/sampler_kl_k3": mismatch_k3 / max(drift_tok, 1.0),
-            "train/loss_tokens": tok,
-            **({"train/sampler_logp_abs_diff_max": mismatch_max} if self.report_gap_max else {}),
-            "time/forward_backward": time.perf_counter() - t0,
-        })
+        metrics.update(
+            {
+                "train/loss": loss_total,
+                "train/entropy": ent_sum / max(tok, 1.0),
+                # How far the sampler's log-probs are from the trainer's for the same tokens (off-policy drift).
+                "train/sampler_logp_abs_diff": mismatch_abs / max(drift_tok, 1.0),
+                "train/sampler_kl_k3": mismatch_k3 / max(drift_tok, 1.0),
+                "train/loss_tokens": tok,
+                **({"train/sampler_logp_abs_diff_max": mismatch_max} if self.report_gap_max else {}),
+                "time/forward_backward": time.perf_counter() - t0,
+            }
+        )
         return metrics
 
     def optim_step(self) -> dict[str, float]:
@@ -213,8 +251,12 @@ class Trainer:
         release_free_heap()  # and the gradients' pages before the next sampling phase
         self._poisoned = False
         self.step += 1
-        return {"train/grad_norm": grad_norm, "train/skipped_step": float(skipped),
-                "train/skipped_steps_total": float(self.skipped_steps), "train/lr": self.schedulers[0].get_last_lr()[0]}
+        return {
+            "train/grad_norm": grad_norm,
+            "train/skipped_step": float(skipped),
+            "train/skipped_steps_total": float(self.skipped_steps),
+            "train/lr": self.schedulers[0].get_last_lr()[0],
+        }
 
     def _skip_backward(self, logp_BT: torch.Tensor) -> None:
         """A non-finite loss is not backpropagated: the step will be skipped (a sharded trainer still runs a
@@ -233,9 +275,13 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Trainable weights (full model or LoRA adapter), optimizer, scheduler and counters."""
-        return {"params": self.trainable_state(), "optimizers": [o.state_dict() for o in self.optimizers],
-                "schedulers": [s.state_dict() for s in self.schedulers], "step": self.step,
-                "skipped_steps": self.skipped_steps}
+        return {
+            "params": self.trainable_state(),
+            "optimizers": [o.state_dict() for o in self.optimizers],
+            "schedulers": [s.state_dict() for s in self.schedulers],
+            "step": self.step,
+            "skipped_steps": self.skipped_steps,
+        }
 
     def save_state(self, path: str) -> None:
         """`state_dict()` written atomically (temp file, then rename): a crash never leaves a half-written state."""
@@ -257,8 +303,10 @@ class Trainer:
         opt_states = state.get("optimizers") or [state["optimizer"]]
         sch_states = state.get("schedulers") or [state["scheduler"]]
         if len(opt_states) != len(self.optimizers):
-            raise ValueError(f"checkpoint {path} has {len(opt_states)} optimizer states, this trainer has "
-                             f"{len(self.optimizers)} (was trainer.optimizer changed?)")
+            raise ValueError(
+                f"checkpoint {path} has {len(opt_states)} optimizer states, this trainer has "
+                f"{len(self.optimizers)} (was trainer.optimizer changed?)"
+            )
         for o, os_, sch, ss in zip(self.optimizers, opt_states, self.schedulers, sch_states):
             o.load_state_dict(os_)
             sch.load_state_dict(ss)

@@ -65,7 +65,9 @@ class JudgeCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(self.path), timeout=self.timeout_s, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("CREATE TABLE IF NOT EXISTS judge_cache (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL)")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS judge_cache (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL)"
+            )
             conn.commit()
             self._conn = conn
         return self._conn
@@ -97,8 +99,10 @@ class JudgeCache:
         with self._lock:
             db = self._db()
             now = time.time()
-            db.executemany("INSERT OR REPLACE INTO judge_cache (key, value, created) VALUES (?, ?, ?)",
-                           [(k, text, now) for k, text in rows])
+            db.executemany(
+                "INSERT OR REPLACE INTO judge_cache (key, value, created) VALUES (?, ?, ?)",
+                [(k, text, now) for k, text in rows],
+            )
             db.commit()
 
     def __len__(self) -> int:

@@ -66,8 +66,9 @@ def check_examples(rows: list[dict[str, Any]], where: str) -> list[dict[str, str
     return out
 
 
-def load_examples(source: str, n_train: int = 4000, n_eval: int = 400, seed: int = 0
-                  ) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+def load_examples(
+    source: str, n_train: int = 4000, n_eval: int = 400, seed: int = 0
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """(train, held-out) examples: a built-in name (BUILTIN_EXAMPLES: the task's own question, labelled by its
     hidden rule, held-out items unseen in training) or a JSONL/JSON file (the last 10% held out)."""
     if source in BUILTIN_EXAMPLES:
@@ -76,8 +77,9 @@ def load_examples(source: str, n_train: int = 4000, n_eval: int = 400, seed: int
         train, held = importlib.import_module(BUILTIN_EXAMPLES[source]).judge_examples(n_train, n_eval, seed)
         return check_examples(train, source), check_examples(held, source)
     if not Path(source).exists():
-        raise FileNotFoundError(f"judge examples {source!r}: no such file, and not a built-in set "
-                                f"({', '.join(BUILTIN_EXAMPLES)})")
+        raise FileNotFoundError(
+            f"judge examples {source!r}: no such file, and not a built-in set ({', '.join(BUILTIN_EXAMPLES)})"
+        )
     rows = check_examples(read_rows(Path(source), JudgeDataError, "judge examples"), source)
     random.Random(seed).shuffle(rows)
     k = max(1, len(rows) // 10) if len(rows) > 1 else 0
@@ -110,14 +112,25 @@ def accuracy(model: Any, tok: Any, rows: list[dict[str, str]], batch_size: int =
     from posttrain.rewards.judges.local_hf import LocalHFBackend
 
     probs = LocalHFBackend("finetune", model_obj=model, tokenizer=tok, max_batch=batch_size).yes_prob(
-        [r["question"] for r in rows])
+        [r["question"] for r in rows]
+    )
     return sum((p >= 0.5) == (r["answer"] == "Yes") for p, r in zip(probs, rows)) / len(rows)
 
 
-def finetune_judge(train: list[dict[str, str]], held_out: list[dict[str, str]], out: str | Path,
-                   model: str = "default", steps: int = 200, batch_size: int = 16, lr: float = 3e-5,
-                   max_length: int = 192, seed: int = 0, threads: int | None = None,
-                   time_budget_s: float | None = None, log: Callable[[str], None] = print) -> JudgeFinetuneResult:
+def finetune_judge(
+    train: list[dict[str, str]],
+    held_out: list[dict[str, str]],
+    out: str | Path,
+    model: str = "default",
+    steps: int = 200,
+    batch_size: int = 16,
+    lr: float = 3e-5,
+    max_length: int = 192,
+    seed: int = 0,
+    threads: int | None = None,
+    time_budget_s: float | None = None,
+    log: Callable[[str], None] = print,
+) -> JudgeFinetuneResult:
     """`time_budget_s`: stop after this many seconds of training (evaluations not counted), then evaluate and
     save; `steps` is then an upper bound."""
     import torch
@@ -128,8 +141,10 @@ def finetune_judge(train: list[dict[str, str]], held_out: list[dict[str, str]], 
 
     train, held_out = check_examples(train, "train"), check_examples(held_out, "held-out")
     if steps < 1 or batch_size < 1 or lr <= 0 or max_length < 8 or (time_budget_s is not None and time_budget_s <= 0):
-        raise ValueError(f"need steps >= 1, batch_size >= 1, lr > 0, max_length >= 8, time_budget_s > 0; got "
-                         f"{steps}, {batch_size}, {lr}, {max_length}, {time_budget_s}")
+        raise ValueError(
+            f"need steps >= 1, batch_size >= 1, lr > 0, max_length >= 8, time_budget_s > 0; got "
+            f"{steps}, {batch_size}, {lr}, {max_length}, {time_budget_s}"
+        )
     if threads:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
@@ -139,8 +154,10 @@ def finetune_judge(train: list[dict[str, str]], held_out: list[dict[str, str]], 
     ids = answer_ids(tok)
     net.get_input_embeddings().weight.requires_grad_(False)
     acc0 = accuracy(net.eval(), tok, held_out)
-    log(f"judge finetune: {len(train)} train / {len(held_out)} held-out examples; held-out accuracy before "
-        f"{acc0:.1%}; {steps} steps x {batch_size} at lr {lr:g}")
+    log(
+        f"judge finetune: {len(train)} train / {len(held_out)} held-out examples; held-out accuracy before "
+        f"{acc0:.1%}; {steps} steps x {batch_size} at lr {lr:g}"
+    )
     opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     rng = random.Random(seed)
     order: list[int] = []
@@ -169,13 +186,21 @@ def finetune_judge(train: list[dict[str, str]], held_out: list[dict[str, str]], 
         opt.step()
         losses.append(loss.item())
         if (step + 1) % max(1, steps // 10) == 0 or step + 1 == steps:
-            recent = losses[-max(1, steps // 10):]
+            recent = losses[-max(1, steps // 10) :]
             log(f"  step {step + 1}/{steps}: loss {sum(recent) / len(recent):.3f} [{time.perf_counter() - t0:.0f}s]")
     net.eval()
     acc1 = accuracy(net, tok, held_out)
-    res = JudgeFinetuneResult(str(out), len(losses), len(train), len(held_out), acc0, acc1,
-                              losses[0] if losses else float("nan"), losses[-1] if losses else float("nan"),
-                              time.perf_counter() - t0)
+    res = JudgeFinetuneResult(
+        str(out),
+        len(losses),
+        len(train),
+        len(held_out),
+        acc0,
+        acc1,
+        losses[0] if losses else float("nan"),
+        losses[-1] if losses else float("nan"),
+        time.perf_counter() - t0,
+    )
     save_hf_folder(net, tok, out, extra_files={META_FILE: json.dumps({**asdict(res), "base_model": model}, indent=2)})
     log(f"held-out accuracy {acc0:.1%} -> {acc1:.1%}; saved {out} [{res.seconds:.0f}s]")
     return res

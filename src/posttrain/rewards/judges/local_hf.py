@@ -19,8 +19,16 @@ from posttrain.rewards.judges.errors import JudgeBadOutput
 
 
 class LocalHFBackend:
-    def __init__(self, model: str = "default", device: str = "auto", dtype: str = "float32", max_batch: int = 16,
-                 seed: int = 0, model_obj: Any = None, tokenizer: Any = None):
+    def __init__(
+        self,
+        model: str = "default",
+        device: str = "auto",
+        dtype: str = "float32",
+        max_batch: int = 16,
+        seed: int = 0,
+        model_obj: Any = None,
+        tokenizer: Any = None,
+    ):
         """`model`: 'default', 'tiny-random', an HF folder (models/load.py). Pass `model_obj` and `tokenizer` to
         judge with a model already in memory (then `model` only names it in cache keys). `device`: auto is cuda
         when a GPU is visible, else cpu."""
@@ -70,8 +78,11 @@ class LocalHFBackend:
                     continue
                 ids, mask, pos = left_pad(rows, pad, max(len(r) for r in rows), next(model.parameters()).device)
                 with torch.inference_mode():
-                    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                                   logits_to_keep=1).logits[:, -1].float()
+                    logits = (
+                        model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1)
+                        .logits[:, -1]
+                        .float()
+                    )
                 probs = logits.softmax(-1)
                 p_yes = probs[:, yes_ids].sum(-1)
                 p_no = probs[:, no_ids].sum(-1)
@@ -89,8 +100,9 @@ class LocalHFBackend:
             sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=self.seed, max_batch=self.max_batch)
             rendered = self._fitted(model, tok, prompts, max_tokens)
             rows = [r for r in rendered if not isinstance(r, Exception)]
-            outs = iter(sampler.sample_sync(rows, SampleParams(max_tokens=max_tokens, temperature=0.0), n=1)
-                        if rows else [])
+            outs = iter(
+                sampler.sample_sync(rows, SampleParams(max_tokens=max_tokens, temperature=0.0), n=1) if rows else []
+            )
             return [r if isinstance(r, Exception) else next(outs)[0].text for r in rendered]
 
     def _fitted(self, model: Any, tok: Any, prompts: list[str], new_tokens: int) -> list[list[int] | Exception]:

@@ -30,8 +30,13 @@ from typing import Any
 
 from posttrain.bounded import BoundedError, loads_json
 from posttrain.rewards.judges.backends import is_no_token, is_yes_token
-from posttrain.rewards.judges.errors import (JudgeBadOutput, JudgeError, JudgeRequestError, JudgeTimeout,
-                                             JudgeUnavailable)
+from posttrain.rewards.judges.errors import (
+    JudgeBadOutput,
+    JudgeError,
+    JudgeRequestError,
+    JudgeTimeout,
+    JudgeUnavailable,
+)
 from posttrain.rewards.judges.verdicts import parse_label
 
 MAX_MODEL_NAME = 256  # a served model's name goes into cache keys and log lines
@@ -39,9 +44,17 @@ LOGPROB_SLACK = 1e-4  # servers round; a log-prob above this is a probability ov
 
 
 class OpenAIBackend:
-    def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None, timeout_s: float = 30.0,
-                 max_concurrency: int = 8, top_logprobs: int = 10, http_client: Any = None,
-                 max_reply_bytes: int = 1 << 20):
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+        max_concurrency: int = 8,
+        top_logprobs: int = 10,
+        http_client: Any = None,
+        max_reply_bytes: int = 1 << 20,
+    ):
         """`base_url`: the server root or its /v1. `model`: the served model's name (default: the first of
         /v1/models, asked once). `api_key`: default $OPENAI_API_KEY, else a placeholder (local servers ignore
         it). `http_client`: an httpx.Client to use (tests pass one with a mock transport); the reply bounds are
@@ -74,11 +87,14 @@ class OpenAIBackend:
             try:
                 import openai
             except ImportError as e:  # pragma: no cover - depends on the install
-                raise ImportError("the OpenAI judge backend needs the 'judge' extra: pip install 'posttrain[judge]'") from e
+                raise ImportError(
+                    "the OpenAI judge backend needs the 'judge' extra: pip install 'posttrain[judge]'"
+                ) from e
             http = self._http_client if self._http_client is not None else openai.DefaultHttpxClient()
             bound_replies(http, self.max_reply_bytes, self.timeout_s)
-            self._client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s,
-                                         max_retries=0, http_client=http)
+            self._client = openai.OpenAI(
+                base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s, max_retries=0, http_client=http
+            )
         return self._client
 
     def _model_name(self) -> str:
@@ -90,8 +106,10 @@ class OpenAIBackend:
                 raise JudgeRequestError(f"{where} lists no model; pass model=...")
             name = _at(body, "data", 0, "id", where=where)
             if not isinstance(name, str) or not 0 < len(name) <= MAX_MODEL_NAME:
-                raise JudgeBadOutput(f"{where}: reply.data[0].id is {_show(name)}, expected a model name "
-                                     f"(text of 1..{MAX_MODEL_NAME} characters)")
+                raise JudgeBadOutput(
+                    f"{where}: reply.data[0].id is {_show(name)}, expected a model name "
+                    f"(text of 1..{MAX_MODEL_NAME} characters)"
+                )
             self.model = name
         return self.model
 
@@ -120,9 +138,12 @@ class OpenAIBackend:
 
     def _chat(self, prompt: str, **params: Any) -> dict:
         """One chat completion at temperature 0: the reply's JSON object, read within the bounds."""
-        raw = self._wrap(lambda: self._openai().chat.completions.with_raw_response.create(
-            model=self.model, messages=[{"role": "user", "content": prompt}], temperature=0.0, **params),
-            "chat/completions")
+        raw = self._wrap(
+            lambda: self._openai().chat.completions.with_raw_response.create(
+                model=self.model, messages=[{"role": "user", "content": prompt}], temperature=0.0, **params
+            ),
+            "chat/completions",
+        )
         return _reply_json(raw.http_response.content, f"{self.base_url}/chat/completions", self.max_reply_bytes)
 
     def _each(self, prompts: list[str], one) -> list[Any]:
@@ -249,8 +270,11 @@ def bound_replies(client: Any, max_bytes: int, body_s: float) -> None:
     hooks = client.event_hooks
     if any(isinstance(h, _ReplyBound) for h in hooks.get("response", [])):
         return
-    client.event_hooks = {**hooks, "request": [*hooks.get("request", []), _ask_identity],
-                          "response": [*hooks.get("response", []), _ReplyBound(max_bytes, body_s)]}
+    client.event_hooks = {
+        **hooks,
+        "request": [*hooks.get("request", []), _ask_identity],
+        "response": [*hooks.get("response", []), _ReplyBound(max_bytes, body_s)],
+    }
 
 
 def _ask_identity(request: Any) -> None:
@@ -269,11 +293,15 @@ class _ReplyBound:
         url = str(response.request.url)
         encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
-            raise JudgeBadOutput(f"{url}: the reply is compressed (Content-Encoding: {encoding[:40]}) although "
-                                 f"identity was asked for; its decoded size cannot be bounded")
+            raise JudgeBadOutput(
+                f"{url}: the reply is compressed (Content-Encoding: {encoding[:40]}) although "
+                f"identity was asked for; its decoded size cannot be bounded"
+            )
         declared = response.headers.get("Content-Length", "").strip()
         if len(declared) > 12 or (declared.isdigit() and int(declared) > self.max_bytes):
-            raise JudgeBadOutput(f"{url}: the reply body is {declared[:20]} bytes, over the cap of {self.max_bytes} bytes")
+            raise JudgeBadOutput(
+                f"{url}: the reply body is {declared[:20]} bytes, over the cap of {self.max_bytes} bytes"
+            )
         body = self._read(response.stream, url)
         response.stream.close()  # the connection goes back to the pool; the client reads the copy below
         response.stream = _byte_stream(response, body)

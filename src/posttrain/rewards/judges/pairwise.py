@@ -58,15 +58,24 @@ class PairwiseJudge:
         check_template(self.question, {"a", "b"}, f"judge {self.name!r}")
         self.__name__ = self.name
 
-    def compare_many(self, pairs: list[tuple[Any, Any]], prompts: list[Any] | None = None,
-                     columns: list[dict[str, Any]] | None = None) -> list[PairVerdict | Exception]:
+    def compare_many(
+        self,
+        pairs: list[tuple[Any, Any]],
+        prompts: list[Any] | None = None,
+        columns: list[dict[str, Any]] | None = None,
+    ) -> list[PairVerdict | Exception]:
         """One verdict per (a, b) pair; both orders of every pair go out in one batched ask."""
         qs = []
         for i, (a, b) in enumerate(pairs):
             base = {**(columns[i] if columns else {}), "prompt": prompt_text(prompts[i]) if prompts else ""}
             for x, y in ((a, b), (b, a)):
-                qs.append(fill(self.question, {**base, "a": completion_text(x), "b": completion_text(y)},
-                               f"judge {self.name!r}"))
+                qs.append(
+                    fill(
+                        self.question,
+                        {**base, "a": completion_text(x), "b": completion_text(y)},
+                        f"judge {self.name!r}",
+                    )
+                )
         ans = self.runner.ask("yes_no", self.question, qs, parse=probability)  # finite, in [0, 1], or a failure
         out: list[PairVerdict | Exception] = []
         flips = 0
@@ -78,8 +87,9 @@ class PairwiseJudge:
             v = pair_verdict(p1, p2)
             flips += v.flipped
             if v.flipped:
-                log.debug("judge %s: position flip (P(first better) %.2f with a first, %.2f with b first)",
-                          self.name, p1, p2)
+                log.debug(
+                    "judge %s: position flip (P(first better) %.2f with a first, %.2f with b first)", self.name, p1, p2
+                )
             out.append(v)
         self.runner.stats.add(pairs=sum(1 for v in out if isinstance(v, PairVerdict)), position_flips=flips)
         return out
@@ -93,8 +103,11 @@ class PairwiseJudge:
         pairs = list(itertools.combinations(range(G), 2))
         cols = {k: v for k, v in columns.items() if isinstance(v, list) and len(v) == G and k != "completion_ids"}
         row0 = {k: v[0] for k, v in cols.items()}
-        verdicts = self.compare_many([(completions[i], completions[j]) for i, j in pairs],
-                                     [prompts[0] if prompts else None] * len(pairs), [row0] * len(pairs))
+        verdicts = self.compare_many(
+            [(completions[i], completions[j]) for i, j in pairs],
+            [prompts[0] if prompts else None] * len(pairs),
+            [row0] * len(pairs),
+        )
         wins = [0.0] * G
         for (i, j), v in zip(pairs, verdicts):
             if isinstance(v, Exception):

@@ -60,15 +60,21 @@ class PointwiseJudge:
 
     def questions(self, completions: list[Any], prompts: list[Any] | None = None, **columns: list[Any]) -> list[str]:
         cols = {k: v for k, v in columns.items() if k not in ("completion_ids",)}
-        return [fill(self.question, {**row_values(i, cols), "completion": c,
-                                     "prompt": prompt_text(prompts[i]) if prompts else ""}, f"judge {self.name!r}")
-                for i, c in enumerate(completions)]
+        return [
+            fill(
+                self.question,
+                {**row_values(i, cols), "completion": c, "prompt": prompt_text(prompts[i]) if prompts else ""},
+                f"judge {self.name!r}",
+            )
+            for i, c in enumerate(completions)
+        ]
 
-    def score_all(self, completions: list[Any], prompts: list[Any] | None = None,
-                  **columns: list[Any]) -> list[float | Exception]:
+    def score_all(
+        self, completions: list[Any], prompts: list[Any] | None = None, **columns: list[Any]
+    ) -> list[float | Exception]:
         """One score in [0, 1] per completion, or the error that kept it from being judged."""
         if self.mode == "score":
-            parse = lambda x: parse_score(x, self.max_score)  # noqa: E731
+            parse = lambda x: parse_score(x, self.max_score)
         else:
             parse = probability if self.yes_means_pass else p_no
         return self.runner.ask(self.kind, self.question, self.questions(completions, prompts, **columns), parse=parse)

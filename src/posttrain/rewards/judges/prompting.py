@@ -38,8 +38,10 @@ def fill(template: str, values: dict[str, Any], name: str) -> str:
     try:
         return template.format_map({k: completion_text(v) if k == "completion" else v for k, v in values.items()})
     except KeyError as e:
-        raise ValueError(f"{name}: template field {e} is neither completion, prompt nor a column of the row "
-                         f"(columns: {sorted(k for k in values if k not in ('completion', 'prompt'))})") from None
+        raise ValueError(
+            f"{name}: template field {e} is neither completion, prompt nor a column of the row "
+            f"(columns: {sorted(k for k in values if k not in ('completion', 'prompt'))})"
+        ) from None
 
 
 def row_values(i: int, columns: dict[str, list[Any]]) -> dict[str, Any]:

@@ -23,7 +23,8 @@ __all__ = ["DEFAULT_RANKING_QUESTION", "RankingJudge", "parse_ranking", "rank_sc
 DEFAULT_RANKING_QUESTION = (
     "Task given to an assistant:\n{prompt}\n\nCandidate answers:\n{candidates}\n\n"
     "Rank the candidates from best to worst. Reply with only their numbers, best first, separated by '>' "
-    "(for example: 2 > 1 > 3).")
+    "(for example: 2 > 1 > 3)."
+)
 
 
 def rank_scores(order: list[int]) -> list[float]:
@@ -52,8 +53,11 @@ class RankingJudge:
             return [1.0] * G
         cands = "\n".join(f"[{i + 1}] {completion_text(c)}" for i, c in enumerate(completions))
         row0 = {k: v[0] for k, v in columns.items() if isinstance(v, list) and v and k != "completion_ids"}
-        q = fill(self.question, {**row0, "candidates": cands, "prompt": prompt_text(prompts[0]) if prompts else ""},
-                 f"judge {self.name!r}")
+        q = fill(
+            self.question,
+            {**row0, "candidates": cands, "prompt": prompt_text(prompts[0]) if prompts else ""},
+            f"judge {self.name!r}",
+        )
         (ans,) = self.runner.ask(f"generate:{self.max_tokens}", self.question, [q], parse=lambda t: parse_ranking(t, G))
         if isinstance(ans, Exception):
             raise ans if isinstance(ans, JudgeError) else JudgeError(str(ans))

@@ -45,11 +45,19 @@ class JudgeRunner:
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.timeout_s <= 0 or self.max_retries < 0 or self.backoff_s < 0:
-            raise ValueError(f"need batch_size >= 1, timeout_s > 0, max_retries >= 0, backoff_s >= 0; got "
-                             f"{self.batch_size}, {self.timeout_s}, {self.max_retries}, {self.backoff_s}")
+            raise ValueError(
+                f"need batch_size >= 1, timeout_s > 0, max_retries >= 0, backoff_s >= 0; got "
+                f"{self.batch_size}, {self.timeout_s}, {self.max_retries}, {self.backoff_s}"
+            )
 
-    def ask(self, kind: str, template: str, prompts: list[str], call: Callable[[list[str]], list[Any]] | None = None,
-            parse: Callable[[Any], Any] = lambda x: x) -> list[Any]:
+    def ask(
+        self,
+        kind: str,
+        template: str,
+        prompts: list[str],
+        call: Callable[[list[str]], list[Any]] | None = None,
+        parse: Callable[[Any], Any] = lambda x: x,
+    ) -> list[Any]:
         """`kind`: "yes_no" (backend.yes_prob) or "generate:<max_tokens>" (backend.generate), unless `call` is
         given. `template` is the question template the prompts came from (part of the cache key)."""
         call = call or self._call_for(kind)
@@ -65,7 +73,9 @@ class JudgeRunner:
         todo = {k: p for k, p in zip(keys, prompts) if k not in answers}
         self.stats.add(lookups=len(prompts), cache_hits=sum(1 for k in keys if k in answers))
         fresh = self._ask_backend(todo, call, parse, judge_id)
-        self.cache.put_many({k: raw for k, (raw, v) in fresh.items() if not isinstance(v, Exception)})  # raw: re-parsed on a hit
+        self.cache.put_many(
+            {k: raw for k, (raw, v) in fresh.items() if not isinstance(v, Exception)}
+        )  # raw: re-parsed on a hit
         answers.update({k: v for k, (_, v) in fresh.items()})
         out = [answers[k] for k in keys]
         self.stats.add(failures=sum(1 for v in out if isinstance(v, Exception)))

@@ -43,15 +43,35 @@ class JudgeStats:
         """The counters as `judge/*` metrics (with the ratios), then reset to zero."""
         with self._lock:
             m = self._as_metrics()
-            for name in ("lookups", "cache_hits", "calls", "retries", "failures", "timeouts", "pairs", "position_flips"):
+            for name in (
+                "lookups",
+                "cache_hits",
+                "calls",
+                "retries",
+                "failures",
+                "timeouts",
+                "pairs",
+                "position_flips",
+            ):
                 setattr(self, name, 0)
             self.latency_total_s = 0.0
         return m
 
     def _as_metrics(self) -> dict[str, float]:
-        m = {f"judge/{k}": float(getattr(self, k)) for k in
-             ("lookups", "cache_hits", "calls", "latency_total_s", "retries", "failures", "timeouts", "pairs",
-              "position_flips")}
+        m = {
+            f"judge/{k}": float(getattr(self, k))
+            for k in (
+                "lookups",
+                "cache_hits",
+                "calls",
+                "latency_total_s",
+                "retries",
+                "failures",
+                "timeouts",
+                "pairs",
+                "position_flips",
+            )
+        }
         return with_ratios(m)
 
     def __getstate__(self) -> dict:

@@ -29,11 +29,13 @@ _LABEL_WRAP = _WRAP + "()[].,:;!?"
 
 # A plain decimal: at most 12 digits each side, so float() of it is always finite and exact enough.
 _DECIMAL = r"[0-9]{1,12}(?:\.[0-9]{1,12})?"
-_SCORE = re.compile(rf"(?:(?:score|rating|grade)\s*[:=]?[\s*_]*)?({_DECIMAL})(?:\s*/\s*({_DECIMAL}))?\.?",
-                    re.IGNORECASE)
+_SCORE = re.compile(
+    rf"(?:(?:score|rating|grade)\s*[:=]?[\s*_]*)?({_DECIMAL})(?:\s*/\s*({_DECIMAL}))?\.?", re.IGNORECASE
+)
 _ITEM = r"\[?[1-9][0-9]{0,2}\]?"
-_RANKING = re.compile(rf"(?:(?:ranking|order|answer)\s*:[\s*_]*)?({_ITEM}(?:\s*[>,]\s*{_ITEM}|\s+{_ITEM})*)\.?",
-                      re.IGNORECASE)
+_RANKING = re.compile(
+    rf"(?:(?:ranking|order|answer)\s*:[\s*_]*)?({_ITEM}(?:\s*[>,]\s*{_ITEM}|\s+{_ITEM})*)\.?", re.IGNORECASE
+)
 
 
 def _shown(text: Any) -> str:
@@ -88,8 +90,10 @@ def parse_score(text: Any, max_score: float) -> float:
     line = verdict_line(text, "score")
     m = _SCORE.fullmatch(line)
     if m is None:
-        raise JudgeBadOutput(f"expected a score from 0 to {max_score:g} (like '7' or 'score: 7/{max_score:g}'), "
-                             f"the judge answered {_shown(text)}")
+        raise JudgeBadOutput(
+            f"expected a score from 0 to {max_score:g} (like '7' or 'score: 7/{max_score:g}'), "
+            f"the judge answered {_shown(text)}"
+        )
     v = float(m.group(1))
     if m.group(2) is not None and float(m.group(2)) != max_score:
         raise JudgeBadOutput(f"score {line!r} is not out of {max_score:g}")
@@ -103,6 +107,8 @@ def parse_ranking(text: Any, n: int) -> list[int]:
     m = _RANKING.fullmatch(verdict_line(text, "ranking"))
     nums = [int(x) for x in re.findall(r"[0-9]+", m.group(1))] if m else []
     if sorted(nums) != list(range(1, n + 1)):
-        raise JudgeBadOutput(f"expected a ranking of the candidates 1..{n}, each once, best first (like "
-                             f"'2 > 1'), the judge answered {_shown(text)}")
+        raise JudgeBadOutput(
+            f"expected a ranking of the candidates 1..{n}, each once, best first (like "
+            f"'2 > 1'), the judge answered {_shown(text)}"
+        )
     return [x - 1 for x in nums]

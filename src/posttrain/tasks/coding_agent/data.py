@@ -20,8 +20,8 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from posttrain.tasks.coding_agent.repo import is_test_path, occurrences
 from posttrain.tasks import feature_deletion as fd
+from posttrain.tasks.coding_agent.repo import is_test_path, occurrences
 
 DATA = Path(__file__).parent / "data"
 BUG_REPOS = DATA / "repos"
@@ -104,12 +104,14 @@ def deletion_issues(repo: str) -> list[Issue]:
         path, qualname = row["path"], row["qualname"]
         stub_source = row["files"][path]
         site = next(s for s in fd.function_sites(stub_source) if s.qualname == qualname)
-        old = "".join(stub_source.splitlines(keepends=True)[site.start - 1: site.end])
+        old = "".join(stub_source.splitlines(keepends=True)[site.start - 1 : site.end])
         new = textwrap.indent(ref, " " * site.indent)
         if len(occurrences(stub_source, old)) != 1:
             raise ValueError(f"{repo}:{qualname}: the stubbed function is not unique in {path}")
-        text = (f"`{qualname}` in `{path}` raises NotImplementedError: its body is missing. Implement it so the "
-                "repository's tests pass; its docstring says what it does.")
+        text = (
+            f"`{qualname}` in `{path}` raises NotImplementedError: its body is missing. Implement it so the "
+            "repository's tests pass; its docstring says what it does."
+        )
         sources = {p: t for p, t in row["files"].items() if not is_test_path(p)}
         out.append(Issue("deletion", repo, qualname, text, sources, ({"path": path, "old": old, "new": new},)))
     return out

@@ -13,9 +13,9 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from posttrain.tasks.coding_agent.repo import RepoCopy, cap, hack_flags
 from posttrain.envs.tool_env import EpisodeEnd
 from posttrain.envs.tools import ToolError
+from posttrain.tasks.coding_agent.repo import RepoCopy, cap, hack_flags
 
 Grade = Callable[[dict[str, str]], Awaitable[Any]]  # sources -> GradeResult, against the pristine tests
 TOOL_NAMES = ["list_files", "read_file", "search", "edit_file", "run_tests", "submit"]
@@ -25,9 +25,15 @@ class RepoEpisode:
     """The agent's tools over one private copy of a repository. `grade` None: a template that only lends its
     tools' schemas to the prompt (every tool sees an empty repository, and run_tests refuses)."""
 
-    def __init__(self, sources: dict[str, str], tests: dict[str, str], grade: Grade | None,
-                 require_submit: bool = True, detect_hacks: bool = True,
-                 grade_start: Callable[[], Awaitable[Any]] | None = None):
+    def __init__(
+        self,
+        sources: dict[str, str],
+        tests: dict[str, str],
+        grade: Grade | None,
+        require_submit: bool = True,
+        detect_hacks: bool = True,
+        grade_start: Callable[[], Awaitable[Any]] | None = None,
+    ):
         self.repo = RepoCopy(sources, tests)
         self.start = dict(self.repo.sources)
         self._grade = grade
@@ -109,20 +115,33 @@ class RepoEpisode:
         grade = None
         if self._grade is not None and (self.submitted or not self.require_submit):
             g = await self._grade(dict(self.repo.sources))
-            grade = {"score": float(g.score), "passed": int(g.passed), "total": int(g.total), "trust": g.trust,
-                     "error": g.error, "per_test": getattr(g, "per_test", None), "start_per_test": None,
-                     "start_error": "no baseline grader"}
+            grade = {
+                "score": float(g.score),
+                "passed": int(g.passed),
+                "total": int(g.total),
+                "trust": g.trust,
+                "error": g.error,
+                "per_test": getattr(g, "per_test", None),
+                "start_per_test": None,
+                "start_error": "no baseline grader",
+            }
             if self._grade_start is not None:  # a Baseline: per_test None (unknown) with the reason in error
                 start = await self._grade_start()
                 grade["start_per_test"], grade["start_error"] = start.per_test, start.error
         flags = hack_flags(self.start, self.repo.sources) if self.detect_hacks else []
         all_pass = grade is not None and grade["total"] > 0 and grade["passed"] == grade["total"]
-        metrics = {"resolved": float(all_pass and not flags), "submitted": float(self.submitted),
-                   "tests_run_before_submit": float(self.tests_run), "edits": float(self.edits),
-                   # the state that ended the episode was the one last tested
-                   "verified": float(self.tests_run > 0 and self.tested_after_edit)}
-        return EpisodeEnd(metrics=metrics, columns={"final_grade": grade, "final_files": dict(self.repo.sources),
-                                                    "submitted": self.submitted})
+        metrics = {
+            "resolved": float(all_pass and not flags),
+            "submitted": float(self.submitted),
+            "tests_run_before_submit": float(self.tests_run),
+            "edits": float(self.edits),
+            # the state that ended the episode was the one last tested
+            "verified": float(self.tests_run > 0 and self.tested_after_edit),
+        }
+        return EpisodeEnd(
+            metrics=metrics,
+            columns={"final_grade": grade, "final_files": dict(self.repo.sources), "submitted": self.submitted},
+        )
 
 
 _TEST_DIR = re.compile(r"(?:\.\./)*/?tests/(?=tests/)")

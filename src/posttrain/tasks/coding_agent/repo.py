@@ -134,9 +134,11 @@ class RepoCopy:
             raise ToolError(f"pattern is {len(pattern)} characters long; at most {MAX_PATTERN}")
         if not isinstance(use_regex, bool):
             raise ToolError(f"regex must be true or false, got {type(use_regex).__name__}")
-        where = [(path, n, line[:MAX_LINE])  # the cut bounds the work of one match as well as the output
-                 for path, text in sorted({**self.sources, **self.tests}.items())
-                 for n, line in enumerate(text.splitlines(), 1)]
+        where = [
+            (path, n, line[:MAX_LINE])  # the cut bounds the work of one match as well as the output
+            for path, text in sorted({**self.sources, **self.tests}.items())
+            for n, line in enumerate(text.splitlines(), 1)
+        ]
         if use_regex:
             found, total = self._regex_hits(pattern, [line for _, _, line in where])
         else:
@@ -156,8 +158,9 @@ class RepoCopy:
         try:
             hits = search_lines(pattern, lines, REGEX_BUDGET_S, max_hits=MAX_MATCHES)
         except BoundedTimeout:
-            raise ToolError(f"the regex search took longer than {REGEX_BUDGET_S}s; use a simpler "
-                            "pattern or a plain-text search") from None
+            raise ToolError(
+                f"the regex search took longer than {REGEX_BUDGET_S}s; use a simpler pattern or a plain-text search"
+            ) from None
         except BoundedError as e:
             reason = e.reason if e.reason.startswith("bad regular expression") else f"bad regular expression: {e}"
             raise ToolError(reason[:160]) from None
@@ -168,8 +171,9 @@ class RepoCopy:
         if p in self.tests or is_test_path(p):
             raise ToolError(f"{p} is a test file: tests are read-only (run_tests always runs the original tests)")
         if p not in self.sources:
-            raise ToolError(f"no file {p!r} in the repository; list_files shows the files (edit_file cannot "
-                            "create files)")
+            raise ToolError(
+                f"no file {p!r} in the repository; list_files shows the files (edit_file cannot create files)"
+            )
         if not isinstance(new, str) or not isinstance(old, str):
             raise ToolError("new and old must be strings")
         if len(new) > MAX_NEW:
@@ -177,17 +181,22 @@ class RepoCopy:
         start, end = as_int(start_line, "start_line"), as_int(end_line, "end_line")
         text = self.sources[p]
         if old and (start or end):
-            raise ToolError("give either old (replace that exact text) or start_line/end_line (replace those "
-                            "lines), not both")
+            raise ToolError(
+                "give either old (replace that exact text) or start_line/end_line (replace those lines), not both"
+            )
         if old:
             at = occurrences(text, old)
             if not at:
-                raise ToolError(f"old text not found in {p}: it must match the file exactly, indentation "
-                                "included (copy it from read_file without the line numbers)")
+                raise ToolError(
+                    f"old text not found in {p}: it must match the file exactly, indentation "
+                    "included (copy it from read_file without the line numbers)"
+                )
             if len(at) > 1:
-                raise ToolError(f"old text matches {len(at)} places in {p}; include more of the surrounding "
-                                "lines so it matches exactly one")
-            result = text[: at[0]] + new + text[at[0] + len(old):]
+                raise ToolError(
+                    f"old text matches {len(at)} places in {p}; include more of the surrounding "
+                    "lines so it matches exactly one"
+                )
+            result = text[: at[0]] + new + text[at[0] + len(old) :]
             first = text.count("\n", 0, at[0]) + 1
         elif start:
             lines = text.splitlines(keepends=True)
@@ -196,8 +205,11 @@ class RepoCopy:
                 raise ToolError(f"lines {start}-{end} are outside {p} (lines 1-{len(lines)})")
             if lines and not lines[-1].endswith("\n"):
                 lines[-1] += "\n"
-            result = "".join(lines[: start - 1]) + (new if not new or new.endswith("\n") else new + "\n") + \
-                "".join(lines[end:])
+            result = (
+                "".join(lines[: start - 1])
+                + (new if not new or new.endswith("\n") else new + "\n")
+                + "".join(lines[end:])
+            )
             first = start
         else:
             raise ToolError("give old (the exact text to replace) or start_line and end_line (the lines to replace)")
@@ -207,7 +219,7 @@ class RepoCopy:
         last = first + max(new.count("\n") - (1 if new.endswith("\n") else 0), 0)
         lines = result.splitlines()
         lo, hi = max(first - 2, 1), min(last + 2, len(lines))
-        out = f"edited {p}; lines {lo}-{hi} now read:\n" + numbered([x[:400] for x in lines[lo - 1: hi]], lo)
+        out = f"edited {p}; lines {lo}-{hi} now read:\n" + numbered([x[:400] for x in lines[lo - 1 : hi]], lo)
         warning = ""
         if p.endswith(".py"):
             try:

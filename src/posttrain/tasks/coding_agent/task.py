@@ -20,16 +20,16 @@ import functools
 import json
 from typing import Any
 
-from posttrain.tasks.baselines import BaselineStore
 from posttrain.envs.smoke_checks import SmokeCheck
+from posttrain.envs.task import Task
+from posttrain.rewards.hack_guard import GuardedRubric
+from posttrain.rewards.repair_grades import Baseline, check_repair_reward, issue_rewards
+from posttrain.rewards.rubric import RewardComponent
+from posttrain.sampling.tool_calls import BLOCK, fenced_block
+from posttrain.tasks.baselines import BaselineStore
 from posttrain.tasks.coding_agent import data
 from posttrain.tasks.coding_agent.episode import RepoEpisode
 from posttrain.tasks.coding_agent.repo import hack_flags
-from posttrain.envs.task import Task
-from posttrain.rewards.hack_guard import GuardedRubric
-from posttrain.rewards.rubric import RewardComponent
-from posttrain.rewards.repair_grades import Baseline, check_repair_reward, issue_rewards
-from posttrain.sampling.tool_calls import BLOCK, fenced_block
 
 DEFAULT_EVAL_REPOS = ("textkit", "gradebook")  # one of each kind, never trained on
 INSTRUCTIONS = (
@@ -37,21 +37,27 @@ INSTRUCTIONS = (
     '<tool_call>{{"name": "read_file", "arguments": {{"path": "{example}"}}}}</tool_call>\n'
     "Tools: list_files; read_file (shows line numbers); search; edit_file (replace the exact text old with new, "
     "or the lines start_line to end_line); run_tests (runs the repository's tests; files under tests/ are "
-    "read-only); submit (ends the episode: the tests grade your code).")
+    "read-only); submit (ends the episode: the tests grade your code)."
+)
 
 
 # With demo_edits=blocks (or anchors) the prompt says how code goes outside the JSON (sampling/tool_calls.py, block
 # arguments): blocks edits by line number, anchors by the exact text of the lines that change.
 BLOCK_INSTRUCTIONS = {
-    "blocks": ('\nTo write code, put it in a fenced block first and give the argument as "```":\n'
-               '```python\n    return x + 1\n```\n'
-               '<tool_call>{{"name": "edit_file", "arguments": {{"path": "{example}", "start_line": 7, '
-               '"end_line": 7, "new": "```"}}}}</tool_call>'),
-    "anchors": ('\nTo write code, put it in a fenced block first and give the argument as "```"; old is the exact '
-                'text of the lines to replace:\n'
-                '```python\n    return x + 1\n```\n'
-                '<tool_call>{{"name": "edit_file", "arguments": {{"path": "{example}", "old": "    return x\\n", '
-                '"new": "```"}}}}</tool_call>')}
+    "blocks": (
+        '\nTo write code, put it in a fenced block first and give the argument as "```":\n'
+        "```python\n    return x + 1\n```\n"
+        '<tool_call>{{"name": "edit_file", "arguments": {{"path": "{example}", "start_line": 7, '
+        '"end_line": 7, "new": "```"}}}}</tool_call>'
+    ),
+    "anchors": (
+        '\nTo write code, put it in a fenced block first and give the argument as "```"; old is the exact '
+        "text of the lines to replace:\n"
+        "```python\n    return x + 1\n```\n"
+        '<tool_call>{{"name": "edit_file", "arguments": {{"path": "{example}", "old": "    return x\\n", '
+        '"new": "```"}}}}</tool_call>'
+    ),
+}
 
 
 def prompt_text(issue: data.Issue, tests: list[str], edits: str = "text") -> str:
@@ -63,9 +69,14 @@ def prompt_text(issue: data.Issue, tests: list[str], edits: str = "text") -> str
 
 def make_row(issue: data.Issue, edits: str = "text") -> dict[str, Any]:
     tests = sorted(data.pristine_tests(issue.kind, issue.repo))
-    return {"prompt": [{"role": "user", "content": prompt_text(issue, tests, edits)}], "kind": issue.kind,
-            "repo": issue.repo, "issue_id": f"{issue.repo}:{issue.id}", "files": dict(issue.sources),
-            "fix": [dict(e) for e in issue.fix]}
+    return {
+        "prompt": [{"role": "user", "content": prompt_text(issue, tests, edits)}],
+        "kind": issue.kind,
+        "repo": issue.repo,
+        "issue_id": f"{issue.repo}:{issue.id}",
+        "files": dict(issue.sources),
+        "fix": [dict(e) for e in issue.fix],
+    }
 
 
 # ---- grading and the per-episode state --------------------------------------------------------------------------
@@ -108,8 +119,9 @@ def episode_factory(grader: Grader, require_submit: bool = True, detect_hacks: b
     def episode(row: dict[str, Any]) -> RepoEpisode:
         tests = data.pristine_tests(row["kind"], row["repo"])  # a fresh copy for the agent to read
         grade = functools.partial(grader, row["kind"], row["repo"])
-        return RepoEpisode(row["files"], tests, grade, require_submit, detect_hacks,
-                           grade_start=functools.partial(grader.start, row))
+        return RepoEpisode(
+            row["files"], tests, grade, require_submit, detect_hacks, grade_start=functools.partial(grader.start, row)
+        )
 
     return episode
 
@@ -124,15 +136,18 @@ def tests_passed(completions: list[Any], final_grade: list[Any] | None = None, *
     return [float(g["score"]) if g else 0.0 for g in grades]
 
 
-def issue_tests(completions: list[Any], final_grade: list[Any] | None = None, paid: bool = True,
-                **kwargs: Any) -> list[float | None]:
+def issue_tests(
+    completions: list[Any], final_grade: list[Any] | None = None, paid: bool = True, **kwargs: Any
+) -> list[float | None]:
     """The default reward: issue_score (rewards/repair_grades.py) of the submitted state against the untouched code;
     0 when not submitted or not graded. A submitted state whose baseline is unknown (its grade kept failing:
     tasks/baselines.py) is no measurement: while this is the paid reward (`paid`), the sample fails with the
     reason and is kept out of training (issue_rewards)."""
     grades = final_grade if final_grade is not None else [None] * len(completions)
-    return issue_rewards([(Baseline(g.get("start_per_test"), g.get("start_error")), g.get("per_test")) if g else None
-                          for g in grades], paid)
+    return issue_rewards(
+        [(Baseline(g.get("start_per_test"), g.get("start_error")), g.get("per_test")) if g else None for g in grades],
+        paid,
+    )
 
 
 def grading_trust(completions: list[Any], final_grade: list[Any] | None = None, **kwargs: Any) -> list[float]:
@@ -141,8 +156,12 @@ def grading_trust(completions: list[Any], final_grade: list[Any] | None = None, 
     return [{"out-of-process": 1.0, "in-process": 0.0}.get(g["trust"], -1.0) if g else -1.0 for g in grades]
 
 
-def hack_flagged(completions: list[Any], files: list[dict[str, str]] | None = None,
-                 final_files: list[Any] | None = None, **kwargs: Any) -> list[float]:
+def hack_flagged(
+    completions: list[Any],
+    files: list[dict[str, str]] | None = None,
+    final_files: list[Any] | None = None,
+    **kwargs: Any,
+) -> list[float]:
     """1 when the episode's edits added a reward hack (an early exit, frame introspection, a test-framework
     patch ...) that the starting code did not have."""
     if files is None or final_files is None:
@@ -155,11 +174,16 @@ def make_rubric(detect_hacks: bool = True, reward: str = "issue_tests") -> Guard
     tests_passed, the share of all tests, paid untouched code 0.33-0.71 on the held-out repos, and RL learned
     from it to stop editing (docs/results/tasks.md, "Coding agent"). Both are logged; `reward` says which one is paid."""
     check_repair_reward(reward)
-    components = [RewardComponent("tests_passed", tests_passed, weight=float(reward == "tests_passed"),
-                                  pass_threshold=1.0),
-                  RewardComponent("issue_tests", functools.partial(issue_tests, paid=reward == "issue_tests"),
-                                  weight=float(reward == "issue_tests"), pass_threshold=1.0),
-                  RewardComponent("grading_trust", grading_trust, weight=0.0, pass_threshold=0.0)]
+    components = [
+        RewardComponent("tests_passed", tests_passed, weight=float(reward == "tests_passed"), pass_threshold=1.0),
+        RewardComponent(
+            "issue_tests",
+            functools.partial(issue_tests, paid=reward == "issue_tests"),
+            weight=float(reward == "issue_tests"),
+            pass_threshold=1.0,
+        ),
+        RewardComponent("grading_trust", grading_trust, weight=0.0, pass_threshold=0.0),
+    ]
     if detect_hacks:  # pass_threshold 1.0: pass/hack_flagged is the flag rate
         components.append(RewardComponent("hack_flagged", hack_flagged, weight=0.0, pass_threshold=1.0))
     return GuardedRubric(components=components, pass_component="tests_passed", hack_name="hack_flagged")
@@ -183,18 +207,20 @@ def line_edit(text: str, old: str, new: str) -> dict[str, Any]:
     hi = text.find("\n", at + len(old))
     hi = len(text) if hi < 0 else hi
     old_lines = text[lo:hi].split("\n")
-    new_lines = (text[lo:at] + new + text[at + len(old):hi]).split("\n")
+    new_lines = (text[lo:at] + new + text[at + len(old) : hi]).split("\n")
     head = 0  # lines both sides share, trimmed from each end; at least one old line is replaced
     while head < min(len(old_lines), len(new_lines)) - 1 and old_lines[head] == new_lines[head]:
         head += 1
     tail = 0
-    while (tail < min(len(old_lines), len(new_lines)) - head - 1
-           and old_lines[-1 - tail] == new_lines[-1 - tail]):
+    while tail < min(len(old_lines), len(new_lines)) - head - 1 and old_lines[-1 - tail] == new_lines[-1 - tail]:
         tail += 1
     start = text.count("\n", 0, lo) + 1 + head
-    kept_new = new_lines[head:len(new_lines) - tail]
-    return {"start_line": start, "end_line": start + len(old_lines) - head - tail - 1,
-            "new": "\n".join(kept_new) + "\n"}
+    kept_new = new_lines[head : len(new_lines) - tail]
+    return {
+        "start_line": start,
+        "end_line": start + len(old_lines) - head - tail - 1,
+        "new": "\n".join(kept_new) + "\n",
+    }
 
 
 def anchor_edit(text: str, old: str, new: str) -> dict[str, str]:
@@ -236,8 +262,9 @@ def _lines_call(text: str, e: dict[str, str]) -> str:
 
 def _blocks_call(text: str, e: dict[str, str]) -> str:
     le = line_edit(text, e["old"], e["new"])
-    return fenced_block(le["new"], "python") + call("edit_file", path=e["path"], start_line=le["start_line"],
-                                                    end_line=le["end_line"], new=BLOCK)
+    return fenced_block(le["new"], "python") + call(
+        "edit_file", path=e["path"], start_line=le["start_line"], end_line=le["end_line"], new=BLOCK
+    )
 
 
 def _anchors_call(text: str, e: dict[str, str]) -> str:
@@ -282,22 +309,38 @@ def smoke_checks(rows: list[dict[str, Any]], max_turns: int, demo_edits: str = "
     row = firsts[0]
     test_path = next(iter(data.pristine_tests(row["kind"], row["repo"])))
     edit_tests = call("edit_file", path=test_path, start_line=1, end_line=1, new="def test_nothing(): pass")
-    checks = [SmokeCheck(f"demonstration resolves {r['issue_id']}", row=r,
-                         replies=demonstrate(r, max_turns, demo_edits))
-              for r in firsts]
-    return checks + [SmokeCheck("submitting untouched code fails", row=row, replies=[call("submit")], expect="fail"),
-                     SmokeCheck("editing the tests is refused and fails", row=row, expect="fail",
-                                replies=[edit_tests, call("run_tests"), call("submit")])]
+    checks = [
+        SmokeCheck(f"demonstration resolves {r['issue_id']}", row=r, replies=demonstrate(r, max_turns, demo_edits))
+        for r in firsts
+    ]
+    return checks + [
+        SmokeCheck("submitting untouched code fails", row=row, replies=[call("submit")], expect="fail"),
+        SmokeCheck(
+            "editing the tests is refused and fails",
+            row=row,
+            expect="fail",
+            replies=[edit_tests, call("run_tests"), call("submit")],
+        ),
+    ]
 
 
 # ---- the task ---------------------------------------------------------------------------------------------------
 
 
-def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
-              eval_repos: tuple[str, ...] | list[str] = DEFAULT_EVAL_REPOS, max_turns: int = 20,
-              max_tokens: int = 512, require_submit: bool = True, detect_hacks: bool = True,
-              sandbox: dict[str, Any] | None = None, grading_mode: str | None = None,
-              tool_timeout_s: float = 60.0, demo_edits: str = "text", reward: str = "issue_tests") -> Task:
+def make_task(
+    seed: int = 0,
+    kinds: tuple[str, ...] | list[str] = data.KINDS,
+    eval_repos: tuple[str, ...] | list[str] = DEFAULT_EVAL_REPOS,
+    max_turns: int = 20,
+    max_tokens: int = 512,
+    require_submit: bool = True,
+    detect_hacks: bool = True,
+    sandbox: dict[str, Any] | None = None,
+    grading_mode: str | None = None,
+    tool_timeout_s: float = 60.0,
+    demo_edits: str = "text",
+    reward: str = "issue_tests",
+) -> Task:
     """The `coding-agent` task. Rows of the repos in `eval_repos` are held out, all others train; deterministic
     (rows in repo, then file, order). `kinds` picks deletion and/or bug issues; `reward` what is paid
     (make_rubric)."""
@@ -319,18 +362,28 @@ def make_task(seed: int = 0, kinds: tuple[str, ...] | list[str] = data.KINDS,
         raise ValueError("every repo is held out; nothing is left to train on")
     grader = Grader(sandbox, grading_mode)
     task = Task(
-        name="coding-agent", train_rows=train, eval_rows=held, rubric=make_rubric(detect_hacks, reward),
+        name="coding-agent",
+        train_rows=train,
+        eval_rows=held,
+        rubric=make_rubric(detect_hacks, reward),
         description=f"Fix an issue in a small Python repo with tools, over up to {max_turns} turns "
-                    f"({len(train)} train issues in {len({r['repo'] for r in train})} repos / {len(held)} held-out "
-                    f"in {len({r['repo'] for r in held})}); reward = "
-                    + ("the issue's failing tests fixed, other tests kept passing" if reward == "issue_tests"
-                       else "fraction of the pristine tests passed at submit") + ".",
+        f"({len(train)} train issues in {len({r['repo'] for r in train})} repos / {len(held)} held-out "
+        f"in {len({r['repo'] for r in held})}); reward = "
+        + (
+            "the issue's failing tests fixed, other tests kept passing"
+            if reward == "issue_tests"
+            else "fraction of the pristine tests passed at submit"
+        )
+        + ".",
         max_tokens=max_tokens,
         stop=["</tool_call>"],  # one call per reply; the parser accepts the call without its closing tag
         tools=RepoEpisode({}, {}, None).tools,  # schemas for the prompt; each episode gets its own (episode=)
         episode=episode_factory(grader, require_submit, detect_hacks),
-        max_turns=max_turns, final_tool="submit", tool_timeout_s=tool_timeout_s,
+        max_turns=max_turns,
+        final_tool="submit",
+        tool_timeout_s=tool_timeout_s,
         demonstrate=functools.partial(demonstrate, max_turns=max_turns, edits=demo_edits),
-        prepare=grader.baselines.prepare)
+        prepare=grader.baselines.prepare,
+    )
     task.smoke_checks = smoke_checks(train, max_turns, demo_edits)
     return task

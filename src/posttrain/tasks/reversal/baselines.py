@@ -34,11 +34,16 @@ def greedy_policy(rng: random.Random, eps: float = 0.1) -> Policy:
     def act(env: ReversalGridEnv) -> int:
         stuck = last["pos"] == env.pos and last["action"] is not None
         (r, c), (gr, gc) = env.pos, env.goal
-        closer = [a for a in MOVES if abs(r + DELTAS[a][0] - gr) + abs(c + DELTAS[a][1] - gc) < abs(r - gr) + abs(c - gc)]
+        closer = [
+            a for a in MOVES if abs(r + DELTAS[a][0] - gr) + abs(c + DELTAS[a][1] - gc) < abs(r - gr) + abs(c - gc)
+        ]
         if stuck:
             closer = [a for a in closer if a != last["action"]]
-        a = rng.choice(closer) if closer and rng.random() >= eps else rng.choice(
-            [m for m in MOVES if not stuck or m != last["action"]])
+        a = (
+            rng.choice(closer)
+            if closer and rng.random() >= eps
+            else rng.choice([m for m in MOVES if not stuck or m != last["action"]])
+        )
         last["pos"], last["action"] = env.pos, a
         return a
 
@@ -57,8 +62,16 @@ def run_episode(env: ReversalGridEnv, policy: Policy, seed: int) -> dict[str, fl
     return env.episode_metrics()
 
 
-def run_config(policy_name: str, seeds: list[int], size: int, rho: float, mode: str, shield: str,
-               n_goals: int = 3, policy_seed: int = 0) -> dict[str, float]:
+def run_config(
+    policy_name: str,
+    seeds: list[int],
+    size: int,
+    rho: float,
+    mode: str,
+    shield: str,
+    n_goals: int = 3,
+    policy_seed: int = 0,
+) -> dict[str, float]:
     """Mean metrics of a policy over maps. Episodic: `n_goals` episodes per map (a reset between them), success =
     share that reached the goal. Reset-free: one life per map over `n_goals` goals, success = goals / n_goals.
     Same number of goals either way, so the two modes are comparable."""
@@ -70,8 +83,12 @@ def run_config(policy_name: str, seeds: list[int], size: int, rho: float, mode: 
             runs.append(run_episode(env, POLICIES[policy_name](rng), s))
     tot = {k: sum(r[k] for r in runs) for k in runs[0]}
     precision, recall = precision_recall(tot["shield_tp"], tot["shield_fp"], tot["shield_fn"])
-    return {"success": statistics.fmean(r["success"] for r in runs),
-            "absorbed": statistics.fmean(r["absorbed"] for r in runs),
-            "vetoes": tot["vetoes"] / len(runs), "steps": tot["steps"] / len(runs),
-            "shield_precision": precision if precision is not None else float("nan"),
-            "shield_recall": recall if recall is not None else float("nan"), "episodes": float(len(runs))}
+    return {
+        "success": statistics.fmean(r["success"] for r in runs),
+        "absorbed": statistics.fmean(r["absorbed"] for r in runs),
+        "vetoes": tot["vetoes"] / len(runs),
+        "steps": tot["steps"] / len(runs),
+        "shield_precision": precision if precision is not None else float("nan"),
+        "shield_recall": recall if recall is not None else float("nan"),
+        "episodes": float(len(runs)),
+    }

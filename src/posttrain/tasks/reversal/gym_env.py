@@ -43,8 +43,10 @@ from posttrain.tasks.reversal.oracle import can_reach_goal, reachable
 from posttrain.tasks.reversal.shield import LocalShield, confusion
 
 MODES = ("episodic", "reset_free")
-LEGEND = ("Legend: A = you, G = goal, . = floor, # = wall, O = pit (falling in is forever), "
-          "^ > v < = one-way door (you can only enter it moving in the arrow's direction).")
+LEGEND = (
+    "Legend: A = you, G = goal, . = floor, # = wall, O = pit (falling in is forever), "
+    "^ > v < = one-way door (you can only enter it moving in the arrow's direction)."
+)
 
 
 def parse_switch(value: Any, name: str) -> bool:
@@ -62,9 +64,18 @@ def parse_switch(value: Any, name: str) -> bool:
 class ReversalGridEnv(_Base):
     metadata = {"render_modes": ["ansi"]}
 
-    def __init__(self, size: int = 5, rho: float = 0.5, mode: str = "episodic", shield: Any = "off",
-                 n_goals: int = 3, max_steps: int | None = None, shield_radius: int = 2, oracle_reset: bool = True,
-                 render_mode: str | None = None):
+    def __init__(
+        self,
+        size: int = 5,
+        rho: float = 0.5,
+        mode: str = "episodic",
+        shield: Any = "off",
+        n_goals: int = 3,
+        max_steps: int | None = None,
+        shield_radius: int = 2,
+        oracle_reset: bool = True,
+        render_mode: str | None = None,
+    ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if n_goals < 1:
@@ -89,8 +100,7 @@ class ReversalGridEnv(_Base):
             super().reset(seed=seed)
         map_seed = (options or {}).get("map_seed", seed)
         if map_seed is None:
-            map_seed = (int(self.np_random.integers(0, 2**31 - 1)) if gym is not None
-                        else random.randrange(2**31 - 1))
+            map_seed = int(self.np_random.integers(0, 2**31 - 1)) if gym is not None else random.randrange(2**31 - 1)
         self.map = generate(self.size, int(map_seed), self.rho)
         self.pos, self.goal = self.map.start, self.map.goal
         self._goal_rng = random.Random(f"reversal-goals:{map_seed}")
@@ -161,8 +171,10 @@ class ReversalGridEnv(_Base):
 
     def observation(self) -> str:
         assert self.map is not None
-        lines = [f"Step {self.steps}/{self.max_steps}. Goals reached: {self.goals_reached}/{self.n_goals}.",
-                 render(self.map, self.pos, self.goal)]
+        lines = [
+            f"Step {self.steps}/{self.max_steps}. Goals reached: {self.goals_reached}/{self.n_goals}.",
+            render(self.map, self.pos, self.goal),
+        ]
         if self.last_veto is not None:
             lines.append(f"Shield: moving {self.last_veto} was vetoed (you could not undo it); you stayed in place.")
         if self.map.at(self.pos) == PIT:
@@ -170,16 +182,28 @@ class ReversalGridEnv(_Base):
         return "\n".join(lines)
 
     def _info(self) -> dict[str, Any]:
-        return {"pos": self.pos, "goal": self.goal, "goals_reached": self.goals_reached, "absorbed": self.absorbed,
-                "vetoed": self.last_veto}
+        return {
+            "pos": self.pos,
+            "goal": self.goal,
+            "goals_reached": self.goals_reached,
+            "absorbed": self.absorbed,
+            "vetoed": self.last_veto,
+        }
 
     def episode_metrics(self) -> dict[str, float]:
         """Per-episode numbers for logging (the text adapter adds them to the trajectory's metrics)."""
         s = self.stats
-        return {"success": self.goals_reached / self.n_goals, "goals": float(self.goals_reached),
-                "absorbed": float(self.absorbed), "steps": float(self.steps), "vetoes": float(s["vetoes"]),
-                "shield_tp": float(s["tp"]), "shield_fp": float(s["fp"]), "shield_fn": float(s["fn"]),
-                "shield_tn": float(s["tn"])}
+        return {
+            "success": self.goals_reached / self.n_goals,
+            "goals": float(self.goals_reached),
+            "absorbed": float(self.absorbed),
+            "steps": float(self.steps),
+            "vetoes": float(s["vetoes"]),
+            "shield_tp": float(s["tp"]),
+            "shield_fp": float(s["fp"]),
+            "shield_fn": float(s["fn"]),
+            "shield_tn": float(s["tn"]),
+        }
 
 
 def parse_move(text: str) -> int:
@@ -187,8 +211,18 @@ def parse_move(text: str) -> int:
     The last one wins, so a model may reason before answering. ValueError when there is none."""
     import re
 
-    words = {"up": 0, "north": 0, "right": 1, "east": 1, "down": 2, "south": 2, "left": 3, "west": 3, "stay": 4,
-             "wait": 4}
+    words = {
+        "up": 0,
+        "north": 0,
+        "right": 1,
+        "east": 1,
+        "down": 2,
+        "south": 2,
+        "left": 3,
+        "west": 3,
+        "stay": 4,
+        "wait": 4,
+    }
     found = re.findall(r"\b(" + "|".join(words) + r")\b", text.lower())
     if not found:
         raise ValueError("no move found: reply with one of up, down, left, right, stay")

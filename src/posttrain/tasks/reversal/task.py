@@ -23,25 +23,36 @@ import re
 import threading
 from typing import Any
 
-from posttrain.envs.smoke_checks import SmokeCheck
-from posttrain.envs.task import TaskLoadError  # a ValueError the CLI prints as a one-line error
 from posttrain.envs.gym_text import GymTextEnv
+from posttrain.envs.smoke_checks import SmokeCheck
+from posttrain.envs.task import (
+    Task,
+    TaskLoadError,  # a ValueError the CLI prints as a one-line error
+)
+from posttrain.rewards.rubric import RewardComponent, Rubric
+from posttrain.rewards.text import completion_text
 from posttrain.tasks.reversal.grid import ACTION_NAMES, PIT, shortest_plan
 from posttrain.tasks.reversal.gym_env import LEGEND, MODES, ReversalGridEnv, parse_move, parse_switch
 from posttrain.tasks.reversal.shield import precision_recall
-from posttrain.envs.task import Task
-from posttrain.rewards.rubric import RewardComponent, Rubric
-from posttrain.rewards.text import completion_text
 
 EVAL_SEED_BASE = 1_000_000  # held-out maps: seeds from here on; training maps: 0 .. n_train - 1
 MOVE_WORDS = re.compile(r"\b(up|down|left|right|stay|north|south|east|west|wait)\b", re.I)
 
 
-def env_maker(size: int, rho: float, mode: str, shield: Any, n_goals: int, shield_radius: int,
-              max_steps: int | None = None):
+def env_maker(
+    size: int, rho: float, mode: str, shield: Any, n_goals: int, shield_radius: int, max_steps: int | None = None
+):
     def make(row: dict[str, Any] | None = None) -> ReversalGridEnv:
-        return ReversalGridEnv(size=size, rho=rho, mode=mode, shield=shield, n_goals=n_goals, max_steps=max_steps,
-                               shield_radius=shield_radius)
+        return ReversalGridEnv(
+            size=size,
+            rho=rho,
+            mode=mode,
+            shield=shield,
+            n_goals=n_goals,
+            max_steps=max_steps,
+            shield_radius=shield_radius,
+        )
+
     return make
 
 
@@ -85,8 +96,14 @@ class ReversalReward:
             env.step(parse_move(word))
         return env.goals_reached / env.n_goals
 
-    def __call__(self, completions: list[Any], seed: list[int], episode_return: list[float] | None = None,
-                 episode: list[dict[str, float]] | None = None, **_: Any) -> list[float]:
+    def __call__(
+        self,
+        completions: list[Any],
+        seed: list[int],
+        episode_return: list[float] | None = None,
+        episode: list[dict[str, float]] | None = None,
+        **_: Any,
+    ) -> list[float]:
         if episode_return is None:  # scored on its own: replay the completion as a plan
             return [self.replay(completion_text(c), s) for c, s in zip(completions, seed)]
         n_goals = self.make_env().n_goals
@@ -101,11 +118,18 @@ class ReversalReward:
         if not eps:
             return {}
         n = float(len(eps))
-        tot = {k: sum(e.get(k, 0.0) for e in eps) for k in ("success", "absorbed", "vetoes", "bad_actions", "turns",
-                                                           "shield_tp", "shield_fp", "shield_fn")}
-        out = {"reversal/episodes": n, "reversal/success": tot["success"] / n, "reversal/absorbed": tot["absorbed"] / n,
-               "reversal/vetoes": tot["vetoes"] / n, "reversal/turns": tot["turns"] / n,
-               "reversal/bad_action_rate": tot["bad_actions"] / max(tot["turns"], 1.0)}
+        tot = {
+            k: sum(e.get(k, 0.0) for e in eps)
+            for k in ("success", "absorbed", "vetoes", "bad_actions", "turns", "shield_tp", "shield_fp", "shield_fn")
+        }
+        out = {
+            "reversal/episodes": n,
+            "reversal/success": tot["success"] / n,
+            "reversal/absorbed": tot["absorbed"] / n,
+            "reversal/vetoes": tot["vetoes"] / n,
+            "reversal/turns": tot["turns"] / n,
+            "reversal/bad_action_rate": tot["bad_actions"] / max(tot["turns"], 1.0),
+        }
         precision, recall = precision_recall(tot["shield_tp"], tot["shield_fp"], tot["shield_fn"])
         if precision is not None:
             out["reversal/shield_precision"] = precision
@@ -115,17 +139,31 @@ class ReversalReward:
 
 
 def intro(mode: str, n_goals: int, shield: bool) -> str:
-    goal = ("Reach the goal G." if mode == "episodic" else
-            f"Reach the goal G; each time you do, a new goal appears, {n_goals} in all. There are no restarts: "
-            "a pit or a one-way door into a dead end ends your chances for every later goal.")
-    guard = (" A shield vetoes moves it thinks you could not undo (you then stay in place)." if shield else "")
-    return (f"You walk on a grid map. {goal}{guard}\n{LEGEND}\nRow 0 is at the top. Each turn reply with one move: "
-            "up, down, left, right or stay.")
+    goal = (
+        "Reach the goal G."
+        if mode == "episodic"
+        else f"Reach the goal G; each time you do, a new goal appears, {n_goals} in all. There are no restarts: "
+        "a pit or a one-way door into a dead end ends your chances for every later goal."
+    )
+    guard = " A shield vetoes moves it thinks you could not undo (you then stay in place)." if shield else ""
+    return (
+        f"You walk on a grid map. {goal}{guard}\n{LEGEND}\nRow 0 is at the top. Each turn reply with one move: "
+        "up, down, left, right or stay."
+    )
 
 
-def make_task(rho: float = 0.5, mode: str = "episodic", shield: Any = "off", size: int = 5, n_goals: int = 3,
-              n_train: int = 64, n_eval: int = 16, max_turns: int | None = None, shield_radius: int = 2,
-              max_tokens: int = 16) -> Task:
+def make_task(
+    rho: float = 0.5,
+    mode: str = "episodic",
+    shield: Any = "off",
+    size: int = 5,
+    n_goals: int = 3,
+    n_train: int = 64,
+    n_eval: int = 16,
+    max_turns: int | None = None,
+    shield_radius: int = 2,
+    max_tokens: int = 16,
+) -> Task:
     if mode not in MODES:
         raise TaskLoadError(f"reversal: mode must be one of {', '.join(MODES)}, got {mode!r}")
     try:
@@ -166,20 +204,30 @@ def make_task(rho: float = 0.5, mode: str = "episodic", shield: Any = "off", siz
         s += 1
 
     reward = ReversalReward(make_env)
-    rubric = Rubric([RewardComponent("reversal_success", reward, pass_threshold=1.0)],
-                    pass_component="reversal_success")
+    rubric = Rubric(
+        [RewardComponent("reversal_success", reward, pass_threshold=1.0)], pass_component="reversal_success"
+    )
 
     def demonstrate(r: dict[str, Any]) -> list[str]:
         return [ACTION_NAMES[a] for a in oracle_plan(make_env(), r["seed"])] or ["stay"]
 
     def env_factory(task: Task, tokenizer: Any, params: Any) -> GymTextEnv:
-        return GymTextEnv(task, tokenizer, params, make_env=make_env, obs_to_text=str,
-                          text_to_action=parse_move, max_turns=turns)
+        return GymTextEnv(
+            task, tokenizer, params, make_env=make_env, obs_to_text=str, text_to_action=parse_move, max_turns=turns
+        )
 
-    return Task(name="reversal", train_rows=train_rows, eval_rows=eval_rows, rubric=rubric,
-                description=f"REVERSAL-BENCH grid, rho={rho}, mode={mode}, shield={'on' if shield_on else 'off'}, "
-                            f"size={size}", max_tokens=max_tokens, env_factory=env_factory, max_turns=turns,
-                demonstrate=demonstrate, smoke_checks=_smoke_checks(train_rows, make_env))
+    return Task(
+        name="reversal",
+        train_rows=train_rows,
+        eval_rows=eval_rows,
+        rubric=rubric,
+        description=f"REVERSAL-BENCH grid, rho={rho}, mode={mode}, shield={'on' if shield_on else 'off'}, size={size}",
+        max_tokens=max_tokens,
+        env_factory=env_factory,
+        max_turns=turns,
+        demonstrate=demonstrate,
+        smoke_checks=_smoke_checks(train_rows, make_env),
+    )
 
 
 def _smoke_checks(rows: list[dict[str, Any]], make_env) -> list[SmokeCheck]:
@@ -187,12 +235,20 @@ def _smoke_checks(rows: list[dict[str, Any]], make_env) -> list[SmokeCheck]:
     (or, on maps without pits, standing still). And a reply without moves scores 0."""
     env = make_env()
     checks = []
-    good = next(((r, p) for r in rows[:32] for p in [oracle_plan(env, r["seed"])]
-                 if p and env.goals_reached == env.n_goals), None)
+    good = next(
+        ((r, p) for r in rows[:32] for p in [oracle_plan(env, r["seed"])] if p and env.goals_reached == env.n_goals),
+        None,
+    )
     if good is not None:
         r, plan = good
-        checks.append(SmokeCheck("the oracle's plan reaches every goal", row=r,
-                                 completion=" ".join(ACTION_NAMES[a] for a in plan), expect="pass"))
+        checks.append(
+            SmokeCheck(
+                "the oracle's plan reaches every goal",
+                row=r,
+                completion=" ".join(ACTION_NAMES[a] for a in plan),
+                expect="pass",
+            )
+        )
     bad = None
     for r in rows[:32]:
         env.reset(seed=r["seed"])
@@ -205,6 +261,7 @@ def _smoke_checks(rows: list[dict[str, Any]], make_env) -> list[SmokeCheck]:
         checks.append(SmokeCheck("walking into a pit does not pass", row=bad[0], completion=bad[1], expect="fail"))
     else:  # no pits at this rho: standing still must not pass
         checks.append(SmokeCheck("standing still does not pass", row=rows[0], completion="stay stay", expect="fail"))
-    checks.append(SmokeCheck("a reply without moves scores 0 without error", row=rows[0], completion="hello",
-                             expect="fail"))
+    checks.append(
+        SmokeCheck("a reply without moves scores 0 without error", row=rows[0], completion="hello", expect="fail")
+    )
     return checks

@@ -1,5 +1,4 @@
 import pytest
-
 from inventory.store import Inventory, OutOfStock
 
 

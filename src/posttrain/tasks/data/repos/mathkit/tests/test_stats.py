@@ -1,5 +1,4 @@
 import pytest
-
 from mathkit.stats import mean, median, mode, variance
 
 

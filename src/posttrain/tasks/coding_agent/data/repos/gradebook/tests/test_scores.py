@@ -1,5 +1,4 @@
 import pytest
-
 from gradebook.scores import average, weighted
 
 

@@ -1,5 +1,4 @@
 import pytest
-
 from ledger.money import format_cents, to_cents
 
 

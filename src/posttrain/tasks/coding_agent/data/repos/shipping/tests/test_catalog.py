@@ -1,5 +1,4 @@
 import pytest
-
 from shipping.catalog import lookup
 
 

@@ -1,5 +1,4 @@
 import pytest
-
 from shipping.rates import rate
 
 
