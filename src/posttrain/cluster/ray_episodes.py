@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
 from posttrain.cluster.ray_runtime import RaySession
@@ -77,6 +78,11 @@ def _pickle_user_tasks_by_value(ray: Any) -> None:
             ray.cloudpickle.register_pickle_by_value(module)
 
 
+async def _awaited(aw: Awaitable[Any]) -> Any:
+    """`aw` awaited: asyncio.run takes a coroutine only, and a tool may return any awaitable."""
+    return await aw
+
+
 class EpisodeHost:
     """The actor: the episodes opened on it, by id. Methods run on the actor's threads."""
 
@@ -100,7 +106,7 @@ class EpisodeHost:
         """The tool's raw return value; what it raises comes back to the driver's call_tool as itself."""
         fn = self.episodes[eid][1][name].func
         out = fn(**args)
-        return asyncio.run(out) if inspect.isawaitable(out) else out
+        return asyncio.run(_awaited(out)) if inspect.isawaitable(out) else out
 
     def finish(self, eid: str, final_call: dict[str, Any] | None) -> Any:
         episode, _ = self.episodes.pop(eid)
@@ -301,7 +307,8 @@ class RemoteEpisode:
         self.handle: Any = None
         self.tools = [dataclasses.replace(t, func=self._forwarder(t.name)) for t in workers.template.values()]
 
-    async def _open(self) -> None:
+    async def _open(self) -> Slot:
+        """The slot the episode is open on, opening it first if it is not yet."""
         if self.slot is None:
             slot = self.w.pick()
             handle = slot.handle
@@ -312,24 +319,25 @@ class RemoteEpisode:
                 raise
             self.slot, self.handle = slot, handle
             self.w.opened_on(node)
+        return self.slot
 
     def _forwarder(self, name: str) -> Any:
         async def forward(**args: Any) -> Any:
-            await self._open()
+            slot = await self._open()
             # No timeout here: call_tool bounds this call by the task's tool_timeout_s, as for a local tool.
-            return await self.w.request(self.slot, self.handle, "call", self.eid, name, args, timeout=None)
+            return await self.w.request(slot, self.handle, "call", self.eid, name, args, timeout=None)
 
         forward.__name__ = name
         return forward
 
     async def finish(self, final_call: dict[str, Any] | None) -> Any:
-        await self._open()
+        slot = await self._open()
         try:
             return await self.w.request(
-                self.slot, self.handle, "finish", self.eid, final_call, timeout=self.w.cc.actor_timeout_s
+                slot, self.handle, "finish", self.eid, final_call, timeout=self.w.cc.actor_timeout_s
             )
         finally:
-            self.w.done(self.slot, self.handle)
+            self.w.done(slot, self.handle)
 
     async def discard(self) -> None:
         """The rollout raised before `finish` (one sample failed, envs/isolate.py, and the run goes on): drop the

@@ -117,7 +117,8 @@ class RaySamplerPool:
             again = []
             for (slot, span), (handle, res) in zip(todo, results):
                 if isinstance(res, ray_exc.RayTaskError):
-                    raise res.as_instanceof_cause()  # the sampler itself raised (a bad prompt): not a failure of the actor
+                    # the sampler itself raised (a bad prompt): not a failure of the actor
+                    raise res.as_instanceof_cause()
                 if isinstance(res, BaseException) and not isinstance(res, (ray_exc.RayActorError, TimeoutError)):
                     raise res
                 if (

@@ -49,7 +49,7 @@ import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -295,7 +295,7 @@ class VLLMServerPool:
             if isinstance(e, BaseException):
                 return server, e if isinstance(e, _ServerFailed) else _ServerFailed(f"{type(e).__name__}: {e}")
         out: list[Completion | None] = [None] * len(rows)
-        for idx, comps in zip(uniq.values(), parts):
+        for idx, comps in zip(uniq.values(), cast("list[list[Completion]]", parts)):  # no error, checked above
             for i, c in zip(idx, comps):
                 out[i] = c
         return server, out

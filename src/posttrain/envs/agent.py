@@ -168,13 +168,15 @@ class AgentEnv:
         scored = False
         try:
             if todo:
-                conv = self.task.conversational
+                task = self.task
+                assert task is not None  # _apply_result marks NEEDS_RUBRIC only when there is a task
+                conv = task.conversational
                 completions = [
                     [{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text for t in todo
                 ]
                 rows = [{k: v for k, v in t.row.items() if k != "prompt"} for t in todo]
                 scores = await asyncio.to_thread(
-                    self.task.rubric.score,
+                    task.rubric.score,
                     completions,
                     rows,
                     prompts=[t.row.get("prompt") for t in todo],

@@ -64,8 +64,8 @@ async def score_groups(env: Env, groups_G: list[list[Trajectory]]) -> None:
     A group reward is `fn(completions_G, **columns) -> list[float]` with TRL's column convention (the group's
     row columns, each a list of G values): its score goes into `reward_components[fn.__name__]` and, times its
     weight (`Task.group_reward_weights`, default 1), into the reward. A group reward that raises, returns the
-    wrong number of scores or a score that is not finite fails that group's samples only (counted like any failed reward). An `env.score` that
-    raises fails only the samples whose own scoring raises (envs/isolate.py)."""
+    wrong number of scores or a score that is not finite fails that group's samples only (counted like any failed
+    reward). An `env.score` that raises fails only the samples whose own scoring raises (envs/isolate.py)."""
     await score_isolated(env, [t for g in groups_G for t in g])
     task = getattr(env, "task", None)
     fns = list(getattr(task, "group_rewards", None) or [])

@@ -211,7 +211,7 @@ class GymTextEnv:
         stats["turns"] = float(sum(1 for m in msgs if m["role"] == "assistant"))
         stats["bad_action_rate"] = stats["bad_actions"] / max(stats["turns"], 1.0)
         stats["context_stop"] = float(stop_reason == "context")
-        episode = getattr(getattr(env, "unwrapped", env), "episode_metrics", None)
+        episode: Callable[[], dict[str, Any]] | None = getattr(getattr(env, "unwrapped", env), "episode_metrics", None)
         if callable(episode) and error is None:
             stats.update({k: float(v) for k, v in episode().items()})
         last_reply = next((m["content"] for m in reversed(msgs) if m["role"] == "assistant"), "")

@@ -25,6 +25,7 @@ import logging
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from posttrain.types import SampleParams, Trajectory, Turn
@@ -97,7 +98,7 @@ failures = FailureLog()
 def _prompt_ids(env: Any, row: dict[str, Any]) -> list[int]:
     """The row's first prompt when the env can say so cheaply (SingleTurnEnv, GymTextEnv: `prompt_ids(row)`),
     else none: a failed trajectory never trains, so its prompt is only for the record."""
-    fn = getattr(env, "prompt_ids", None)
+    fn: Callable[[dict[str, Any]], Iterable[int]] | None = getattr(env, "prompt_ids", None)
     if not callable(fn):
         return []
     try:

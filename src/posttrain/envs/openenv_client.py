@@ -68,7 +68,7 @@ class OpenEnvClient:
         self.max_message_bytes = max_message_bytes
         self._ws: Any = None
 
-    async def connect(self) -> OpenEnvClient:
+    async def connect(self) -> Self:
         from websockets.asyncio.client import connect
 
         if self._ws is None:

@@ -33,6 +33,7 @@ import asyncio
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
@@ -283,7 +284,7 @@ def create_env_app(
     return app
 
 
-async def _one_shot(make_session: Any, action: dict[str, Any] | None) -> Any:
+async def _one_shot(make_session: Callable[[], EnvSession], action: dict[str, Any] | None) -> Any:
     """One HTTP episode: 422 for a request that names no row or holds a bad action, 504 when the env took too
     long, 500 when the env failed."""
     session: EnvSession | None = None

@@ -103,7 +103,8 @@ def _run_command_check(check: SmokeCheck) -> tuple[str, str, bool]:
     from posttrain.sandbox import SandboxConfig, run_command
 
     argv = shlex.split(check.command) if isinstance(check.command, str) else list(check.command or [])
-    r = run_command(argv, check.files or None, SandboxConfig())
+    files: dict[str, str | bytes] = dict(check.files)
+    r = run_command(argv, files or None, SandboxConfig())
     want = check.expect_output or ""
     out = (r.stdout or "").strip()
     ok = r.error is None and not r.timed_out and r.exit_code == 0 and want in out

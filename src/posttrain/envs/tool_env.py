@@ -238,7 +238,8 @@ class ToolEnv:
         )
 
     def _shown(self, result: ToolResult, stats: dict[str, float]) -> str:
-        """A tool result as the model reads it: at most max_result_chars (a marker says how much was cut), tokenizable."""
+        """A tool result as the model reads it: at most max_result_chars (a marker says how much was cut),
+        tokenizable."""
         text, cut = truncate_text(result.content, self.max_result_chars)
         if cut:
             stats["tool_results_truncated"] += 1

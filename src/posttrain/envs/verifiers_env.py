@@ -30,7 +30,7 @@ import sys
 import types
 import uuid
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import openai
 import verifiers.v1 as vf
@@ -46,6 +46,9 @@ from posttrain.envs.task import Task
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory, Turn
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +106,12 @@ class PosttrainChatHarness(vf.Harness[PosttrainChatHarnessConfig]):
                 default_headers=_rollout_header(trace),
             )
             stack.push_async_callback(client.close)
+            tool_args: dict[str, Any] = {"tools": tools} if tools else {}
             for _ in range(cfg.max_calls):
                 try:
+                    # The messages are the wire dicts the openai client's message TypedDicts describe.
                     r = await client.chat.completions.create(
-                        model=ctx.model, messages=messages, **({"tools": tools} if tools else {})
+                        model=ctx.model, messages=cast("list[ChatCompletionMessageParam]", messages), **tool_args
                     )
                 except openai.APIConnectionError as e:  # incl. timeouts: verifiers reads this code as transport
                     return ProgramResult(MODEL_TRANSPORT_ERROR_EXIT_CODE, "", str(e))
@@ -184,7 +189,7 @@ def register_plugin_module(name: str, *classes: type) -> str:
     module = types.ModuleType(name)
     for cls in classes:
         setattr(module, cls.__name__, cls)
-    module.__all__ = [cls.__name__ for cls in classes]
+    module.__dict__["__all__"] = [cls.__name__ for cls in classes]  # ModuleType declares no __all__ to assign
     sys.modules[name] = module
     return name
 

@@ -4,9 +4,12 @@ HFSampler is imported on first use: `posttrain.sampling.base` (the protocol envs
 not pull in torch and transformers.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from posttrain.sampling.base import Sampler
+
+if TYPE_CHECKING:  # for the type checker only: at run time __getattr__ imports it
+    from posttrain.sampling.hf_sampler import HFSampler
 
 __all__ = ["HFSampler", "Sampler"]
 

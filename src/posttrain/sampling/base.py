@@ -22,8 +22,13 @@ class Sampler(Protocol):
     (a scripted sampler in tests).
     """
 
-    policy_version: int
-    context: ContextBudget | None
+    # Read-only here (what rollouts read): a sampler may hold them as plain attributes or properties, and may type
+    # `context` without the None.
+    @property
+    def policy_version(self) -> int: ...
+
+    @property
+    def context(self) -> ContextBudget | None: ...
 
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]: ...
 

@@ -207,13 +207,13 @@ class HFSampler:
             )
         return self._graph_decoder
 
-    def _decode_loop(self, rows: list[list[int]], params: SampleParams):
+    def _decode_loop(self, prompt_rows: list[list[int]], params: SampleParams):
         # Prefill each distinct prompt once, then copy its KV cache to every row that uses it.
         dev = _device(self.model)
         uniq: dict[tuple[int, ...], int] = {}
-        row_to_prompt = torch.tensor([uniq.setdefault(tuple(r), len(uniq)) for r in rows], device=dev)
+        row_to_prompt = torch.tensor([uniq.setdefault(tuple(r), len(uniq)) for r in prompt_rows], device=dev)
         prompts_P = [list(p) for p in uniq]
-        P, B, max_new = len(prompts_P), len(rows), params.max_tokens
+        P, B, max_new = len(prompts_P), len(prompt_rows), params.max_tokens
         Lp = max(len(p) for p in prompts_P)
         padded = any(len(p) != Lp for p in prompts_P)
         ids_PL, mask_PL, pos_PL = left_pad(prompts_P, self.pad_id, Lp, dev)
@@ -281,6 +281,7 @@ class HFSampler:
                         cache, rows, torch.arange(len(rows), device=dev), prompt_of_row, tokens_BT, lengths_B, Lp
                     )
                 else:  # a sync landed inside the call: its KV mixes versions, keep none of it
+                    assert self.prefix is not None  # `keep` needs the prefix cache
                     self.prefix.clear()
         return tokens_BT.cpu(), logps_BT.cpu(), lengths_B.tolist(), reasons, versions_T
 
@@ -332,7 +333,7 @@ class HFSampler:
             n, stored = h
             p = prompts_P[i]
             c = PreallocCache(n_layers, capacity=len(p))
-            for layer, (k, v) in zip(c.layers, stored):
+            for layer, (k, v) in zip(c.prealloc_layers, stored):
                 layer.update(k, v)
             out = self.model(
                 input_ids=torch.tensor([p[n:]], device=dev),
@@ -341,11 +342,12 @@ class HFSampler:
                 use_cache=True,
                 logits_to_keep=1,
             ).logits[:, -1]
-            kv[i], last[i] = [(layer.keys, layer.values) for layer in c.layers], out[0]
+            kv[i], last[i] = [(layer.keys, layer.values) for layer in c.prealloc_layers], out[0]
         return cache_from_rows(kv, Lp, capacity), torch.stack(last)
 
     def _store_rows(self, cache, rows, batch_idx, prompt_of_row, tokens_BT, lengths_B, Lp: int) -> None:
         """Keep the KV of the batch rows `batch_idx`: prompt and completion but its last token (never fed back)."""
+        assert self.prefix is not None  # called only with `keep`, which needs the prefix cache
         for j in batch_idx.tolist():
             r = int(rows[j])
             p, n = prompt_of_row[r], int(lengths_B[r])
@@ -392,7 +394,7 @@ class HFSampler:
         new_ids = tokens_BT[rows, t].tolist()
         hits = []
         for r, tok_id in zip(rows.tolist(), new_ids):
-            if not exact_only and 0 <= tok_id < len(pieces):
+            if not exact_only and pieces is not None and 0 <= tok_id < len(pieces):
                 piece = pieces[tok_id]
                 if piece and "\ufffd" not in piece and not any(c in piece for c in last_chars):
                     hits.append(False)

@@ -32,9 +32,9 @@ import ipaddress
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def _error_body(status: int, message: str, kind: str, code: str) -> bytes:
 
 
 async def _refuse(
-    send: Any, status: int, message: str, kind: str, code: str, close: bool, headers: list[tuple[bytes, bytes]] = ()
+    send: Any, status: int, message: str, kind: str, code: str, close: bool, headers: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
     """Answer a request the app never sees. `close`: end the connection afterwards (a client too slow to keep);
     otherwise the server reads and discards what is left of the body (it keeps no byte of it), so the client
@@ -262,11 +262,17 @@ def _guarded_protocol(guard: HttpGuard) -> type[asyncio.Protocol]:
     """uvicorn's HTTP/1.1 protocol (httptools, or h11 without it) with a deadline on each request's headers and a
     cap on their size. uvicorn has neither of its own: its keep-alive timeout stops at the first byte a client
     sends, so a client that sends one header byte at a time would hold the connection forever."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+    if TYPE_CHECKING:
+        # uvicorn types AutoHTTPProtocol as a bare asyncio.Protocol; it is httptools' protocol or h11's, which
+        # share the attributes used here (loop, transport, cycle). The parser callbacks are httptools' only, and
+        # are overridden only when the base has them.
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as AutoHTTPProtocol
+    else:
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     tick_s = min(1.0, guard.header_timeout_s / 4)
 
-    class Guarded(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+    class Guarded(AutoHTTPProtocol):
         _g_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: Any) -> None:
@@ -328,7 +334,7 @@ def uvicorn_config(app: Any, host: str, port: int, log_level: str, guard: HttpGu
     """A uvicorn Config for `app` behind `guard`: the guarded app and protocol, WebSocket message and queue
     caps, h11's header cap. Options this uvicorn does not know are left out (older versions)."""
     uvicorn = _uvicorn()
-    options = dict(
+    options: dict[str, Any] = dict(
         host=host,
         port=port,
         log_level=log_level,

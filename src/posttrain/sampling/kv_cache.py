@@ -7,6 +7,8 @@ sized for prompt + max_tokens removes the copy; the layer hands attention a view
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
@@ -57,6 +59,11 @@ class PreallocCache(Cache):
     def __init__(self, num_layers: int, capacity: int):
         super().__init__(layers=[PreallocLayer(capacity) for _ in range(num_layers)])
 
+    @property
+    def prealloc_layers(self) -> list[PreallocLayer]:
+        """`layers`, typed as built here (Cache types them as any kind of layer)."""
+        return cast("list[PreallocLayer]", self.layers)
+
 
 def cache_arg_name(model) -> str:
     """transformers 5.x renamed the forward argument `past_key_values` to `cache`; accept both."""
@@ -73,7 +80,7 @@ def cache_from_rows(rows_kv: list[list[tuple[torch.Tensor, torch.Tensor]]], widt
     per layer (keys, values) of shape (1, heads, length_i, dim)."""
     n_layers = len(rows_kv[0])
     cache = PreallocCache(n_layers, capacity)
-    for li, layer in enumerate(cache.layers):
+    for li, layer in enumerate(cache.prealloc_layers):
         k0, v0 = rows_kv[0][li]
         b, h = len(rows_kv), k0.shape[1]
         layer._k = k0.new_zeros((b, h, capacity, k0.shape[-1]))
@@ -92,5 +99,5 @@ def row_kv(cache: PreallocCache, row: int, start: int, end: int) -> list[tuple[t
     """A copy of one batch row's KV over columns [start, end), per layer, each (1, heads, end - start, dim)."""
     return [
         (layer._k[row : row + 1, :, start:end].clone(), layer._v[row : row + 1, :, start:end].clone())
-        for layer in cache.layers
+        for layer in cache.prealloc_layers
     ]

@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from fastapi import FastAPI, Request
 
@@ -66,6 +66,14 @@ from posttrain.types import Completion, SampleParams
 log = logging.getLogger(__name__)
 ROLLOUT_HEADER = "x-rollout-id"
 T = TypeVar("T")
+
+
+class WeightWritable(Protocol):
+    """A sampler whose weights `write(model)` changes in place, between decodes (HFSampler)."""
+
+    policy_version: int
+
+    def update_weights(self, write: Callable[[Any], Any], version: int) -> None: ...
 
 
 @dataclass
@@ -132,11 +140,12 @@ def create_app(
             from posttrain.sampling.weight_ipc import read_file_weights
 
             box: dict[str, int] = {}
+            sampler = cast(WeightWritable, st.sampler)  # weights_dir is served with an HFSampler (build_model_app)
             # Between decodes (the sampler's lock), so no completion mixes two versions.
             await asyncio.to_thread(
-                st.sampler.update_weights, lambda m: box.setdefault("v", read_file_weights(weights_dir, m)), -1
+                sampler.update_weights, lambda m: box.setdefault("v", read_file_weights(weights_dir, m)), -1
             )
-            st.sampler.policy_version = box["v"]
+            sampler.policy_version = box["v"]
             return {"success": True, "policy_version": box["v"]}
 
     @app.get("/v1/models")

@@ -7,9 +7,9 @@ oneDNN can pack a weight once (`torch.ops.mkldnn._reorder_linear_weight`, what i
 reuse it for any number of rows, so a sampler that owns its weights (a low-precision copy, or an fp32 copy of
 its own) packs them at each weight sync and decodes with `torch.ops.mkldnn._linear_pointwise`.
 
-Measured with `python bench/sampler_precision.py` (the table in docs/results/speed.md, with the CPU it ran on). Whether a
-dtype can be packed depends on the CPU: bf16 needs AVX-512 (bw, vl, dq) or AVX-NE-CONVERT, fp32 packs on any
-x86 with AVX2. `can_pack` asks oneDNN itself rather than reading CPU flags, and a layer that cannot be packed
+Measured with `python bench/sampler_precision.py` (the table in docs/results/speed.md, with the CPU it ran on).
+Whether a dtype can be packed depends on the CPU: bf16 needs AVX-512 (bw, vl, dq) or AVX-NE-CONVERT, fp32 packs on
+any x86 with AVX2. `can_pack` asks oneDNN itself rather than reading CPU flags, and a layer that cannot be packed
 stays a plain Linear.
 
 The packed weight is an opaque oneDNN tensor: no autograd, not in `state_dict`, rebuilt from the trainer's
@@ -41,6 +41,8 @@ def can_pack(dtype: torch.dtype) -> bool:
 class PackedLinear(torch.nn.Module):
     """y = x W^T + b with W held packed by oneDNN in `dtype`; inputs are cast to `dtype`, outputs come back in
     the input's dtype."""
+
+    bias: torch.Tensor | None  # a buffer (register_buffer)
 
     def __init__(self, linear: torch.nn.Linear, dtype: torch.dtype, rows_hint: int = 16):
         super().__init__()
@@ -85,7 +87,7 @@ def pack_linears_(model: torch.nn.Module, dtype: torch.dtype) -> int:
         (parent, name, child)
         for parent in model.modules()
         for name, child in parent.named_children()
-        if type(child) in ROUTABLE
+        if isinstance(child, torch.nn.Linear) and type(child) in ROUTABLE  # ROUTABLE: Linear classes
     ]  # exact: a LoRA or quantized layer keeps its forward
     for parent, name, lin in found:
         setattr(parent, name, PackedLinear(lin, dtype))

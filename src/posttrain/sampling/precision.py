@@ -48,6 +48,11 @@ _DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # fp32: the policy's own dtype
 class Int8Linear(torch.nn.Module):
     """y = x W^T + b with W stored as int8 per output channel (scale = max |row| / 127) and x taken in bf16."""
 
+    # buffers (register_buffer)
+    weight_int8: torch.Tensor
+    scale: torch.Tensor
+    bias: torch.Tensor | None
+
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features

@@ -9,9 +9,10 @@ extends a stored row prefills only the new tokens.
 
 Stored KV is only valid for the weights that computed it. Entries are dropped whenever the weights may have
 changed: a new `policy_version`, any in-place write to a trained parameter (torch's per-tensor version counters,
-so an optimizer step or an ES perturbation counts), or an explicit `clear()` (the sampler's weight syncs call it). The reused KV was computed in another batch, so its floats can differ from a
-fresh prefill's by rounding (measured in tests/sampling/test_prefix_cache.py); the sampler's log-probs stay the
-behaviour policy's, which is what the losses use.
+so an optimizer step or an ES perturbation counts), or an explicit `clear()` (the sampler's weight syncs call
+it). The reused KV was computed in another batch, so its floats can differ from a fresh prefill's by rounding
+(measured in tests/sampling/test_prefix_cache.py); the sampler's log-probs stay the behaviour policy's, which is
+what the losses use.
 """
 
 from __future__ import annotations

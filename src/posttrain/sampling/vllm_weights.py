@@ -20,9 +20,16 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import torch
+
+
+class _LoraDelta(Protocol):
+    """What each of peft's LoRA layer classes (lora.Linear, Embedding, Conv...) defines; their LoraLayer base
+    declares none of it."""
+
+    def get_delta_weight(self, adapter: str) -> torch.Tensor: ...
 
 
 def _is_peft(model: Any) -> bool:
@@ -43,10 +50,10 @@ def hf_state(model: Any, aliases: bool = True) -> dict[str, torch.Tensor]:
     merged: dict[str, torch.Tensor] = {}
     for name, module in base.named_modules():
         if isinstance(module, LoraLayer):
-            w = module.get_base_layer().weight.detach()
+            w = cast(torch.Tensor, module.get_base_layer().weight).detach()  # nn.Module types it loosely
             for adapter in module.active_adapters:
                 if adapter in module.lora_A:
-                    w = w + module.get_delta_weight(adapter).to(w.dtype)
+                    w = w + cast(_LoraDelta, module).get_delta_weight(adapter).to(w.dtype)
             merged[f"{name}.weight"] = w
     out = {}
     for n, p in base.named_parameters(remove_duplicate=not aliases):

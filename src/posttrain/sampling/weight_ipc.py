@@ -80,7 +80,7 @@ class SharedWeightBlock:
         size = _HEADER + (max((s.offset + s.nbytes for s in specs), default=0))
         self.owner = name is None
         self.shm = shared_memory.SharedMemory(name=name, create=self.owner, size=max(size, _HEADER))
-        self._version = torch.frombuffer(self.shm.buf, dtype=torch.int64, count=1, offset=0)
+        self._version: torch.Tensor | None = torch.frombuffer(self.shm.buf, dtype=torch.int64, count=1, offset=0)
         if self.owner:
             self._version[0] = -1
 
@@ -90,7 +90,16 @@ class SharedWeightBlock:
 
     @property
     def version(self) -> int:
-        return int(self._version[0])
+        return int(self._header()[0])
+
+    @version.setter
+    def version(self, v: int) -> None:
+        self._header()[0] = v
+
+    def _header(self) -> torch.Tensor:
+        if self._version is None:  # close() released it
+            raise RuntimeError("the shared weight block is closed")
+        return self._version
 
     def views(self) -> dict[str, torch.Tensor]:
         """Tensors backed by the block (no copy): writes through them are seen by every process."""
@@ -134,7 +143,7 @@ class SharedMemoryWeights:
                 with torch.no_grad():
                     for name, view in self._views.items():
                         view.copy_(state[name])
-                self.block._version[0] = version
+                self.block.version = version
             finally:
                 self.block.lock.release()
             return True

@@ -150,7 +150,7 @@ def open_store(host: str, port: int, world: int, rank: int, timeout_s: float) ->
     """The group's rendezvous: rank 0 hosts it (port 0: a free port, read back from `.port`)."""
     import torch.distributed as dist
 
-    return dist.TCPStore(
+    return dist.TCPStore(  # pyright: ignore[reportPrivateImportUsage]  # public; torch re-exports it without `as`
         host, port, world, is_master=rank == 0, timeout=timedelta(seconds=timeout_s), wait_for_workers=False
     )
 
@@ -162,7 +162,7 @@ def open_group(backend: str, store: Any, name: str, rank: int, world: int, timeo
 
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"weight group backend must be gloo or nccl, got {backend!r}")
-    prefixed = dist.PrefixStore(name, store)
+    prefixed = dist.PrefixStore(name, store)  # pyright: ignore[reportPrivateImportUsage]  # public, as TCPStore
     td = timedelta(seconds=timeout_s)
     if backend == "gloo":
         return dist.ProcessGroupGloo(prefixed, rank, world, td)
