@@ -42,7 +42,7 @@ def main() -> None:
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     tr = Trainer(model, pad_id=tok.pad_token_id, micro_batch_tokens=a.budget or 10**9)
     t = time.perf_counter()
-    m = tr.forward_backward(Batch(sequences=seqs), LOSSES["ppo_clip"], LossParams())
+    m = tr.forward_backward(Batch(sequences=seqs), LOSSES["ppo_clip"], LossParams()).metrics
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     print(f"budget {a.budget or 'none (whole group)'}, 4 sequences of {a.completion - 300}-{a.completion} tokens "
           f"+ a {a.prompt}-token prompt: peak RSS {peak:.1f} GB (model loaded: {loaded:.1f} GB), "

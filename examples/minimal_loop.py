@@ -43,7 +43,7 @@ async def main(steps: int = STEPS) -> list[float]:
         groups = [Group(i, list(trajs[i * G:(i + 1) * G])) for i in range(PROMPTS)]
         await score_groups(env, [g.trajectories_G for g in groups])  # sets t.reward from the rubric
         batch, m = build_batch(sequences_from_groups(groups), BatchOptions(advantage="grpo"))
-        m.update(trainer.forward_backward(batch, loss_fn, loss_params))  # on-policy: old = current, detached
+        m.update(trainer.forward_backward(batch, loss_fn, loss_params).metrics)  # on-policy: old = current, detached
         m.update(trainer.optim_step())
         m.update(sync.push(step + 1))  # the sampler now serves the updated weights as version step + 1
         rewards.append(sum(t.reward for t in trajs) / len(trajs))

@@ -70,7 +70,7 @@ async def train(model_name: str, steps: int, prompts_per_step: int, group: int, 
         m = {}
         if batch.sequences:
             cfg = LossParams()
-            m.update(trainer.forward_backward(batch, loss_fn, cfg))
+            m.update(trainer.forward_backward(batch, loss_fn, cfg).metrics)
             m.update(trainer.optim_step())
         sampler.policy_version += 1  # in-process weight share: the sampler holds the trainer's module
         r = rollout_metrics(trajs)

@@ -11,6 +11,7 @@ The pieces a loop of your own is built from are importable from here too, in the
     Trajectory, Turn, Group, Sequence, Batch            what a rollout produces and what trains
     build_batch, BatchOptions, sequences_from_groups   group advantages and the trained part of a batch
     Trainer, LOSSES, ADVANTAGES, LossParams             forward_backward + optim_step, the registries
+    PolicyTrainer, StepSettings, Update                 the trainer's contract, a step's settings, its result
     WeightSync, SharedWeights, CopyWeights             the sampler serves the trainer's weights as a version
     Config, load_config                                 the configuration
 
@@ -20,7 +21,23 @@ They are imported on first use: `import posttrain` itself loads no torch (the CL
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what a type checker sees (at run time the names resolve lazily, below)
+    from posttrain.algos import ADVANTAGES, LOSSES, LossParams
+    from posttrain.config import Config, load_config
+    from posttrain.envs.base import score_groups
+    from posttrain.envs.single_turn import SingleTurnEnv
+    from posttrain.envs.task import Task
+    from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
+    from posttrain.loop.weight_sync import CopyWeights, SharedWeights, WeightSync
+    from posttrain.models import ensure_pad_token, load_model, stop_token_ids
+    from posttrain.sampling.base import Sampler
+    from posttrain.sampling.hf_sampler import HFSampler
+    from posttrain.tasks.load import load_task
+    from posttrain.training.protocol import PolicyTrainer, StepSettings, Update
+    from posttrain.training.trainer import Trainer
+    from posttrain.types import Batch, Completion, Group, SampleParams, Sequence, Trajectory, Turn
 
 __version__ = "0.1.0"
 
@@ -46,6 +63,9 @@ _EXPORTS = {
     "BatchOptions": "posttrain.loop.batch",
     "sequences_from_groups": "posttrain.loop.batch",
     "Trainer": "posttrain.training.trainer",
+    "PolicyTrainer": "posttrain.training.protocol",
+    "StepSettings": "posttrain.training.protocol",
+    "Update": "posttrain.training.protocol",
     "LOSSES": "posttrain.algos",
     "ADVANTAGES": "posttrain.algos",
     "LossParams": "posttrain.algos",
@@ -56,7 +76,43 @@ _EXPORTS = {
     "load_config": "posttrain.config",
 }
 
-__all__ = ["train", "__version__", *_EXPORTS]
+# Written out (not built from _EXPORTS) so linters and type checkers read it; tests/loop/test_minimal_loop.py
+# checks the two agree.
+__all__ = [
+    "train",
+    "__version__",
+    "load_model",
+    "ensure_pad_token",
+    "stop_token_ids",
+    "load_task",
+    "Task",
+    "SingleTurnEnv",
+    "score_groups",
+    "HFSampler",
+    "Sampler",
+    "SampleParams",
+    "Completion",
+    "Trajectory",
+    "Turn",
+    "Group",
+    "Sequence",
+    "Batch",
+    "build_batch",
+    "BatchOptions",
+    "sequences_from_groups",
+    "Trainer",
+    "PolicyTrainer",
+    "StepSettings",
+    "Update",
+    "LOSSES",
+    "ADVANTAGES",
+    "LossParams",
+    "WeightSync",
+    "SharedWeights",
+    "CopyWeights",
+    "Config",
+    "load_config",
+]
 
 
 def __getattr__(name: str) -> Any:

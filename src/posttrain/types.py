@@ -93,10 +93,8 @@ class Trajectory:
     teacher_hint: str | None = None  # what a self-distillation teacher reads (guidance/insights.py, profiles.py)
     tags: list[str] | None = None  # RISED behaviour tags (rewards/tags.py); None: not tagged
     # This step's sample number (PolicyGradientStepper numbers every rollout of a step): the key its Sequence
-    # carries, so what the trainer measured finds its trajectory again.
+    # carries, so what the trainer measured (SampleStats) finds its trajectory again.
     sample_id: int | None = None
-    advantage: float | None = None  # the advantage it was trained with (samples.jsonl; the report colours by it)
-    trainer_logprobs: list[float] | None = None  # the trainer's log-prob per completion token, before the update
     # What went wrong, in words (a failing test, a schema violation, a tool error), from the task's `feedback`
     # function or the env itself, and the index of the turn it is about (None: the last turn). Hint-conditioned
     # self-distillation (algorithm.hint_distill) puts it into the teacher's context right before that turn.
@@ -180,12 +178,13 @@ class Group:
         return [t.reward for t in self.trajectories_G]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Sequence:
     """One training sequence: prompt + completion tokens, with per-completion-token data.
 
     `prompt_ids` are shared by every sequence of a group, which lets the trainer compute the prompt once
-    per group (prefix sharing). Lists over completion tokens all have len(completion_ids).
+    per group (prefix sharing). Lists over completion tokens all have len(completion_ids). Frozen: a step adds
+    per-sequence data by making new sequences (`dataclasses.replace`), never by writing into one.
     """
 
     prompt_ids: list[int]
@@ -208,12 +207,17 @@ class Sequence:
     # Sampled from another prompt than the one it is trained on (a remedy's guided format hint): its sampler
     # log-probs are the behaviour policy's but not comparable to the trainer's, so drift metrics skip it.
     guided: bool = False
-    # The report's token colouring needs the trainer's log-probs of the few rows samples.jsonl keeps. The stepper
-    # sets `capture_logprobs` on those, and the update's first forward pass (before any optimizer step of this
-    # batch) keeps them in `trainer_logprobs`: no extra forward pass (Trainer.captures_logprobs). None: not kept.
-    sample_id: int | None = None  # its trajectory's Trajectory.sample_id
-    capture_logprobs: bool = False
-    trainer_logprobs: list[float] | None = None
+    sample_id: int | None = None  # its trajectory's Trajectory.sample_id: what the trainer measured is keyed by it
+
+
+@dataclass(frozen=True)
+class SampleStats:
+    """What a step's update measured of one sample, for the report (samples.jsonl, by Trajectory.sample_id): the
+    advantage it was trained with, and the learner's log-prob of each completion token before the update (from
+    the update's own first forward pass: Update.logprobs; a row outside the update is scored before it)."""
+
+    advantage: float | None = None
+    learner_logprobs: list[float] | None = None
 
 
 @dataclass

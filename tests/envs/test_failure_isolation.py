@@ -15,7 +15,8 @@ from posttrain.tasks import count_a
 from posttrain.envs.tools import EnvWorkerLost
 from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
-from posttrain.loop.collect import RolloutSpec, SyncCollector, prompts_for_step
+from posttrain.algos.prompt_selection import prompts_for_step
+from posttrain.loop.collect import RolloutSpec, SyncCollector
 from posttrain.loop.evaluate import evaluate_async
 from posttrain.obs.rollout_stats import rollout_metrics, sample_records
 from posttrain.obs.timers import BusyMeter, StageTimer

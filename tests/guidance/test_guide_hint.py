@@ -104,10 +104,10 @@ def test_drift_metrics_leave_guided_samples_out(tiny):
     lp = trainer.compute_logprobs(Batch([Sequence(ids[:2], ids[2:], [1] * len(ids[2:]), [0.0] * len(ids[2:]))]))[0]
     on = Sequence(ids[:2], ids[2:], [1] * len(lp), list(lp), advantage=1.0)
     far = Sequence(ids[:2], ids[2:], [1] * len(lp), [x - 3.0 for x in lp], advantage=-1.0)
-    m_on = trainer.forward_backward(Batch([on]), LOSSES["ppo_clip"], LossParams())
+    m_on = trainer.forward_backward(Batch([on]), LOSSES["ppo_clip"], LossParams()).metrics
     m_guided = trainer.forward_backward(Batch([on, Sequence(**{**far.__dict__, "guided": True})]), LOSSES["ppo_clip"],
-                                        LossParams())
-    m_plain = trainer.forward_backward(Batch([on, far]), LOSSES["ppo_clip"], LossParams())
+                                        LossParams()).metrics
+    m_plain = trainer.forward_backward(Batch([on, far]), LOSSES["ppo_clip"], LossParams()).metrics
     assert m_guided["train/sampler_kl_k3"] == pytest.approx(m_on["train/sampler_kl_k3"], abs=1e-5)
     assert m_plain["train/sampler_kl_k3"] > m_on["train/sampler_kl_k3"] + 0.5
     assert m_guided["train/loss_tokens"] == m_plain["train/loss_tokens"], "guided samples are still trained"
@@ -182,7 +182,8 @@ def test_the_remedy_brings_its_own_hint_teacher_only_in_guide_mode_with_distill(
 
     a = AlgorithmConfig()
     assert self_teacher(a, RemediesConfig(enabled=False)) is None, "remedies off: no teacher"
-    assert self_teacher(a, RemediesConfig(enabled=True)) == ("hint", a.hint_distill.coef)
+    own = self_teacher(a, RemediesConfig(enabled=True))
+    assert own is not None and (own.kind, own.coef) == ("hint", a.hint_distill.coef)
     assert self_teacher(a, RemediesConfig(enabled=True, format_hint_distill=False)) is None
     assert self_teacher(a, RemediesConfig(enabled=True, format_hint_mode="prompt")) is None
     assert self_teacher(a, None) is None

@@ -3,16 +3,17 @@ token for token at the turn the feedback is about, the teacher scores the studen
 no opinion before it, and the term is exactly zero when the teacher's context equals the student's."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
-from posttrain.algos.loss_terms import with_terms
 from posttrain.algos import LOSSES, LossParams
+from posttrain.algos.loss_terms import with_terms
 from posttrain.config import load_config
+from posttrain.guidance.teacher import SelfHintTeacher, chat_suffix_ids
 from posttrain.loop import train
 from posttrain.loop.batch import feedback_hint
-from posttrain.guidance.teacher import SelfHintTeacher, chat_suffix_ids
 from posttrain.models.template_check import render_ids
 from posttrain.models.tiny import tiny_random_model
 from posttrain.obs import read_metrics
@@ -113,7 +114,7 @@ def test_sequences_without_feedback_get_no_teacher(tiny_model):
 def _distill_only_grads(model, tok, seqs):
     trainer = _trainer(model, tok)
     params = LossParams(distill_coef=1.0, rl_weight=0.0, distill_prefix="hint")
-    m = trainer.forward_backward(Batch(seqs), with_terms(LOSSES["ppo_clip"]), params)
+    m = trainer.forward_backward(Batch(seqs), with_terms(LOSSES["ppo_clip"]), params).metrics
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     total = sum(float(g.abs().sum()) for g in grads)
     model.zero_grad(set_to_none=True)
@@ -129,14 +130,14 @@ def test_kl_term_is_zero_when_the_teacher_equals_the_student(tiny_model):
     seq = sequence_of(traj, hint=feedback_hint(traj))
     teacher = SelfHintTeacher(_trainer(model, tok), tok, max_hint_tokens=1)
     teacher.hint_ids = lambda hint: []  # the hint that says nothing
-    seq.teacher_logprobs = teacher.logprobs([seq])[0]
+    seq = replace(seq, teacher_logprobs=teacher.logprobs([seq])[0])
     grad, m = _distill_only_grads(model, tok, [seq])
     assert grad < 1e-6 and abs(m["train/hint/kl"]) < 1e-6, (grad, m)
     other = sequence_of(_three_turn_episode(tok)[0])  # no teacher at all
     grad, _ = _distill_only_grads(model, tok, [other])
     assert grad == 0.0
     # and a real hint does move the student
-    seq.teacher_logprobs = SelfHintTeacher(_trainer(model, tok), tok).logprobs([seq])[0]
+    seq = replace(seq, teacher_logprobs=SelfHintTeacher(_trainer(model, tok), tok).logprobs([seq])[0])
     grad, m = _distill_only_grads(model, tok, [seq])
     assert grad > 0 and m["train/hint/kl"] != 0.0
 

@@ -118,7 +118,7 @@ def test_a_hint_that_would_push_a_sequence_past_the_context_gets_no_opinion(tiny
     _, tok = tiny
 
     class Trainer:
-        def compute_logprobs(self, batch):
+        def compute_logprobs(self, batch, model=None, temperature=None):
             return [[0.0] * len(s.completion_ids) for s in batch.sequences]
 
     seq = Sequence(prompt_ids=[5] * 90, completion_ids=[6] * 8, loss_mask=[1] * 8, sampler_logprobs=[0.0] * 8,

@@ -8,6 +8,7 @@ import pytest
 from posttrain.config import ConfigError, load_config
 from posttrain.loop import train
 from posttrain.obs import read_metrics
+from posttrain.training.protocol import Update
 
 FAST = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false", "logging.console=false",
         "loop.eval_prompts=4", "loop.steps=2", "loop.save_every=0", "loop.prompts_per_step=2"]
@@ -156,20 +157,21 @@ def test_training_refuses_a_task_whose_env_check_fails(tmp_path):
     assert train(warn).steps == 2
 
 
+
 class _RecordingTrainer:
     """Records which old log-probs each forward_backward saw."""
 
     def __init__(self):
         self.seen = []
 
-    def compute_logprobs(self, batch):
+    def compute_logprobs(self, batch, model=None, temperature=None):
         return [[-9.0] * len(s.completion_ids) for s in batch.sequences]
 
-    def forward_backward(self, batch, loss_fn, params, token_weight_fn=None):
+    def forward_backward(self, batch, loss_fn, params, token_weight_fn=None, *, settings=None, keep=()):
         self.seen.append([s.old_logprobs for s in batch.sequences])
-        return {}
+        return Update({})
 
-    def optim_step(self):
+    def optim_step(self, lr_scale=1.0):
         return {}
 
 
@@ -179,14 +181,16 @@ class _RecordingTrainer:
                                                   ("trainer", 2, -9.0)])  # policy's old name: the same
 def test_behaviour_logprobs_are_an_explicit_choice_the_same_in_both_modes(mode, behavior, n_iter, want):
     from posttrain.loop.pg_stepper import PolicyGradientStepper
+    from posttrain.loop.step_plan import StepPlan
     from posttrain.types import Batch, Sequence
 
     cfg = load_config(None, [f"loop.mode={mode}", f"algorithm.behavior_logprobs={behavior}",
                              f"loop.num_iterations={n_iter}"])
     tr = _RecordingTrainer()
-    stepper = PolicyGradientStepper(cfg, tr, collector=None, sync=None, pass_thresholds={}, max_tokens=8)
+    stepper = PolicyGradientStepper(StepPlan.from_config(cfg, max_tokens=8), tr, collector=None, sync=None,
+                                    pass_thresholds={})
     batch = Batch([Sequence([1], [2, 3], [1, 1], [-0.25, -0.25], advantage=1.0)])
-    stepper._optimize(batch)
+    stepper._optimize(batch, keep=set())
     assert len(tr.seen) == n_iter
     for old in tr.seen:
         assert old == [None if want is None else [want, want]]

@@ -98,4 +98,4 @@ def test_async_run_traces_overlapping_workers_and_token_samples(tmp_path):
     assert len(train_rows) == 3 * 2  # loop.samples_per_step per step
     for r in train_rows:
         assert len(r["token_text"]) == len(r["token_mask"]) == len(r["token_logprobs"]) == r["tokens"]
-        assert len(r["token_trainer_logprobs"]) == r["tokens"] and isinstance(r["advantage"], float)
+        assert len(r["token_learner_logprobs"]) == r["tokens"] and isinstance(r["advantage"], float)

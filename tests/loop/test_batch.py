@@ -2,6 +2,7 @@
 and the token weights the trainer applies to a built batch."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -67,15 +68,13 @@ def test_overlong_penalty_is_shaped_into_rewards_before_advantages():
 
 def test_kl_as_reward_penalises_by_the_reference_and_needs_ref_logprobs():
     seqs = sequences_from_groups(_groups([1.0, 1.0]))
-    for s, ref in zip(seqs, (-0.5, -2.5)):
-        s.ref_logprobs = [ref] * 4
+    seqs = [replace(s, ref_logprobs=[ref] * 4) for s, ref in zip(seqs, (-0.5, -2.5))]
     batch, m = build_batch(seqs, BatchOptions(kl_reward_beta=0.1, kl_estimator="k1"))
     # k1 = logp - ref per token, summed: 0 for the first, 4 * 2.0 for the second -> penalties 0 and 0.8
     assert m["kl/reward_penalty_mean"] == pytest.approx(0.4)
     assert [s.reward for s in batch.sequences] == pytest.approx([1.0, 0.2])
     assert batch.sequences[0].advantage > 0 > batch.sequences[1].advantage
-    for s in seqs:
-        s.ref_logprobs = None
+    seqs = [replace(s, ref_logprobs=None) for s in seqs]
     with pytest.raises(ValueError, match="ref_logprobs"):
         build_batch(seqs, BatchOptions(kl_reward_beta=0.1))
 

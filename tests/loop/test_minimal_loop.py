@@ -32,6 +32,13 @@ def test_minimal_loop_imports_posttrain_from_the_package_only():
     assert names <= set(posttrain.__all__), names - set(posttrain.__all__)
 
 
+def test_all_lists_exactly_the_lazy_exports():
+    """`__all__` is written out for linters and type checkers; it must name what `__getattr__` resolves."""
+    import posttrain
+
+    assert sorted(posttrain.__all__) == sorted(["train", "__version__", *posttrain._EXPORTS])
+
+
 def test_the_public_names_resolve_without_loading_torch_first():
     import subprocess
     import sys

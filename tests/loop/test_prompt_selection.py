@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from posttrain.config import load_config
 from posttrain.loop import Run, train
-from posttrain.loop.collect import prompts_for_step as collect_prompts_for_step
+from posttrain.loop.row_choice import UniformRows
 from posttrain.loop.prompt_selector import PromptSelector
 from posttrain.algos.prompt_selection import (SELECTIONS, PromptRecord, SelectionSettings, adaptive,
                                              prompts_for_step, uniform)
@@ -32,7 +32,8 @@ def group(row: int, passed: int, n: int = 4, spread: bool | None = None):
 def test_uniform_is_the_runs_old_draw():
     for step in range(7):
         assert uniform(PromptRecord(), 10, 4, step, 3, SelectionSettings()) == prompts_for_step(10, step, 4, 3)
-    assert collect_prompts_for_step is prompts_for_step  # one implementation, re-exported where it always was
+        # the collectors' default row chooser draws the same rows
+        assert UniformRows(3).rows_for(step, 4, [{}] * 10) == prompts_for_step(10, step, 4, 3)
     # epochs: 10 rows, 4 a step -> every row once in the first 10 draws
     assert sorted(prompts_for_step(10, 0, 4, 3) + prompts_for_step(10, 1, 4, 3) + prompts_for_step(10, 2, 4, 3)[:2]) \
         == list(range(10))

@@ -6,7 +6,7 @@ import pytest
 
 from posttrain.config import load_config
 from posttrain.loop import Run, train
-from posttrain.loop.collect import prompts_for_step
+from posttrain.algos.prompt_selection import prompts_for_step
 from posttrain.obs import read_metrics
 
 FAST = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false", "logging.console=false",

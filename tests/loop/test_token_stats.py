@@ -1,5 +1,6 @@
-"""The report's per-token trainer log-probs (samples.jsonl `token_trainer_logprobs`): taken from the update's own
-first forward pass, before the update, with no extra forward pass for rows the update trains on."""
+"""The report's per-token learner log-probs (samples.jsonl `token_learner_logprobs`): taken from the update's own
+first forward pass (forward_backward's `keep`, returned in its Update), before the update, with no extra forward
+pass for rows the update trains on."""
 
 import json
 
@@ -16,46 +17,45 @@ FAST = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=fals
 
 @pytest.mark.parametrize("num_iterations", [1, 2])
 def test_shown_rows_carry_the_pre_update_logprobs_without_an_extra_pass(tmp_path, monkeypatch, num_iterations):
-    before, extra_passes, shown_in_update = {}, [], []
-    orig_opt, orig_stats = PolicyGradientStepper._optimize, PolicyGradientStepper._token_stats
+    before, extra_passes, kept_rows = {}, [], []
+    orig_opt, orig_outside = PolicyGradientStepper._optimize, PolicyGradientStepper._outside_update
 
-    def optimize(self, batch):
-        # the reference: the policy's log-probs of every trained row, computed separately before the update
-        before.update({s.sample_id: lp for s, lp in zip(batch.sequences, self.trainer.compute_logprobs(batch),
-                                                        strict=True)})
-        m, trained = orig_opt(self, batch)
-        for s in trained.sequences:  # what the update kept is the pre-update value, not a later pass's ...
-            if s.capture_logprobs:
-                assert s.trainer_logprobs == pytest.approx(before[s.sample_id], abs=1e-5)
-            else:  # ... and only for the rows the report shows
-                assert s.trainer_logprobs is None
-        return m, trained
+    def optimize(self, batch, keep):
+        # the reference: the policy's log-probs of every trained row, computed separately before the update, at
+        # this step's temperature (a remedy may have raised it)
+        lps = self.trainer.compute_logprobs(batch, temperature=self.settings.temperature)
+        before.update({s.sample_id: lp for s, lp in zip(batch.sequences, lps, strict=True)})
+        m, kept = orig_opt(self, batch, keep)
+        # only the shown rows the update trains on come back ...
+        assert set(kept) == {s.sample_id for s in batch.sequences} & set(keep)
+        for sid, lp in kept.items():  # ... with the pre-update values, not a later pass's
+            assert lp == pytest.approx(before[sid], abs=1e-5)
+        kept_rows.append(len(kept))
+        return m, kept
 
-    def token_stats(self, shown, batch):
+    def outside_update(self, shown, batch):
         real = self.trainer.compute_logprobs
         self.trainer.compute_logprobs = lambda b, *a, **k: extra_passes.append(len(b.sequences)) or real(b, *a, **k)
         try:
-            marked = orig_stats(self, shown, batch)
+            out = orig_outside(self, shown, batch)
         finally:
             self.trainer.compute_logprobs = real
-        captured = [s for s in marked.sequences if s.capture_logprobs]
-        assert {s.sample_id for s in captured} <= {t.sample_id for t in shown}  # only shown rows are marked
-        assert [s.sample_id for s in marked.sequences] == [s.sample_id for s in batch.sequences]  # nothing else moved
-        shown_in_update.append(len(captured))
-        return marked
+        assert set(out) <= {t.sample_id for t in shown}  # only shown rows ...
+        assert not set(out) & {s.sample_id for s in batch.sequences}  # ... and never one the update trains on
+        return out
 
     monkeypatch.setattr(PolicyGradientStepper, "_optimize", optimize)
-    monkeypatch.setattr(PolicyGradientStepper, "_token_stats", token_stats)
+    monkeypatch.setattr(PolicyGradientStepper, "_outside_update", outside_update)
     cfg = load_config(None, FAST + [f"run.output_dir={tmp_path}", "loop.steps=4", "loop.samples_per_step=3",
                                     f"loop.num_iterations={num_iterations}", "algorithm.num_generations=4"])
     res = train(cfg)
-    assert sum(shown_in_update) > 0, "no shown row was trained on: the test proves nothing"
-    # an extra pass only for shown rows outside the update (zero-advantage groups), never for the captured ones
-    assert sum(extra_passes) == 4 * 3 - sum(shown_in_update)
+    assert sum(kept_rows) > 0, "no shown row was trained on: the test proves nothing"
+    # an extra pass only for shown rows outside the update (zero-advantage groups), never for the kept ones
+    assert sum(extra_passes) == 4 * 3 - sum(kept_rows)
     rows = [json.loads(line) for line in (res.run_dir / "samples.jsonl").read_text().splitlines()]
     rows = [r for r in rows if not r.get("eval")]
     assert len(rows) == 12
     for r in rows:
-        assert len(r["token_trainer_logprobs"]) == r["tokens"]
+        assert len(r["token_learner_logprobs"]) == r["tokens"] and isinstance(r["advantage"], float)
         # fp32 sampler and trainer on the same weights: the two agree up to kernel rounding
-        assert r["token_trainer_logprobs"] == pytest.approx(r["token_logprobs"], abs=2e-3)
+        assert r["token_learner_logprobs"] == pytest.approx(r["token_logprobs"], abs=2e-3)

@@ -44,7 +44,7 @@ def test_report_of_an_async_run_is_self_contained(tmp_path):
     pages = data["viewer"]
     assert [p["step"] for p in pages if not p["eval"]] == [1, 2, 3, 4, 5]
     s = pages[1]["samples"][0]
-    assert len(s["token_text"]) == len(s["token_logprobs"]) == len(s["token_trainer_logprobs"]) == s["tokens"]
+    assert len(s["token_text"]) == len(s["token_logprobs"]) == len(s["token_learner_logprobs"]) == s["tokens"]
     assert "advantage" in s
 
 

@@ -5,14 +5,17 @@ import copy
 import multiprocessing as mp
 import os
 import socket
+from dataclasses import replace
 
 import pytest
 import torch
+from batches import random_batch
 
 from posttrain.algos import LOSSES, LossParams
+from posttrain.algos.loss_terms import with_terms
 from posttrain.training.distributed import combine_metrics, split_by_groups
+from posttrain.training.protocol import StepSettings
 from posttrain.training.trainer import Trainer
-from batches import random_batch
 
 
 def test_split_keeps_groups_whole_and_the_whole_batch_normalizers():
@@ -47,7 +50,7 @@ def _worker(port):
     model, tok = load_model("tiny-random", seed=5)  # different weights: rank 0 broadcasts its own first
     trainer = Trainer(model, pad_id=tok.pad_token_id, lr=1e-2, micro_batch_tokens=64)
     init_group(1, 2, 120)
-    worker_loop(trainer, LOSSES["ppo_clip"], LossParams(), None, 1, 2)
+    worker_loop(trainer, with_terms(LOSSES["ppo_clip"]), LossParams(), None, 1, 2)
 
 
 def test_two_rank_update_equals_one_rank_update(tiny):
@@ -55,13 +58,17 @@ def test_two_rank_update_equals_one_rank_update(tiny):
 
     model, tok = tiny
     batch = random_batch(len(tok), n_groups=4, g=3, seed=1)
+    batch.sequences = [replace(s, sample_id=i) for i, s in enumerate(batch.sequences)]
+    keep = {0, 5, 11}  # the report's rows: their pre-update log-probs come back from whichever rank trained them
     one = Trainer(copy.deepcopy(model), pad_id=tok.pad_token_id, lr=1e-2, micro_batch_tokens=64)
     # A remedy's settings (PolicyGradientStepper.apply_overrides) must reach every rank.
-    one.temperature, one.lr_scale, one.entropy_coef = 0.8, 0.5, 0.05
-    m1 = one.forward_backward(batch, LOSSES["ppo_clip"], LossParams())
-    m1.update(one.optim_step())
+    st = StepSettings(temperature=0.8, lr_scale=0.5, entropy_coef=0.05)
+    loss = with_terms(LOSSES["ppo_clip"])  # with the entropy-bonus term, so entropy_coef changes the gradient
+    u1 = one.forward_backward(batch, loss, LossParams(), settings=st, keep=keep)
+    m1 = u1.metrics
+    m1.update(one.optim_step(st.lr_scale))
     # A second step: a rank that stepped with another learning-rate scale would now hold other weights.
-    m1b = one.forward_backward(batch, LOSSES["ppo_clip"], LossParams())
+    m1b = one.forward_backward(batch, loss, LossParams(), settings=st).metrics
 
     port = _free_port()
     proc = mp.get_context("spawn").Process(target=_worker, args=(port,))
@@ -71,10 +78,10 @@ def test_two_rank_update_equals_one_rank_update(tiny):
     two = DataParallelTrainer(Trainer(copy.deepcopy(model), pad_id=tok.pad_token_id, lr=1e-2,
                                       micro_batch_tokens=64), 2)
     try:
-        two.temperature, two.lr_scale, two.entropy_coef = 0.8, 0.5, 0.05
-        m2 = two.forward_backward(batch, LOSSES["ppo_clip"], LossParams())
-        m2.update(two.optim_step())
-        m2b = two.forward_backward(batch, LOSSES["ppo_clip"], LossParams())
+        u2 = two.forward_backward(batch, loss, LossParams(), settings=st, keep=keep)
+        m2 = u2.metrics
+        m2.update(two.optim_step(st.lr_scale))
+        m2b = two.forward_backward(batch, loss, LossParams(), settings=st).metrics
     finally:
         two.close()
         proc.join(timeout=300)  # generous: a loaded 2-core machine starts and stops processes slowly
@@ -85,6 +92,10 @@ def test_two_rank_update_equals_one_rank_update(tiny):
     assert m2["train/loss"] == pytest.approx(m1["train/loss"], abs=1e-6)
     assert m2["train/grad_norm"] == pytest.approx(m1["train/grad_norm"], rel=1e-5)
     assert m2b["train/loss"] == pytest.approx(m1b["train/loss"], abs=1e-5)
+    assert m2["train/entropy_bonus"] == m1["train/entropy_bonus"] == 0.05  # the bonus reached every rank's loss
+    assert set(u2.logprobs) == set(u1.logprobs) == keep
+    for i in keep:
+        assert u2.logprobs[i] == pytest.approx(u1.logprobs[i], abs=1e-5)
 
 
 def test_two_rank_run_matches_the_one_rank_run(tmp_path):

@@ -6,6 +6,7 @@ import torch
 
 from posttrain.algos import LOSSES, LossParams
 from posttrain.algos.loss_terms import with_terms
+from posttrain.training.protocol import StepSettings
 from posttrain.training.trainer import Trainer
 from posttrain.types import Batch, Sequence
 
@@ -22,9 +23,10 @@ def test_the_surrogate_has_minus_the_entropy_gradient_in_expectation():
     assert torch.allclose(g_surrogate, -g_entropy, atol=1e-6)
 
 
-def _grads(trainer, batch, loss=None):
+def _grads(trainer, batch, loss=None, coef=0.0):
     trainer.model.zero_grad(set_to_none=True)
-    m = trainer.forward_backward(batch, loss or with_terms(LOSSES["ppo_clip"]), LossParams())
+    loss = loss or with_terms(LOSSES["ppo_clip"])
+    m = trainer.forward_backward(batch, loss, LossParams(), settings=StepSettings(entropy_coef=coef)).metrics
     return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]), m
 
 
@@ -34,12 +36,10 @@ def test_the_trainer_adds_the_bonus_only_when_asked(tiny):
     ids = tok("hello there world", add_special_tokens=False)["input_ids"]
     seq = Sequence(ids[:2], ids[2:], [1] * len(ids[2:]), [-1.0] * len(ids[2:]), advantage=1.0)
     g0, m0 = _grads(trainer, Batch([seq]))
-    trainer.entropy_coef = 0.5
-    g1, m1 = _grads(trainer, Batch([seq]))
+    g1, m1 = _grads(trainer, Batch([seq]), coef=0.5)
     assert "train/entropy_bonus" not in m0 and m1["train/entropy_bonus"] == 0.5
     assert not torch.allclose(g0, g1)
-    trainer.entropy_coef = 0.0
-    g2, _ = _grads(trainer, Batch([seq]))
+    g2, _ = _grads(trainer, Batch([seq]), coef=0.0)
     assert torch.allclose(g0, g2)
 
 
@@ -50,6 +50,5 @@ def test_the_trainer_adds_nothing_to_the_loss_it_is_handed(tiny):
     ids = tok("hello there world", add_special_tokens=False)["input_ids"]
     seq = Sequence(ids[:2], ids[2:], [1] * len(ids[2:]), [-1.0] * len(ids[2:]), advantage=1.0)
     g0, _ = _grads(trainer, Batch([seq]), LOSSES["ppo_clip"])
-    trainer.entropy_coef = 0.5
-    g1, m1 = _grads(trainer, Batch([seq]), LOSSES["ppo_clip"])
+    g1, m1 = _grads(trainer, Batch([seq]), LOSSES["ppo_clip"], coef=0.5)
     assert "train/entropy_bonus" not in m1 and torch.equal(g0, g1)

@@ -6,13 +6,16 @@ import copy
 import multiprocessing as mp
 import os
 import socket
+from dataclasses import replace
 
 import pytest
 import torch
+from batches import random_batch
 
 from posttrain.algos import LOSSES, LossParams
+from posttrain.algos.loss_terms import with_terms
+from posttrain.training.protocol import StepSettings
 from posttrain.training.trainer import Trainer
-from batches import random_batch
 
 TOL = 1e-6  # fp32: the shards' gradients are summed in another order than one process's
 
@@ -38,7 +41,11 @@ def _worker(port, chunk, ckpt=False):
     init_group(1, 2, 120)
     trainer = ShardedTrainer(shard_model(model, 2), pad_id=tok.pad_token_id, gradient_checkpointing=ckpt,
                              **_opts(chunk))
-    worker_loop(trainer, LOSSES["ppo_clip"], LossParams(), None, 1, 2)
+    worker_loop(trainer, with_terms(LOSSES["ppo_clip"]), LossParams(), None, 1, 2)
+
+
+# A remedy's settings (PolicyGradientStepper.apply_overrides), handed to every call: they must reach every rank.
+ST = StepSettings(temperature=0.8, lr_scale=0.5, entropy_coef=0.05)
 
 
 def _steps(trainer, batches):
@@ -46,10 +53,10 @@ def _steps(trainer, batches):
     and many-token completions) after the last step."""
     out = []
     for b in batches:
-        m = trainer.forward_backward(b, LOSSES["ppo_clip"], LossParams())
-        m.update(trainer.optim_step())
+        m = trainer.forward_backward(b, with_terms(LOSSES["ppo_clip"]), LossParams(), settings=ST).metrics
+        m.update(trainer.optim_step(ST.lr_scale))
         out.append(m)
-    return out, trainer.compute_logprobs(batches[min(2, len(batches) - 1)])
+    return out, trainer.compute_logprobs(batches[min(2, len(batches) - 1)], temperature=ST.temperature)
 
 
 def _max_diff(a: dict, b: dict) -> float:
@@ -62,11 +69,12 @@ def _batches(vocab):
     empty; a group of one-token completions (one model call per micro-batch under prefix sharing, not two) on one
     rank only; a non-finite advantage, so the step is skipped everywhere."""
     mixed = random_batch(vocab, n_groups=4, g=3, seed=3)
-    for s in mixed.sequences:
-        if s.group_id == 0:
-            s.completion_ids, s.loss_mask, s.sampler_logprobs = s.completion_ids[:1], [1], [-1.0]
+    mixed.sequences = [
+        replace(s, completion_ids=s.completion_ids[:1], loss_mask=[1], sampler_logprobs=[-1.0]) if s.group_id == 0 else s
+        for s in mixed.sequences
+    ]
     poisoned = random_batch(vocab, n_groups=4, g=3, seed=4)
-    poisoned.sequences[4].advantage = float("nan")
+    poisoned.sequences[4] = replace(poisoned.sequences[4], advantage=float("nan"))
     return [random_batch(vocab, n_groups=4, g=3, seed=1), random_batch(vocab, n_groups=1, g=3, seed=2), mixed,
             poisoned]
 
@@ -81,7 +89,6 @@ def test_two_rank_fsdp2_update_equals_one_rank_update(tiny, chunk, ckpt):
     model, tok = tiny
     batches = _batches(len(tok))
     one = Trainer(copy.deepcopy(model), pad_id=tok.pad_token_id, **_opts(chunk))
-    one.temperature, one.lr_scale, one.entropy_coef = 0.8, 0.5, 0.05
     m1, lp1 = _steps(one, batches)
     state1 = one.state_dict()
 
@@ -93,7 +100,6 @@ def test_two_rank_fsdp2_update_equals_one_rank_update(tiny, chunk, ckpt):
     two = DataParallelTrainer(ShardedTrainer(shard_model(copy.deepcopy(model), 2), pad_id=tok.pad_token_id,
                                              gradient_checkpointing=ckpt, **_opts(chunk)), 2)
     try:
-        two.temperature, two.lr_scale, two.entropy_coef = 0.8, 0.5, 0.05
         m2, lp2 = _steps(two, batches)
         state2 = two.state_dict()
         # A plain Trainer's state (one step further) loads into the shards and comes back whole.

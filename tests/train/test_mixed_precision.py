@@ -35,7 +35,7 @@ def test_bf16_gradient_is_close_to_fp32_and_the_weights_stay_fp32(tiny, matmul):
     for precision in ("fp32", "bf16"):
         tr = Trainer(copy.deepcopy(model), pad_id=tok.pad_token_id, lr=1e-2, precision=precision)
         seen, hooks = _linear_output_dtypes(tr.model)
-        m = tr.forward_backward(batch, LOSSES["ppo_clip"], LossParams())
+        m = tr.forward_backward(batch, LOSSES["ppo_clip"], LossParams()).metrics
         for h in hooks:
             h.remove()
         g = _grads(tr.model)

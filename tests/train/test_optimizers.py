@@ -1,13 +1,13 @@
 
+from dataclasses import replace
+
 import pytest
 import torch
+from batches import random_batch as _batch
 
 from posttrain.algos import LOSSES, LossParams
 from posttrain.training import Trainer
 from posttrain.training.optimizers import build_optimizers, muon_param_split
-
-
-from batches import random_batch as _batch
 
 
 def test_muon_gets_hidden_matrices_and_adamw_the_rest(tiny):
@@ -31,12 +31,11 @@ def test_muon_gets_hidden_matrices_and_adamw_the_rest(tiny):
 def test_muon_trains_the_tiny_model_loss_goes_down(tiny):
     model, tok = tiny
     batch = _batch(len(tok), n_groups=2)
-    for s in batch.sequences:
-        s.advantage = 1.0  # maximise the likelihood of these sequences: the loss must fall
+    batch.sequences = [replace(s, advantage=1.0) for s in batch.sequences]  # maximise the likelihood of these sequences: the loss must fall
     tr = Trainer(model, pad_id=tok.pad_token_id, lr=2e-2, optimizer="muon")
     losses = []
     for _ in range(8):
-        m = tr.forward_backward(batch, LOSSES["reinforce"], LossParams())
+        m = tr.forward_backward(batch, LOSSES["reinforce"], LossParams()).metrics
         tr.optim_step()
         losses.append(m["train/loss"])
     assert losses[-1] < losses[0] - 0.5, losses
@@ -67,7 +66,7 @@ def test_token_weight_fn_is_applied_per_micro_batch(tiny):
 
     tr = Trainer(model, pad_id=tok.pad_token_id, micro_batch_tokens=40)
     model.zero_grad()
-    m = tr.forward_backward(batch, LOSSES["ppo_clip"], LossParams(), token_weight_fn=zero_all)
+    m = tr.forward_backward(batch, LOSSES["ppo_clip"], LossParams(), token_weight_fn=zero_all).metrics
     assert len(seen) > 1 and m["train/w"] == 1.0
     assert all(p.grad is None or torch.count_nonzero(p.grad) == 0 for p in model.parameters())
 

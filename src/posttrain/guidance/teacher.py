@@ -10,6 +10,7 @@ are the policy itself with extra context (a hint, an insight) plug in here with 
 
 from __future__ import annotations
 
+import collections.abc as abc
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -21,9 +22,16 @@ class TeacherError(ValueError):
 
 
 class Teacher(Protocol):
-    """One list per sequence (None: no opinion on that sequence; NaN entries: no opinion on that token)."""
+    """One list per sequence (None: no opinion on that sequence; NaN entries: no opinion on that token), scored at
+    `temperature` (the student's this step: StepSettings.temperature; None: the trainer's own)."""
 
-    def logprobs(self, sequences: list[Sequence]) -> list[list[float] | None]: ...
+    # Hints placed at the turn's start because the prompt did not end with the chat suffix (a self-hint teacher's
+    # count, reported each step; a model teacher places none).
+    unaligned: int
+
+    def logprobs(
+        self, sequences: list[Sequence], temperature: float | None = None
+    ) -> abc.Sequence[list[float] | None]: ...
 
 
 class ModelTeacher:
@@ -32,9 +40,10 @@ class ModelTeacher:
 
     def __init__(self, model: Any, trainer: Any, name: str = "teacher"):
         self.model, self.trainer, self.name = model.eval().requires_grad_(False), trainer, name
+        self.unaligned = 0  # scores the student's own tokens: no hint to place
 
-    def logprobs(self, sequences: list[Sequence]) -> list[list[float]]:
-        return self.trainer.compute_logprobs(Batch(list(sequences)), model=self.model)
+    def logprobs(self, sequences: list[Sequence], temperature: float | None = None) -> list[list[float]]:
+        return self.trainer.compute_logprobs(Batch(list(sequences)), model=self.model, temperature=temperature)
 
 
 def check_same_tokenizer(student_tok: Any, teacher_tok: Any, teacher_name: str) -> None:
@@ -155,7 +164,7 @@ class SelfHintTeacher:
             len(hint),
         )
 
-    def logprobs(self, sequences: list[Sequence]) -> list[list[float] | None]:
+    def logprobs(self, sequences: list[Sequence], temperature: float | None = None) -> list[list[float] | None]:
         todo = [i for i, s in enumerate(sequences) if s.hint and self._fits(s)]
         out: list[list[float] | None] = [None] * len(sequences)
         if not todo:
@@ -163,7 +172,7 @@ class SelfHintTeacher:
         views = [self.hinted(sequences[i]) for i in todo]
         # Each hinted view has its own prompt: its own group, so prefix sharing never mixes two of them.
         batch = Batch([replace(v, group_id=j) for j, (v, _, _) in enumerate(views)])
-        scored = self.trainer.compute_logprobs(batch)
+        scored = self.trainer.compute_logprobs(batch, temperature=temperature)
         for i, (_view, at, n_hint), lp in zip(todo, views, scored, strict=True):
             s = sequences[i]
             start = at - len(s.prompt_ids)  # where the hint sits in completion coordinates (< 0: in the prompt)

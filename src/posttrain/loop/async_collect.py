@@ -33,9 +33,11 @@ import time
 from typing import Any
 
 from posttrain.config.schema import Config
-from posttrain.loop.collect import Collected, RolloutSpec, prompts_for_step
+from posttrain.loop.collect import Collected, RolloutSpec
+from posttrain.loop.row_choice import RowChooser, UniformRows
 from posttrain.loop.staleness import admissible, staleness_metrics, token_staleness_metrics
 from posttrain.obs import trace
+from posttrain.obs.metered import drain
 from posttrain.obs.timers import BusyMeter, StageTimer
 from posttrain.sampling.context import ContextBudget, context_of
 from posttrain.types import Completion, Group, SampleParams
@@ -64,13 +66,15 @@ class MeteredSampler:
 
     def drain_metrics(self) -> dict[str, float]:
         """The wrapped sampler's counters (prefix reuse, in-flight pushes), drained into the step's metrics."""
-        drain = getattr(self.inner, "drain_metrics", None)
-        return drain() if callable(drain) else {}
+        return drain(self.inner)
 
 
 class AsyncCollector:
-    def __init__(self, cfg: Config, rollouts: RolloutSpec, meters: dict[str, BusyMeter]):
-        """`rollouts.sampler` is the (metered) rollout sampler; `meters` has model_call, rollout and reward."""
+    def __init__(
+        self, cfg: Config, rollouts: RolloutSpec, meters: dict[str, BusyMeter], rows: RowChooser | None = None
+    ):
+        """`rollouts.sampler` is the (metered) rollout sampler; `meters` has model_call, rollout and reward; `rows`
+        which rows each step draws (loop/row_choice.py; default: uniform)."""
         self.cfg, self.rollouts, self.meters = cfg, rollouts, meters
         self.configured = rollouts
         self.per_step = cfg.loop.prompts_per_step
@@ -83,9 +87,9 @@ class AsyncCollector:
         self._failure: BaseException | None = None
         self._wait_s = 0.0
         self._busy_mark = {k: m.read() for k, m in meters.items()}
-        # loop.prompt_selection other than uniform: a step's rows are chosen when its first group starts, from
-        # the record as it stands then (workers run up to max_staleness steps ahead of what the record has seen).
-        self.selector: Any = None
+        # A step's rows are chosen when its first group starts; an adaptive chooser decides from its record as it
+        # stands then (workers run up to max_staleness steps ahead of what the record has seen).
+        self.rows: RowChooser = rows if rows is not None else UniformRows(cfg.run.seed)
         self._chosen: dict[int, list[int]] = {}
 
     @property
@@ -103,7 +107,6 @@ class AsyncCollector:
         self._workers = [asyncio.create_task(self._worker(f"rollout-{k}")) for k in range(self.n_workers)]
 
     async def _worker(self, name: str) -> None:
-        n_rows = len(self.rollouts.rows)
         try:
             while True:
                 i = self._next_group
@@ -114,7 +117,7 @@ class AsyncCollector:
                 async with self._cond:
                     with trace.span("wait_weights", worker=name, group=i):  # admission: the staleness bound
                         await self._cond.wait_for(lambda i=i: admissible(i, self.per_step, self.version, self.k))
-                row = self._rows(s, n_rows)[i % self.per_step]
+                row = self._rows(s)[i % self.per_step]
                 with self.meters["rollout"]():
                     (group,), pen = await self.rollouts.groups([row], StageTimer(worker=name))
                 async with self._cond:
@@ -127,11 +130,9 @@ class AsyncCollector:
             async with self._cond:
                 self._cond.notify_all()
 
-    def _rows(self, s: int, n_rows: int) -> list[int]:
-        if self.selector is None:
-            return prompts_for_step(n_rows, s, self.per_step, self.cfg.run.seed)
+    def _rows(self, s: int) -> list[int]:
         if s not in self._chosen:
-            self._chosen[s] = self.selector.rows_for(s, self.per_step)
+            self._chosen[s] = self.rows.rows_for(s, self.per_step, self.rollouts.rows)
         return self._chosen[s]
 
     def adjust(self, overrides) -> None:
@@ -174,8 +175,7 @@ class AsyncCollector:
         ready = [self._ready.pop(i) for i in want]
         groups = [g for g, _ in ready]
         self._chosen.pop(step, None)
-        if self.selector is not None:
-            self.selector.observe(step, groups)
+        self.rows.observe(step, groups)
         version = self.version  # == the trainer's weights: the last sync copied them
         trajs = [t for g in groups for t in g.trajectories_G]
         too_old = sorted({v for t in trajs for v in t.token_versions() if version - v > self.k})

@@ -4,7 +4,7 @@
     sequences_from_groups(groups)      one Sequence per trajectory that did not fail, with its shaped reward
     with_logprobs(seqs, field, lps)    new sequences with reference / teacher / behaviour log-probs set
     build_batch(sequences, options)    overlong filter -> KL-as-reward -> advantages per group -> the trained part
-    record_token_stats(shown, batch)   the report's per-token data onto the shown trajectories, by sample_id
+    sample_stats(shown, batch, kept)   what the report shows of the shown trajectories, by sample_id
 
 `build_batch` is a pure function: it never mutates its inputs, and everything it needs per sequence (reward,
 group, sampler and reference log-probs, finish reason) is a field of the sequence, so filtering is subsetting
@@ -24,7 +24,7 @@ from posttrain.algos.advantages import ADVANTAGES
 from posttrain.algos.dapo import overlong_keep_mask
 from posttrain.algos.kl import kl_reward_penalty
 from posttrain.config.schema import AlgorithmConfig
-from posttrain.types import Batch, Group, Sequence, Trajectory, sequence_of
+from posttrain.types import Batch, Group, SampleStats, Sequence, Trajectory, sequence_of
 
 
 @dataclass(frozen=True)
@@ -108,16 +108,20 @@ def with_logprobs(seqs: list[Sequence], name: str, logprobs: list[Any]) -> list[
     return [replace(s, **{name: lp}) for s, lp in zip(seqs, logprobs, strict=True)]
 
 
-def record_token_stats(shown: list[Trajectory], batch: Batch) -> None:
-    """The report's per-token data of the shown trajectories, by sample_id: the advantage each was trained with
-    and the trainer log-probs its sequence captured in the update's first forward pass (Sequence.capture_logprobs;
-    rows outside the update got theirs before it)."""
-    captured = {s.sample_id: s.trainer_logprobs for s in batch.sequences if s.trainer_logprobs is not None}
+def sample_stats(shown: list[Trajectory], batch: Batch, learner: dict[int, list[float]]) -> dict[int, SampleStats]:
+    """What the report shows of each shown trajectory, by sample_id: the advantage it was trained with (every
+    scored sequence's, `batch.advantage_of`) and its learner log-probs before the update (`learner`: the update's
+    Update.logprobs and, for rows outside it, a pass before it). Pure."""
+    out: dict[int, SampleStats] = {}
     for t in shown:
-        if t.sample_id in batch.advantage_of:
-            t.advantage = batch.advantage_of[t.sample_id]
-        if t.sample_id in captured:
-            t.trainer_logprobs = [round(x, 4) for x in captured[t.sample_id]]
+        if t.sample_id is None:
+            continue
+        lp = learner.get(t.sample_id)
+        out[t.sample_id] = SampleStats(
+            advantage=batch.advantage_of.get(t.sample_id),
+            learner_logprobs=[round(x, 4) for x in lp] if lp is not None else None,
+        )
+    return out
 
 
 def kl_penalties(seqs: list[Sequence], beta: float, estimator: str) -> list[float]:

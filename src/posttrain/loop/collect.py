@@ -22,12 +22,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from posttrain.algos.dapo import has_signal
-from posttrain.algos.prompt_selection import prompts_for_step
 from posttrain.config.schema import Config
 from posttrain.envs.base import Env, safe_rollout, score_groups
 from posttrain.envs.faults import FaultyEnv
 from posttrain.guidance.guided_hint import first_prompt_ids, strip_prompt
 from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
+from posttrain.loop.row_choice import RowChooser, UniformRows
 from posttrain.loop.shaping import apply_overlong_penalty
 from posttrain.obs.timers import StageTimer
 from posttrain.sampling.base import Sampler
@@ -154,13 +154,10 @@ class RolloutSpec:
 class SyncCollector:
     """Sample the step's prompts now; with dynamic sampling, refill until enough groups carry signal."""
 
-    def __init__(self, cfg: Config, rollouts: RolloutSpec):
+    def __init__(self, cfg: Config, rollouts: RolloutSpec, rows: RowChooser | None = None):
+        """`rows`: which rows each step draws (loop/row_choice.py; default: uniform)."""
         self.cfg, self.rollouts, self.configured = cfg, rollouts, rollouts
-        # A prompt selector (RISED, guidance/profiles.py): picks the step's rows out of a larger seeded pool.
-        self.select: Any = None
-        # loop.prompt_selection other than uniform (algos/prompt_selection.py): picks the rows from its record of
-        # what each prompt's groups did, and learns from this step's groups.
-        self.selector: Any = None
+        self.rows: RowChooser = rows if rows is not None else UniformRows(cfg.run.seed)
 
     @property
     def sampler(self) -> Sampler:
@@ -174,13 +171,7 @@ class SyncCollector:
         cfg, a = self.cfg, self.cfg.algorithm
         n_rows = len(self.rollouts.rows)
         k = cfg.loop.prompts_per_step
-        if self.selector is not None:
-            first = self.selector.rows_for(step, k)
-        elif self.select is None:
-            first = prompts_for_step(n_rows, step, k, cfg.run.seed)
-        else:
-            pool = prompts_for_step(n_rows, step, self.select.pool_size(k), cfg.run.seed)
-            first = self.select.choose(step, pool, self.rollouts.rows, k)
+        first = self.rows.rows_for(step, k, self.rollouts.rows)
         penalties: list[float] = []
 
         async def sample(rows: list[int]) -> list[Group]:
@@ -201,8 +192,7 @@ class SyncCollector:
             m.update(stats.metrics())
         else:
             kept = all_groups = await sample(first)
-        if self.selector is not None:
-            self.selector.observe(step, all_groups)
+        self.rows.observe(step, all_groups)
         if a.overlong_buffer_frac > 0:
             m["dapo/overlong_penalty_mean"] = sum(penalties) / max(len(penalties), 1)
         return Collected(kept, all_groups, m)

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.algos.es import ESHistory, ESIteration, apply_update_, iteration_seeds, perturb_, replay_, shaped_weights
+from posttrain.algos.prompt_selection import prompts_for_step
 from posttrain.config.schema import Config
 from posttrain.envs.isolate import safe_rollout, score_isolated
-from posttrain.loop.collect import prompts_for_step
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.obs.timers import StageTimer
 from posttrain.types import SampleParams, Trajectory
@@ -51,6 +51,7 @@ class ESStepper:
         self.base = [p.detach().clone() for p in self.params]
         self.history = ESHistory(sigma=es.sigma, lr=es.lr, population=es.population)
         self.last_trajectories: list = []  # the last step's rollouts, for samples.jsonl
+        self.last_stats: dict = {}  # no per-token learner log-probs: ES never runs a backward pass
         self.fitness_params = SampleParams(
             max_tokens=train_params.max_tokens,
             temperature=es.temperature,

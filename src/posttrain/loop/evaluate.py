@@ -15,6 +15,7 @@ from typing import Any
 
 from posttrain.envs.base import safe_rollout, score_groups
 from posttrain.envs.single_turn import SingleTurnEnv
+from posttrain.obs.metered import drain
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.rewards.telemetry import drain_task_metrics
 from posttrain.sampling.base import Sampler
@@ -45,9 +46,8 @@ async def evaluate_async(
         m["eval/pass_at_n"] = pass_at_n([t.passed for t in trajs], samples)
         m["eval/samples_per_prompt"] = float(samples)
     m.update({f"eval/{k}": v for k, v in drain_task_metrics(env.task).items()})  # the eval's judge calls
-    drain_sampler = getattr(sampler, "drain_metrics", None)
-    if callable(drain_sampler):  # the eval's prefix-cache counters stay out of the next step's
-        m.update({f"eval/{k}": v for k, v in drain_sampler().items()})
+    # the eval's prefix-cache counters stay out of the next step's
+    m.update({f"eval/{k}": v for k, v in drain(sampler).items()})
     m["eval/seconds"] = time.perf_counter() - t0
     return m, trajs
 

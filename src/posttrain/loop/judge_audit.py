@@ -94,7 +94,8 @@ class AuditReport:
         lines = [
             f"judge audit: {self.judge} ({self.judge_id}) vs verifier {self.verifier} on {self.task}",
             f"  samples: {self.n_policy} policy + {self.n_swapped} swapped-row = {c.n} judged"
-            f" ({self.failed} judge failures left out); verifier pass rate on policy samples {self.policy_pass_rate:.1%}",
+            f" ({self.failed} judge failures left out); verifier pass rate on policy samples "
+            f"{self.policy_pass_rate:.1%}",
             f"  judge verdict: score >= {self.threshold:g}",
             f"  agreement {self.agreement:.3f}   Cohen's kappa {self.kappa:.3f}"
             f"   (policy samples only: agreement {self.policy_agreement:.3f}, kappa {self.policy_kappa:.3f})",

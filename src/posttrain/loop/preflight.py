@@ -206,10 +206,8 @@ def _probe_train_seconds(cfg: Any, c: Any, sampled: list[list[Any]], log: Any) -
     """Seconds of one forward/backward + optimizer step on the sampled groups. Advantages are set to +-1 so
     every sequence is trained on, as in a step with signal (a step on a no-signal batch is cheaper). The model
     is changed by it; a preflight throws its model away after."""
-    from posttrain.algos import LOSSES
-    from posttrain.algos.loss_terms import with_terms
     from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
-    from posttrain.training.from_config import loss_params, make_trainer
+    from posttrain.training.from_config import LossSetup, make_trainer
     from posttrain.types import Group
 
     seqs = sequences_from_groups([Group(task_index=i, trajectories_G=list(grp)) for i, grp in enumerate(sampled)])
@@ -220,9 +218,8 @@ def _probe_train_seconds(cfg: Any, c: Any, sampled: list[list[Any]], log: Any) -
     t0 = time.perf_counter()
     try:
         trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)  # the run's own trainer settings
-        trainer.forward_backward(
-            batch, with_terms(LOSSES[cfg.algorithm.loss]), loss_params(cfg, c.train_params.max_tokens)
-        )
+        loss = LossSetup.from_config(cfg, c.train_params.max_tokens)  # the run's own loss
+        trainer.forward_backward(batch, loss.loss_fn, loss.params, loss.token_weight_fn)
         trainer.optim_step()
     except Exception as e:  # noqa: BLE001 - the estimate is advice; a failure here must not hide the rest
         log(f"preflight: probe training step failed ({type(e).__name__}: {e}); the time estimate is sampling only")

@@ -1,19 +1,20 @@
 """The run's prompt selector (`loop.prompt_selection`): the registered pure function of algos/prompt_selection.py
 over the run's per-prompt record, kept as run state. It picks each step's rows for the collector
-(SyncCollector.select / AsyncCollector), learns from the scored groups, and is a stepper plugin: its counts join
+(a RowChooser, loop/row_choice.py), learns from the scored groups, and is a stepper plugin: its counts join
 each step's metrics and its record is saved with the checkpoint, so a resumed run draws what the uninterrupted one
 drew."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from posttrain.algos.prompt_selection import SELECTIONS, PromptRecord, SelectionSettings
+from posttrain.types import Group
 
 
 class PromptSelector:
-    """The collector's prompt selector for `loop.prompt_selection` (SyncCollector.select / AsyncCollector): picks
+    """The collector's row chooser for `loop.prompt_selection` (loop/row_choice.py RowChooser): picks
     each step's rows with the registered function, learns from the scored groups, and is a stepper plugin (its
     counts join each step's metrics; its record is saved with the checkpoint)."""
 
@@ -24,7 +25,8 @@ class PromptSelector:
         self.last: dict[str, float] = {}
         self.observed: dict[str, float] = {}  # this step's pass rate per row (the report's curriculum heat map)
 
-    def rows_for(self, step: int, k: int) -> list[int]:
+    def rows_for(self, step: int, k: int, rows: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        """`rows`: the collector's current rows (the record is over the run's `n_rows`, fixed at the start)."""
         rows = self.fn(self.record, self.n_rows, k, step, self.seed, self.settings)
         st = [self.record.get(r).state(self.settings.retire_after, self.settings.backoff_after) for r in rows]
         self.last = {
@@ -34,11 +36,11 @@ class PromptSelector:
         }
         return rows
 
-    def observe(self, step: int, groups: Iterable[Any]) -> None:
+    def observe(self, step: int, groups: Iterable[Group]) -> None:
         groups = list(groups)
         self.record.observe(step, groups)
         for g in groups:
-            trajs = [t for t in g.trajectories_G if not getattr(t, "failed", False)]
+            trajs = [t for t in g.trajectories_G if not t.failed]
             if trajs:
                 self.observed[str(g.task_index)] = round(sum(bool(t.passed) for t in trajs) / len(trajs), 4)
 

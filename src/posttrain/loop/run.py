@@ -44,17 +44,19 @@ from posttrain.obs.rollout_stats import sample_records
 from posttrain.obs.run_dir import make_run_dir, write_run_info
 from posttrain.obs.sinks import tracker_sinks
 from posttrain.rewards.telemetry import drain_task_metrics
-from posttrain.types import SampleParams
+from posttrain.types import SampleParams, SampleStats, Trajectory
 
 STEPPER_FILE = "stepper.pt"
 
 
 class Stepper(Protocol):
     """One training step at a time. `step(i)` trains step i (0-based) and returns its metrics; the trajectories
-    it rolled out are left in `last_trajectories` for samples.jsonl. `state_dict()` / `load_state_dict()` hold
-    everything a checkpoint needs beyond the RNG states; `close()` stops background work."""
+    it rolled out are left in `last_trajectories` for samples.jsonl, with what the update measured of them in
+    `last_stats` (by sample_id). `state_dict()` / `load_state_dict()` hold everything a checkpoint needs beyond the
+    RNG states; `close()` stops background work."""
 
-    last_trajectories: list
+    last_trajectories: list[Trajectory]
+    last_stats: dict[int, SampleStats]
 
     async def step(self, step: int) -> dict[str, Any]: ...
 
@@ -194,7 +196,8 @@ class Run:
             self.logger.log(record)
             trajs = stepper.last_trajectories
             if cfg.loop.samples_per_step:
-                self.logger.log_samples(done, sample_records(trajs, cfg.loop.samples_per_step, self.c.tokenizer))
+                shown = sample_records(trajs, cfg.loop.samples_per_step, self.c.tokenizer, stepper.last_stats)
+                self.logger.log_samples(done, shown)
             failed = next((t for t in trajs if t.failed and t.error), None)
             if failed is not None:
                 self.say(f"  sample failed (kept out of training): {failed.error}")

@@ -159,7 +159,7 @@ async def run_warm_start(
         seqs = [replace(s, reward=1.0) for s in sequences_from_groups([Group(i, [ok[i]]) for i in idx])]
         batch, _ = build_batch(seqs, DEMONSTRATIONS)
         ts = time.perf_counter()
-        m = trainer.forward_backward(batch, reinforce_loss, loss_params)
+        m = trainer.forward_backward(batch, reinforce_loss, loss_params).metrics
         m.update(trainer.optim_step())
         losses.append(m["train/loss"])  # token-mean of -logp over the demonstrated tokens = NLL per token
         log(

@@ -24,12 +24,21 @@ from posttrain.guidance.insights import InsightEnv, InsightMemory
 from posttrain.guidance.profiles import ProfileBook, ProfileEnv, Rised
 from posttrain.guidance.teacher import SelfHintTeacher, load_teacher
 from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
-from posttrain.loop.collect import RolloutSpec, SyncCollector
+from posttrain.loop.collect import Collector, RolloutSpec, SyncCollector
 from posttrain.loop.components import Components
 from posttrain.loop.es_stepper import ESStepper
 from posttrain.loop.pg_stepper import PolicyGradientStepper
 from posttrain.loop.prompt_selector import PromptSelector
-from posttrain.loop.weight_sync import CopyWeights, GatheredWeights, LowPrecisionCopy, SharedWeights, VersionedPush
+from posttrain.loop.row_choice import RisedRows, RowChooser, UniformRows
+from posttrain.loop.step_plan import StepPlan
+from posttrain.loop.weight_sync import (
+    CopyWeights,
+    GatheredWeights,
+    LowPrecisionCopy,
+    SharedWeights,
+    VersionedPush,
+    WeightSync,
+)
 from posttrain.models.load import stop_token_ids
 from posttrain.models.policy import resolve_dtype
 from posttrain.obs.timers import BusyMeter
@@ -38,7 +47,7 @@ from posttrain.sampling.base import first_push
 from posttrain.sampling.context import run_budget, text_config
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.sampling.precision import low_precision_copy, should_pack
-from posttrain.training.from_config import make_trainer, run_remedies, self_teacher
+from posttrain.training.from_config import make_trainer
 from posttrain.training.launch import start_ranks, world_size
 from posttrain.types import SampleParams
 
@@ -171,15 +180,15 @@ def server_vllm_sampler(cfg: Config, c: Components, own_copy: bool, say=print) -
 
 
 @COLLECTORS.register("sync")
-def sync_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
+def sync_collector(cfg: Config, c: Components, rows: RowChooser) -> tuple[Collector, WeightSync]:
     """Roll out now, when the step asks."""
     sampler, sync = rollout_sampler(cfg, c, own_copy=False)
     rollouts = RolloutSpec.from_config(cfg, c.env, sampler, c.task.train_rows, c.train_params)
-    return SyncCollector(cfg, rollouts), sync
+    return SyncCollector(cfg, rollouts, rows), sync
 
 
 @COLLECTORS.register("async")
-def async_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
+def async_collector(cfg: Config, c: Components, rows: RowChooser) -> tuple[Collector, WeightSync]:
     """Rollout workers run ahead with a sampler that holds its own copy of the model, so training and generation
     overlap; each sync copies the weights in."""
     sampler, sync = rollout_sampler(cfg, c, own_copy=True)
@@ -187,7 +196,30 @@ def async_collector(cfg: Config, c: Components) -> tuple[Any, Any]:
     rollouts = RolloutSpec.from_config(
         cfg, c.env, MeteredSampler(sampler, meters["model_call"]), c.task.train_rows, c.train_params
     )
-    return AsyncCollector(cfg, rollouts, meters), sync
+    return AsyncCollector(cfg, rollouts, meters, rows), sync
+
+
+def row_chooser(cfg: Config, n_rows: int, plugins: dict[str, Any], say: Callable[[str], None]) -> RowChooser:
+    """Which rows each step draws (loop/row_choice.py); an adaptive chooser joins the stepper's plugins (its
+    record is run state, saved with each checkpoint)."""
+    if "rised" in plugins and cfg.algorithm.rised.selection:  # profile-based (sync collector; checked in the config)
+        if cfg.loop.prompt_selection != "uniform":
+            say(
+                f"prompt selection: RISED's (algorithm.rised.selection) instead of loop.prompt_selection="
+                f"{cfg.loop.prompt_selection}"
+            )
+        return RisedRows(plugins["rised"], cfg.run.seed)
+    if cfg.loop.prompt_selection == "uniform":  # uniform adds no state: its runs and checkpoints stay as before
+        return UniformRows(cfg.run.seed)
+    sel = cfg.loop.selection
+    selector = PromptSelector(
+        cfg.loop.prompt_selection,
+        n_rows,
+        cfg.run.seed,
+        SelectionSettings(sel.replay_share, sel.retire_after, sel.backoff_after, sel.revisit_every, sel.revisit_slots),
+    )
+    plugins["prompt_selection"] = selector
+    return selector
 
 
 def with_feedback_envs(
@@ -255,30 +287,12 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
         if cfg.trainer.sharding == "fsdp2":  # a checkpoint of a sharded run resumes here: the same state format
             say("trainer: one rank, nothing to shard (trainer.sharding=fsdp2 applies from world_size 2)")
         trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)
+    plan = StepPlan.from_config(cfg, c.train_params.max_tokens)  # what the stepper does, decided here once
     c, plugins = with_feedback_envs(cfg, c, run_dir, say)
-    collector, sync = COLLECTORS[cfg.loop.mode](cfg, c)
-    if getattr(trainer, "sharded", False):  # the sampler's model is not the trainer's: gather into it first
+    rows = row_chooser(cfg, len(c.task.train_rows), plugins, say)
+    collector, sync = COLLECTORS[cfg.loop.mode](cfg, c, rows)
+    if trainer.sharded:  # the sampler's model is not the trainer's: gather into it first
         sync = GatheredWeights(trainer, c.model, sync)
-    if "rised" in plugins and cfg.algorithm.rised.selection:
-        collector.select = plugins["rised"]  # profile-based prompt selection (sync collector; checked in the config)
-    rised_picks = "rised" in plugins and cfg.algorithm.rised.selection
-    if rised_picks and cfg.loop.prompt_selection != "uniform":
-        say(
-            f"prompt selection: RISED's (algorithm.rised.selection) instead of loop.prompt_selection="
-            f"{cfg.loop.prompt_selection}"
-        )
-    elif cfg.loop.prompt_selection != "uniform":  # uniform adds no state: its runs and checkpoints stay as before
-        sel = cfg.loop.selection
-        selector = PromptSelector(
-            cfg.loop.prompt_selection,
-            len(collector.rollouts.rows),
-            cfg.run.seed,
-            SelectionSettings(
-                sel.replay_share, sel.retire_after, sel.backoff_after, sel.revisit_every, sel.revisit_slots
-            ),
-        )
-        collector.selector = selector
-        plugins["prompt_selection"] = selector
     lora_ref = c.model.disable_adapter if cfg.algorithm.beta > 0 and c.ref_model is None else None
     teacher = None
     if cfg.algorithm.teacher.model:
@@ -297,19 +311,14 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
             f"teacher: {cfg.algorithm.teacher.model} (reverse KL x {cfg.algorithm.teacher.coef:g}, "
             f"RL term x {cfg.algorithm.teacher.rl_weight:g})"
         )
-    elif self_teacher(cfg.algorithm, run_remedies(cfg)) is not None:
-        a, (kind, coef) = cfg.algorithm, self_teacher(cfg.algorithm, run_remedies(cfg))
-        if kind == "hint" and a.hint_distill.enabled and getattr(c.task, "feedback", None) is None:
+    elif plan.self_teacher is not None:
+        a, (kind, coef) = cfg.algorithm, (plan.self_teacher.kind, plan.self_teacher.coef)
+        if kind == "hint" and a.hint_distill.enabled and c.task.feedback is None:
             say(
                 f"hint distillation: task {c.task.name!r} has no feedback function; only env feedback (tool errors) "
                 "will become hints"
             )
-        # a feedback hint is capped by the config; insights fill up to per_task sentences; RISED lists behaviours
-        cap = {
-            "hint": a.hint_distill.max_hint_tokens,
-            "insight": a.insights.per_task * a.insights.max_tokens + 16,
-            "rised": 256,
-        }[kind]
+        cap = plan.self_teacher.hint_cap
         teacher = SelfHintTeacher(trainer, c.tokenizer, cap, max_context=c.sampler.context.max_context)
         what = (
             ("the feedback" if a.hint_distill.enabled else "a remedy's format hint, once a stall starts")
@@ -318,12 +327,11 @@ def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[st
         )
         say(f"teacher: the policy itself with {what} in context (reverse KL x {coef:g})")
     return PolicyGradientStepper(
-        cfg,
+        plan,
         trainer,
         collector,
         sync,
         pass_thresholds(c),
-        c.train_params.max_tokens,
         ref_model=c.ref_model,
         ref_disable_adapter=lora_ref,
         version=c.sampler.policy_version,

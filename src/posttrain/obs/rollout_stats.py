@@ -10,9 +10,10 @@ records they had (tests/loop/test_reference_runs.py compares them key for key).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from typing import Any
 
-from posttrain.types import TASK_COLUMN, Trajectory
+from posttrain.types import TASK_COLUMN, SampleStats, Trajectory
 
 
 def rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, float]:
@@ -88,9 +89,12 @@ def pass_rates(trajs: list[Trajectory], thresholds: dict[str, float], prefix: st
     }
 
 
-def sample_records(trajs: list[Trajectory], k: int, tokenizer: Any = None) -> list[dict[str, Any]]:
+def sample_records(
+    trajs: list[Trajectory], k: int, tokenizer: Any = None, stats: Mapping[int, SampleStats] | None = None
+) -> list[dict[str, Any]]:
     """samples.jsonl rows for the first k trajectories. With a tokenizer, also the per-token view the report
-    colours (token_records)."""
+    colours (token_records), with what the trainer measured of each (`stats`, by sample_id)."""
+    stats = stats or {}
     return [
         {
             "prompt": t.prompt_text[-400:],
@@ -103,16 +107,20 @@ def sample_records(trajs: list[Trajectory], k: int, tokenizer: Any = None) -> li
             "policy_version": t.policy_version,
             **({"feedback": t.feedback, "feedback_turn": t.feedback_turn} if t.feedback else {}),
             **({"messages": t.messages} if t.messages is not None else {}),
-            **(token_records(t, tokenizer) if tokenizer is not None else {}),
+            **(token_records(t, tokenizer, _stats_of(t, stats)) if tokenizer is not None else {}),
         }
         for t in trajs[:k]
     ]
 
 
-def token_records(t: Trajectory, tokenizer: Any) -> dict[str, Any]:
+def _stats_of(t: Trajectory, stats: Mapping[int, SampleStats]) -> SampleStats | None:
+    return stats.get(t.sample_id) if t.sample_id is not None else None
+
+
+def token_records(t: Trajectory, tokenizer: Any, stats: SampleStats | None = None) -> dict[str, Any]:
     """Everything after the first prompt, token by token: its text, whether the policy sampled it (mask 1) or the
-    env inserted it (0: tool results, later user turns), the sampler's log-prob, and what the stepper attached
-    (pg_stepper._token_stats): the trainer's log-prob before the update and the sequence's advantage."""
+    env inserted it (0: tool results, later user turns), the sampler's log-prob, and what the trainer measured
+    (`stats`, PolicyGradientStepper.last_stats): its log-prob before the update and the sequence's advantage."""
     ids, mask, logps = t.sequence()
     ids = ids[len(t.prompt_ids) :]
     out: dict[str, Any] = {
@@ -120,8 +128,8 @@ def token_records(t: Trajectory, tokenizer: Any) -> dict[str, Any]:
         "token_mask": mask,
         "token_logprobs": [round(x, 4) for x in logps],
     }
-    if t.trainer_logprobs is not None:
-        out["token_trainer_logprobs"] = t.trainer_logprobs
-    if t.advantage is not None:
-        out["advantage"] = t.advantage
+    if stats is not None and stats.learner_logprobs is not None:
+        out["token_learner_logprobs"] = stats.learner_logprobs
+    if stats is not None and stats.advantage is not None:
+        out["advantage"] = stats.advantage
     return out

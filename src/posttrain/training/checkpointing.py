@@ -35,7 +35,8 @@ def _checkpoint_if_replay_safe(layer_call, *args):
 def checkpoint_layers(model, enabled: bool = True) -> int:
     """Activation (gradient) checkpointing of every decoder layer: forward keeps only each layer's input, backward
     re-runs the layer. Uses transformers' own switch on its `GradientCheckpointingLayer`s, non-reentrant, and allows
-    the cache there because the trainer's caches are replay-safe (training/logprobs.py). Returns the number of layers switched."""
+    the cache there because the trainer's caches are replay-safe (training/logprobs.py). Returns the number of
+    layers switched."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     n = 0

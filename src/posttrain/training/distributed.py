@@ -6,9 +6,13 @@ does what rank 0 tells it over the process group:
 
     forward_backward(batch):  rank 0 splits the batch by whole groups (prefix sharing stays within a rank) and
                               sends each rank its shard; every shard keeps the *whole* batch's normalizers, so
-                              the per-rank losses add up to exactly the one-process loss
+                              the per-rank losses add up to exactly the one-process loss; each rank's metrics
+                              and kept log-probs come back to rank 0 as one Update
     optim_step():             gradients summed across ranks in one flat all-reduce, the non-finite flag OR-ed,
                               then every rank clips and steps the same gradient: the weights stay identical
+
+A step's settings (a remedy's temperature, learning-rate scale, entropy bonus: StepSettings) travel inside the
+command they affect, so every rank scores and steps alike.
 
 With trainer.sharding=fsdp2 each rank's Trainer is a ShardedTrainer (training/fsdp.py) over its FSDP2 shard:
 FSDP2 reduce-scatters the gradients itself (optim_step only ORs the non-finite flag), and compute_logprobs (of
@@ -25,19 +29,19 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+from collections.abc import Collection
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from posttrain.algos.losses import LossParams
 from posttrain.training.batching import group_sequences
+from posttrain.training.protocol import LossFn, StepSettings, TokenWeightFn, Update, merge_logprobs
+from posttrain.training.trainer import Trainer
 from posttrain.types import Batch
 
 SUMMED = ("train/loss", "train/loss_tokens")
-# Trainer settings a remedy changes during a run (PolicyGradientStepper.apply_overrides): the sampling temperature
-# the tokens are scored at, the learning-rate scale and the entropy bonus. Every rank must see the same values or
-# the ranks' gradients differ, so DataParallelTrainer sends each assignment to all of them.
-SHARED_SETTINGS = ("temperature", "lr_scale", "entropy_coef")
 
 
 class TrainerRankError(RuntimeError):
@@ -116,31 +120,25 @@ def _all_reduce_grads(trainer) -> None:
 def _run(trainer, cmd: tuple, rank: int, world: int, loss_fn, params, token_weight_fn) -> Any:
     """Execute one command on this rank; returns what rank 0 needs back (or None)."""
     kind = cmd[0]
-    if kind == "forward_backward":
-        m = trainer.forward_backward(cmd[1][rank], loss_fn, params, token_weight_fn)
+    if kind == "forward_backward":  # (kind, shards, settings, keep)
+        u = trainer.forward_backward(cmd[1][rank], loss_fn, params, token_weight_fn, settings=cmd[2], keep=cmd[3])
         got: list = [None] * world
-        dist.all_gather_object(got, m)
-        return combine_metrics(got)
-    if kind == "optim_step":
-        if not getattr(trainer, "sharded", False):  # FSDP2 already reduce-scattered them in forward_backward
+        dist.all_gather_object(got, u)
+        return Update(combine_metrics([g.metrics for g in got]), merge_logprobs([g.logprobs for g in got]))
+    if kind == "optim_step":  # (kind, lr_scale)
+        if not trainer.sharded:  # FSDP2 already reduce-scattered them in forward_backward
             _all_reduce_grads(trainer)
-        return trainer.optim_step()
+        return trainer.optim_step(cmd[1])
     if kind == "compute_logprobs":  # FSDP2 only: each rank scores its shard, rank 0 gets every rank's
         got = [None] * world
-        dist.all_gather_object(got, trainer.compute_logprobs(cmd[1][rank]))
+        dist.all_gather_object(got, trainer.compute_logprobs(cmd[1][rank], temperature=cmd[2]))
         return got
     if kind == "state_dict":  # FSDP2 only: collective, the full state lands on rank 0
         return trainer.state_dict()
     if kind == "full_params":  # FSDP2 only: collective, the full weights land on rank 0 (weight sync)
         return trainer.full_params()
-    if kind == "set":  # a remedy's temperature or learning-rate scale: every rank scores and steps alike
-        for k, v in cmd[1].items():
-            if k not in SHARED_SETTINGS:
-                raise ValueError(f"trainer setting {k!r} cannot be set across ranks")
-            setattr(trainer, k, v)
-        return None
-    if kind == "load_state_dict":
-        trainer.load_state_dict(cmd[1])
+    if kind == "load_state_dict":  # (kind, state, source)
+        trainer.load_state_dict(cmd[1], source=cmd[2])
         return None
     if kind == "broadcast_params":  # rank 0's weights to every rank (after a warm start, say)
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
@@ -154,25 +152,17 @@ def _run(trainer, cmd: tuple, rank: int, world: int, loss_fn, params, token_weig
     raise ValueError(f"unknown trainer command {kind!r}")
 
 
-def _shared_setting(name: str) -> property:
-    """Read from rank 0's trainer; an assignment goes to every rank (the `set` command)."""
-    return property(lambda self: getattr(self.trainer, name), lambda self, value: self._send(("set", {name: value})))
-
-
 class DataParallelTrainer:
-    """Rank 0's trainer: the Trainer interface, work spread over the process group's ranks."""
+    """Rank 0's trainer: a PolicyTrainer (training/protocol.py), work spread over the process group's ranks."""
 
-    temperature = _shared_setting("temperature")
-    lr_scale = _shared_setting("lr_scale")
-    entropy_coef = _shared_setting("entropy_coef")
-
-    def __init__(self, trainer, world_size: int, workers: list | None = None):
+    def __init__(self, trainer: Trainer, world_size: int, workers: list | None = None):
         """`workers`: processes this rank started (closed with it); empty under torchrun."""
         self.trainer, self.world, self.workers = trainer, world_size, list(workers or [])
         self.model, self.pad_id, self.params = trainer.model, trainer.pad_id, trainer.params
+        self.temperature = trainer.temperature
         # FSDP2 (training/fsdp.py): each rank's model is a shard, and rank 0's weights reached every rank before
         # it was cut (shard_model); every call that runs it is collective.
-        self.sharded = bool(getattr(trainer, "sharded", False))
+        self.sharded = trainer.sharded
         self._closed_state: dict[str, Any] | None = None
         if not self.sharded:
             self._send(("broadcast_params",))
@@ -184,18 +174,32 @@ class DataParallelTrainer:
         except RuntimeError as e:  # gloo/NCCL raise RuntimeError when a peer is gone or times out
             raise TrainerRankError(f"a trainer rank failed during {cmd[0]}: {e} (resume with --resume RUN_DIR)") from e
 
-    def forward_backward(self, batch: Batch, loss_fn, params, token_weight_fn=None) -> dict[str, float]:
-        m = self._send(("forward_backward", split_by_groups(batch, self.world)), loss_fn, params, token_weight_fn)
-        return {**m, "train/world_size": float(self.world)}
+    def forward_backward(
+        self,
+        batch: Batch,
+        loss_fn: LossFn,
+        params: LossParams,
+        token_weight_fn: TokenWeightFn | None = None,
+        *,
+        settings: StepSettings = StepSettings(),
+        keep: Collection[int] = (),
+    ) -> Update:
+        cmd = ("forward_backward", split_by_groups(batch, self.world), settings, frozenset(keep))
+        u = self._send(cmd, loss_fn, params, token_weight_fn)
+        return Update({**u.metrics, "train/world_size": float(self.world)}, u.logprobs)
 
-    def optim_step(self) -> dict[str, float]:
-        return self._send(("optim_step",))
+    def optim_step(self, lr_scale: float = 1.0) -> dict[str, float]:
+        return self._send(("optim_step", lr_scale))
 
-    def compute_logprobs(self, batch: Batch, model: Any | None = None) -> list[list[float]]:
+    def compute_logprobs(
+        self, batch: Batch, model: Any | None = None, temperature: float | None = None
+    ) -> list[list[float]]:
         if not self.sharded or (model is not None and model is not self.model):
-            return self.trainer.compute_logprobs(batch, model)  # a full model on rank 0: no need to spread it
+            # a full model on rank 0: no need to spread it
+            return self.trainer.compute_logprobs(batch, model, temperature)
         parts = split_indices(batch, self.world)
-        got = self._send(("compute_logprobs", [Batch([batch.sequences[i] for i in idx]) for idx in parts]))
+        shards = [Batch([batch.sequences[i] for i in idx]) for idx in parts]
+        got = self._send(("compute_logprobs", shards, temperature))
         out: list[list[float]] = [[] for _ in batch.sequences]
         for idx, lps in zip(parts, got, strict=True):
             for i, lp in zip(idx, lps, strict=True):
@@ -210,11 +214,13 @@ class DataParallelTrainer:
         return self._send(("state_dict",))
 
     def full_params(self) -> dict[str, torch.Tensor]:
-        """FSDP2: the full trainable weights on rank 0 (a collective every rank runs)."""
+        """The full trainable weights on rank 0 (FSDP2: a collective every rank runs)."""
+        if not self.sharded:
+            return self.trainer.full_params()
         return self._send(("full_params",))
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._send(("load_state_dict", state))
+    def load_state_dict(self, state: dict[str, Any], source: str = "the checkpoint") -> None:
+        self._send(("load_state_dict", state, source))
 
     def close(self, timeout_s: float = 30.0) -> None:
         if dist.is_initialized():

@@ -5,11 +5,14 @@ them through these, so every rank trains with the same settings."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from posttrain.algos import IS_CORRECTIONS, TOKEN_WEIGHTS, LossParams
+from posttrain.algos import IS_CORRECTIONS, LOSSES, TOKEN_WEIGHTS, LossParams
+from posttrain.algos.loss_terms import with_terms
 from posttrain.config.schema import AlgorithmConfig, Config, RemediesConfig
-from posttrain.training.trainer import TokenWeightFn, Trainer
+from posttrain.training.protocol import LossFn, TokenWeightFn
+from posttrain.training.trainer import Trainer
 
 
 def make_trainer(cfg: Config, model: Any, pad_id: int, cls: type = Trainer) -> Trainer:
@@ -35,8 +38,19 @@ def make_trainer(cfg: Config, model: Any, pad_id: int, cls: type = Trainer) -> T
     )
 
 
-def self_teacher(a: AlgorithmConfig, remedies: RemediesConfig | None = None) -> tuple[str, float] | None:
-    """Which self-distillation teacher the run has (the config allows one): its metric prefix and coefficient.
+@dataclass(frozen=True)
+class SelfTeacher:
+    """The run's self-distillation teacher (the policy with a hint in its context, guidance/teacher.py):
+    `kind` is the hint's source and its metrics' prefix ("hint": feedback or a remedy's format hint, "insight",
+    "rised"), `coef` the distillation term's weight, `hint_cap` the most tokens a hint may take."""
+
+    kind: str
+    coef: float
+    hint_cap: int
+
+
+def self_teacher(a: AlgorithmConfig, remedies: RemediesConfig | None = None) -> SelfTeacher | None:
+    """Which self-distillation teacher the run has (the config allows one), decided once per process.
     A remedy's guided format hint (`remedies`, when diagnostics are on) uses the hint teacher too."""
     # With a teacher model (algorithm.teacher.model) that model is the run's teacher: a remedy's hint adds none.
     guided = (
@@ -47,14 +61,15 @@ def self_teacher(a: AlgorithmConfig, remedies: RemediesConfig | None = None) -> 
         and remedies.format_hint_distill
         and not a.teacher.model
     )
-    for name, on, coef in (
-        ("hint", a.hint_distill.enabled, a.hint_distill.coef),
-        ("insight", a.insights.enabled, a.insights.coef),
-        ("rised", a.rised.enabled and a.rised.positive_distill, a.rised.coef),
-        ("hint", guided, a.hint_distill.coef),
+    # a feedback hint is capped by the config; insights fill up to per_task sentences; RISED lists behaviours
+    for name, on, coef, cap in (
+        ("hint", a.hint_distill.enabled, a.hint_distill.coef, a.hint_distill.max_hint_tokens),
+        ("insight", a.insights.enabled, a.insights.coef, a.insights.per_task * a.insights.max_tokens + 16),
+        ("rised", a.rised.enabled and a.rised.positive_distill, a.rised.coef, 256),
+        ("hint", guided, a.hint_distill.coef, a.hint_distill.max_hint_tokens),
     ):
         if on:
-            return name, coef
+            return SelfTeacher(name, coef, cap)
     return None
 
 
@@ -63,10 +78,29 @@ def run_remedies(cfg: Config) -> RemediesConfig | None:
     return cfg.diagnostics.remedies if cfg.diagnostics.enabled else None
 
 
-def loss_params(cfg: Config, max_tokens: int) -> LossParams:
+@dataclass(frozen=True)
+class LossSetup:
+    """The loss a trainer runs, from the config: the policy loss composed with its terms (algos/loss_terms.py),
+    its hyper-parameters and the per-token weights. Every trainer rank builds the same one."""
+
+    loss_fn: LossFn
+    params: LossParams
+    token_weight_fn: TokenWeightFn | None
+
+    @classmethod
+    def from_config(cls, cfg: Config, max_tokens: int) -> LossSetup:
+        return cls.with_teacher(cfg, max_tokens, self_teacher(cfg.algorithm, run_remedies(cfg)))
+
+    @classmethod
+    def with_teacher(cls, cfg: Config, max_tokens: int, own: SelfTeacher | None) -> LossSetup:
+        """`own`: the run's self-teacher, as the caller already decided it (loop/step_plan.py)."""
+        loss_fn = with_terms(LOSSES[cfg.algorithm.loss])
+        return cls(loss_fn, loss_params(cfg, max_tokens, own), token_weight_fn(cfg.algorithm))
+
+
+def loss_params(cfg: Config, max_tokens: int, own: SelfTeacher | None) -> LossParams:
     """The loss's hyper-parameters, once per run. With KL as a reward the loss has no KL term (beta 0 there)."""
     a = cfg.algorithm
-    own = self_teacher(a, run_remedies(cfg))
     return LossParams(
         epsilon=a.epsilon,
         epsilon_high=a.epsilon_high,
@@ -76,9 +110,9 @@ def loss_params(cfg: Config, max_tokens: int) -> LossParams:
         max_tokens=max_tokens,
         cispo_epsilon_low=a.cispo_epsilon_low,
         dual_clip=a.dual_clip,
-        distill_coef=a.teacher.coef if a.teacher.model else own[1] if own else 0.0,
+        distill_coef=a.teacher.coef if a.teacher.model else own.coef if own else 0.0,
         rl_weight=a.teacher.rl_weight if a.teacher.model else 1.0,
-        distill_prefix=own[0] if own else "teacher",
+        distill_prefix=own.kind if own else "teacher",
     )
 
 

@@ -30,15 +30,17 @@ the call, as data parallel does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from posttrain.algos.losses import LossParams
 from posttrain.training.batching import group_sequences, plan_micro_batches
 from posttrain.training.logprobs import completion_logprobs
+from posttrain.training.protocol import LossFn, StepSettings, TokenWeightFn, Update, merge_logprobs
 from posttrain.training.trainer import Trainer, compute_context
 from posttrain.types import Batch, Sequence
 
@@ -94,7 +96,6 @@ class ShardedTrainer(Trainer):
     """A rank's Trainer over its FSDP2-sharded model; every method that runs the model is a collective."""
 
     sharded = True
-    captures_logprobs = False  # the stepper talks to it through DataParallelTrainer: the sequences are copies
 
     def __init__(self, model: Any, pad_id: int, **kw: Any):
         """`model`: already sharded (`shard_model`), so the optimizer holds the DTensor shards."""
@@ -171,32 +172,49 @@ class ShardedTrainer(Trainer):
         if self.streaming:  # the other ranks wait for this backward's reduce-scatters: a zero gradient
             (logp_BT.sum() * 0.0).backward()
 
-    def forward_backward(self, batch: Batch, loss_fn, params, token_weight_fn=None) -> dict[str, float]:
-        if not self.streaming:
-            return self._whole_forward_backward(batch, loss_fn, params, token_weight_fn)
-        parts = self._by_kind(batch)
-        ms = []
-        for kind, (_, part), (mine, most) in zip(KINDS, parts, self._agreed_passes([p for _, p in parts])):
-            ms.append(super().forward_backward(part, loss_fn, params, token_weight_fn))
-            for _ in range(most - mine):
-                self.model.train()
-                self._idle_pass(kind, backward=True)
-        return _merge(ms)
-
-    @torch.no_grad()
-    def compute_logprobs(self, batch: Batch, model: Any | None = None) -> list[list[float]]:
-        if model is not None and model is not self.model:  # a full model of its own (reference, teacher): local
-            return super().compute_logprobs(batch, model)
+    def forward_backward(
+        self,
+        batch: Batch,
+        loss_fn: LossFn,
+        params: LossParams,
+        token_weight_fn: TokenWeightFn | None = None,
+        *,
+        settings: StepSettings = StepSettings(),
+        keep: Collection[int] = (),
+    ) -> Update:
         if not self.streaming:
             try:
                 with self._whole():
-                    return super().compute_logprobs(batch)
+                    return super().forward_backward(
+                        batch, loss_fn, params, token_weight_fn, settings=settings, keep=keep
+                    )
+            finally:
+                self._reduce_grads()
+        parts = self._by_kind(batch)
+        done = []
+        for kind, (_, part), (mine, most) in zip(KINDS, parts, self._agreed_passes([p for _, p in parts])):
+            done.append(super().forward_backward(part, loss_fn, params, token_weight_fn, settings=settings, keep=keep))
+            for _ in range(most - mine):
+                self.model.train()
+                self._idle_pass(kind, backward=True)
+        return Update(_merge([u.metrics for u in done]), merge_logprobs([u.logprobs for u in done]))
+
+    @torch.no_grad()
+    def compute_logprobs(
+        self, batch: Batch, model: Any | None = None, temperature: float | None = None
+    ) -> list[list[float]]:
+        if model is not None and model is not self.model:  # a full model of its own (reference, teacher): local
+            return super().compute_logprobs(batch, model, temperature)
+        if not self.streaming:
+            try:
+                with self._whole():
+                    return super().compute_logprobs(batch, temperature=temperature)
             finally:
                 self._reshard()
         parts = self._by_kind(batch)
         out: list[list[float]] = [[] for _ in batch.sequences]
         for kind, (idx, part), (mine, most) in zip(KINDS, parts, self._agreed_passes([p for _, p in parts])):
-            for i, lp in zip(idx, super().compute_logprobs(part), strict=True):
+            for i, lp in zip(idx, super().compute_logprobs(part, temperature=temperature), strict=True):
                 out[i] = lp
             was = self.model.training
             self.model.eval()
@@ -232,20 +250,12 @@ class ShardedTrainer(Trainer):
         (out.sum() * 0.0).backward()
         self._reshard()
 
-    def _whole_forward_backward(self, batch: Batch, loss_fn, params, token_weight_fn=None) -> dict[str, float]:
-        try:
-            with self._whole():
-                m = super().forward_backward(batch, loss_fn, params, token_weight_fn)
-        finally:
-            self._reduce_grads()
-        return m
-
-    def optim_step(self) -> dict[str, float]:
+    def optim_step(self, lr_scale: float = 1.0) -> dict[str, float]:
         # Each rank saw only its micro-batches' losses: skip the step everywhere if any rank saw a non-finite one.
         flag = torch.tensor([float(self._poisoned)], device=self._device())
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         self._poisoned = bool(flag.item())
-        return super().optim_step()
+        return super().optim_step(lr_scale)
 
     def grad_norm_(self) -> float:
         # The DTensor-aware clip: each shard's norm is combined across ranks into the global norm (Replicate).

@@ -74,14 +74,12 @@ def run_worker(cfg: Config) -> None:
     """A rank > 0: the same model and Trainer as rank 0, then the worker loop until rank 0 says stop."""
     import torch
 
-    from posttrain.algos import LOSSES
-    from posttrain.algos.loss_terms import with_terms
     from posttrain.models.load import ensure_pad_token, load_model
     from posttrain.models.lora import apply_lora
     from posttrain.models.policy import resolve_device, resolve_dtype, seed_everything
     from posttrain.tasks.from_config import task_from_config
     from posttrain.training.distributed import init_group, worker_loop
-    from posttrain.training.from_config import loss_params, token_weight_fn
+    from posttrain.training.from_config import LossSetup
 
     rank, world = launched_rank(), world_size(cfg)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 1)))
@@ -104,14 +102,8 @@ def run_worker(cfg: Config) -> None:
     max_tokens = cfg.sampling.max_tokens or task.max_tokens or 128
     init_group(rank, world, cfg.trainer.dist_timeout_s)
     trainer = rank_trainer(cfg, model, tok.pad_token_id, world)
-    worker_loop(
-        trainer,
-        with_terms(LOSSES[cfg.algorithm.loss]),
-        loss_params(cfg, max_tokens),
-        token_weight_fn(cfg.algorithm),
-        rank,
-        world,
-    )
+    loss = LossSetup.from_config(cfg, max_tokens)  # the same loss as rank 0's stepper
+    worker_loop(trainer, loss.loss_fn, loss.params, loss.token_weight_fn, rank, world)
 
 
 if __name__ == "__main__":

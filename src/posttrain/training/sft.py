@@ -149,7 +149,7 @@ def sft(
     t0, losses = time.perf_counter(), []
     log(f"sft: {len(seqs)} rows, {steps} steps x {min(batch_size, len(seqs))} at lr {lr:g}")
     for k, idx in enumerate(batches(len(seqs), batch_size, steps, seed)):
-        m = trainer.forward_backward(Batch([seqs[i] for i in idx]), reinforce_loss, params)
+        m = trainer.forward_backward(Batch([seqs[i] for i in idx]), reinforce_loss, params).metrics
         m.update(trainer.optim_step())
         losses.append(m["train/loss"])
         if (k + 1) % max(1, steps // 10) == 0 or k + 1 == steps:

@@ -1,10 +1,11 @@
-"""The Trainer: forward_backward(batch, loss_fn), optim_step(), save_state(), load_state().
+"""The Trainer: forward_backward(batch, loss_fn) -> Update, optim_step(), save_state(), load_state().
 
 It knows nothing about the algorithm beyond the loss function it is handed (algos/losses.py for the signature;
 the stepper hands it the policy loss composed with its terms, algos/loss_terms.py): it packs each micro-batch's
 per-sequence data into tensors (advantages, behaviour / reference / teacher log-probs, token weights) and runs the
 loss on them. Gradients accumulate over micro-batches; the loss functions are given batch-wide normalizers,
-so accumulation is exact rather than an average of micro-batch means.
+so accumulation is exact rather than an average of micro-batch means. It implements `PolicyTrainer`
+(training/protocol.py): what a step changes comes in as arguments, what a pass measured goes back in its `Update`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -26,15 +27,10 @@ from posttrain.training.batching import plan_micro_batches
 from posttrain.training.checkpointing import checkpoint_layers
 from posttrain.training.logprobs import completion_logprobs
 from posttrain.training.optimizers import build_optimizers
-from posttrain.types import Batch
+from posttrain.training.protocol import LossFn, StepSettings, TokenWeightFn, Update
+from posttrain.types import Batch, Sequence
 
-# (logp_BT, old_logp_BT, ref_logp_BT or None, adv_B, mask_BT, LossParams, LossInputs) -> (loss, metrics)
-LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
-# (logp_BT detached, sampler_logp_BT, entropy_BT, mask_BT) -> (token weights or None, metrics). The caller builds
-# it from algos/ (importance-sampling correction, credit weights); the trainer just applies it per micro-batch.
-TokenWeightFn = Callable[
-    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor | None, dict[str, float]]
-]
+__all__ = ["PRECISIONS", "LossFn", "StepSettings", "TokenWeightFn", "Trainer", "Update", "atomic_torch_save"]
 
 
 PRECISIONS = ("fp32", "bf16")
@@ -54,9 +50,7 @@ def compute_context(model: Any, precision: str):
 
 
 class Trainer:
-    # forward_backward fills `trainer_logprobs` of the sequences marked `capture_logprobs` (in this process: a
-    # trainer whose sequences are pickled to other ranks cannot), so the report's token stats need no extra pass.
-    captures_logprobs = True
+    sharded = False  # a full model in this process (ShardedTrainer: an FSDP2 shard)
 
     def __init__(
         self,
@@ -86,9 +80,7 @@ class Trainer:
         self.max_grad_norm = max_grad_norm
         self.micro_batch_tokens = micro_batch_tokens
         self.prefix_sharing = prefix_sharing
-        self.temperature = temperature if temperature > 0 else 1.0
-        self.lr_scale = 1.0  # a remedy may lower the learning rate for a while (obs/remedies.py)
-        self.entropy_coef = 0.0  # a remedy's entropy bonus (obs/remedies.py), handed to the loss (LossInputs)
+        self.temperature = temperature if temperature > 0 else 1.0  # StepSettings.temperature None scores at it
         self.chunk = logits_chunk_tokens  # > 0: never hold a micro-batch's full logits (training/logprobs.py)
         if precision not in PRECISIONS:
             raise ValueError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
@@ -112,9 +104,13 @@ class Trainer:
 
     # ---- compute -----------------------------------------------------------------------------------------
     @torch.no_grad()
-    def compute_logprobs(self, batch: Batch, model: Any | None = None) -> list[list[float]]:
-        """Per-completion-token log-probs of each sequence under `model` (default: the policy), no gradients."""
+    def compute_logprobs(
+        self, batch: Batch, model: Any | None = None, temperature: float | None = None
+    ) -> list[list[float]]:
+        """Per-completion-token log-probs of each sequence under `model` (default: the policy), no gradients, at
+        `temperature` (None: the trainer's)."""
         model = model or self.model
+        temperature = self._temperature(temperature)
         was = model.training
         model.eval()
         out: list[list[float]] = [[] for _ in batch.sequences]
@@ -122,7 +118,7 @@ class Trainer:
             for groups in plan_micro_batches(batch, self.micro_batch_tokens):
                 with compute_context(model, self.precision):
                     t = completion_logprobs(
-                        model, groups, self.pad_id, self.temperature, self.prefix_sharing, chunk_tokens=self.chunk
+                        model, groups, self.pad_id, temperature, self.prefix_sharing, chunk_tokens=self.chunk
                     )
                 for row, (i, s) in enumerate(
                     (i, s) for g in groups for i, s in zip(g.indices, g.sequences, strict=True)
@@ -132,18 +128,34 @@ class Trainer:
             model.train(was)
         return out
 
+    def _temperature(self, temperature: float | None) -> float:
+        return self.temperature if temperature is None else (temperature if temperature > 0 else 1.0)
+
     def forward_backward(
-        self, batch: Batch, loss_fn: LossFn, params: LossParams, token_weight_fn: TokenWeightFn | None = None
-    ) -> dict[str, float]:
-        """Accumulate gradients of loss_fn over the batch. Returns summed/averaged metrics.
+        self,
+        batch: Batch,
+        loss_fn: LossFn,
+        params: LossParams,
+        token_weight_fn: TokenWeightFn | None = None,
+        *,
+        settings: StepSettings = StepSettings(),
+        keep: Collection[int] = (),
+    ) -> Update:
+        """Accumulate gradients of loss_fn over the batch. Returns summed/averaged metrics, and the log-probs of
+        the sequences whose `sample_id` is in `keep`, from this pass's forward (the report's token colouring
+        needs them; taking them here saves a pass).
 
         Everything per sequence comes from the sequence: its advantage, the behaviour policy's log-probs
         (`old_logprobs`; None: the current policy, detached, i.e. on-policy), the reference's (`ref_logprobs`,
         needed when params.beta > 0) and the sampler's. `token_weight_fn` gives per-token weights per micro-batch
-        (see TokenWeightFn), passed to the loss as LossInputs.token_weights_BT.
+        (see TokenWeightFn), passed to the loss as LossInputs.token_weights_BT. `settings`: the scoring
+        temperature and the entropy bonus of this step (its lr_scale is optim_step's).
         """
         if not batch.sequences:
-            return {"train/empty_batch": 1.0}
+            return Update({"train/empty_batch": 1.0})
+        temperature = self._temperature(settings.temperature)
+        keep = frozenset(keep)
+        kept: dict[int, list[float]] = {}
         release_free_heap()  # what sampling freed goes back to the OS before activations and gradients grow
         self.model.train()
         # Batch-wide normalizers (the batch carries them when it holds only part of the optimizer batch).
@@ -161,17 +173,17 @@ class Trainer:
                     self.model,
                     groups,
                     self.pad_id,
-                    self.temperature,
+                    temperature,
                     self.prefix_sharing,
                     with_entropy=True,
                     chunk_tokens=self.chunk,
                 )
             B, T = t.logp_BT.shape
             dev = t.logp_BT.device
-            want = [row for row, s in enumerate(seqs) if s.capture_logprobs and s.trainer_logprobs is None]
-            if want:  # the first pass over the batch (before any update); only the rows asked for leave the device
+            want = [row for row, s in enumerate(seqs) if s.sample_id in keep]
+            if want:  # only the rows asked for leave the device
                 for row, lp in zip(want, t.logp_BT.detach()[want].float().cpu(), strict=True):
-                    seqs[row].trainer_logprobs = lp[: len(seqs[row].completion_ids)].tolist()
+                    kept[_sample_id(seqs[row])] = lp[: len(seqs[row].completion_ids)].tolist()
             sampler_BT = _pad_float([s.sampler_logprobs for s in seqs], T).to(dev)
             old_BT = _behaviour_BT(seqs, t.logp_BT)
             has_ref = all(s.ref_logprobs is not None for s in seqs)
@@ -190,7 +202,7 @@ class Trainer:
                 total_seqs=total_seqs,
                 token_weights_BT=w_BT,
                 teacher_logp_BT=teacher_BT,
-                entropy_coef=self.entropy_coef,
+                entropy_coef=settings.entropy_coef,
             )
             loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, params, inputs)
             m = {**m, **w_metrics}
@@ -230,19 +242,20 @@ class Trainer:
                 "time/forward_backward": time.perf_counter() - t0,
             }
         )
-        return metrics
+        return Update(metrics, kept)
 
-    def optim_step(self) -> dict[str, float]:
-        """Clip, step, zero. A step whose loss or gradient norm is not finite is skipped and counted."""
+    def optim_step(self, lr_scale: float = 1.0) -> dict[str, float]:
+        """Clip, step, zero. A step whose loss or gradient norm is not finite is skipped and counted. `lr_scale`:
+        every learning rate times it for this step (a remedy's, obs/remedies.py)."""
         grad_norm = self.grad_norm_()
         skipped = self._poisoned or not math.isfinite(grad_norm)
         if not skipped:
             for o, sch in zip(self.optimizers, self.schedulers):
                 for g in o.param_groups:
-                    g["lr"] *= self.lr_scale
+                    g["lr"] *= lr_scale
                 o.step()
                 for g in o.param_groups:
-                    g["lr"] /= self.lr_scale
+                    g["lr"] /= lr_scale
                 sch.step()
         else:
             self.skipped_steps += 1
@@ -272,6 +285,10 @@ class Trainer:
     # ---- state -------------------------------------------------------------------------------------------
     def trainable_state(self) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def full_params(self) -> dict[str, torch.Tensor]:
+        """The full trainable weights (copies): in one process, the trainable state."""
+        return self.trainable_state()
 
     def state_dict(self) -> dict[str, Any]:
         """Trainable weights (full model or LoRA adapter), optimizer, scheduler and counters."""
@@ -314,7 +331,13 @@ class Trainer:
         self.skipped_steps = state["skipped_steps"]
 
 
-def _behaviour_BT(seqs: list, logp_BT: torch.Tensor) -> torch.Tensor:
+def _sample_id(s: Sequence) -> int:
+    if s.sample_id is None:
+        raise ValueError("forward_backward(keep=...) names sequences by sample_id; this one has none")
+    return s.sample_id
+
+
+def _behaviour_BT(seqs: list[Sequence], logp_BT: torch.Tensor) -> torch.Tensor:
     """The PPO ratio's old log-probs: each sequence's `old_logprobs`, or the current ones (detached) where None."""
     if all(s.old_logprobs is None for s in seqs):
         return logp_BT.detach()
