@@ -54,11 +54,22 @@ demo: setup
 	@case "$(ARGS)" in *engine=vllm*) $(MAKE) --no-print-directory setup-vllm;; esac
 	$(VENV)/bin/posttrain train configs/demo.yaml $(ARGS)
 
-test: setup-dev
+test: setup-dev lint
 	$(PY) -m pytest -q -n $(JOBS) --dist loadgroup $(ARGS)
 
-test-all: setup-dev
+test-all: setup-dev lint
 	$(PY) -m pytest -q -n $(JOBS) --dist loadgroup -m "" $(ARGS)
+
+# lint (part of make test): ruff's rules and its formatter, then the type checker (basedpyright, "basic"), over
+# src/posttrain; their settings are in pyproject.toml. `make format` applies ruff's fixes and formatting.
+.PHONY: lint format
+lint: setup-dev
+	$(VENV)/bin/ruff check src/posttrain
+	$(VENV)/bin/ruff format --check src/posttrain
+	$(VENV)/bin/basedpyright --pythonpath $(PY)
+format: setup-dev
+	$(VENV)/bin/ruff check --fix src/posttrain
+	$(VENV)/bin/ruff format src/posttrain
 
 bench: setup
 	$(PY) -m pip install -q -e ".[bench]" "$(TORCH)"

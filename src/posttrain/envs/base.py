@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from posttrain.envs.feedback import attach_feedback
 from posttrain.envs.isolate import safe_rollout, score_isolated  # noqa: F401 - safe_rollout: for the collectors
+from posttrain.envs.task import Task
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory
 
@@ -38,7 +39,13 @@ class Env(Protocol):
     async def score(self, trajectories: list[Trajectory]) -> None: ...
 
 
-def make_env(task: Any, tokenizer: Any, params: SampleParams) -> Env:
+class TaskEnv(Env, Protocol):
+    """An Env that says which task it runs (every env `make_env` builds): the held-out eval reads its rubric."""
+
+    task: Task
+
+
+def make_env(task: Any, tokenizer: Any, params: SampleParams) -> TaskEnv:
     """The env a task runs in: its own (Task.env_factory), else a ToolEnv when it has tools, else single-turn."""
     from posttrain.envs.single_turn import SingleTurnEnv
     from posttrain.envs.tool_env import ToolEnv

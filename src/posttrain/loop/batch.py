@@ -14,6 +14,7 @@ earlier, when a group is scored (loop/collect.py).
 
 from __future__ import annotations
 
+import collections.abc as abc
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -100,7 +101,7 @@ def number_samples(groups: list[Group]) -> None:
         t.sample_id = i
 
 
-def with_logprobs(seqs: list[Sequence], name: str, logprobs: list[Any]) -> list[Sequence]:
+def with_logprobs(seqs: list[Sequence], name: str, logprobs: abc.Sequence[Any]) -> list[Sequence]:
     """The sequences with one per-token field (ref_logprobs, teacher_logprobs, old_logprobs) set from a scorer's
     answer, which lists one entry per sequence in the order it was asked (Trainer.compute_logprobs, Teacher)."""
     if len(logprobs) != len(seqs):

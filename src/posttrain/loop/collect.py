@@ -75,7 +75,7 @@ class RolloutSpec:
     transform_share: float = 1.0
     # Transformed rows by index: the same object every step, since envs cache rendered prompts per row.
     _transformed: dict[int, dict[str, Any]] = field(default_factory=dict, init=False, compare=False, repr=False)
-    _plain_ids: dict[int, list[int]] = field(default_factory=dict, init=False, compare=False, repr=False)
+    _plain_ids: dict[int, list[int] | None] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     async def groups(self, row_indices: list[int], timer: StageTimer) -> tuple[list[Group], float]:
         """G rollouts per row, scored (group rewards included) and shaped. Returns the groups and the mean

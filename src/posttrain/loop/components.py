@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posttrain.config.schema import Config
-from posttrain.envs.base import make_env
+from posttrain.envs.base import TaskEnv, make_env
 from posttrain.envs.task import Task, prepare_task
 from posttrain.models.load import stop_token_ids
 from posttrain.models.lora import count_parameters
@@ -26,7 +26,7 @@ class Components:
     model: Any
     tokenizer: Any
     task: Task
-    env: Any  # an Env: SingleTurnEnv, ToolEnv or the task's own (Task.env_factory)
+    env: TaskEnv  # SingleTurnEnv, ToolEnv or the task's own (Task.env_factory)
     sampler: HFSampler  # generates with the policy's own module (eval, and rollouts in the sync loop)
     ref_model: Any | None
     train_params: SampleParams

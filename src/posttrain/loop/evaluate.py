@@ -13,8 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from posttrain.envs.base import safe_rollout, score_groups
-from posttrain.envs.single_turn import SingleTurnEnv
+from posttrain.envs.base import TaskEnv, safe_rollout, score_groups
 from posttrain.obs.metered import drain
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.rewards.telemetry import drain_task_metrics
@@ -23,7 +22,7 @@ from posttrain.types import SampleParams, Trajectory
 
 
 async def evaluate_async(
-    env: SingleTurnEnv,
+    env: TaskEnv,
     sampler: Sampler,
     rows: list[dict[str, Any]],
     params: SampleParams,
@@ -84,7 +83,7 @@ def pass_at_n(passed: list[bool], n: int) -> float:
 
 
 def evaluate(
-    env: SingleTurnEnv,
+    env: TaskEnv,
     sampler: Sampler,
     rows: list[dict[str, Any]],
     params: SampleParams,

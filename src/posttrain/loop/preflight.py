@@ -112,9 +112,9 @@ def preflight(
 
     c = build(cfg, log=log)
     rows = c.task.train_rows[:n_prompts]
-    m, _ = evaluate(c.env, c.sampler, rows, c.eval_params)
+    m, greedy = evaluate(c.env, c.sampler, rows, c.eval_params)
     g = cfg.algorithm.num_generations
-    n_groups = n_groups or cfg.loop.prompts_per_step
+    n_groups = n_groups or int(cfg.loop.prompts_per_step)
 
     async def groups() -> list[list[Any]]:
         # All groups at once, as a training step samples them (the sampler batches concurrent requests), so the
@@ -134,7 +134,8 @@ def preflight(
     if probe_step:
         step_s = sample_s * cfg.loop.prompts_per_step / max(1, n_groups) + _probe_train_seconds(cfg, c, sampled, log)
     ok, detail = chat_template_prefix_ok(c.tokenizer)
-    prompt_len = max(len(c.env.prompt_ids(r)) for r in rows)
+    # the longest first prompt the env rendered (any env: a tool env has no prompt_ids of its own)
+    prompt_len = max((len(t.turns[0].prompt_ids) for t in greedy if t.turns), default=0)
     mem = memory_estimate_gb(
         c.model,
         c.trainable_params,

@@ -27,14 +27,14 @@ class PromptSelector:
 
     def rows_for(self, step: int, k: int, rows: Sequence[dict[str, Any]] | None = None) -> list[int]:
         """`rows`: the collector's current rows (the record is over the run's `n_rows`, fixed at the start)."""
-        rows = self.fn(self.record, self.n_rows, k, step, self.seed, self.settings)
-        st = [self.record.get(r).state(self.settings.retire_after, self.settings.backoff_after) for r in rows]
+        picked = self.fn(self.record, self.n_rows, k, step, self.seed, self.settings)
+        st = [self.record.get(r).state(self.settings.retire_after, self.settings.backoff_after) for r in picked]
         self.last = {
             "select/replayed": float(st.count("learnable")),
             "select/revisited": float(st.count("mastered") + st.count("hopeless")),
             "select/fresh": float(st.count("fresh")),
         }
-        return rows
+        return picked
 
     def observe(self, step: int, groups: Iterable[Group]) -> None:
         groups = list(groups)
@@ -47,7 +47,7 @@ class PromptSelector:
     def on_remedy(self) -> None:
         self.record.clear_backoff()
 
-    def metrics(self, trajs: list[Any]) -> dict[str, float]:
+    def metrics(self, trajs: list[Any]) -> dict[str, Any]:
         c = self.record.counts(self.settings)
         # A dict, not a number: metrics.jsonl keeps it, the tracker sinks skip it (obs/sinks.py numeric).
         observed, self.observed = self.observed, {}

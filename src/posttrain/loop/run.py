@@ -408,9 +408,12 @@ def _check_names(cfg: Config) -> None:
     from posttrain.training.optimizers import OPTIMIZERS
 
     a = cfg.algorithm
-    STEPPERS[a.stepper], COLLECTORS[cfg.loop.mode], OPTIMIZERS[cfg.trainer.optimizer]
+    named = [(STEPPERS, a.stepper), (COLLECTORS, cfg.loop.mode), (OPTIMIZERS, cfg.trainer.optimizer)]
     if a.stepper == "policy_gradient":
-        LOSSES[a.loss], ADVANTAGES[a.advantage], IS_CORRECTIONS[a.is_correction], TOKEN_WEIGHTS[a.token_weighting]
+        named += [(LOSSES, a.loss), (ADVANTAGES, a.advantage), (IS_CORRECTIONS, a.is_correction)]
+        named += [(TOKEN_WEIGHTS, a.token_weighting)]
+    for registry, name in named:
+        registry[name]  # a name no registry holds raises here, before any model loads
 
 
 def _with_reward(m: dict[str, float]) -> dict[str, float]:

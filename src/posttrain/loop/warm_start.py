@@ -70,9 +70,10 @@ async def demonstration_trajectories(
             "one -- or set warm_start.steps=0"
         )
     end = reply_end_token(tok)
+    demonstrate = task.demonstrate
 
     async def one(row: dict[str, Any]) -> tuple[Trajectory, str | None]:
-        replies = list(task.demonstrate(row))
+        replies = list(demonstrate(row))
         if not replies or not all(isinstance(r, str) for r in replies):
             raise WarmStartError(
                 f"task {task.name!r}: demonstrate(row) must return a non-empty list of strings, "

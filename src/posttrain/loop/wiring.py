@@ -122,6 +122,8 @@ def server_rollout_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[
     from posttrain.sampling.weight_ipc import ServerWeights
 
     cc = cfg.cluster
+    if cc.server_url is None or cc.weights_dir is None:  # the config check says so first (config/schema.py)
+        raise ValueError("cluster.backend=server needs cluster.server_url and cluster.weights_dir")
     key = cc.server_api_key or os.environ.get("POSTTRAIN_API_KEY")
     sampler = OpenAISampler(
         cc.server_url,

@@ -43,7 +43,8 @@ def checkpoint_layers(model, enabled: bool = True) -> int:
     for m in model.modules():
         if isinstance(m, GradientCheckpointingLayer):
             m.gradient_checkpointing = enabled
-            m._gradient_checkpointing_func = _checkpoint_if_replay_safe
+            # nn.Module.__setattr__ is typed for tensors and modules; a plain attribute is allowed at run time
+            m._gradient_checkpointing_func = _checkpoint_if_replay_safe  # pyright: ignore[reportArgumentType]
             m._can_checkpoint_with_cache = enabled
             n += 1
     if enabled and n == 0:

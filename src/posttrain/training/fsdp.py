@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -260,7 +260,8 @@ class ShardedTrainer(Trainer):
     def grad_norm_(self) -> float:
         # The DTensor-aware clip: each shard's norm is combined across ranks into the global norm (Replicate).
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
-        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        full = getattr(norm, "full_tensor", None)  # a DTensor (Replicate) over sharded parameters
+        return float(full() if full is not None else norm)
 
     # ---- state: full tensors on rank 0 -----------------------------------------------------------------------
     def full_params(self) -> dict[str, torch.Tensor]:
@@ -268,7 +269,7 @@ class ShardedTrainer(Trainer):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return {n: full[n] for n in self._trainable if n in full}
+        return {n: cast(torch.Tensor, full[n]) for n in self._trainable if n in full}
 
     def _param_names(self, opt: torch.optim.Optimizer) -> list[str]:
         """The optimizer's parameters by name, in the order its own state_dict numbers them."""

@@ -14,7 +14,7 @@ the prompt's keys a second time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -144,6 +144,8 @@ class _RecordLayer(DynamicLayer):
     the layer in backward leaves it as the forward did."""
 
     replay_safe = True
+    keys: torch.Tensor  # set by the prompt pass (DynamicLayer declares them optional: empty until then)
+    values: torch.Tensor
 
     def update(self, key_states, value_states, *args, **kwargs):
         if not self.is_initialized:
@@ -157,6 +159,8 @@ class _PrefixLayer(DynamicLayer):
     storing them, so its length (and the attention mask built from it) is the prefix's however often it runs."""
 
     replay_safe = True
+    keys: torch.Tensor  # the prefix, set at construction
+    values: torch.Tensor
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
         super().__init__()
@@ -187,7 +191,7 @@ def _shared_prefix_logits(model, groups: list[GroupSlice], comp_BT, valid_BT, pa
     cache = Cache(
         layers=[
             _PrefixLayer(lay.keys.index_select(0, row_to_prompt), lay.values.index_select(0, row_to_prompt))
-            for lay in record.layers
+            for lay in cast(list[_RecordLayer], record.layers)  # built with layer_class_to_replicate=_RecordLayer
         ]
     )
     first_BV = out.logits[:, -1][row_to_prompt]

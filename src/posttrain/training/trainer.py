@@ -109,23 +109,23 @@ class Trainer:
     ) -> list[list[float]]:
         """Per-completion-token log-probs of each sequence under `model` (default: the policy), no gradients, at
         `temperature` (None: the trainer's)."""
-        model = model or self.model
+        scorer: Any = self.model if model is None else model
         temperature = self._temperature(temperature)
-        was = model.training
-        model.eval()
+        was = scorer.training
+        scorer.eval()
         out: list[list[float]] = [[] for _ in batch.sequences]
         try:
             for groups in plan_micro_batches(batch, self.micro_batch_tokens):
-                with compute_context(model, self.precision):
+                with compute_context(scorer, self.precision):
                     t = completion_logprobs(
-                        model, groups, self.pad_id, temperature, self.prefix_sharing, chunk_tokens=self.chunk
+                        scorer, groups, self.pad_id, temperature, self.prefix_sharing, chunk_tokens=self.chunk
                     )
                 for row, (i, s) in enumerate(
                     (i, s) for g in groups for i, s in zip(g.indices, g.sequences, strict=True)
                 ):
                     out[i] = t.logp_BT[row, : len(s.completion_ids)].tolist()
         finally:
-            model.train(was)
+            scorer.train(was)
         return out
 
     def _temperature(self, temperature: float | None) -> float:
@@ -180,6 +180,8 @@ class Trainer:
                 )
             B, T = t.logp_BT.shape
             dev = t.logp_BT.device
+            entropy_BT = t.entropy_BT
+            assert entropy_BT is not None  # asked for (with_entropy=True)
             want = [row for row, s in enumerate(seqs) if s.sample_id in keep]
             if want:  # only the rows asked for leave the device
                 for row, lp in zip(want, t.logp_BT.detach()[want].float().cpu(), strict=True):
@@ -187,11 +189,11 @@ class Trainer:
             sampler_BT = _pad_float([s.sampler_logprobs for s in seqs], T).to(dev)
             old_BT = _behaviour_BT(seqs, t.logp_BT)
             has_ref = all(s.ref_logprobs is not None for s in seqs)
-            ref_BT = _pad_float([s.ref_logprobs for s in seqs], T).to(dev) if has_ref else None
+            ref_BT = _pad_float([s.ref_logprobs or [] for s in seqs], T).to(dev) if has_ref else None
             adv_B = torch.tensor([s.advantage for s in seqs], dtype=torch.float32, device=dev)
             w_BT, w_metrics = None, {}
             if token_weight_fn is not None:
-                w_BT, w_metrics = token_weight_fn(t.logp_BT.detach(), sampler_BT, t.entropy_BT, t.mask_BT)
+                w_BT, w_metrics = token_weight_fn(t.logp_BT.detach(), sampler_BT, entropy_BT, t.mask_BT)
             teacher_BT = None  # the teacher's log-probs, NaN where it has no opinion (a whole sequence: None)
             if any(s.teacher_logprobs is not None for s in seqs):
                 teacher_BT = _pad_float(
@@ -227,7 +229,7 @@ class Trainer:
                 mismatch_max = max(mismatch_max, float(diff.abs().max())) if diff.numel() else mismatch_max
                 mismatch_k3 += float((k3(sampler_BT - t.logp_BT.detach()) * drift).sum())
                 drift_tok += float(drift.sum())
-                ent_sum += float((t.entropy_BT * mask).sum())
+                ent_sum += float((entropy_BT * mask).sum())
                 tok += float(mask.sum())
         metrics = {f"train/{k}": v / max(weights, 1.0) for k, v in sums.items()}
         metrics.update(
@@ -268,7 +270,7 @@ class Trainer:
             "train/grad_norm": grad_norm,
             "train/skipped_step": float(skipped),
             "train/skipped_steps_total": float(self.skipped_steps),
-            "train/lr": self.schedulers[0].get_last_lr()[0],
+            "train/lr": float(self.schedulers[0].get_last_lr()[0]),
         }
 
     def _skip_backward(self, logp_BT: torch.Tensor) -> None:
