@@ -82,7 +82,13 @@ class Param:
             return False
         if self.kind == "int" and int(v) != v:
             return False
-        return self.low <= v <= self.high
+        low, high = self.bounds()
+        return low <= v <= high
+
+    def bounds(self) -> tuple[float, float]:
+        """A range's (low, high): _param sets both for every float and int param."""
+        assert self.low is not None and self.high is not None, f"search.{self.key}: a {self.kind} range without bounds"
+        return self.low, self.high
 
     def coerce(self, v: Any) -> Any:
         if self.kind == "int" and isinstance(v, float) and v.is_integer():

@@ -55,9 +55,11 @@ def distributions(prog: Program) -> dict[str, Any]:
         if p.kind == "categorical":
             out[k] = d.CategoricalDistribution(p.choices)
         elif p.kind == "int":
-            out[k] = d.IntDistribution(int(p.low), int(p.high), log=p.log)
+            low, high = p.bounds()
+            out[k] = d.IntDistribution(int(low), int(high), log=p.log)
         else:
-            out[k] = d.FloatDistribution(p.low, p.high, log=p.log)
+            low, high = p.bounds()
+            out[k] = d.FloatDistribution(low, high, log=p.log)
     return out
 
 

@@ -1,4 +1,5 @@
-"""SEARCH_DIR/report.html: the whole search in one self-contained page (plotly inlined, as obs/html_report.py; charts: obs/report_figs.py).
+"""SEARCH_DIR/report.html: the whole search in one self-contained page (plotly inlined, as obs/html_report.py; charts:
+obs/report_figs.py).
 
 The metric per trial (each seed's value, kept / reverted / failed, the incumbent so far), the metric against each
 searched parameter, Optuna's parameter importance (when the study has enough completed trials), and the trials
@@ -173,7 +174,7 @@ def write_search_report(search_dir: str | Path, out: str | Path | None = None) -
 
 
 def _floor(rows: list[dict[str, Any]]) -> float:
-    vals = [_num(r["metric"]) for r in rows if _num(r["metric"]) is not None]
+    vals = [v for r in rows if (v := _num(r["metric"])) is not None]
     return min(vals) if vals else 0.0
 
 

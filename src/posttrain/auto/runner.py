@@ -170,6 +170,7 @@ class SubprocessRunner:
         wall = time.monotonic() - t0
         if status != "ok":
             return Outcome(status, None, spec.run_dir, wall, error, evals)
+        assert rc is not None  # status "ok": the loop ended on p.wait()
         if rc != 0:
             how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
             return Outcome("failed", None, spec.run_dir, wall, f"{how}: {_tail(spec.log_path)}", evals)

@@ -33,7 +33,7 @@ from typing import Any
 from posttrain.auto.program import Program, base_data, base_params, fmt_value, load_program
 from posttrain.auto.results import RESULTS, read_results
 from posttrain.auto.rules import Verdict, judge
-from posttrain.auto.runner import Outcome, SubprocessRunner, TrialRunner, TrialSpec
+from posttrain.auto.runner import OnEval, Outcome, SubprocessRunner, TrialRunner, TrialSpec
 
 COLUMNS = [
     "trial",
@@ -63,6 +63,12 @@ class SearchResult:
     trials: int
     stopped: str
     report: Path | None
+
+
+def _value(o: Outcome) -> float:
+    """An "ok" outcome's metric: a runner reports "ok" only with a value (SubprocessRunner fails a run without)."""
+    assert o.value is not None, f"an ok outcome without a value: {o}"
+    return o.value
 
 
 def start_search(
@@ -142,6 +148,7 @@ class Search:
         self.state["stopped"] = why
         self._save()
         inc = self.state["incumbent"]
+        assert inc is not None  # _baseline set it or raised
         self._write_best(inc)
         report = self._report()
         self.log(
@@ -196,7 +203,7 @@ class Search:
                 f"incumbent: fix it (logs in {self.dir / 'logs'}) and start again"
             )
         seeds = [s for s, o in zip(self.prog.seeds, outs) if o.status == "ok"]
-        vals = [o.value for o in ok]
+        vals = [_value(o) for o in ok]
         reason = "the base config" + (
             f" (noise floor only: {errors})" if errors else f" (seed spread {max(vals) - min(vals):.4g})"
         )
@@ -237,7 +244,7 @@ class Search:
                 outs,
             )
             return self._next(n)
-        vals, seeds = [o1.value], [prog.seeds[0]]
+        vals, seeds = [_value(o1)], [prog.seeds[0]]
         v = judge(vals, inc["values"], prog.direction, prog.noise)
         if len(outs) > 1 or v.action == "confirm":
             if len(outs) > 1:  # parallel: the second seed already ran, whatever the first one scored
@@ -247,7 +254,7 @@ class Search:
                 o2 = self._run(n, prog.seeds[1], prop.params, None)
                 outs.append(o2)
             if o2.status == "ok":
-                vals.append(o2.value)
+                vals.append(_value(o2))
                 seeds.append(prog.seeds[1])
                 v = judge(vals, inc["values"], prog.direction, prog.noise)
             else:
@@ -324,10 +331,10 @@ class Search:
             i += 1
         overrides = self.prog.trial_overrides() + [f"{k}={fmt_value(v)}" for k, v in params.items()]
         spec = TrialSpec(name, overrides, seed, self.prog.timeout_s, trials, self.dir / "logs" / f"{name}.log", cancel)
-        on_eval = None
+        on_eval: OnEval | None = None
         if prop is not None and self.prog.pruning:
 
-            def on_eval(step: int, value: float) -> bool:
+            def report_eval(step: int, value: float) -> bool:
                 if self.prog.steps is not None and step >= self.prog.steps:
                     return False  # the last eval is the trial's result: pruning it only throws a finished run away
                 try:
@@ -335,6 +342,8 @@ class Search:
                 except Exception as e:  # noqa: BLE001 - pruning is an optimisation: never lose the trial to it
                     self.log(f"  warning: could not report step {step} to the proposer: {e}")
                     return False
+
+            on_eval = report_eval
 
         try:
             o = self.runner(spec, on_eval)

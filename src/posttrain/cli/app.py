@@ -5,7 +5,7 @@ torch's, and an error that escapes a command with one of them in its chain gets 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -40,7 +40,7 @@ class _App(typer.Typer):
 app = _App(add_completion=False, no_args_is_help=False, help="RL post-training for language models and agents.")
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
 

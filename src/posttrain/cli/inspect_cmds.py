@@ -92,7 +92,12 @@ def eval_cmd(
         _eval_suite(c, task, options, prompts, samples, temperature, max_tokens, answer_format, json_out, model)
         return
     m, _ = evaluate(
-        c.env, c.sampler, c.task.eval_rows[:prompts], c.eval_params, samples, progress=lambda s: typer.echo(s, err=True)
+        c.env,
+        c.sampler,
+        c.task.eval_rows[:prompts],
+        c.eval_params,
+        samples,
+        progress=lambda s: typer.echo(s, err=True),
     )
     m["eval/reward"] = m["eval/reward/mean"]
     con.console.print(

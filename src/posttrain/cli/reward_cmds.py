@@ -17,7 +17,10 @@ def rm_train(
     data: str = typer.Option(
         "product-blurb",
         "--data",
-        help="'product-blurb' (built-in), a .jsonl of prompt/chosen/rejected, a saved datasets folder, or hf:NAME[:SPLIT]",
+        help=(
+            "'product-blurb' (built-in), a .jsonl of prompt/chosen/rejected, a saved datasets folder, "
+            "or hf:NAME[:SPLIT]"
+        ),
     ),
     eval_data: str | None = typer.Option(
         None, "--eval-data", help="held-out pairs (default: the data's own split, else 10% of it)"
@@ -117,7 +120,10 @@ def judge_finetune(
     data: str = typer.Option(
         "product-blurb",
         "--data",
-        help="'product-blurb' (built-in: the task's judge question, labelled by its hidden rule) or a .jsonl of question/answer (Yes|No) rows",
+        help=(
+            "'product-blurb' (built-in: the task's judge question, labelled by its hidden rule) or a .jsonl of "
+            "question/answer (Yes|No) rows"
+        ),
     ),
     out: str | None = typer.Option(None, "--out", help="folder to save (default: $POSTTRAIN_CACHE/judges/<data>)"),
     model: str = typer.Option("default", "--model", help="base model: 'default', 'tiny-random' or a HF folder"),
@@ -135,7 +141,7 @@ def judge_finetune(
     seed: int = typer.Option(0, "--seed"),
     threads: int | None = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
 ) -> None:
-    """Fine-tune a local model to answer one yes/no judge question; print held-out accuracy before and after; save a HF folder."""
+    """Fine-tune a local model to answer one yes/no judge question; print held-out accuracy before and after; save a HF folder."""  # noqa: E501 - typer's command list keeps a docstring's line breaks
     from posttrain.models.load import ModelLoadError
     from posttrain.rewards.judges.finetune import JudgeDataError, finetune_judge, load_examples
     from posttrain.tasks.product_blurb import default_judge_dir

@@ -73,7 +73,8 @@ def serve(
         None,
         "--weights-dir",
         help=(
-            "accept POST /update_weights_from_disk: load a trainer's pushes (sampling/weight_ipc.py FileWeights) from here"
+            "accept POST /update_weights_from_disk: load a trainer's pushes "
+            "(sampling/weight_ipc.py FileWeights) from here"
         ),
     ),
     api_key: str | None = typer.Option(None, "--api-key", help=API_KEY_HELP, show_default=False),

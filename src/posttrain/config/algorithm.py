@@ -32,43 +32,48 @@ ALGORITHM_PRESETS: dict[str, dict] = {
 
 class ESConfig(_Strict):
     population: int = Field(
-        8, ge=2, description="perturbed models per iteration (antithetic pairs: population/2 seeds)"
+        default=8, ge=2, description="perturbed models per iteration (antithetic pairs: population/2 seeds)"
     )
-    sigma: float = Field(1e-3, gt=0.0, description="noise scale of each perturbation")
+    sigma: float = Field(default=1e-3, gt=0.0, description="noise scale of each perturbation")
     lr: float = Field(
-        5e-4, gt=0.0, description="step: theta += lr / population * sum of rank-weighted noise (Qiu et al. 2025)"
+        default=5e-4,
+        gt=0.0,
+        description="step: theta += lr / population * sum of rank-weighted noise (Qiu et al. 2025)",
     )
-    samples_per_prompt: int = Field(1, ge=1, description="completions per prompt when scoring one perturbation")
+    samples_per_prompt: int = Field(default=1, ge=1, description="completions per prompt when scoring one perturbation")
     temperature: float = Field(
-        0.0, ge=0.0, description="sampling temperature for fitness (0: greedy, as Qiu et al. 2025)"
+        default=0.0, ge=0.0, description="sampling temperature for fitness (0: greedy, as Qiu et al. 2025)"
     )
 
 
 class TeacherConfig(_Strict):
     model: str | None = Field(
-        None,
+        default=None,
         description=(
             "on-policy distillation teacher: 'default', a HF folder (e.g. a run's final/) or 'tiny-random'; null: off. "
             "It must share the policy's tokenizer"
         ),
     )
-    coef: float = Field(1.0, ge=0.0, description="weight of the per-token reverse-KL term toward the teacher")
-    rl_weight: float = Field(1.0, ge=0.0, description="weight of the task's RL term beside it (0: pure distillation)")
+    coef: float = Field(default=1.0, ge=0.0, description="weight of the per-token reverse-KL term toward the teacher")
+    rl_weight: float = Field(
+        default=1.0, ge=0.0, description="weight of the task's RL term beside it (0: pure distillation)"
+    )
 
 
 class HintDistillConfig(_Strict):
     enabled: bool = Field(
-        False,
+        default=False,
         description=(
-            "hint-conditioned self-distillation: for a sample with feedback (a failing check, a tool error), the policy "
-            "itself with the feedback as a hint at that turn is the teacher of a per-token reverse-KL term"
+            "hint-conditioned self-distillation: for a sample with feedback (a failing check, a tool error), the "
+            "policy itself with the feedback as a hint at that turn is the teacher of a per-token reverse-KL term"
         ),
     )
-    coef: float = Field(1.0, ge=0.0, description="weight of the reverse-KL term toward the hinted policy")
+    coef: float = Field(default=1.0, ge=0.0, description="weight of the reverse-KL term toward the hinted policy")
     template: str = Field(
-        "\n\nHint: {hint}", description="how the hint is written into the teacher's context ({hint}: the feedback)"
+        default="\n\nHint: {hint}",
+        description="how the hint is written into the teacher's context ({hint}: the feedback)",
     )
-    max_hint_tokens: int = Field(64, ge=1, description="a longer hint is cut to this many tokens")
+    max_hint_tokens: int = Field(default=64, ge=1, description="a longer hint is cut to this many tokens")
 
     @field_validator("template")
     @classmethod
@@ -80,87 +85,108 @@ class HintDistillConfig(_Strict):
 
 class InsightsConfig(_Strict):
     enabled: bool = Field(
-        False,
+        default=False,
         description=(
-            "RLTL;DR: after a failed attempt the policy writes a one-sentence insight; later rollouts of that task read "
-            "the task's insights, and unconditioned rollouts learn toward the insight-conditioned policy (docs/feedback.md)"
+            "RLTL;DR: after a failed attempt the policy writes a one-sentence insight; later rollouts of that task "
+            "read the task's insights, and unconditioned rollouts learn toward the "
+            "insight-conditioned policy (docs/feedback.md)"
         ),
     )
-    per_task: int = Field(3, ge=1, description="insights kept per task row (the newest)")
-    max_tasks: int = Field(10_000, ge=1, description="task rows with insights kept (least recently written dropped)")
+    per_task: int = Field(default=3, ge=1, description="insights kept per task row (the newest)")
+    max_tasks: int = Field(
+        default=10_000, ge=1, description="task rows with insights kept (least recently written dropped)"
+    )
     unconditioned_share: float = Field(
-        0.5,
+        default=0.5,
         ge=0.0,
         le=1.0,
         description=(
             "share of rollouts of a task with insights that do not see them (they get the internalisation term)"
         ),
     )
-    per_group: int = Field(1, ge=1, description="insights written per prompt per step, from its failed samples")
+    per_group: int = Field(default=1, ge=1, description="insights written per prompt per step, from its failed samples")
     coef: float = Field(
-        1.0, ge=0.0, description="weight of the internalisation term (reverse KL toward the policy with the insights)"
+        default=1.0,
+        ge=0.0,
+        description="weight of the internalisation term (reverse KL toward the policy with the insights)",
     )
-    max_tokens: int = Field(48, ge=4, description="an insight's length limit in tokens")
-    temperature: float = Field(0.7, ge=0.0, description="sampling temperature when writing an insight")
+    max_tokens: int = Field(default=48, ge=4, description="an insight's length limit in tokens")
+    temperature: float = Field(default=0.7, ge=0.0, description="sampling temperature when writing an insight")
 
 
 class RisedConfig(_Strict):
     enabled: bool = Field(
-        False,
+        default=False,
         description=(
             "RISED: tag every rollout with behaviours from a rubric vocabulary; log each tag's share per step; use the "
-            "profiles for prompt selection, positive-rubric self-distillation and negative-rubric steering (docs/feedback.md)"
+            "profiles for prompt selection, positive-rubric self-distillation and "
+            "negative-rubric steering (docs/feedback.md)"
         ),
     )
     vocabulary: str | None = Field(
-        None, description="a YAML tag vocabulary (tags: [{name, polarity, description, rule?}]); null: the built-in one"
+        default=None,
+        description="a YAML tag vocabulary (tags: [{name, polarity, description, rule?}]); null: the built-in one",
     )
     judge_model: str = Field(
-        "default", description="the local judge for tags without a rule ('default', a HF folder or 'tiny-random')"
+        default="default",
+        description="the local judge for tags without a rule ('default', a HF folder or 'tiny-random')",
     )
     selection: bool = Field(
-        True,
-        description="profile-based prompt selection: match the last batch's behaviour mix, no repeats within the window",
-    )
-    candidates: int = Field(4, ge=1, description="selection: candidate prompts per selected prompt")
-    window: int = Field(4, ge=0, description="selection: steps during which a selected prompt is not selected again")
-    negative: Literal["penalty", "hint", "off"] = Field(
-        "penalty",
+        default=True,
         description=(
-            "negative tags: a reward penalty (once per sample with any), a 'Avoid: ...' line in the prompts of rows where they recur, or nothing"
+            "profile-based prompt selection: match the last batch's behaviour mix, no repeats within the window"
+        ),
+    )
+    candidates: int = Field(default=4, ge=1, description="selection: candidate prompts per selected prompt")
+    window: int = Field(
+        default=4, ge=0, description="selection: steps during which a selected prompt is not selected again"
+    )
+    negative: Literal["penalty", "hint", "off"] = Field(
+        default="penalty",
+        description=(
+            "negative tags: a reward penalty (once per sample with any), a 'Avoid: ...' line in the prompts of rows "
+            "where they recur, or nothing"
         ),
     )
     penalty: float = Field(
-        0.1, ge=0.0, description="negative='penalty': reward subtracted from a sample with any negative tag"
+        default=0.1, ge=0.0, description="negative='penalty': reward subtracted from a sample with any negative tag"
     )
     positive_distill: bool = Field(
-        True,
+        default=True,
         description=(
             "a rollout missing a positive behaviour is distilled toward the policy told to show it ('Make sure: ...')"
         ),
     )
-    coef: float = Field(1.0, ge=0.0, description="weight of the positive-rubric distillation term")
+    coef: float = Field(default=1.0, ge=0.0, description="weight of the positive-rubric distillation term")
 
 
 class AlgorithmConfig(_Strict):
-    name: str = Field("grpo", description=f"preset: {', '.join(ALGORITHM_PRESETS)} (fills fields you did not set)")
+    name: str = Field(
+        default="grpo", description=f"preset: {', '.join(ALGORITHM_PRESETS)} (fills fields you did not set)"
+    )
     stepper: Literal["policy_gradient", "es"] = Field(
-        "policy_gradient",
-        description="how a step trains: policy_gradient (a Trainer), or es (evolution strategies); the es preset sets it",
+        default="policy_gradient",
+        description=(
+            "how a step trains: policy_gradient (a Trainer), or es (evolution strategies); the es preset sets it"
+        ),
     )
-    advantage: str = Field("grpo", description="advantage estimator, by registry name")
-    scale_std: bool = Field(True, description="divide group-centred rewards by the group std")
-    loss: str = Field("ppo_clip", description="policy loss, by registry name")
-    num_generations: int = Field(4, ge=2, description="G: completions per prompt")
-    epsilon: float = Field(0.2, gt=0.0)
-    epsilon_high: float | None = Field(None, gt=0.0, description="upper clip (DAPO clip-higher); default: epsilon")
-    dual_clip: float | None = Field(None, gt=1.0, description="ppo_clip dual-clip constant c (e.g. 3); null: off")
+    advantage: str = Field(default="grpo", description="advantage estimator, by registry name")
+    scale_std: bool = Field(default=True, description="divide group-centred rewards by the group std")
+    loss: str = Field(default="ppo_clip", description="policy loss, by registry name")
+    num_generations: int = Field(default=4, ge=2, description="G: completions per prompt")
+    epsilon: float = Field(default=0.2, gt=0.0)
+    epsilon_high: float | None = Field(
+        default=None, gt=0.0, description="upper clip (DAPO clip-higher); default: epsilon"
+    )
+    dual_clip: float | None = Field(
+        default=None, gt=1.0, description="ppo_clip dual-clip constant c (e.g. 3); null: off"
+    )
     cispo_epsilon_low: float | None = Field(
-        None, ge=0.0, description="CISPO: lower IS-weight bound 1 - this; null: none"
+        default=None, ge=0.0, description="CISPO: lower IS-weight bound 1 - this; null: none"
     )
-    beta: float = Field(0.0, ge=0.0, description="KL-to-reference coefficient; 0 loads no reference model")
+    beta: float = Field(default=0.0, ge=0.0, description="KL-to-reference coefficient; 0 loads no reference model")
     behavior_logprobs: Literal["policy", "sampler", "trainer"] = Field(
-        "policy",
+        default="policy",
         description=(
             "the PPO ratio's old policy: policy (the current policy's own log-probs, detached; with num_iterations > 1 "
             "the policy before this step's updates, recomputed) or sampler (the log-probs the sampler returned); the "
@@ -169,28 +195,40 @@ class AlgorithmConfig(_Strict):
     )
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     kl_mode: Literal["loss", "reward"] = Field(
-        "loss", description="KL as a loss term or as a per-sequence reward penalty"
+        default="loss", description="KL as a loss term or as a per-sequence reward penalty"
     )
     aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     is_correction: Literal["none", "truncate", "mask"] = Field(
-        "none", description="sampler-vs-trainer importance sampling: truncate (TIS) or mask tokens past is_cap"
+        default="none", description="sampler-vs-trainer importance sampling: truncate (TIS) or mask tokens past is_cap"
     )
-    is_level: Literal["token", "sequence"] = Field("token", description="importance ratio per token or per sequence")
-    is_cap: float = Field(2.0, ge=1.0, description="TIS cap on the ratio; mask mode keeps 1/cap <= ratio <= cap")
-    token_weighting: str = Field("none", description="per-token credit weights, by registry name (none, high_entropy)")
-    token_weighting_frac: float = Field(0.2, gt=0.0, le=1.0, description="high_entropy: fraction of tokens trained on")
-    dynamic_sampling: bool = Field(False, description="DAPO: replace zero-variance groups by sampling more prompts")
-    max_refill_rounds: int = Field(3, ge=0, description="dynamic sampling: extra sampling rounds per step at most")
-    overlong_filter: bool = Field(False, description="DAPO: truncated completions get no loss")
+    is_level: Literal["token", "sequence"] = Field(
+        default="token", description="importance ratio per token or per sequence"
+    )
+    is_cap: float = Field(
+        default=2.0, ge=1.0, description="TIS cap on the ratio; mask mode keeps 1/cap <= ratio <= cap"
+    )
+    token_weighting: str = Field(
+        default="none", description="per-token credit weights, by registry name (none, high_entropy)"
+    )
+    token_weighting_frac: float = Field(
+        default=0.2, gt=0.0, le=1.0, description="high_entropy: fraction of tokens trained on"
+    )
+    dynamic_sampling: bool = Field(
+        default=False, description="DAPO: replace zero-variance groups by sampling more prompts"
+    )
+    max_refill_rounds: int = Field(
+        default=3, ge=0, description="dynamic sampling: extra sampling rounds per step at most"
+    )
+    overlong_filter: bool = Field(default=False, description="DAPO: truncated completions get no loss")
     overlong_buffer_frac: float = Field(
-        0.0,
+        default=0.0,
         ge=0.0,
         le=1.0,
         description=(
             "DAPO soft overlong penalty over the last fraction of max_tokens (DAPO: 4096 of 20480 = 0.2; 0: off)"
         ),
     )
-    overlong_penalty: float = Field(1.0, ge=0.0, description="soft overlong penalty at the token limit")
+    overlong_penalty: float = Field(default=1.0, ge=0.0, description="soft overlong penalty at the token limit")
     es: ESConfig = ESConfig()
     teacher: TeacherConfig = TeacherConfig()
     hint_distill: HintDistillConfig = HintDistillConfig()

@@ -15,11 +15,15 @@ class EvalSuiteConfig(_Strict):
             "reasoning_gym:leg_counting, options: {eval_size: 32}}]; empty: no suite"
         ),
     )
-    every: int = Field(0, ge=0, description="run the suite every N steps as well (0: before and after training only)")
-    samples: int = Field(8, ge=1, description="k: completions per prompt")
-    prompts: int = Field(32, ge=1, description="held-out prompts per task")
-    temperature: float = Field(0.7, ge=0.0, description="sampling temperature of the suite (> 0 when samples > 1)")
-    answer_format: str = Field("auto", description="how maj@k reads an answer (rewards/extract.py)")
+    every: int = Field(
+        default=0, ge=0, description="run the suite every N steps as well (0: before and after training only)"
+    )
+    samples: int = Field(default=8, ge=1, description="k: completions per prompt")
+    prompts: int = Field(default=32, ge=1, description="held-out prompts per task")
+    temperature: float = Field(
+        default=0.7, ge=0.0, description="sampling temperature of the suite (> 0 when samples > 1)"
+    )
+    answer_format: str = Field(default="auto", description="how maj@k reads an answer (rewards/extract.py)")
 
     @field_validator("tasks")
     @classmethod

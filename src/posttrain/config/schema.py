@@ -25,25 +25,26 @@ from posttrain.config.strict import _Strict
 
 
 class RunConfig(_Strict):
-    name: str | None = Field(None, description="run name; default: <task>-<timestamp>")
-    output_dir: str = Field("runs", description="parent folder of run directories")
-    seed: int = Field(0, description="seeds model init (tiny-random), data order and sampling")
+    name: str | None = Field(default=None, description="run name; default: <task>-<timestamp>")
+    output_dir: str = Field(default="runs", description="parent folder of run directories")
+    seed: int = Field(default=0, description="seeds model init (tiny-random), data order and sampling")
 
 
 class ModelConfig(_Strict):
     name: str = Field(
-        "default", description="'default' (SmolLM2-135M-Instruct), 'tiny-random', a local HF folder, or a hub id"
+        default="default",
+        description="'default' (SmolLM2-135M-Instruct), 'tiny-random', a local HF folder, or a hub id",
     )
-    device: str = Field("auto", description="auto (cuda when present, else cpu), cpu, cuda or cuda:N")
+    device: str = Field(default="auto", description="auto (cuda when present, else cpu), cpu, cuda or cuda:N")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="auto: bfloat16 on a GPU, float32 on the CPU"
+        default="auto", description="auto: bfloat16 on a GPU, float32 on the CPU"
     )
-    threads: int | None = Field(None, ge=1, description="torch threads; default: all cores")
+    threads: int | None = Field(default=None, ge=1, description="torch threads; default: all cores")
     attn_implementation: str = Field(
-        "sdpa", description="transformers attention backend (sdpa, eager, flash_attention_2)"
+        default="sdpa", description="transformers attention backend (sdpa, eager, flash_attention_2)"
     )
     cpu_matmul: Literal["auto", "onednn", "mkl"] = Field(
-        "auto",
+        default="auto",
         description=(
             "fp32 Linear layers on the CPU: onednn (oneDNN's inner product for every product), mkl (torch's default), "
             "or auto: MKL on Intel CPUs; elsewhere oneDNN for decode (1.3-1.85x MKL on AMD EPYCs) and for training "
@@ -62,12 +63,12 @@ class ModelConfig(_Strict):
 
 
 class LoraConfig(_Strict):
-    enabled: bool = Field(False, description="train LoRA adapters (peft) instead of all weights")
-    r: int = Field(16, ge=1, description="adapter rank")
-    alpha: float = Field(32.0, description="LoRA scaling numerator (scale = alpha / r)")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapter input")
+    enabled: bool = Field(default=False, description="train LoRA adapters (peft) instead of all weights")
+    r: int = Field(default=16, ge=1, description="adapter rank")
+    alpha: float = Field(default=32.0, description="LoRA scaling numerator (scale = alpha / r)")
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="dropout on the adapter input")
     target_modules: list[str] = Field(
-        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        default=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         description="module names that get adapters",
     )
 
@@ -95,7 +96,7 @@ class TaskConfig(_Strict):
         return {False: "off", True: "refuse"}.get(v, v) if isinstance(v, bool) else v
 
     name: str = Field(
-        "json-extract", description="a built-in task name, 'path/file.py:make_task' or 'pkg.module:make_task'"
+        default="json-extract", description="a built-in task name, 'path/file.py:make_task' or 'pkg.module:make_task'"
     )
     options: dict = Field(default_factory=dict, description="keyword arguments for the task factory")
     rewards: list[dict] = Field(
@@ -108,7 +109,7 @@ class TaskConfig(_Strict):
         ),
     )
     answer_format: Literal["auto", "answer_tag", "boxed", "last_line", "last_number", "none"] = Field(
-        "auto",
+        default="auto",
         description=(
             "how the named rewards read the answer from a completion (rewards/extract.py): auto (<answer> tags, else "
             "the last \\boxed{}, else the last line), answer_tag, boxed, last_line, last_number or none (the whole "
@@ -116,72 +117,77 @@ class TaskConfig(_Strict):
         ),
     )
     dataset: str | None = Field(
-        None,
+        default=None,
         description=(
             "build the task from data instead of task.name: a local .jsonl, .json, .parquet, .csv or .arrow file, a "
             "folder of such files named by split (train.jsonl, test.parquet), a `datasets` save_to_disk folder, or a "
             "dataset name in the local Hugging Face cache (never downloaded); needs task.rewards (docs/datasets.md)"
         ),
     )
-    split: str = Field("train", description="task.dataset: the split trained on")
+    split: str = Field(default="train", description="task.dataset: the split trained on")
     prompt_column: str = Field(
-        "prompt", description=("task.dataset: the column holding the prompt, a string or a list of chat messages")
+        default="prompt",
+        description=("task.dataset: the column holding the prompt, a string or a list of chat messages"),
     )
     prompt_template: str | None = Field(
-        None,
+        default=None,
         description=(
             "task.dataset: build the prompt from the row's columns instead, a Python format string such as "
             "'Solve: {question}' (literal braces doubled: \\boxed{{}})"
         ),
     )
     system_prompt: str | None = Field(
-        None,
+        default=None,
         description=(
             "task.dataset: a system message put before each prompt (a string prompt becomes a chat user message)"
         ),
     )
     chat: bool | None = Field(
-        None,
+        default=None,
         description=(
             "task.dataset: true: a string prompt becomes a chat user message, rendered with the model's chat template; "
             "null: as the data has it (a string is raw text, TRL's convention), unless system_prompt is set"
         ),
     )
     eval_split: str | None = Field(
-        None,
+        default=None,
         description=(
             "task.dataset: the split held out for evaluation (e.g. test); default: eval_fraction of the train split"
         ),
     )
     eval_fraction: float | None = Field(
-        None,
+        default=None,
         gt=0.0,
         lt=1.0,
         description=(
             "task.dataset: the share of the train split held out (seeded by run.seed); default: 10%, at most 64 rows"
         ),
     )
-    max_rows: int | None = Field(None, ge=1, description="task.dataset: read at most this many rows of each split")
+    max_rows: int | None = Field(
+        default=None, ge=1, description="task.dataset: read at most this many rows of each split"
+    )
     reward_timeout_s: float = Field(
-        60.0, gt=0.0, description="seconds one reward-function call may take; past it the samples count as failed"
+        default=60.0,
+        gt=0.0,
+        description="seconds one reward-function call may take; past it the samples count as failed",
     )
     max_observation_chars: int | None = Field(
-        None,
+        default=None,
         ge=1,
         description=(
-            "multi-turn tasks: the most characters of one tool result or env observation the model reads back (the rest "
-            "cut with a marker); default: the task's own (8000 unless it says); docs/limits.md"
+            "multi-turn tasks: the most characters of one tool result or env observation the model reads back (the "
+            "rest cut with a marker); default: the task's own (8000 unless it says); docs/limits.md"
         ),
     )
     subset: str | None = Field(
-        None,
+        default=None,
         description=(
             'a JSON file {"train": [row indices], "eval": [row indices]} keeping only those rows of the task, e.g. '
             "the rows where the model's pass@16 is 0 (bench/feedback.py select writes one)"
         ),
     )
     env_check: Literal["refuse", "warn", "off"] = Field(
-        "refuse",
+        default="refuse",
         description="run the task's smoke checks before training (posttrain env check); on failure refuse or warn",
     )
 
@@ -219,49 +225,51 @@ class VLLMConfig(_Strict):
     """sampling.engine=vllm: how the vLLM engines are started (in process, inside Ray sampler actors, or as servers)."""
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto",
+        default="auto",
         description=(
-            "the engine's weights: auto = the trainer's (model.dtype); bfloat16 on a CPU engine measured 0.03 mean / 0.41 "
-            "max |log-prob| off the fp32 trainer (the truncated-IS correction takes it)"
+            "the engine's weights: auto = the trainer's (model.dtype); bfloat16 on a CPU engine measured 0.03 mean / "
+            "0.41 max |log-prob| off the fp32 trainer (the truncated-IS correction takes it)"
         ),
     )
     kv_cache_gb: float = Field(
-        1.0, gt=0.0, description="KV-cache memory per engine in GiB (CPU build; on a GPU see gpu_memory_utilization)"
+        default=1.0,
+        gt=0.0,
+        description="KV-cache memory per engine in GiB (CPU build; on a GPU see gpu_memory_utilization)",
     )
     max_model_len: int | None = Field(
-        None,
+        default=None,
         ge=16,
         description="longest prompt + completion an engine accepts; default: the model's limit, at most 4096",
     )
     compile: bool = Field(
-        False,
+        default=False,
         description=(
-            "torch.compile and CUDA graphs in the engine (vLLM's default); false (enforce_eager) starts in seconds instead "
-            "of minutes, which is what tests and CPU runs want"
+            "torch.compile and CUDA graphs in the engine (vLLM's default); false (enforce_eager) starts in seconds "
+            "instead of minutes, which is what tests and CPU runs want"
         ),
     )
     gpu_memory_utilization: float = Field(
-        0.5,
+        default=0.5,
         gt=0.0,
         le=1.0,
         description=(
             "GPU build: the share of GPU memory the engine may take (weights + KV cache); the rest is the trainer's"
         ),
     )
-    tensor_parallel_size: int = Field(1, ge=1, description="GPU build: GPUs one engine shards the model over")
+    tensor_parallel_size: int = Field(default=1, ge=1, description="GPU build: GPUs one engine shards the model over")
     sleep_mode: bool = Field(
-        False,
+        default=False,
         description=(
             "GPU build: put the engine to sleep (weights offloaded, KV cache freed) while the trainer steps; the CPU "
             "build refuses it"
         ),
     )
     lora: Literal["adapter", "merged"] = Field(
-        "adapter",
+        default="adapter",
         description=("with lora.enabled: push the adapter alone (vLLM's LoRA) or the merged full weights each step"),
     )
     weight_update: Literal["wait", "in_flight"] = Field(
-        "wait",
+        default="wait",
         description=(
             "how a push meets the requests an engine is generating: wait (they finish on the old weights first: one "
             "version per completion) or in_flight (generation pauses between tokens and the same requests continue on "
@@ -275,17 +283,18 @@ class VLLMConfig(_Strict):
 
 class SamplingConfig(_Strict):
     engine: Literal["own", "vllm"] = Field(
-        "own",
+        default="own",
         description=(
             "what samples rollouts: own (posttrain's decode loop, no extra dependency) or vllm (pip install "
-            "'posttrain[vllm]'; in process with cluster.backend=local, inside the sampler actors with ray, as supervised "
-            "servers with server; docs/engines.md). Eval, the env check and the judge audit keep the own loop"
+            "'posttrain[vllm]'; in process with cluster.backend=local, inside the sampler actors with ray, as "
+            "supervised servers with server; docs/engines.md). Eval, the env check and the judge audit keep "
+            "the own loop"
         ),
     )
     vllm: VLLMConfig = VLLMConfig()
-    max_tokens: int | None = Field(None, ge=1, description="new tokens per completion; default: the task's")
+    max_tokens: int | None = Field(default=None, ge=1, description="new tokens per completion; default: the task's")
     max_context: int | None = Field(
-        None,
+        default=None,
         ge=16,
         description=(
             "the most tokens a prompt and its completion may take together; default: the model's positions (and an "
@@ -294,32 +303,32 @@ class SamplingConfig(_Strict):
         ),
     )
     context_overflow: Literal["fail", "truncate"] = Field(
-        "fail",
+        default="fail",
         description=(
             "a prompt whose max_tokens do not fit the context: fail that sample with the reason, or cut its max_tokens "
             "to what fits (at least 16 tokens)"
         ),
     )
     temperature: float = Field(
-        0.7, ge=0.0, description="training rollouts; the trainer scores tokens at the same temperature"
+        default=0.7, ge=0.0, description="training rollouts; the trainer scores tokens at the same temperature"
     )
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling (1 = off)")
-    top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="nucleus sampling (1 = off)")
+    top_k: int = Field(default=0, ge=0, description="top-k sampling (0 = off)")
     stop: list[str] | None = Field(
-        None,
+        default=None,
         description="stop strings (the text is cut before the stop; the tokens keep it); null: the task's, []: none",
     )
     cuda_graphs: bool = Field(
-        False,
+        default=False,
         description=(
             "GPU decode fast path: a static KV cache and the decode step replayed as a CUDA graph (torch.compile "
             "reduce-overhead, compiled once per batch/length bucket; sampling/graph_decode.py); LoRA samplers decode "
             "eagerly; on a CPU the same loop runs uncompiled"
         ),
     )
-    eval_temperature: float = Field(0.0, ge=0.0, description="0 = greedy held-out eval")
+    eval_temperature: float = Field(default=0.0, ge=0.0, description="0 = greedy held-out eval")
     prefix_cache_tokens: int = Field(
-        32768,
+        default=32768,
         ge=0,
         description=(
             "multi-turn episodes: keep each turn's KV cache (at most this many tokens, least recently used dropped) so "
@@ -328,19 +337,19 @@ class SamplingConfig(_Strict):
         ),
     )
     precision: Literal["fp32", "bf16", "int8"] = Field(
-        "fp32",
+        default="fp32",
         description=(
             "rollout sampler's weights: fp32 (shares the trainer's), or a bf16 / int8 copy refreshed at each sync; "
             "not fp32 makes algorithm.behavior_logprobs default to sampler and is_correction to truncate"
         ),
     )
     packed_weights: Literal["auto", "on", "off"] = Field(
-        "auto",
+        default="auto",
         description=(
             "CPU decode with the sampler's Linear weights packed once by oneDNN at each sync instead of re-packed by "
             "every matmul (sampling/packed_linear.py). auto: pack whenever the sampler holds a copy of its own (a "
-            "bf16 copy, or the async loop's fp32 copy unless it has LoRA adapters) and the CPU can pack that dtype; on: "
-            "also give the sync loop's "
+            "bf16 copy, or the async loop's fp32 copy unless it has LoRA adapters) and the CPU can pack that dtype; "
+            "on: also give the sync loop's "
             "fp32 sampler a packed copy of its own (one more copy of the weights in memory); off: never. int8 and GPU "
             "samplers are not packed"
         ),
@@ -354,21 +363,21 @@ class SamplingConfig(_Strict):
 
 
 class TrainerConfig(_Strict):
-    lr: float = Field(2e-5, gt=0.0, description="AdamW learning rate")
-    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
-    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas")
-    max_grad_norm: float = Field(1.0, gt=0.0, description="gradient clipping; a non-finite norm skips the step")
-    warmup_steps: int = Field(0, ge=0, description="linear learning-rate warmup")
+    lr: float = Field(default=2e-5, gt=0.0, description="AdamW learning rate")
+    weight_decay: float = Field(default=0.0, ge=0.0, description="AdamW weight decay")
+    betas: tuple[float, float] = Field(default=(0.9, 0.99), description="AdamW betas")
+    max_grad_norm: float = Field(default=1.0, gt=0.0, description="gradient clipping; a non-finite norm skips the step")
+    warmup_steps: int = Field(default=0, ge=0, description="linear learning-rate warmup")
     optimizer: Literal["adamw", "muon"] = Field(
-        "adamw", description="adamw, or muon (Muon on 2-D hidden weight matrices, AdamW on the rest)"
+        default="adamw", description="adamw, or muon (Muon on 2-D hidden weight matrices, AdamW on the rest)"
     )
-    muon_momentum: float = Field(0.95, ge=0.0, lt=1.0, description="Muon momentum")
+    muon_momentum: float = Field(default=0.95, ge=0.0, lt=1.0, description="Muon momentum")
     micro_batch_tokens: int = Field(
-        4096, ge=64, description="tokens per forward/backward micro-batch (gradient accumulation above it)"
+        default=4096, ge=64, description="tokens per forward/backward micro-batch (gradient accumulation above it)"
     )
-    prefix_sharing: bool = Field(True, description="compute each group's shared prompt once")
+    prefix_sharing: bool = Field(default=True, description="compute each group's shared prompt once")
     logits_chunk_tokens: int = Field(
-        0,
+        default=0,
         ge=0,
         description=(
             "> 0: compute log-probs and entropy through the output projection in chunks of this many tokens, "
@@ -376,32 +385,32 @@ class TrainerConfig(_Strict):
         ),
     )
     gradient_checkpointing: bool = Field(
-        False,
+        default=False,
         description=(
             "activation checkpointing: keep only each decoder layer's input for backward and re-run the layer there "
             "(less memory for long or many sequences, about a third more train compute)"
         ),
     )
     precision: Literal["fp32", "bf16"] = Field(
-        "fp32",
+        default="fp32",
         description=(
-            "the log-prob passes' arithmetic: fp32, or bf16 (mixed precision: forward and backward under bf16 autocast, "
-            "weights, gradients and optimizer state stay fp32, log-softmax in fp32). On a CPU with AVX-512 BF16 a forward "
-            "and backward ran 1.7x faster alone, the RL update about 1.2x, and json-extract learned less over 3 seeds "
-            "(docs/results/speed.md); slower where the CPU has no bf16 arithmetic. It makes algorithm.behavior_logprobs default "
-            "to sampler and is_correction to truncate"
+            "the log-prob passes' arithmetic: fp32, or bf16 (mixed precision: forward and backward under bf16 "
+            "autocast, weights, gradients and optimizer state stay fp32, log-softmax in fp32). On a CPU with AVX-512 "
+            "BF16 a forward and backward ran 1.7x faster alone, the RL update about 1.2x, and json-extract learned "
+            "less over 3 seeds (docs/results/speed.md); slower where the CPU has no bf16 arithmetic. It makes "
+            "algorithm.behavior_logprobs default to sampler and is_correction to truncate"
         ),
     )
     world_size: int = Field(
-        1,
+        default=1,
         ge=1,
         description="trainer processes (data parallel, gloo on CPU / NCCL on GPU); under torchrun its WORLD_SIZE wins",
     )
     dist_timeout_s: float = Field(
-        600.0, gt=0.0, description="seconds a collective between trainer ranks may wait before the run fails"
+        default=600.0, gt=0.0, description="seconds a collective between trainer ranks may wait before the run fails"
     )
     sharding: Literal["none", "fsdp2"] = Field(
-        "none",
+        default="none",
         description=(
             "with world_size > 1: none (every rank a full copy, gradients all-reduced) or fsdp2 (torch fully_shard per "
             "decoder layer: weights, gradients and optimizer state sharded over the ranks, a layer gathered while it "
@@ -414,22 +423,25 @@ class TrainerConfig(_Strict):
 
 class WarmStartConfig(_Strict):
     steps: int = Field(
-        0,
+        default=0,
         ge=0,
         description="supervised steps on the task's demonstrations before RL (0: off; needs a task with `demonstrate`)",
     )
-    lr: float = Field(5e-5, gt=0.0, description="learning rate of the warm start (its own AdamW, dropped after)")
-    batch_size: int = Field(8, ge=1, description="demonstrations per warm-start step")
+    lr: float = Field(
+        default=5e-5, gt=0.0, description="learning rate of the warm start (its own AdamW, dropped after)"
+    )
+    batch_size: int = Field(default=8, ge=1, description="demonstrations per warm-start step")
     demos: int = Field(
-        0,
+        default=0,
         ge=0,
         description=(
-            "training rows turned into demonstrations, the first N (0: all); leave RL rows it has not seen: after a warm "
-            "start on every row most groups can pass whole, and RL has little left to learn (docs/results/learning.md)"
+            "training rows turned into demonstrations, the first N (0: all); leave RL rows it has not seen: after a "
+            "warm start on every row most groups can pass whole, and RL has little left "
+            "to learn (docs/results/learning.md)"
         ),
     )
     eval: bool | None = Field(
-        None,
+        default=None,
         description=(
             "evaluate the warm-started model before RL (the run's 'before' eval, the base of its RL gain); null: as "
             "loop.eval_before, which otherwise governs only the base model's eval. loop.eval_before=false "
@@ -440,7 +452,7 @@ class WarmStartConfig(_Strict):
 
 class SelectionConfig(_Strict):
     replay_share: float = Field(
-        0.5,
+        default=0.5,
         ge=0.0,
         le=1.0,
         description=(
@@ -449,13 +461,13 @@ class SelectionConfig(_Strict):
         ),
     )
     retire_after: int = Field(
-        1,
+        default=1,
         ge=1,
         le=8,
         description=("adaptive: a prompt whose last N groups all passed is retired (drawn again only as a revisit)"),
     )
     backoff_after: int = Field(
-        2,
+        default=2,
         ge=1,
         le=8,
         description=(
@@ -464,77 +476,84 @@ class SelectionConfig(_Strict):
         ),
     )
     revisit_every: int = Field(
-        20,
+        default=20,
         ge=1,
         description=(
             "adaptive: a retired or backed-off prompt is drawn again at most once per this many steps, so forgetting "
             "or a late first pass shows"
         ),
     )
-    revisit_slots: int = Field(1, ge=0, description="adaptive: prompts per step given to revisits at most")
+    revisit_slots: int = Field(default=1, ge=0, description="adaptive: prompts per step given to revisits at most")
 
 
 class LoopConfig(_Strict):
-    steps: int = Field(60, ge=0, description="optimizer steps (each on a fresh batch of rollouts)")
-    prompts_per_step: int = Field(4, ge=1, description="prompts per step; completions per step = this x G")
-    num_iterations: int = Field(1, ge=1, description="optimizer passes over each batch")
-    eval_every: int = Field(0, ge=0, description="held-out eval every N steps (0: only before and after)")
-    eval_prompts: int = Field(48, ge=1, description="held-out prompts per evaluation")
+    steps: int = Field(default=60, ge=0, description="optimizer steps (each on a fresh batch of rollouts)")
+    prompts_per_step: int = Field(default=4, ge=1, description="prompts per step; completions per step = this x G")
+    num_iterations: int = Field(default=1, ge=1, description="optimizer passes over each batch")
+    eval_every: int = Field(default=0, ge=0, description="held-out eval every N steps (0: only before and after)")
+    eval_prompts: int = Field(default=48, ge=1, description="held-out prompts per evaluation")
     eval_before: bool = Field(
-        True, description="evaluate before training (skip it when comparing many runs of one model)"
+        default=True, description="evaluate before training (skip it when comparing many runs of one model)"
     )
     eval_samples: int = Field(
-        1,
+        default=1,
         ge=1,
-        description="completions per held-out prompt; > 1 needs sampling.eval_temperature > 0 (pass_rate is then sampled pass@1)",
+        description=(
+            "completions per held-out prompt; > 1 needs sampling.eval_temperature > 0 "
+            "(pass_rate is then sampled pass@1)"
+        ),
     )
     time_budget_s: float | None = Field(
-        None, gt=0.0, description="stop after the step that uses up this much training time"
+        default=None, gt=0.0, description="stop after the step that uses up this much training time"
     )
-    save_every: int = Field(10, ge=0, description="checkpoint every N steps (0: only at the end)")
+    save_every: int = Field(default=10, ge=0, description="checkpoint every N steps (0: only at the end)")
     keep_checkpoints: int = Field(
-        2,
+        default=2,
         ge=0,
         description=(
             "checkpoints kept on disk (oldest removed); 0: never write one (no resume; final/ is still exported)"
         ),
     )
-    samples_per_step: int = Field(2, ge=0, description="rollouts per step written to samples.jsonl")
+    samples_per_step: int = Field(default=2, ge=0, description="rollouts per step written to samples.jsonl")
     final_model: Literal["best", "last"] = Field(
-        "best",
+        default="best",
         description=(
             "what final/ holds: the model of the held-out eval with the best loop.best_metric (ties go to the later "
             "step; RUN_DIR/best/ keeps it as the run goes), or the last step's; the run says which step final/ is"
         ),
     )
     best_metric: str = Field(
-        "eval/pass_rate",
+        default="eval/pass_rate",
         description=(
             "the held-out metric (higher is better) that picks the best model, e.g. eval/pass_rate, eval/reward/mean, "
             "eval/pass/<component>"
         ),
     )
     mode: Literal["sync", "async"] = Field(
-        "sync", description="async: rollout workers fill a queue while the trainer trains"
+        default="sync", description="async: rollout workers fill a queue while the trainer trains"
     )
     max_staleness: int = Field(
-        1, ge=0, description="async: policy versions a trained token may lag behind (admission control)"
+        default=1, ge=0, description="async: policy versions a trained token may lag behind (admission control)"
     )
     interruptible: bool = Field(
-        True,
+        default=True,
         description=(
             "async: a weight sync lands between two decode steps of a generation in flight instead of waiting for it "
             "to end; each token records the policy version it was sampled under (AReaL's interruptible generation)"
         ),
     )
     rollout_workers: int | None = Field(
-        None, ge=1, description="async: groups in flight at most; default prompts_per_step x (max_staleness + 1)"
+        default=None,
+        ge=1,
+        description="async: groups in flight at most; default prompts_per_step x (max_staleness + 1)",
     )
     batch_timeout_s: float = Field(
-        3600.0, gt=0.0, description="async: seconds the trainer waits for a step's groups before failing the run"
+        default=3600.0,
+        gt=0.0,
+        description="async: seconds the trainer waits for a step's groups before failing the run",
     )
     prompt_selection: str = Field(
-        "uniform",
+        default="uniform",
         description=(
             "how each step's prompts are drawn (algos/prompt_selection.py): uniform (epochs over a seeded shuffle) or "
             "adaptive (replay prompts the policy sometimes fails, retire mastered ones, back off ones nothing passes; "
@@ -558,7 +577,7 @@ class LoopConfig(_Strict):
 
 class JudgeConfig(_Strict):
     min_agreement: float | None = Field(
-        None,
+        default=None,
         ge=0.0,
         le=1.0,
         description=(
@@ -567,54 +586,62 @@ class JudgeConfig(_Strict):
         ),
     )
     min_kappa: float | None = Field(
-        None,
+        default=None,
         ge=-1.0,
         le=1.0,
         description=(
-            "like min_agreement, on Cohen's kappa (chance-corrected: the better gate when the verifier mostly passes or fails)"
+            "like min_agreement, on Cohen's kappa (chance-corrected: the better gate when the verifier "
+            "mostly passes or fails)"
         ),
     )
     cache: str | None = Field(
-        "default",
+        default="default",
         description=(
-            "judge answer cache (sqlite file) for every judge of the task, when set; default: each judge's own ($POSTTRAIN_JUDGE_CACHE or ~/.cache/posttrain/judge_cache.sqlite); null: off"
+            "judge answer cache (sqlite file) for every judge of the task, when set; default: each judge's own "
+            "($POSTTRAIN_JUDGE_CACHE or ~/.cache/posttrain/judge_cache.sqlite); null: off"
         ),
     )
-    audit_prompts: int = Field(16, ge=1, description="audit: held-out prompts sampled")
-    audit_samples: int = Field(4, ge=1, description="audit: policy completions per prompt")
+    audit_prompts: int = Field(default=16, ge=1, description="audit: held-out prompts sampled")
+    audit_samples: int = Field(default=4, ge=1, description="audit: policy completions per prompt")
     audit_temperature: float | None = Field(
-        None,
+        default=None,
         ge=0.0,
         description="audit: sampling temperature; null: sampling.temperature (what the judge sees in training)",
     )
     audit_swap_rows: bool = Field(
-        True,
+        default=True,
         description=(
-            "audit: also judge each completion against another prompt's row (mostly verifier fails: balances the classes)"
+            "audit: also judge each completion against another prompt's row "
+            "(mostly verifier fails: balances the classes)"
         ),
     )
     audit_injections: int = Field(
-        16, ge=0, description="audit: failing samples re-judged with each injection probe appended (0: none)"
+        default=16, ge=0, description="audit: failing samples re-judged with each injection probe appended (0: none)"
     )
 
 
 class LoggingConfig(_Strict):
-    tensorboard: bool = Field(True, description="write TensorBoard events to RUN_DIR/tb when installed")
-    console: bool = Field(True, description="print progress lines and tables")
+    tensorboard: bool = Field(default=True, description="write TensorBoard events to RUN_DIR/tb when installed")
+    console: bool = Field(default=True, description="print progress lines and tables")
     trackio: bool = Field(
-        False,
+        default=False,
         description="also log metrics to trackio (pip install 'posttrain[trackio]'); a missing package only warns",
     )
     wandb: bool = Field(
-        False,
-        description="also log metrics to Weights & Biases (pip install 'posttrain[wandb]'; WANDB_MODE=offline works); a missing package only warns",
+        default=False,
+        description=(
+            "also log metrics to Weights & Biases (pip install 'posttrain[wandb]'; WANDB_MODE=offline works); "
+            "a missing package only warns"
+        ),
     )
-    project: str = Field("posttrain", description="the trackio / W&B project; the run is named after its run directory")
+    project: str = Field(
+        default="posttrain", description="the trackio / W&B project; the run is named after its run directory"
+    )
 
 
 class DebugConfig(_Strict):
     rollout_fault_rate: float = Field(
-        0.0,
+        default=0.0,
         ge=0.0,
         le=1.0,
         description=(

@@ -1,8 +1,9 @@
 """RISED: rubric profiles of rollouts, and what a run does with them (algorithm.rised).
 
     env = ProfileEnv(task_env, taggers, book, cfg)     every scored rollout gets its tags (rewards/tags.py)
-      score:   tags; a negative tag as a reward penalty, once per sample (negative="penalty"); a positive tag the sample missed but
-               another rollout of its prompt showed, as a hint for the self-distillation teacher ("Make sure: ...")
+      score:   tags; a negative tag as a reward penalty, once per sample (negative="penalty"); a positive tag the
+               sample missed but another rollout of its prompt showed, as a hint for the self-distillation teacher
+               ("Make sure: ...")
       rollout: negative="hint": a row's recurring negative behaviours written into its prompt ("Avoid: ...")
     book = ProfileBook()                                per task row: the share of its recent rollouts with each tag
     rows = select_rows(book, candidates, k, target, recent)   profile-based prompt selection
@@ -91,6 +92,7 @@ def select_rows(
             d = sum(abs((total[j] + vec[i][j]) / m - goal[j]) for j in range(len(names)))
             if best_d is None or d < best_d - 1e-12:
                 best, best_d = i, d
+        assert best is not None  # cands is never empty: at most len(allowed) picks, each a new one
         chosen.append(best)
         total = [total[j] + vec[best][j] for j in range(len(names))]
     return chosen

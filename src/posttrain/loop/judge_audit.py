@@ -259,10 +259,10 @@ def audit(cfg: Any, c: Any, log=print) -> AuditReport:
                     name,
                     len(ok),
                     _mean([b for b, _ in ok]),
-                    _mean([float(a) for _, a in ok]),  # type: ignore[arg-type]
+                    _mean([float(a) for _, a in ok]),
                     sum(1 for b, a in ok if b < threshold <= float(a)),
                 )
-            )  # type: ignore[arg-type]
+            )
 
     # Pairwise: (pass, fail) pairs of the same prompt, both orders.
     pj = next(

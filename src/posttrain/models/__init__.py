@@ -4,9 +4,12 @@ The loaders (torch, transformers) are imported on first use, so that `posttrain.
 `template_check` stay light for the processes that only render prompts (envs, Ray env workers).
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from posttrain.models.chat import prompt_text, render_prompt
+
+if TYPE_CHECKING:  # loaded by __getattr__ on first use; named here for the type checker
+    from posttrain.models.load import ModelLoadError, ensure_pad_token, load_model, stop_token_ids
 
 __all__ = ["ModelLoadError", "ensure_pad_token", "load_model", "prompt_text", "render_prompt", "stop_token_ids"]
 

@@ -85,9 +85,9 @@ def _convert(target: Path, log) -> Path:
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # After dequantizing the weights are plain fp32; save_pretrained refuses while the GGUF quantizer is attached.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # pyright: ignore[reportArgumentType]  # undeclared in transformers: Module's setattr types
     if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
+        delattr(model.config, "quantization_config")
     model.config._name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
     save_hf_folder(model, tok, target)
     log(f"converted in {time.time() - t0:.1f}s")

@@ -79,7 +79,7 @@ def companion_mismatch(name: str, version: str, requires: list[str], torch_versi
     return None
 
 
-def companion_in_chain(e: BaseException) -> str | None:
+def companion_in_chain(e: BaseException | None) -> str | None:
     """The installed companion package an exception comes from: named in a message of its chain (`__cause__` /
     `__context__`: transformers wraps the real error two levels down) or raised inside its files. One that is
     not installed is not this problem (a task that needs torchvision and lacks it): None."""

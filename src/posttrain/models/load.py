@@ -36,7 +36,8 @@ def load_model(
         from posttrain.models.tiny import tiny_random_model
 
         model, tok = tiny_random_model(seed=seed)
-        return model.to(DTYPES[dtype]).eval(), tok
+        # transformers' @wraps(Module.to) hides that `to` is a bound method
+        return model.to(DTYPES[dtype]).eval(), tok  # pyright: ignore[reportArgumentType]
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -48,7 +49,8 @@ def load_model(
             raise ModelLoadError(f"GGUF file not found: {p}")
         tok = AutoTokenizer.from_pretrained(p.parent, gguf_file=p.name)
         model = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, **kwargs)
-        model.hf_quantizer = None  # weights are dequantized; keep save_pretrained working
+        # weights are dequantized; keep save_pretrained working
+        model.hf_quantizer = None  # pyright: ignore[reportArgumentType]  # undeclared in transformers: Module's setattr types
         return model.eval(), tok
     if p.exists() and (p / "adapter_config.json").exists() and not (p / "config.json").exists():
         return _load_adapter_folder(p, dtype, attn_implementation, seed, log)
@@ -64,7 +66,8 @@ def load_model(
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         raise ModelLoadError(
             f"could not load model {path!r}: {e}\n"
-            f"If this is a hub id, this machine needs network access to the hub{' (HF_HUB_OFFLINE=1 is set)' if offline else ''}; "
+            "If this is a hub id, this machine needs network access to the hub"
+            f"{' (HF_HUB_OFFLINE=1 is set)' if offline else ''}; "
             "otherwise pass a local HF folder, a .gguf file, 'default' or 'tiny-random'."
         ) from None
     return model.eval(), tok

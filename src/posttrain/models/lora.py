@@ -17,7 +17,7 @@ def apply_lora(model: Any, r: int, alpha: float, dropout: float, target_modules:
         )
     cfg = LoraConfig(
         r=r,
-        lora_alpha=alpha,
+        lora_alpha=alpha,  # pyright: ignore[reportArgumentType]  # peft annotates int; its scale alpha / r takes a float
         lora_dropout=dropout,
         target_modules=[m for m in target_modules if m in names],
         task_type="CAUSAL_LM",

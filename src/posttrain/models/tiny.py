@@ -6,6 +6,7 @@ Built in memory in well under a second, with nothing to download, so every test 
 from __future__ import annotations
 
 import string
+from typing import cast
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -14,7 +15,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 SPECIAL = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Same shape of template as SmolLM2/ChatML, so chat-template code paths are exercised for real.
 CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
@@ -47,8 +49,8 @@ def tiny_random_model(
         num_key_value_heads=2,
         max_position_embeddings=1024,
         tie_word_embeddings=True,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
+        pad_token_id=cast(int, tok.pad_token_id),  # set by tiny_tokenizer: one token, so one id
+        eos_token_id=cast(int, tok.eos_token_id),
         bos_token_id=None,
     )
     with torch.random.fork_rng():

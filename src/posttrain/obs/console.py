@@ -103,7 +103,7 @@ def eval_table(title: str, rows: list[tuple[str, dict[str, float]]]) -> Table:
         vals = [m.get(k) for _, m in rows]
         pct = k != "eval/reward"
         cells = [(f"{v * 100:.1f}%" if pct else f"{v:.3f}") if v is not None else "-" for v in vals]
-        if len(rows) == 2 and None not in vals:
+        if len(rows) == 2 and vals[0] is not None and vals[1] is not None:
             d = vals[1] - vals[0]
             cells.append(f"{d * 100:+.1f} pts" if pct else f"{d:+.3f}")
         table.add_row(k.removeprefix("eval/"), *cells)

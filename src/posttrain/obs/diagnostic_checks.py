@@ -245,8 +245,9 @@ def memory_pressure(h: History, cfg: DiagnosticsConfig) -> Finding | None:
         " GB is left on the machine; past it the kernel kills the run without a message",
         "run fewer jobs at once; set trainer.gradient_checkpointing=true (layers re-run in backward "
         "instead of keeping their activations) and trainer.logits_chunk_tokens=256; lower "
-        "trainer.micro_batch_tokens (activations grow with it); sample fewer completions per step (algorithm.num_generations, "
-        "loop.prompts_per_step); or train LoRA (lora.enabled=true: no optimizer state for the full weights)",
+        "trainer.micro_batch_tokens (activations grow with it); sample fewer completions per step "
+        "(algorithm.num_generations, loop.prompts_per_step); or train LoRA (lora.enabled=true: no optimizer state for "
+        "the full weights)",
         {"peak_rss_mb": peak[0], "headroom_mb": headroom, "growth_mb": growth},
     )
 

@@ -2,11 +2,11 @@
 
 A `Diagnostics` object is fed the records the loop writes to metrics.jsonl (`"kind": "train"` each step,
 `"kind": "eval"` each held-out evaluation) and returns the `DiagnosticEvent`s that this record started or
-cleared. Each diagnostic is a pure function of the history and the thresholds (`diagnostics.*` config keys),
-registered by name in `DIAGNOSTICS` (obs/diagnostic_registry.py; the checks live in obs/diagnostic_checks.py): adding one is a function and a
-test, never an elif. The state machine
-here only turns "the condition holds now" into events: one `start` when it begins, one `clear` once it has
-been gone for `clear_after` steps, so a progress line is printed once, not every step.
+cleared. Each diagnostic is a pure function of the history and the thresholds (`diagnostics.*` config keys), registered
+by name in `DIAGNOSTICS` (obs/diagnostic_registry.py; the checks live in obs/diagnostic_checks.py): adding one is a
+function and a test, never an elif. The state machine here only turns "the condition holds now" into events: one `start`
+when it begins, one `clear` once it has been gone for `clear_after` steps, so a progress line is printed once, not every
+step.
 
 `posttrain diagnose RUN_DIR` replays a run's metrics.jsonl through the same object (obs/diagnose_run.py), so a
 finished run, a running one and the live loop all give the same verdicts.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -172,7 +173,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None) -> Pat
     return path
 
 
-def write_compare(run_dirs: list[str | Path], out: str | Path) -> Path:
+def write_compare(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     """The runs' main curves overlaid, one colour per run."""
     if len(run_dirs) < 2:
         raise ReportError("--compare needs at least two run directories")

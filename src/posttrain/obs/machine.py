@@ -11,12 +11,20 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
+from typing import TypedDict
 
 # The flags that change which kernels torch, MKL and oneDNN pick, in the order they are reported.
 _ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "avx_ne_convert")
 
 
-def cpu_summary() -> dict[str, object]:
+class CpuSummary(TypedDict):
+    model: str | None
+    cores: int | None
+    isa: list[str]
+    torch_capability: str | None
+
+
+def cpu_summary() -> CpuSummary:
     """{"model": ..., "cores": N, "isa": [flags present], "torch_capability": ...}; fields are None if unknown."""
     model, flags = None, set()
     try:

@@ -117,7 +117,8 @@ def _signal(m: PreflightMeasurements) -> list[Verdict]:
                 "stop",
                 f"no learning signal: the headline reward never passed (baseline pass rate {base:.3f}"
                 + (f", sampled {sampled:.3f}" if sampled is not None else "")
-                + f") and {zv:.0%} of sampled groups ({g}) have all-equal rewards, so most steps have nothing to learn from",
+                + f") and {zv:.0%} of sampled groups ({g}) have all-equal rewards, so most steps have nothing to "
+                "learn from",
                 [
                     "add partial credit: a second reward function that a near-miss earns (right answer in the wrong "
                     "format, a valid format with a wrong answer); a reward that never fires teaches nothing",
@@ -256,7 +257,9 @@ def _timing(m: PreflightMeasurements) -> list[Verdict]:
                     f"to bound it: loop.time_budget_s={budget} (training stops after the step that spends "
                     f"it, about {math.ceil(budget / m.step_seconds)} steps here; then it saves and evaluates)"
                 ]
-            else:  # the evals alone use up the time: a budget would leave a step or none (a coding-agent run)
+            elif m.eval_seconds is not None:
+                # the evals alone use up the time: a budget would leave a step or none (a coding-agent run). No eval
+                # measured means one step alone takes over half of LONG_RUN_S: only the advice below fits
                 advice = [
                     f"the 2 held-out evals alone take about {2 * m.eval_seconds / 60:.0f} min: fewer held-out "
                     "prompts (loop.eval_prompts=N) or shorter episodes bound it, or a loop.time_budget_s "
@@ -301,5 +304,5 @@ def format_verdicts(verdicts: list[Verdict], title: str = "preflight verdicts") 
 
 def worst(verdicts: list[Verdict]) -> Severity:
     """ "stop" or "warn" when any verdict is; otherwise "ok" (an "info" verdict, the time estimate, is no problem)."""
-    bad = [v.severity for v in verdicts if v.severity in ("stop", "warn")]
+    bad: list[Severity] = [v.severity for v in verdicts if v.severity in ("stop", "warn")]
     return min(bad, key=lambda s: _ORDER[s]) if bad else "ok"

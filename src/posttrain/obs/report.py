@@ -29,16 +29,24 @@ def write_report(run_dir: str, out: str | None = None) -> str:
     ):
         ax.plot(steps, [r.get(k, 0) for r in train], label=k, alpha=0.6)
     _mark_diagnostics(ax, recs, run_dir)
-    ax.set_xlabel("step"), ax.set_title("train reward"), ax.legend(fontsize=7)
+    ax.set_xlabel("step")
+    ax.set_title("train reward")
+    ax.legend(fontsize=7)
     ax = axes[1]
     for k in sorted({k for r in train for k in r if k.startswith("pass/")}):
         ax.plot(steps, [r.get(k, 0) for r in train], label=k)
-    ax.set_xlabel("step"), ax.set_title("train pass rates"), ax.set_ylim(0, 1), ax.legend(fontsize=7)
+    ax.set_xlabel("step")
+    ax.set_title("train pass rates")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
     ax = axes[2]
     esteps = [r["step"] for r in evals]
     for k in sorted({k for r in evals for k in r if k.startswith("eval/pass")}):
         ax.plot(esteps, [r.get(k, 0) for r in evals], marker="o", label=k)
-    ax.set_xlabel("step"), ax.set_title("held-out pass rates"), ax.set_ylim(0, 1), ax.legend(fontsize=7)
+    ax.set_xlabel("step")
+    ax.set_title("held-out pass rates")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     out = out or os.path.join(run_dir, "report.png")
     fig.savefig(out, dpi=90)

@@ -37,6 +37,7 @@ def _base():
     """The regex worker's helpers (`_limit`, `_reply`, `_next_request`), loaded from its file."""
     path = Path(__file__).resolve().parent.parent / "_regex_worker.py"
     spec = importlib.util.spec_from_file_location("_posttrain_regex_worker", path)
+    assert spec is not None and spec.loader is not None  # a .py path always gets a source loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -54,8 +55,9 @@ def _checker():
     def parsed(text: str):
         # Bare math (\frac34, 2^{1/2}, (1, 2), 1+x^2) reads right only as LaTeX in $...$; a sentence ("It is 12 cm",
         # "The answer is 7.") only as math-verify reads free text. Each falls back to the other.
-        latex = lambda: parse("$" + text + "$", config, parsing_timeout=None)
-        plain = lambda: parse(text, config, parsing_timeout=None)
+        # (The ignores: math-verify annotates parsing_timeout as int, yet takes None for no timeout.)
+        latex = lambda: parse("$" + text + "$", config, parsing_timeout=None)  # pyright: ignore[reportArgumentType]
+        plain = lambda: parse(text, config, parsing_timeout=None)  # pyright: ignore[reportArgumentType]
         first, second = (plain, latex) if words.search(text) else (latex, plain)
         return first() or second()
 

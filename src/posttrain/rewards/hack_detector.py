@@ -284,7 +284,7 @@ class _Visitor:
             return
         s = self._fold(arg)
         reason = path_reason(s, listing) if s is not None else None
-        if reason:
+        if reason and s is not None:
             self._flag("test_file_access", f"{reason}: {s[:60]!r}", node)
 
     def _check_shell(self, node: ast.Call) -> None:
@@ -475,7 +475,7 @@ class _Visitor:
             if not uses_other or _returns_only_constants(node):
                 self._flag("eq_override", f"def {node.name} ignores its argument", node)
 
-    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and len(node.value) < 300:

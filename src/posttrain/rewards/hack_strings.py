@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import posixpath
 import re
+from collections.abc import Mapping, Sequence
 
 UNKNOWN = "\0"  # a part of a folded string not known statically (no path holds a NUL); a glob '*' when matched
 _PERCENT = re.compile(r"%(?:\((\w{1,30})\))?[-#0 +]{0,5}\d{0,5}(?:\.\d{0,5})?[a-zA-Z]")  # '%s', '%(x)s'
@@ -73,7 +74,7 @@ class StringFolder:
             return self._fold_call(node, depth)
         return None
 
-    def _concat(self, parts: list[ast.AST], sep: str, depth: int) -> str | None:
+    def _concat(self, parts: Sequence[ast.AST], sep: str, depth: int) -> str | None:
         folded = [self.fold(p, depth + 1) for p in parts]
         if all(f is None for f in folded):
             return None
@@ -104,9 +105,9 @@ class StringFolder:
         self,
         placeholder: re.Pattern[str],
         template: str,
-        values: list[ast.AST],
+        values: Sequence[ast.AST],
         depth: int,
-        named: dict[str, ast.AST] | None = None,
+        named: Mapping[str, ast.AST] | None = None,
     ) -> str:
         """`template` with its placeholders ('%s', '{}', '{0}', '{name}') filled by the folded `values` (in order,
         or by index) and `named` ('*' for what is unknown): "'/%s/x' % 'tests'" is '/tests/x'."""

@@ -16,7 +16,7 @@ import difflib
 import math
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -168,10 +168,11 @@ def _positive(**values: float) -> None:
 
 def _validator(schema: Any, error: type[Exception]) -> Any:
     import jsonschema
+    from jsonschema.validators import validator_for
 
     if not isinstance(schema, dict):
         raise error(f"a JSON Schema must be an object, got {type(schema).__name__}")
-    cls = jsonschema.validators.validator_for(schema)
+    cls = validator_for(schema)
     try:
         cls.check_schema(schema)
     except jsonschema.SchemaError as e:
@@ -182,7 +183,7 @@ def _validator(schema: Any, error: type[Exception]) -> Any:
 # ---------------------------------------------------------------------------------------- checking a config
 
 
-def nearest_name(name: str, known: Sequence[str]) -> str:
+def nearest_name(name: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.5)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -1,9 +1,9 @@
 """Rewards for repair tasks graded by a test suite: pay for the tests the issue breaks, not for the rest.
 
-A repair task (fix a bug, restore a deleted function) starts from code that already passes most of the repo's
-tests. Paying the share of all tests passed then pays the untouched code, and RL learns to leave it untouched
-(docs/results/tasks.md, "Coding agent": held-out reward 0.080 -> 0.712 with no edit applied). SWE-bench splits the tests in two
-by the starting code's grade: fail-to-pass (the issue) and pass-to-pass (everything it must not break).
+A repair task (fix a bug, restore a deleted function) starts from code that already passes most of the repo's tests.
+Paying the share of all tests passed then pays the untouched code, and RL learns to leave it untouched
+(docs/results/tasks.md, "Coding agent": held-out reward 0.080 -> 0.712 with no edit applied). SWE-bench splits the tests
+in two by the starting code's grade: fail-to-pass (the issue) and pass-to-pass (everything it must not break).
 """
 
 from __future__ import annotations

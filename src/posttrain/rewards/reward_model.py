@@ -2,11 +2,11 @@
 
     rubric = Rubric([RewardComponent("rm", reward_model("runs/rm/product-blurb"))])
 
-The folder is what `posttrain rm train` writes (training/reward_model_fit.py): a HF sequence-classification model with one
-output (`AutoModelForSequenceClassification`, num_labels=1) and its tokenizer; any such folder works, e.g. a
-published reward model saved with `save_pretrained`. The function scores `format_pair(prompt, completion)`, the
-same text the model was trained on, in batches of `batch_size`; the model is loaded on the first call and kept
-(one copy per folder and device for the whole process), so a task built many times loads it once.
+The folder is what `posttrain rm train` writes (training/reward_model_fit.py): a HF sequence-classification model with
+one output (`AutoModelForSequenceClassification`, num_labels=1) and its tokenizer; any such folder works, e.g. a
+published reward model saved with `save_pretrained`. The function scores `format_pair(prompt, completion)`, the same
+text the model was trained on, in batches of `batch_size`; the model is loaded on the first call and kept (one copy per
+folder and device for the whole process), so a task built many times loads it once.
 
 The folder is checked when the function is made (config only, no weights), so a wrong path fails when the task
 loads, not in the middle of a run: missing folder, no config.json, or a config that is not a one-output
@@ -168,5 +168,5 @@ def reward_model(
         return scorer.score([format_pair(p, c) for p, c in zip(ps, completions)], batch_size)
 
     fn.__name__ = name
-    fn.path = str(path)  # type: ignore[attr-defined]
+    fn.path = str(path)
     return fn

@@ -1,10 +1,10 @@
 """Metrics that reward functions keep themselves (an LLM judge's cache hits, latency, failures, position flips),
 collected into a step's metrics.
 
-Any reward object with `drain_metrics() -> dict[str, float]` (returns its counters and resets them) takes part:
-the rubric's component functions (or, for a bound method, its instance), the task's group rewards and the judges a task offers (`Task.judges`). Values
-of the same key from several objects are summed (counters are additive); ratio metrics are then recomputed from
-their summed parts (rewards/judges/stats.py RATIOS).
+Any reward object with `drain_metrics() -> dict[str, float]` (returns its counters and resets them) takes part: the
+rubric's component functions (or, for a bound method, its instance), the task's group rewards and the judges a task
+offers (`Task.judges`). Values of the same key from several objects are summed (counters are additive); ratio metrics
+are then recomputed from their summed parts (rewards/judges/stats.py RATIOS).
 """
 
 from __future__ import annotations

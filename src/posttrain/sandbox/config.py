@@ -26,29 +26,31 @@ class SandboxConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: Backend = "auto"
-    allow_unsafe: bool = Field(False, description="permit the limits-only backend, which hides no host files")
-    timeout_s: float = Field(10.0, gt=0, description="wall clock for the whole run, process tree included")
-    cpu_s: int | None = Field(None, gt=0, description="RLIMIT_CPU per process; default: ceil(timeout_s) + 1")
-    case_timeout_s: float | None = Field(None, gt=0, description="grade_function: wall clock per case")
-    memory_mb: int = Field(512, gt=0, description="RLIMIT_AS per process")
-    max_procs: int = Field(32, gt=0, description="RLIMIT_NPROC (processes plus threads) for the run's own uid")
-    max_file_mb: int = Field(16, gt=0, description="RLIMIT_FSIZE: largest file a process may write")
-    max_open_files: int = Field(64, gt=3, description="RLIMIT_NOFILE")
-    tmpfs_mb: int = Field(64, gt=0, description="size of the fresh work dir (also holds /tmp)")
-    max_inodes: int = Field(8192, gt=64, description="files and dirs the work dir's tmpfs may hold")
+    allow_unsafe: bool = Field(default=False, description="permit the limits-only backend, which hides no host files")
+    timeout_s: float = Field(default=10.0, gt=0, description="wall clock for the whole run, process tree included")
+    cpu_s: int | None = Field(default=None, gt=0, description="RLIMIT_CPU per process; default: ceil(timeout_s) + 1")
+    case_timeout_s: float | None = Field(default=None, gt=0, description="grade_function: wall clock per case")
+    memory_mb: int = Field(default=512, gt=0, description="RLIMIT_AS per process")
+    max_procs: int = Field(default=32, gt=0, description="RLIMIT_NPROC (processes plus threads) for the run's own uid")
+    max_file_mb: int = Field(default=16, gt=0, description="RLIMIT_FSIZE: largest file a process may write")
+    max_open_files: int = Field(default=64, gt=3, description="RLIMIT_NOFILE")
+    tmpfs_mb: int = Field(default=64, gt=0, description="size of the fresh work dir (also holds /tmp)")
+    max_inodes: int = Field(default=8192, gt=64, description="files and dirs the work dir's tmpfs may hold")
     run_memory_mb: int = Field(
-        1024,
+        default=1024,
         gt=0,
         description="cgroup memory limit for the whole run: every process, "
         "tmpfs, shared memory, memfd and kernel objects together",
     )
-    max_output_bytes: int = Field(65536, ge=0, description="stdout and stderr are each cut at this many bytes")
-    max_result_bytes: int = Field(4 << 20, gt=0, description="cap on the grading result channel")
+    max_output_bytes: int = Field(default=65536, ge=0, description="stdout and stderr are each cut at this many bytes")
+    max_result_bytes: int = Field(default=4 << 20, gt=0, description="cap on the grading result channel")
     python: str = Field(
         default_factory=_default_python, description="interpreter used inside; its prefix is bound read-only"
     )
-    concurrency: int = Field(2, ge=1, description="SandboxPool: runs at once")
-    staging_dir: str | None = Field(None, description="host dir for per-run staging folders; default: the temp dir")
+    concurrency: int = Field(default=2, ge=1, description="SandboxPool: runs at once")
+    staging_dir: str | None = Field(
+        default=None, description="host dir for per-run staging folders; default: the temp dir"
+    )
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables inside (after clearing)")
 
     def cpu_limit_s(self) -> int:

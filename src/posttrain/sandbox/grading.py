@@ -215,7 +215,7 @@ def grade_pytest(
     mode = mode or default_mode(cfg)
     if mode not in (OUT_OF_PROCESS, IN_PROCESS):
         raise ValueError(f"mode must be {OUT_OF_PROCESS!r} or {IN_PROCESS!r}, not {mode!r}")
-    inputs = {
+    inputs: dict[str, str | bytes] = {
         name: (HERE / name).read_bytes()
         for name in ("harness_pytest.py", "harness_remote.py", "harness_wire.py", "harness_solution.py")
     }

@@ -129,7 +129,7 @@ def main():
     conn = None
     if work_dir is None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's dir out
-        import harness_remote
+        import harness_remote  # pyright: ignore[reportMissingImports]  # a sibling script, on sys.path in the sandbox
 
         conn = harness_remote.Connection(int(req_fd), int(reply_fd), float(call_timeout))
         sys.meta_path.append(harness_remote.SolutionFinder(conn, [t for t in tops.split(",") if t]))

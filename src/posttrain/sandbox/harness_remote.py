@@ -19,7 +19,7 @@ import select
 import time
 import types
 
-import harness_wire as wire
+import harness_wire as wire  # pyright: ignore[reportMissingImports]  # a sibling script, on sys.path in the sandbox
 
 MAX_REPLY = 16 << 20
 NOT_MAPPED = {

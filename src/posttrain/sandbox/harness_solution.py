@@ -16,7 +16,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's dir out
-import harness_wire as wire
+import harness_wire as wire  # pyright: ignore[reportMissingImports]  # a sibling script, on sys.path in the sandbox
 
 OPS = {
     "len": len,
@@ -111,6 +111,8 @@ def flush_output():
     """Print output reaches the host before the answer does: once the last answer is in, the run may end and
     this process be killed, and a pipe's block buffer would die with it (seen under load in CI)."""
     for stream in (sys.__stdout__, sys.__stderr__):
+        if stream is None:  # started without that stream: nothing to flush
+            continue
         try:
             stream.flush()
         except BaseException:  # noqa: BLE001 - a closed or replaced stream only loses the solution's own output

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,7 +66,7 @@ def _safe_relpath(name: str) -> str:
     return norm
 
 
-def write_tree(root: str, files: dict[str, str | bytes], mode: int = 0o644) -> None:
+def write_tree(root: str, files: Mapping[str, str | bytes], mode: int = 0o644) -> None:
     """Write `files` (relative path -> content) under `root`; dirs 0755 so the run's uid can read them."""
     for name, content in files.items():
         path = os.path.join(root, _safe_relpath(name))
@@ -288,9 +288,9 @@ def _stage(
     stage: str,
     backend: str,
     uid: int | None,
-    files: dict[str, str | bytes] | None,
-    inputs: dict[str, str | bytes] | None,
-    tests: dict[str, str | bytes] | None,
+    files: Mapping[str, str | bytes] | None,
+    inputs: Mapping[str, str | bytes] | None,
+    tests: Mapping[str, str | bytes] | None,
     hide_tests: bool,
 ) -> tuple[str, str | None, Layout]:
     """The run's files under `stage`: `in/` (an /etc for the run's user, the inputs, the files under `files/`),
@@ -378,11 +378,11 @@ def _result(
 
 def run_sandboxed(
     argv: list[str],
-    files: dict[str, str | bytes] | None,
+    files: Mapping[str, str | bytes] | None,
     cfg: SandboxConfig,
     *,
-    inputs: dict[str, str | bytes] | None = None,
-    tests: dict[str, str | bytes] | None = None,
+    inputs: Mapping[str, str | bytes] | None = None,
+    tests: Mapping[str, str | bytes] | None = None,
     result_channel: bool = False,
     argv_fn=None,
     companion_fn=None,
@@ -519,7 +519,7 @@ def run_sandboxed(
 
 
 def run_command(
-    argv: list[str], files: dict[str, str | bytes] | None = None, cfg: SandboxConfig | None = None
+    argv: list[str], files: Mapping[str, str | bytes] | None = None, cfg: SandboxConfig | None = None
 ) -> RunResult:
     """Run `argv` in a fresh sandbox whose work dir (the cwd) holds `files`. Never raises for what the command does.
 

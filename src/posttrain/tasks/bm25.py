@@ -1,6 +1,7 @@
 """A small BM25 index (Okapi BM25, Robertson & Zaragoza 2009, "The Probabilistic Relevance Framework").
 
-    score(q, d) = sum over distinct terms t of q:  idf(t) * tf(t,d) * (k1 + 1) / (tf(t,d) + k1 * (1 - b + b * |d| / avgdl))
+    score(q, d) = sum over distinct terms t of q:
+                      idf(t) * tf(t,d) * (k1 + 1) / (tf(t,d) + k1 * (1 - b + b * |d| / avgdl))
     idf(t)      = ln((N - n(t) + 0.5) / (n(t) + 0.5) + 1)      (Lucene's form: never negative)
 
 Tokens are lowercase runs of letters and digits. Everything here is a pure function over a frozen index, so the

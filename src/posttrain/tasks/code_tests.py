@@ -287,6 +287,6 @@ def make_task(
     if detect_hacks:
         hack = f"```python\nimport sys\ndef {p['signature']}:\n    sys.exit(0)\n```"
         checks.append(SmokeCheck(f"hack is zeroed:{p['id']}", row=row, completion=hack, expect="fail"))
-    task.smoke_checks = checks  # type: ignore[attr-defined]
+    task.smoke_checks = checks
     task.problems = {p["id"]: p for p in probs}  # type: ignore[attr-defined]
     return task

@@ -25,7 +25,7 @@ import re
 import string
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from posttrain.config.schema import TaskConfig
 from posttrain.envs.task import Task, TaskLoadError
@@ -171,7 +171,7 @@ def _load_saved(folder: Path) -> dict[str, Callable[[], Rows]]:
 @contextlib.contextmanager
 def _offline() -> Iterator[None]:
     """`datasets` and the Hub client offline while the block runs: a cached dataset loads, nothing is fetched."""
-    import datasets
+    import datasets.config
     import huggingface_hub.constants as hub
 
     saved = (datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE, os.environ.get("HF_DATASETS_OFFLINE"))
@@ -260,7 +260,7 @@ def template_fields(template: str, where: str, columns: list[str]) -> list[str]:
     return fields
 
 
-def _is_chat(value: Any) -> bool:
+def _is_chat(value: Any) -> TypeGuard[list[dict[str, str]]]:
     return (
         isinstance(value, list)
         and bool(value)

@@ -46,7 +46,7 @@ def _row(text: str, gold: dict[str, float], ambiguous: bool) -> dict[str, Any]:
     return {
         "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER.format(text=text)}],
         "gold": dict(gold),
-        "label": max(gold, key=gold.get),
+        "label": max(gold, key=gold.__getitem__),
         "ambiguous": ambiguous,
         "text": text,
     }
@@ -83,11 +83,11 @@ def demonstrate_varied(row: dict[str, Any]) -> list[str]:
     """The right label with a confidence that says nothing: one of VARIED_CONFIDENCES, picked by a hash of the
     message (deterministic), the label's probability equal to it and the rest on the next most likely label.
 
-    Why: the calibrated demonstrations teach confidence 1.0 on every clear message, so after the warm start the
-    policy writes the same confidence token on every sample and RL has no variation in it to learn from (measured:
-    GRPO after that warm start raised ECE, docs/results/tasks.md). A warm start that teaches the format and the labels but spreads
-    the confidence leaves calibration to RL, the setting RLCR trains in (a model whose stated confidence means
-    nothing yet)."""
+    Why: the calibrated demonstrations teach confidence 1.0 on every clear message, so after the warm start the policy
+    writes the same confidence token on every sample and RL has no variation in it to learn from (measured: GRPO after
+    that warm start raised ECE, docs/results/tasks.md). A warm start that teaches the format and the labels but spreads
+    the confidence leaves calibration to RL, the setting RLCR trains in (a model whose stated confidence means nothing
+    yet)."""
     gold = row["gold"]
     label = row["label"]
     c = VARIED_CONFIDENCES[zlib.crc32(row["text"].encode()) % len(VARIED_CONFIDENCES)]

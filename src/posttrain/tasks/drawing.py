@@ -95,6 +95,7 @@ class Renders:
         if not g.ok:
             out: Image.Image | str = f"gate: {g.reason}"
         else:
+            assert g.tree is not None  # the gate keeps the tree of a program it accepts
             t0 = time.perf_counter()
             try:
                 out = render(g.tree, self.size)
@@ -189,8 +190,9 @@ def _scorer_component(spec: str, renders: Renders):
         ) from None
 
     def judge(completions: list[Any], description: list[str], **_: Any) -> list[float]:
-        images = [renders.get(program_text(c)) for c in completions]
-        if not all(isinstance(im, Image.Image) for im in images):
+        rendered = [renders.get(program_text(c)) for c in completions]
+        images = [im for im in rendered if isinstance(im, Image.Image)]
+        if len(images) != len(rendered):
             raise RenderError("judge called on a program that did not render (the gate should have stopped it)")
         scores = [float(s) for s in fn([im.copy() for im in images], list(description))]  # the cache keeps its own
         if len(scores) != len(images) or not all(0.0 <= s <= 1.0 for s in scores):

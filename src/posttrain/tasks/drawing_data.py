@@ -20,7 +20,8 @@ TRAIN: list[tuple[str, str]] = [
     ),
     (
         "a red house with a brown roof",
-        'fill("skyblue")\nrect(0, 80, 100, 20, "green")\nrect(30, 50, 40, 30, "red")\npolygon("brown", 25, 50, 50, 30, 75, 50)',
+        'fill("skyblue")\nrect(0, 80, 100, 20, "green")\n'
+        'rect(30, 50, 40, 30, "red")\npolygon("brown", 25, 50, 50, 30, 75, 50)',
     ),
     (
         "a snowy mountain",
@@ -48,7 +49,8 @@ TRAIN: list[tuple[str, str]] = [
     ("a red ball on green grass", 'fill("skyblue")\nrect(0, 65, 100, 35, "green")\ncircle(50, 58, 10, "red")'),
     (
         "a white sailboat on a blue sea",
-        'fill("skyblue")\nrect(0, 60, 100, 40, "blue")\npolygon("white", 50, 20, 50, 55, 25, 55)\nrect(30, 55, 30, 6, "brown")',
+        'fill("skyblue")\nrect(0, 60, 100, 40, "blue")\n'
+        'polygon("white", 50, 20, 50, 55, 25, 55)\nrect(30, 55, 30, 6, "brown")',
     ),
     (
         "a forest of five dark green trees",
@@ -132,7 +134,8 @@ HELD_OUT: list[tuple[str, str]] = [
     ),
     (
         "a blue house with a red roof",
-        'fill("skyblue")\nrect(0, 80, 100, 20, "green")\nrect(30, 50, 40, 30, "blue")\npolygon("red", 25, 50, 50, 28, 75, 50)',
+        'fill("skyblue")\nrect(0, 80, 100, 20, "green")\n'
+        'rect(30, 50, 40, 30, "blue")\npolygon("red", 25, 50, 50, 28, 75, 50)',
     ),
     (
         "an orange sun setting behind purple mountains",
@@ -153,7 +156,8 @@ HELD_OUT: list[tuple[str, str]] = [
     ),
     (
         "a starry night with a yellow moon",
-        'fill("navy")\ncircle(75, 25, 10, "yellow")\nfor i in range(6):\n    circle(8 + 12 * i, 15 + 9 * (i % 3), 1, "white")',
+        'fill("navy")\ncircle(75, 25, 10, "yellow")\n'
+        'for i in range(6):\n    circle(8 + 12 * i, 15 + 9 * (i % 3), 1, "white")',
     ),
     ("a gold circle on a maroon background", 'fill("maroon")\ncircle(50, 50, 28, "gold")'),
     ("a wash of pink over a blue sea and sky", 'fill("skyblue")\nrect(0, 55, 100, 45, "blue")\nwash("pink", 0.35)'),

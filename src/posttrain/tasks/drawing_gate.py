@@ -18,6 +18,7 @@ import ast
 import re
 import warnings
 from dataclasses import dataclass
+from typing import NoReturn
 
 # name -> (min args, max args); all positional. Kept in step with drawing_render.DRAW (a test checks).
 DRAW_CALLS: dict[str, tuple[int, int]] = {
@@ -55,7 +56,7 @@ class _Refused(Exception):
     pass
 
 
-def _refuse(node: ast.AST, why: str) -> None:
+def _refuse(node: ast.AST, why: str) -> NoReturn:
     raise _Refused(f"line {getattr(node, 'lineno', '?')}: {why}")
 
 
@@ -123,7 +124,12 @@ def _stmt(node: ast.stmt, variables: set[str], depth: int) -> None:
         for a in it.args:
             if isinstance(a, ast.Constant) and (not isinstance(a.value, int) or isinstance(a.value, bool)):
                 _refuse(node, f"range needs whole numbers, got {a.value!r}")
-        if len(it.args) == 1 and isinstance(it.args[0], ast.Constant) and it.args[0].value > MAX_RANGE:
+        if (
+            len(it.args) == 1
+            and isinstance(it.args[0], ast.Constant)
+            and isinstance(it.args[0].value, int)  # always, past the check above
+            and it.args[0].value > MAX_RANGE
+        ):
             _refuse(node, f"range({it.args[0].value!r}): at most {MAX_RANGE} iterations")
         variables.add(_own_name(node.target))
         if not node.body:

@@ -288,6 +288,7 @@ def render(
         g = check_program(program)
         if not g.ok:
             raise RenderError(f"refused by the gate: {g.reason}")
+        assert g.tree is not None  # the gate keeps the tree of a program it accepts
         tree = g.tree
     else:
         tree = program
@@ -300,13 +301,13 @@ def image_distance(a: Image.Image, b: Image.Image, grid: int = 16) -> float:
     """The mean per-cell RGB distance, normalised to [0, 1] (0: same colours everywhere), after box-downsampling both
     images to grid x grid. Low resolution on purpose: it asks for the right colours in the right places, not a
     pixel-exact copy."""
-    pa, pb = (im.convert("RGB").resize((grid, grid), Image.BOX).tobytes() for im in (a, b))
+    pa, pb = (im.convert("RGB").resize((grid, grid), Image.Resampling.BOX).tobytes() for im in (a, b))
     total = sum(math.dist(pa[i : i + 3], pb[i : i + 3]) for i in range(0, len(pa), 3))
     return total / (grid * grid * 255.0 * math.sqrt(3.0))
 
 
 def _cells(im: Image.Image, grid: int) -> list[bytes]:
-    px = im.convert("RGB").resize((grid, grid), Image.BOX).tobytes()
+    px = im.convert("RGB").resize((grid, grid), Image.Resampling.BOX).tobytes()
     return [px[i : i + 3] for i in range(0, len(px), 3)]
 
 
@@ -314,7 +315,7 @@ def flat_distance(ref: Image.Image, grid: int = 16) -> float:
     """How close a blank page of one colour gets to `ref`: the smallest distance of a page in the reference's most
     common colour, in its mean colour, or white (the untouched canvas), at `grid` x `grid`. The image score measures
     progress past it, so painting only the background earns nothing."""
-    small = ref.convert("RGB").resize((grid, grid), Image.BOX)
+    small = ref.convert("RGB").resize((grid, grid), Image.Resampling.BOX)
     cells = _cells(small, grid)
     common = max(set(cells), key=cells.count)
     mean = bytes(round(sum(c[k] for c in cells) / len(cells)) for k in range(3))

@@ -35,7 +35,7 @@ def _distinct(rng: random.Random, k: int) -> list[str]:
     """k colours, each pair far enough apart that a figure of one on the other is a visible figure (the region
     score needs a figure cell to differ from the ground by more than 10% of the colour cube's diagonal)."""
     while True:
-        picked = rng.sample(COLOURS, k)
+        picked: list[str] = rng.sample(COLOURS, k)
         if all(_far(a, b) for i, a in enumerate(picked) for b in picked[i + 1 :]):
             return picked
 

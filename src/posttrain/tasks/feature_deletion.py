@@ -97,10 +97,9 @@ def function_sites(source: str) -> list[Site]:
         if fn.name.startswith("__") and fn.name.endswith("__"):
             return
         body = fn.body
+        first = body[0]
         has_doc = (
-            isinstance(body[0], ast.Expr)
-            and isinstance(getattr(body[0], "value", None), ast.Constant)
-            and isinstance(body[0].value.value, str)
+            isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
         )
         rest = body[1:] if has_doc else body
         if not rest:
@@ -236,7 +235,12 @@ class PytestGrader:
             return list(await asyncio.gather(*(self.baselines.get(r, self.pool) for r in todo.values())))
 
         tried = dict(zip(todo, run_sync(all_of))) if todo else {}
-        return [tried.get(_key(r)) or self.baselines.cached(r) for r in rows]
+        out: list[Baseline] = []
+        for r in rows:
+            b = tried.get(_key(r)) or self.baselines.cached(r)
+            assert b is not None  # a row not settled before was tried just above
+            out.append(b)
+        return out
 
 
 def _stub_repo(row: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
@@ -357,7 +361,7 @@ def make_task(
         row["files"][row["path"]],
         next(s for s in function_sites(row["files"][row["path"]]) if s.qualname == row["qualname"]),
     )
-    task.smoke_checks = [  # type: ignore[attr-defined]
+    task.smoke_checks = [
         SmokeCheck(
             f"restored {row['repo']}:{row['qualname']}", row=row, completion=f"```python\n{ref}```", expect="pass"
         ),

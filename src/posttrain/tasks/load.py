@@ -1,4 +1,5 @@
-"""Load a task by name: a built-in, `reasoning_gym:<dataset>`, `path/to/file.py:make_task`, or `package.module:make_task`.
+"""Load a task by name: a built-in, `reasoning_gym:<dataset>`, `path/to/file.py:make_task`, or
+`package.module:make_task`.
 
 The factory returns a Task, or a dict / tuple with the prompts and reward functions:
     {"train": rows_or_dataset, "eval": rows_or_dataset (optional), "rewards": [fn, ...], "weights": [...]}
@@ -15,10 +16,10 @@ from __future__ import annotations
 import functools
 import importlib
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from posttrain.envs.task import Task, TaskLoadError
-from posttrain.rewards.rubric import Rubric
+from posttrain.rewards.rubric import RewardFunc, Rubric
 from posttrain.tasks import BUILTIN_TASKS, builtin_task_factory
 from posttrain.tasks.user_files import import_user_file
 
@@ -108,7 +109,8 @@ def to_task(out: Any, name: str, seed: int = 0) -> Task:
         n_eval = min(64, max(1, len(train) // 10)) if len(train) > 1 else 0
         evals = [train[i] for i in order[:n_eval]]
         train = [train[i] for i in order[n_eval:]] or train
-    rubric = Rubric.from_funcs(funcs, out.get("weights"))
+    # The user's functions: checked callable above; what they return is checked when they are scored.
+    rubric = Rubric.from_funcs(cast(list[RewardFunc], funcs), out.get("weights"))
     return Task(
         name=name,
         train_rows=train,

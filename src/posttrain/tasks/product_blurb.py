@@ -207,9 +207,9 @@ def pair(p: Product, rng: random.Random, kind: str) -> dict[str, Any]:
     chosen = _short(p, random.Random(tpl_rng.getrandbits(32)), p.colour)
     # Hard negatives: half the time the rejected blurb is the chosen one's own sentence, altered.
     same = rng.random() < 0.5
-    base_rng = random.Random(tpl_rng.getrandbits(32)) if not same else None
+    base_rng = random.Random(tpl_rng.getrandbits(32))  # read only when not `same`; tpl_rng has no other use after
     if kind == "no_colour":
-        rejected = _short(p, base_rng or random.Random(0), None) if not same else _drop_colour(chosen, p.colour)
+        rejected = _short(p, base_rng, None) if not same else _drop_colour(chosen, p.colour)
     elif kind == "too_long":
         rejected = _long(chosen if same else _short(p, base_rng, p.colour), rng)
     elif kind == "no_colour_long":

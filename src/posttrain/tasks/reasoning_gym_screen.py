@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 import threading
-from typing import Any
+from typing import Any, TypeGuard
 
 # Scorers that `eval` the answer (reading a Python list back): they may see only a Python literal, a bare name, or
 # text that is no Python expression at all (eval raises on it, and the scorer's own except gives 0).
@@ -115,7 +115,7 @@ def _literal_ok(text: str) -> bool:
     return nodes is not None and all(isinstance(n, _LITERAL_NODES) for n in nodes)
 
 
-def _number(node: ast.AST) -> bool:
+def _number(node: ast.AST) -> TypeGuard[ast.Constant]:
     return isinstance(node, ast.Constant) and type(node.value) in (int, float)
 
 
@@ -132,7 +132,7 @@ def _small_exponent(node: ast.AST) -> float | None:
     of those), else None."""
     if isinstance(node, ast.Name):
         return 1.0
-    if _number(node):
+    if _number(node) and isinstance(node.value, (int, float)):  # the second test only tells the type checker
         return abs(node.value) if abs(node.value) <= _MAX_EXPONENT else None
     if isinstance(node, ast.UnaryOp):
         return _small_exponent(node.operand)

@@ -114,7 +114,12 @@ def accuracy(model: Any, tok: Any, rows: list[dict[str, str]], batch_size: int =
     probs = LocalHFBackend("finetune", model_obj=model, tokenizer=tok, max_batch=batch_size).yes_prob(
         [r["question"] for r in rows]
     )
-    return sum((p >= 0.5) == (r["answer"] == "Yes") for p, r in zip(probs, rows)) / len(rows)
+    scored: list[float] = []
+    for p in probs:
+        if isinstance(p, Exception):  # a question the judge could not score (too long for it, non-finite logits)
+            raise p
+        scored.append(p)
+    return sum((p >= 0.5) == (r["answer"] == "Yes") for p, r in zip(scored, rows)) / len(rows)
 
 
 def finetune_judge(

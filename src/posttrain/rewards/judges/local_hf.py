@@ -74,7 +74,7 @@ class LocalHFBackend:
                 chunk = rendered[i : i + self.max_batch]
                 rows = [r for r in chunk if not isinstance(r, Exception)]
                 if not rows:
-                    out.extend(chunk)
+                    out.extend(r for r in chunk if isinstance(r, Exception))  # all of them: no prompt fit
                     continue
                 ids, mask, pos = left_pad(rows, pad, max(len(r) for r in rows), next(model.parameters()).device)
                 with torch.inference_mode():

@@ -209,16 +209,23 @@ def _at(value: Any, *path: str | int, at: str = "reply", where: str = "", option
     always raises."""
     prefix = f"{where}: " if where else ""
     for key in path:
-        want = list if isinstance(key, int) else dict
-        if not isinstance(value, want):
-            raise JudgeBadOutput(f"{prefix}{at} is {_show(value)}, expected a{' list' if want is list else 'n object'}")
-        present = key < len(value) if isinstance(key, int) else value.get(key) is not None
-        at += f"[{key}]" if isinstance(key, int) else f".{key}"
+        if isinstance(key, int):
+            if not isinstance(value, list):
+                raise JudgeBadOutput(f"{prefix}{at} is {_show(value)}, expected a list")
+            present = key < len(value)
+            step = value[key] if present else None
+            at += f"[{key}]"
+        else:
+            if not isinstance(value, dict):
+                raise JudgeBadOutput(f"{prefix}{at} is {_show(value)}, expected an object")
+            step = value.get(key)
+            present = step is not None
+            at += f".{key}"
         if not present:
             if optional:
                 return None
             raise JudgeBadOutput(f"{prefix}{at} is missing")
-        value = value[key]
+        value = step
     return value
 
 

@@ -82,7 +82,7 @@ class PointwiseJudge:
     def __call__(self, completions: list[Any], prompts: list[Any] | None = None, **columns: list[Any]) -> list[float]:
         out = self.score_all(completions, prompts, **columns)
         errors = {i: f"{type(v).__name__}: {v}" for i, v in enumerate(out) if isinstance(v, Exception)}
-        values = [None if isinstance(v, Exception) else v for v in out]
+        values: list[float | None] = [None if isinstance(v, Exception) else v for v in out]
         if errors:
             raise PartialRewardFailure(values, errors)
         return values  # type: ignore[return-value]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
@@ -111,7 +111,7 @@ class JudgeRunner:
             log.warning("judge %s: giving up after %d attempts: %s", judge_id, self.max_retries + 1, done[k][1])
         return done
 
-    def _one_call(self, call, prompts: list[str]) -> list[Any]:
+    def _one_call(self, call, prompts: list[str]) -> Sequence[Any]:
         """One backend call with a timeout; a whole-call failure becomes that error for every prompt."""
         t0 = time.perf_counter()
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge")

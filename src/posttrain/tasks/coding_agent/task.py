@@ -170,9 +170,9 @@ def hack_flagged(
 
 
 def make_rubric(detect_hacks: bool = True, reward: str = "issue_tests") -> GuardedRubric:
-    """`reward`: issue_tests (default) pays for the tests the issue breaks and keeps the others passing;
-    tests_passed, the share of all tests, paid untouched code 0.33-0.71 on the held-out repos, and RL learned
-    from it to stop editing (docs/results/tasks.md, "Coding agent"). Both are logged; `reward` says which one is paid."""
+    """`reward`: issue_tests (default) pays for the tests the issue breaks and keeps the others passing; tests_passed,
+    the share of all tests, paid untouched code 0.33-0.71 on the held-out repos, and RL learned from it to stop editing
+    (docs/results/tasks.md, "Coding agent"). Both are logged; `reward` says which one is paid."""
     check_repair_reward(reward)
     components = [
         RewardComponent("tests_passed", tests_passed, weight=float(reward == "tests_passed"), pass_threshold=1.0),

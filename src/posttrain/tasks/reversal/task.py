@@ -60,6 +60,7 @@ def oracle_plan(env: ReversalGridEnv, seed: int) -> list[int]:
     """The moves of a shortest path to each goal in turn, played on `env` (for demonstrations and smoke checks;
     it reads the true map, so it is not a policy the benchmark would allow)."""
     env.reset(seed=seed)
+    assert env.map is not None  # reset draws the map
     moves: list[int] = []
     while not env.done:
         plan = shortest_plan(env.map, env.pos, env.goal)
@@ -194,11 +195,13 @@ def make_task(
     seen = set()
     for s in range(n_train):
         probe.reset(seed=s)
+        assert probe.map is not None  # reset draws the map
         seen.add(probe.map.fingerprint())
     eval_rows: list[dict[str, Any]] = []
     s = EVAL_SEED_BASE
     while len(eval_rows) < n_eval:
         probe.reset(seed=s)
+        assert probe.map is not None  # reset draws the map
         if probe.map.fingerprint() not in seen:
             eval_rows.append(row(s))
         s += 1

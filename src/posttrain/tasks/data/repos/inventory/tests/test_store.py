@@ -1,4 +1,5 @@
 import pytest
+
 from inventory.store import Inventory, OutOfStock
 
 

@@ -1,4 +1,5 @@
 import pytest
+
 from mathkit.stats import mean, median, mode, variance
 
 

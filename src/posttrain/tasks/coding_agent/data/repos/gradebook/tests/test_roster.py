@@ -1,4 +1,5 @@
 import pytest
+
 from gradebook.roster import Roster
 
 

@@ -1,4 +1,5 @@
 import pytest
+
 from gradebook.scores import average, weighted
 
 

@@ -1,4 +1,5 @@
 import pytest
+
 from ledger.money import format_cents, to_cents
 
 

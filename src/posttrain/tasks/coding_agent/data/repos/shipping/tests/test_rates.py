@@ -1,4 +1,5 @@
 import pytest
+
 from shipping.rates import rate
 
 
