@@ -9,8 +9,8 @@ import torch
 
 from posttrain.rewards.reward_model import (RewardModelError, check_reward_model_folder, format_pair, load_scorer,
                                             reward_model)
-from posttrain.training.reward_model_fit import (PreferenceDataError, RMTrainConfig, bradley_terry_loss, load_pairs,
-                                        pair_accuracy, to_pairs, train_reward_model)
+from posttrain.training.preference_data import PreferenceDataError, load_pairs, to_pairs
+from posttrain.training.reward_model_fit import RMTrainConfig, bradley_terry_loss, pair_accuracy, train_reward_model
 
 
 def test_bt_loss_is_log2_at_a_tie_and_falls_with_the_margin():

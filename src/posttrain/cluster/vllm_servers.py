@@ -7,7 +7,8 @@ supervises (cluster.backend=server with sampling.engine=vllm).
     pool.close()                                   every server's process group killed
 
 How weights reach the servers (`transport`: shared_memory, group or file) is cluster/server_loads.py; starting a
-server and its wire format, cluster/vllm_server_launch.py.
+server and its wire format, cluster/vllm_server_launch.py; the HTTP calls to one server (a share of rows sampled,
+a push's pause, load, label and resume), cluster/vllm_server_calls.py.
 
 Why servers and not one engine in this process: each server holds its own copy of the policy and its own KV cache,
 so sampling scales past one engine and a crash in vLLM does not take the trainer down with it. What that costs is
@@ -42,39 +43,32 @@ adapters served as adapters (the pool is pushed merged full weights: `ServerPool
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 
 from posttrain.cluster.server_loads import DEFAULT_BUCKET_MB, LOADS, ServerPoolWeights  # noqa: F401 - re-exported
 from posttrain.cluster.server_processes import Server, ServerPoolError, Slot, _ServerFailed, close_servers, kill_group
+from posttrain.cluster.vllm_server_calls import _BadRequest, is_healthy, request, sample_on, sync_server
 from posttrain.cluster.vllm_server_launch import (
-    completion_from_choice,
-    generate_body,
     server_args,  # noqa: F401
     spawn_server,
     split,
     ties_embeddings,
-    version_label,
     wait_ready,
 )
 from posttrain.sampling.coalesce import Coalescer
 from posttrain.sampling.context import ContextBudget
-from posttrain.sampling.vllm_engine import EngineSpec, VLLMUnavailable, check_rows
+from posttrain.sampling.vllm_common import EngineSpec, VLLMUnavailable, check_rows
 from posttrain.sampling.vllm_weights import with_output_layer
 from posttrain.sampling.weight_gate import WeightGate
 from posttrain.types import Completion, SampleParams
-
-
-class _BadRequest(RuntimeError):
-    """The server refused the request itself (HTTP 4xx): the caller's request is wrong, retrying cannot help."""
 
 
 class VLLMServerPool:
@@ -235,9 +229,15 @@ class VLLMServerPool:
         tries = {span: 0 for _, span in todo}
         timeout = httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s))
         limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
+        version = lambda: self.policy_version  # read as each answer arrives (a completion without tokens takes it)
         async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
             while todo:
-                results = await asyncio.gather(*(self._call(client, slot, rows[a:b], params) for slot, (a, b) in todo))
+                results = await asyncio.gather(
+                    *(
+                        sample_on(client, slot, rows[a:b], params, self.stop_token_ids, self.timeout_s, version)
+                        for slot, (a, b) in todo
+                    )
+                )
                 failed = []
                 for (slot, span), (server, res) in zip(todo, results):
                     if isinstance(res, _BadRequest):
@@ -272,55 +272,6 @@ class VLLMServerPool:
         push that landed during the call)."""
         valid = set(self._history[floor:])
         return all(v in valid for c in comps for v in (c.token_versions or []))
-
-    async def _call(
-        self, client: httpx.AsyncClient, slot: Slot, rows: list[list[int]], params: SampleParams
-    ) -> tuple[Server, Any]:
-        """(the server called, its completions or the failure): the server says which incarnation failed.
-        Identical rows go as one request with n completions, so a prompt repeated G times is prefilled once."""
-        server = slot.server
-        if not server.alive():
-            return server, _ServerFailed(f"server {slot.rank} (port {server.port}) is dead")
-        uniq: dict[tuple[int, ...], list[int]] = {}
-        for i, r in enumerate(rows):
-            uniq.setdefault(tuple(r), []).append(i)
-        parts = await asyncio.gather(
-            *(self._generate(client, server, list(p), len(idx), params) for p, idx in uniq.items()),
-            return_exceptions=True,
-        )
-        for e in parts:  # a bad request first: it is the caller's to fix, whatever else failed
-            if isinstance(e, _BadRequest):
-                return server, e
-        for e in parts:
-            if isinstance(e, BaseException):
-                return server, e if isinstance(e, _ServerFailed) else _ServerFailed(f"{type(e).__name__}: {e}")
-        out: list[Completion | None] = [None] * len(rows)
-        for idx, comps in zip(uniq.values(), cast("list[list[Completion]]", parts)):  # no error, checked above
-            for i, c in zip(idx, comps):
-                out[i] = c
-        return server, out
-
-    async def _generate(
-        self, client: httpx.AsyncClient, server: Server, prompt: list[int], n: int, params: SampleParams
-    ) -> list[Completion]:
-        body = generate_body(prompt, n, params, self.stop_token_ids)
-        try:
-            r = await client.post(f"{server.url}/inference/v1/generate", json=body)
-        except httpx.TimeoutException:
-            raise _ServerFailed(f"no answer from {server.url} in {self.timeout_s:g}s (hung)") from None
-        except httpx.TransportError as e:
-            raise _ServerFailed(f"{server.url}: {type(e).__name__}: {e}") from None
-        if 400 <= r.status_code < 500 and r.status_code not in (408, 429):
-            raise _BadRequest(f"vLLM server refused the request: HTTP {r.status_code}: {r.text[:500]}")
-        if r.status_code != 200:
-            raise _ServerFailed(f"{server.url}: HTTP {r.status_code}: {r.text[:300]}")
-        choices = sorted(r.json().get("choices") or [], key=lambda c: c.get("index", 0))
-        if len(choices) != n:
-            raise _ServerFailed(f"{server.url} returned {len(choices)} completions, asked for {n}")
-        try:
-            return [completion_from_choice(c, self.policy_version) for c in choices]
-        except ValueError as e:  # a malformed reply is the server's failure
-            raise _ServerFailed(f"{server.url}: {e}") from None
 
     # ---- weights ---------------------------------------------------------------------------------------------
     def push(self, state: dict[str, Any], version: int) -> dict[str, float]:
@@ -377,64 +328,17 @@ class VLLMServerPool:
             self.loads.load_one(server)
 
     def _sync_server(self, server: Server, load: Any) -> None:
-        """One server: pause, `load(server)` (None: keep its weights, only relabel), reset the prefix cache, set
-        and check the version label, resume. A waiting pause lets in-flight requests finish on the old weights
-        (new ones wait); in flight, generation stops between tokens and the requests in flight are kept: they
-        continue on the new weights (their KV recomputed, since the reset preempts them), every token stamped with
-        the version that sampled it. Raises _ServerFailed."""
-        self._post(server, "/pause", params={"mode": "keep" if self.in_flight else "wait"})
-        try:
-            with self._files.read():  # the weights and the label read together: no push may write between
-                if load is not None:
-                    load(server)
-                label = self._label
-            reset = {"reset_running_requests": "true"} if self.in_flight else None
-            for _ in range(5):  # fails while blocks are still held (a request being aborted): retry briefly
-                if self._post(server, "/reset_prefix_cache", params=reset).get("success", True):
-                    break
-                time.sleep(0.2)
-            else:
-                raise _ServerFailed(f"{server.url}: the prefix cache could not be reset")
-            self._post(server, "/update_weight_version", {"new_version": str(label)})
-            served = self._get(server, "/weight_info").get("weight_version")
-            if version_label(served) != label:
-                raise _ServerFailed(f"{server.url} reports weight version {served!r} after a push of {label}")
-        finally:
-            with contextlib.suppress(_ServerFailed):
-                self._post(server, "/resume")
+        """Pause, `load(server)` (None: only relabel), reset, relabel, check, resume: vllm_server_calls.sync_server."""
+        sync_server(self._http, server, load, self.in_flight, self._files, lambda: self._label)
 
     def rpc(self, server: Server, method: str, kwargs: dict[str, str]) -> Any:
         """A worker (or posttrain worker-extension) method on `server` through vLLM's /collective_rpc, bounded by
         timeout_s; raises _ServerFailed."""
-        return self._post(server, "/collective_rpc", {"method": method, "timeout": self.timeout_s, "kwargs": kwargs})
+        body = {"method": method, "timeout": self.timeout_s, "kwargs": kwargs}
+        return request(self._http, "POST", server, "/collective_rpc", body)
 
     def healthy(self, server: Server) -> bool:
-        try:
-            return server.alive() and self._http.get(server.url + "/health", timeout=5.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def _post(
-        self, server: Server, path: str, body: dict[str, Any] | None = None, params: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        return self._request("POST", server, path, body, params)
-
-    def _get(self, server: Server, path: str) -> dict[str, Any]:
-        return self._request("GET", server, path, None, None)
-
-    def _request(self, method: str, server: Server, path: str, body: Any, params: Any) -> dict[str, Any]:
-        if not server.alive():
-            raise _ServerFailed(f"server on port {server.port} is dead")
-        try:
-            r = self._http.request(method, server.url + path, json=body, params=params)
-        except httpx.HTTPError as e:
-            raise _ServerFailed(f"{method} {server.url}{path}: {type(e).__name__}: {e}") from None
-        if r.status_code != 200:
-            raise _ServerFailed(f"{method} {server.url}{path} -> HTTP {r.status_code}: {r.text[:300]}")
-        try:
-            return r.json() if r.content else {}
-        except ValueError:
-            return {}
+        return is_healthy(self._http, server)
 
     # ---- failure ---------------------------------------------------------------------------------------------
     def _recover(self, slot: Slot, failed: Server, why: str) -> Slot:

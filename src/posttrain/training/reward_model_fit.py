@@ -11,10 +11,10 @@ decoder layers (the rest are dropped, the saved folder is an N-layer model), and
 frozen unless `train_embeddings` (their dense gradient and Adam state are a fifth of SmolLM2's 135M
 parameters). Both trade capacity for speed; docs/reward_models.md has the measured numbers.
 
-Data (`load_pairs`): a built-in generator name (`product-blurb`), a JSONL/JSON file of rows with `prompt`,
-`chosen` and `rejected`, a `datasets` folder saved with `save_to_disk`, or `hf:<name>[:<split>]` for a hub
-dataset (needs the hub). `chosen`/`rejected` may be strings or chat-message lists (the last message is the
-response; then a missing `prompt` is the messages before it).
+Data (`load_pairs`, training/preference_data.py): a built-in generator name (`product-blurb`), a JSONL/JSON
+file of rows with `prompt`, `chosen` and `rejected`, a `datasets` folder saved with `save_to_disk`, or
+`hf:<name>[:<split>]` for a hub dataset (needs the hub). `chosen`/`rejected` may be strings or chat-message lists
+(the last message is the response; then a missing `prompt` is the messages before it).
 """
 
 from __future__ import annotations
@@ -30,11 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.models.save import save_hf_folder
-from posttrain.rewards.reward_model import RM_META, format_pair
-from posttrain.rewards.rows_file import read_rows
-
-BUILTIN_PREFERENCES: dict[str, str] = {"product-blurb": "posttrain.tasks.product_blurb"}
-
+from posttrain.rewards.reward_model import RM_META
+from posttrain.training.preference_data import PreferenceDataError, PreferencePair, load_pairs, split_pairs
 
 # ---------------------------------------------------------------------------------------------- the math
 
@@ -57,113 +54,6 @@ def pair_accuracy(chosen: list[float], rejected: list[float]) -> float:
     if not chosen:
         return float("nan")
     return sum(c > r for c, r in zip(chosen, rejected)) / len(chosen)
-
-
-# ---------------------------------------------------------------------------------------------- the data
-
-
-@dataclass(frozen=True)
-class PreferencePair:
-    prompt: Any  # a string, a list of chat messages, or None (the response is the whole text)
-    chosen: str
-    rejected: str
-    kind: str | None = None  # an optional `kind` column: held-out accuracy is also reported per kind
-
-    @property
-    def texts(self) -> tuple[str, str]:
-        return format_pair(self.prompt, self.chosen), format_pair(self.prompt, self.rejected)
-
-
-class PreferenceDataError(ValueError):
-    pass
-
-
-def _response(v: Any, what: str, i: int) -> tuple[str, Any]:
-    """(response text, the messages before it or None)."""
-    if isinstance(v, str):
-        return v, None
-    if isinstance(v, list) and v and all(isinstance(m, dict) and "content" in m for m in v):
-        return str(v[-1]["content"]), (v[:-1] or None)
-    raise PreferenceDataError(
-        f"pair {i}: {what!r} must be a string or a list of chat messages, got {type(v).__name__}: {str(v)[:120]}"
-    )
-
-
-def to_pairs(rows: list[dict[str, Any]], source: str = "data") -> list[PreferencePair]:
-    out = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise PreferenceDataError(
-                f"{source}: row {i} is a {type(row).__name__}, expected an object with prompt/chosen/rejected"
-            )
-        missing = [k for k in ("chosen", "rejected") if k not in row]
-        if missing:
-            raise PreferenceDataError(
-                f"{source}: row {i} has no {' or '.join(missing)} column (columns: "
-                f"{sorted(row)}); a preference row needs prompt, chosen and rejected"
-            )
-        chosen, ctx = _response(row["chosen"], "chosen", i)
-        rejected, _ = _response(row["rejected"], "rejected", i)
-        if not chosen.strip() or not rejected.strip():
-            raise PreferenceDataError(f"{source}: row {i} has an empty chosen or rejected response")
-        prompt = row.get("prompt", ctx)
-        if prompt is not None and not isinstance(prompt, (str, list)):
-            raise PreferenceDataError(
-                f"{source}: row {i} prompt must be a string or chat messages, got {type(prompt).__name__}"
-            )
-        kind = row.get("kind")
-        out.append(PreferencePair(prompt, chosen, rejected, None if kind is None else str(kind)))
-    return out
-
-
-def _read_file(path: Path) -> list[dict[str, Any]]:
-    return read_rows(path, PreferenceDataError, "preference")
-
-
-def load_pairs(source: Any, seed: int = 0) -> tuple[list[PreferencePair], list[PreferencePair] | None]:
-    """(train pairs, held-out pairs or None when the source has no split of its own)."""
-    if hasattr(source, "column_names") and hasattr(source, "to_list"):  # a datasets.Dataset
-        return to_pairs(source.to_list(), "dataset"), None
-    if isinstance(source, dict) and "train" in source:  # a datasets.DatasetDict or {"train": rows, ...}
-        held = source.get("test") or source.get("validation")
-        rows = lambda d: d.to_list() if hasattr(d, "to_list") else list(d)
-        return to_pairs(rows(source["train"]), "train"), (to_pairs(rows(held), "held-out") if held else None)
-    if isinstance(source, list):
-        return to_pairs(source), None
-    name = str(source)
-    if name in BUILTIN_PREFERENCES:
-        import importlib
-
-        gen = importlib.import_module(BUILTIN_PREFERENCES[name]).preference_pairs
-        train, held = gen(seed=seed)
-        return to_pairs(train, name), to_pairs(held, name)
-    if name.startswith("hf:"):
-        from datasets import load_dataset
-
-        ds_name, _, split = name[3:].partition(":")
-        ds = load_dataset(ds_name, split=split or "train")
-        return to_pairs(ds.to_list(), name), None
-    p = Path(name).expanduser()
-    if p.is_dir():
-        from datasets import load_from_disk
-
-        return load_pairs(load_from_disk(str(p)), seed)
-    if not p.exists():
-        raise PreferenceDataError(
-            f"preference data not found: {name!r}; use a built-in "
-            f"({', '.join(BUILTIN_PREFERENCES)}), a .jsonl file, a saved datasets folder "
-            "or hf:<dataset>[:<split>]"
-        )
-    return to_pairs(_read_file(p), str(p)), None
-
-
-def split_pairs(
-    pairs: list[PreferencePair], eval_frac: float, seed: int, max_eval: int = 500
-) -> tuple[list[PreferencePair], list[PreferencePair]]:
-    order = list(range(len(pairs)))
-    random.Random(seed).shuffle(order)
-    n_eval = min(max_eval, max(1, round(len(pairs) * eval_frac))) if len(pairs) > 1 else 0
-    return [pairs[i] for i in order[n_eval:]], [pairs[i] for i in order[:n_eval]]
 
 
 # ---------------------------------------------------------------------------------------------- the model
@@ -292,6 +182,8 @@ def _per_kind(ev: dict[str, float]) -> str:
 
 
 def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -> RMTrainResult:
+    """Fit a reward model as `cfg` says and save it: the pairs (`_pairs_for`), the model and what of it trains
+    (`_trainable_model`), the held-out accuracy before, the epochs (`_fit`), the folder with its metadata."""
     import torch
 
     t_start = time.perf_counter()
@@ -299,6 +191,59 @@ def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -
         torch.set_num_threads(cfg.threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
+    train, held = _pairs_for(cfg)
+    out = Path(cfg.out) if cfg.out else _default_out(cfg.data)
+    log(
+        f"reward model: {cfg.model}{f' (first {cfg.layers} layers)' if cfg.layers else ''}, "
+        f"{'LoRA' if cfg.lora else 'full'}; {len(train)} train pairs, {len(held)} held-out pairs -> {out}"
+    )
+
+    model, tok, params = _trainable_model(cfg, log)
+    before = evaluate_pairs(model, tok, held, cfg.max_length, cfg.device) if held else {"accuracy": float("nan")}
+    log(f"epoch 0 (untrained): held-out pair accuracy {before['accuracy']:.1%}{_per_kind(before)}")
+    epochs, step = _fit(cfg, model, tok, params, train, held, t_start, log)
+
+    if cfg.lora:
+        model = model.merge_and_unload()  # a plain HF folder: loading it needs no peft
+    _save(
+        model,
+        tok,
+        out,
+        {
+            "kind": "bradley-terry reward model",
+            "base_model": cfg.model,
+            "layers": cfg.layers,
+            "format": "posttrain.rewards.reward_model.format_pair",
+            "data": str(cfg.data) if not isinstance(cfg.data, (str, Path)) else str(cfg.data),
+            "n_train": len(train),
+            "n_eval": len(held),
+            "eval_accuracy": epochs[-1]["eval_accuracy"],
+            "eval_accuracy_before": before["accuracy"],
+            "epochs": epochs,
+            "config": {k: v for k, v in asdict(cfg).items() if isinstance(v, (str, int, float, bool, type(None)))},
+        },
+    )
+    seconds = time.perf_counter() - t_start
+    log(
+        f"saved {out}: held-out pair accuracy {before['accuracy']:.1%} -> {epochs[-1]['eval_accuracy']:.1%} "
+        f"on {len(held)} pairs, {seconds:.0f}s"
+    )
+    return RMTrainResult(
+        out=str(out),
+        eval_accuracy=epochs[-1]["eval_accuracy"],
+        eval_margin=epochs[-1]["eval_margin"],
+        eval_accuracy_before=before["accuracy"],
+        n_train=len(train),
+        n_eval=len(held),
+        steps=step,
+        seconds=seconds,
+        epochs=epochs,
+    )
+
+
+def _pairs_for(cfg: RMTrainConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """(train pairs, held-out pairs): `eval_data`'s, else the source's own split, else `eval_frac` of the data;
+    each cut to its maximum."""
     train, held = load_pairs(cfg.data, cfg.seed)
     if cfg.eval_data is not None:
         held = load_pairs(cfg.eval_data, cfg.seed)[0]
@@ -310,12 +255,12 @@ def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -
         held = held[: cfg.max_eval_pairs]
     if not train:
         raise PreferenceDataError("no training pairs")
-    out = Path(cfg.out) if cfg.out else _default_out(cfg.data)
-    log(
-        f"reward model: {cfg.model}{f' (first {cfg.layers} layers)' if cfg.layers else ''}, "
-        f"{'LoRA' if cfg.lora else 'full'}; {len(train)} train pairs, {len(held)} held-out pairs -> {out}"
-    )
+    return train, held
 
+
+def _trainable_model(cfg: RMTrainConfig, log: Callable[[str], None]) -> tuple[Any, Any, list[Any]]:
+    """(the model on `cfg.device`, its tokenizer, the parameters it trains): LoRA adapters (and the head), or the
+    full model less the frozen embeddings and lower layers."""
     model, tok = build_reward_model(cfg.model, cfg.layers, cfg.seed)
     if cfg.lora:
         from peft import LoraConfig, get_peft_model
@@ -343,9 +288,23 @@ def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -
         f"trainable parameters: {sum(p.numel() for p in params) / 1e6:.1f}M of "
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M"
     )
+    return model, tok, params
 
-    before = evaluate_pairs(model, tok, held, cfg.max_length, cfg.device) if held else {"accuracy": float("nan")}
-    log(f"epoch 0 (untrained): held-out pair accuracy {before['accuracy']:.1%}{_per_kind(before)}")
+
+def _fit(
+    cfg: RMTrainConfig,
+    model: Any,
+    tok: Any,
+    params: list[Any],
+    train: list[PreferencePair],
+    held: list[PreferencePair],
+    t_start: float,
+    log: Callable[[str], None],
+) -> tuple[list[dict[str, float]], int]:
+    """(one record per epoch, the steps taken): AdamW with a linear warm-up and decay, the held-out pairs
+    evaluated after each epoch; training stops early past `time_budget_s`."""
+    import torch
+
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
@@ -384,20 +343,8 @@ def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -
             if cfg.time_budget_s is not None and time.perf_counter() - t_train > cfg.time_budget_s:
                 stopped = True
                 break
-        ev = (
-            evaluate_pairs(model, tok, held, cfg.max_length, cfg.device)
-            if held
-            else {"accuracy": float("nan"), "margin": float("nan")}
-        )
-        rec = {
-            "epoch": epoch,
-            "loss": loss_sum / max(n_seen, 1),
-            "train_accuracy": acc_sum / max(n_seen, 1),
-            "eval_accuracy": ev["accuracy"],
-            "eval_margin": ev["margin"],
-            "pairs_seen": n_seen,
-            **{f"eval_{k}": v for k, v in ev.items() if k.startswith("accuracy/")},
-        }
+        ev = _held_out(model, tok, held, cfg)
+        rec = _epoch_record(epoch, loss_sum, acc_sum, n_seen, ev)
         epochs.append(rec)
         log(
             f"epoch {epoch}: loss {rec['loss']:.4f}, train pair accuracy {rec['train_accuracy']:.1%}, held-out "
@@ -406,43 +353,28 @@ def train_reward_model(cfg: RMTrainConfig, log: Callable[[str], None] = print) -
         )
         if stopped:
             break
+    return epochs, step
 
-    if cfg.lora:
-        model = model.merge_and_unload()  # a plain HF folder: loading it needs no peft
-    _save(
-        model,
-        tok,
-        out,
-        {
-            "kind": "bradley-terry reward model",
-            "base_model": cfg.model,
-            "layers": cfg.layers,
-            "format": "posttrain.rewards.reward_model.format_pair",
-            "data": str(cfg.data) if not isinstance(cfg.data, (str, Path)) else str(cfg.data),
-            "n_train": len(train),
-            "n_eval": len(held),
-            "eval_accuracy": epochs[-1]["eval_accuracy"],
-            "eval_accuracy_before": before["accuracy"],
-            "epochs": epochs,
-            "config": {k: v for k, v in asdict(cfg).items() if isinstance(v, (str, int, float, bool, type(None)))},
-        },
-    )
-    seconds = time.perf_counter() - t_start
-    log(
-        f"saved {out}: held-out pair accuracy {before['accuracy']:.1%} -> {epochs[-1]['eval_accuracy']:.1%} "
-        f"on {len(held)} pairs, {seconds:.0f}s"
-    )
-    return RMTrainResult(
-        out=str(out),
-        eval_accuracy=epochs[-1]["eval_accuracy"],
-        eval_margin=epochs[-1]["eval_margin"],
-        eval_accuracy_before=before["accuracy"],
-        n_train=len(train),
-        n_eval=len(held),
-        steps=step,
-        seconds=seconds,
-        epochs=epochs,
-    )
+
+def _held_out(model: Any, tok: Any, held: list[PreferencePair], cfg: RMTrainConfig) -> dict[str, float]:
+    """The held-out pairs' accuracy and margin now (NaN without held-out pairs)."""
+    if not held:
+        return {"accuracy": float("nan"), "margin": float("nan")}
+    return evaluate_pairs(model, tok, held, cfg.max_length, cfg.device)
+
+
+def _epoch_record(epoch: int, loss_sum: float, acc_sum: float, n_seen: int, ev: dict[str, float]) -> dict[str, float]:
+    """An epoch's record: its train loss and pair accuracy over the `n_seen` pairs, and `ev`, the held-out pairs
+    evaluated after it."""
+    return {
+        "epoch": epoch,
+        "loss": loss_sum / max(n_seen, 1),
+        "train_accuracy": acc_sum / max(n_seen, 1),
+        "eval_accuracy": ev["accuracy"],
+        "eval_margin": ev["margin"],
+        "pairs_seen": n_seen,
+        **{f"eval_{k}": v for k, v in ev.items() if k.startswith("accuracy/")},
+    }
 
 
 def _default_out(data: Any) -> Path:
