@@ -67,6 +67,16 @@ class Turn:
 
 
 @dataclass
+class Guidance:
+    """What a guidance method attached to one episode, for its teacher or its profiles (empty in a run without
+    one): read by the self-distillation teacher's hint function (loop/batch.py) and RISED (guidance/profiles.py)."""
+
+    remedy_hint: str | None = None  # the format hint a remedy appended (loop/collect.py); a hint teacher reads it
+    teacher_hint: str | None = None  # what a self-distillation teacher reads (guidance/insights.py, profiles.py)
+    tags: list[str] | None = None  # RISED behaviour tags (rewards/tags.py); None: not tagged
+
+
+@dataclass
 class Trajectory:
     """One episode. Single-turn envs produce one turn; multi-turn envs append one per model call."""
 
@@ -89,9 +99,7 @@ class Trajectory:
     # Sampled from the row with a remedy's format hint appended, trained as if from the plain prompt
     # (guidance/guided_hint.py): its sampler log-probs are not drift between sampler and trainer.
     guided: bool = False
-    remedy_hint: str | None = None  # the format hint a remedy appended (loop/collect.py); a hint teacher reads it
-    teacher_hint: str | None = None  # what a self-distillation teacher reads (guidance/insights.py, profiles.py)
-    tags: list[str] | None = None  # RISED behaviour tags (rewards/tags.py); None: not tagged
+    guidance: Guidance = field(default_factory=Guidance)  # a guidance method's hints and tags
     # This step's sample number (PolicyGradientStepper numbers every rollout of a step): the key its Sequence
     # carries, so what the trainer measured (SampleStats) finds its trajectory again.
     sample_id: int | None = None
@@ -163,6 +171,8 @@ class Trajectory:
         known = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in d.items() if k in known}  # records from older versions may hold retired fields
         d["turns"] = [Turn(**t) for t in d["turns"]]
+        if isinstance(d.get("guidance"), dict):
+            d["guidance"] = Guidance(**d["guidance"])
         return cls(**d)
 
 

@@ -171,7 +171,7 @@ def test_guide_share_samples_part_of_each_group_plain_and_reports_both_pass_rate
     assert m["pass_rate/guided"] == 0.5 and m["pass_rate/unguided"] == 0.5 and m["episode/guided"] == 0.5
     # The hint goes to the self-hint teacher of the samples that did not pass (remedy_hint), before turn 0.
     from posttrain.loop.batch import remedy_hint
-    assert [t.remedy_hint for t in trajs] == [None, "Answer in one word.", None, "Answer in one word."]
+    assert [t.guidance.remedy_hint for t in trajs] == [None, "Answer in one word.", None, "Answer in one word."]
     assert remedy_hint(trajs[1]) == ("\n\nHint: Answer in one word.", 0) and remedy_hint(trajs[0]) is None
     assert all(t.feedback is None for t in trajs), "the task's own feedback channel is untouched"
 

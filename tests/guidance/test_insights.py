@@ -23,7 +23,7 @@ from posttrain.obs import read_metrics
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.training.trainer import Trainer
-from posttrain.types import SampleParams, Trajectory, Turn, sequence_of
+from posttrain.types import Guidance, SampleParams, Trajectory, Turn, sequence_of
 
 
 @settings(max_examples=80, deadline=None)
@@ -75,7 +75,7 @@ def test_internalisation_teacher_reads_exactly_the_conditioned_prompt(tiny):
     insights = ["write many a", "no spaces"]
     plain = render_ids(tok, row["prompt"], add_generation_prompt=True)
     cond = render_ids(tok, condition_row(row, insights)["prompt"], add_generation_prompt=True)
-    traj = Trajectory(turns=[Turn(plain, [5, 6, 7], [-1.0] * 3, 0)], teacher_hint=insight_block(insights))
+    traj = Trajectory(turns=[Turn(plain, [5, 6, 7], [-1.0] * 3, 0)], guidance=Guidance(teacher_hint=insight_block(insights)))
     seq = sequence_of(traj, hint=env_hint(traj))
     view, _, _ = SelfHintTeacher(Trainer(model, pad_id=tok.pad_token_id), tok, max_hint_tokens=512).hinted(seq)
     assert view.prompt_ids == cond and view.completion_ids == [5, 6, 7]
@@ -111,7 +111,7 @@ def test_insight_env_writes_from_failed_samples_and_conditions_later_rollouts(ti
     assert t.extra["base_row"] is row and "teacher_hint" not in t.extra
     env.unconditioned_share = 1.0
     t = asyncio.run(env.rollout(row, sampler))
-    assert t.row is row and t.teacher_hint == insight_block(["Add the two numbers carefully."])
+    assert t.row is row and t.guidance.teacher_hint == insight_block(["Add the two numbers carefully."])
 
 
 FAST = ["model.name=tiny-random", "task.name=count-a", "logging.tensorboard=false", "logging.console=false",

@@ -81,7 +81,7 @@ def test_a_failing_judge_is_counted_and_tags_nothing():
     taggers = Taggers(RuleTagger(DEFAULT_VOCABULARY), down)
     t = _traj('{"a": 1}')
     taggers.tag([t])
-    assert "only_json" in t.tags and taggers.errors == 4 + 2  # two judge questions more failed
+    assert "only_json" in t.guidance.tags and taggers.errors == 4 + 2  # two judge questions more failed
 
 
 def test_selection_matches_the_target_and_skips_recent_rows():
@@ -134,17 +134,17 @@ def test_profile_env_penalises_hints_and_steers(tiny):
     trajs = [asyncio.run(env.rollout(row, sampler)) for _ in range(2)]
     asyncio.run(env.score(trajs))
     prose, clean = trajs
-    assert "prose_around_json" in prose.tags and prose.reward_components["rised_penalty"] == pytest.approx(-0.1)
+    assert "prose_around_json" in prose.guidance.tags and prose.reward_components["rised_penalty"] == pytest.approx(-0.1)
     assert clean.reward_components["rised_penalty"] == 0.0
     # only_json: the clean sample of the same prompt showed it, so the prose one is hinted toward it; 'solved' no
     # rollout of this prompt reached, so nobody is hinted toward it
-    assert "only the JSON" in prose.teacher_hint and "Make sure" in prose.teacher_hint
-    assert "correct" not in prose.teacher_hint and clean.teacher_hint is None
+    assert "only the JSON" in prose.guidance.teacher_hint and "Make sure" in prose.guidance.teacher_hint
+    assert "correct" not in prose.guidance.teacher_hint and clean.guidance.teacher_hint is None
     assert book.get(row_key(row))["prose_around_json"] == 0.5
     # overlapping negative tags cost one penalty, so prose is never cheaper than nearly-right JSON
     many = [asyncio.run(env.rollout(row, ScriptedSampler(tok, [x]))) for x in ('{"a": 2}', "no json at all")]
     asyncio.run(env.score(many))
-    assert len([x for x in many[0].tags if x in ("wrong_value", "schema_violation", "invalid_json")]) >= 1
+    assert len([x for x in many[0].guidance.tags if x in ("wrong_value", "schema_violation", "invalid_json")]) >= 1
     assert many[0].reward_components["rised_penalty"] == many[1].reward_components["rised_penalty"] == pytest.approx(-0.1)
     env.negative = "hint"
     book.update(row_key(row), [["prose_around_json"]] * 4)

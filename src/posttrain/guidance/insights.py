@@ -10,7 +10,7 @@
 Internalisation trains the unconditioned policy toward the insight-conditioned one: an unconditioned rollout's
 teacher is the policy itself with the row's insights in the same place the conditioned rollouts read them
 (loop/teacher.SelfHintTeacher, a per-token reverse KL on the student's own tokens; the hint is
-`Trajectory.teacher_hint`, read by loop/batch.py `env_hint`). The held-out eval reports
+`Trajectory.guidance.teacher_hint`, read by loop/batch.py `env_hint`). The held-out eval reports
 pass@1 without insights (the plain eval) and with them (`eval/insights/pass_rate`: each failed first attempt
 writes an insight and is tried again with it in context; a first attempt that passed counts as passed).
 `posttrain sft RUN_DIR/insights.jsonl` trains on a run's (task, insight) pairs with no rollouts (SFTL;DR;
@@ -193,7 +193,7 @@ class InsightEnv:
         t = await self.env.rollout(use, sampler, params)
         t.extra.update({"insight_key": key, "base_row": row, "insights": insights if conditioned else []})
         if insights and not conditioned:  # internalisation: the teacher reads what the conditioned rollouts read
-            t.teacher_hint = insight_block(insights)
+            t.guidance.teacher_hint = insight_block(insights)
         t.metrics.update({"insights/conditioned": float(conditioned), "insights/available": float(bool(insights))})
         return t
 

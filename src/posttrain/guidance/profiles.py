@@ -135,9 +135,9 @@ class ProfileEnv:
         neg_names = {t.name for t in self.neg}
         by_key: dict[str, list[list[str]]] = {}
         for t in ok:
-            by_key.setdefault(t.extra.get("profile_key", row_key(t.row)), []).append(t.tags or [])
+            by_key.setdefault(t.extra.get("profile_key", row_key(t.row)), []).append(t.guidance.tags or [])
         for t in ok:
-            tags = t.tags or []
+            tags = t.guidance.tags or []
             if self.negative == "penalty":
                 # Once per sample, not per tag: tags overlap (a JSON with a wrong value is also a schema violation),
                 # and a per-tag sum made prose (one tag) cheaper than nearly-right JSON (measured: the policy
@@ -150,14 +150,14 @@ class ProfileEnv:
             group = by_key[t.extra.get("profile_key", row_key(t.row))]
             missed = [p for p in self.pos if p.name not in tags and any(p.name in other for other in group)]
             if self.positive_distill and missed:
-                t.teacher_hint = "\n\nMake sure: " + "; ".join(p.description for p in missed) + "."
+                t.guidance.teacher_hint = "\n\nMake sure: " + "; ".join(p.description for p in missed) + "."
         for key, sets in by_key.items():
             self.book.update(key, sets)
 
 
 def profile_metrics(trajs: list[Trajectory], tags: list[str], errors: int) -> dict[str, float]:
     """Per step: each tag's share among the step's tagged rollouts, and the tagging errors so far."""
-    tagged = [t.tags for t in trajs if t.tags is not None]
+    tagged = [t.guidance.tags for t in trajs if t.guidance.tags is not None]
     m = {f"rised/{k}": v for k, v in batch_profile(tagged, tags).items()} if tagged else {}
     m["rised/tag_errors"] = float(errors)
     return m
@@ -202,7 +202,7 @@ class Rised:
 
     def metrics(self, trajs: list[Trajectory]) -> dict[str, float]:
         m = profile_metrics(trajs, self.tags, self.taggers.errors)
-        tagged = [t.tags for t in trajs if t.tags is not None]
+        tagged = [t.guidance.tags for t in trajs if t.guidance.tags is not None]
         if tagged:
             self.target = batch_profile(tagged, self.tags)
         m["rised/selection_overlap"] = float(self.overlap)

@@ -62,7 +62,7 @@ def feedback_hint(t: Trajectory, template: str = "\n\nHint: {hint}") -> tuple[st
 
 def remedy_hint(t: Trajectory, template: str = "\n\nHint: {hint}") -> tuple[str, int | None] | None:
     """A remedy's format hint for a stalled sample (diagnostics.remedies, guide mode), before the first reply."""
-    hint = t.remedy_hint
+    hint = t.guidance.remedy_hint
     return (template.format(hint=hint), 0) if hint else None
 
 
@@ -79,7 +79,7 @@ def first_hint(*fns: HintFn | None) -> HintFn:
 def env_hint(t: Trajectory) -> tuple[str, int | None] | None:
     """algorithm.insights / rised: the hint the env wrote for this sample's teacher (its task's insights, or the
     positive behaviours it missed), in the first prompt."""
-    hint = t.teacher_hint
+    hint = t.guidance.teacher_hint
     return (hint, 0) if hint else None
 
 

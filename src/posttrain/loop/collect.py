@@ -102,7 +102,7 @@ class RolloutSpec:
                 hint = self.rows[idx].get("format_hint")
                 for t in trajs[k * G : (k + 1) * G]:
                     if hint and not t.passed and not t.failed:
-                        t.remedy_hint = str(hint)
+                        t.guidance.remedy_hint = str(hint)
         pen = apply_overlong_penalty(groups, self.overlong_buffer_frac, self.overlong_penalty, self.params.max_tokens)
         return groups, pen
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -47,6 +47,9 @@ from posttrain.rewards.telemetry import drain_task_metrics
 from posttrain.types import SampleParams, SampleStats, Trajectory
 
 STEPPER_FILE = "stepper.pt"
+
+if TYPE_CHECKING:  # cluster.envs=ray only
+    from posttrain.cluster.ray_episodes import EnvWorkers
 
 
 class Stepper(Protocol):
@@ -88,8 +91,9 @@ class Run:
         trace.start(self.run_dir / trace.TRACE_FILE)  # every stage's spans, for the report's timeline
         # cluster.sandbox=ray: from here on every sandboxed run (env check, rewards, eval) is a Ray task.
         self.grading = start_grading(cfg.cluster)
+        built: Components | None = None
         try:
-            self.c: Components = build(cfg, log=self.say)
+            self.c = built = build(cfg, log=self.say)
             if cfg.task.env_check != "off":
                 env_check(self.c, cfg.task.env_check, self.say, cfg.logging.console)
             judge_gate(cfg, self.c, self.say)  # judge.min_agreement / min_kappa: audit the judge first
@@ -98,7 +102,8 @@ class Run:
             # async mode the collector scores training rollouts while an eval runs.
             drain_task_metrics(self.c.task)
         except BaseException:
-            self._close_cluster()
+            trace.stop()  # the run never starts: its trace is not left open for whatever runs next in this process
+            self._close_cluster(built.env_workers if built is not None else None)
             raise
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
         self.best = BestModel(cfg.loop.best_metric, self.run_dir / "best")
@@ -177,7 +182,8 @@ class Run:
         finally:
             self.logger.close()
             trace.stop()
-            self._close_cluster()
+            workers, self.c.env_workers = self.c.env_workers, None  # closed once
+            self._close_cluster(workers)
         return self._summarize(before, last_eval, done, start, warm, base_eval)
 
     async def _train(self, stepper: Stepper, start: int, before: dict[str, float]) -> int:
@@ -217,10 +223,9 @@ class Run:
                 break
         return done
 
-    def _close_cluster(self) -> None:
-        workers = getattr(getattr(self, "c", None), "env_workers", None)
+    def _close_cluster(self, workers: EnvWorkers | None) -> None:
+        """`workers`: the env workers the components started (None: none, or they were not built)."""
         if workers is not None:  # before grading's: whichever connected first owns (and shuts down) a private Ray
-            self.c.env_workers = None
             workers.close()
         if self.grading is not None:
             grading, self.grading = self.grading, None

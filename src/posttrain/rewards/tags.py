@@ -245,7 +245,8 @@ class JudgeTagger:
 
 @dataclass
 class Taggers:
-    """Rules first, then the judge for the rest; one set of tags per trajectory, stored in `Trajectory.tags`."""
+    """Rules first, then the judge for the rest; one set of tags per trajectory, stored in
+    `Trajectory.guidance.tags`."""
 
     rules: RuleTagger
     judge: JudgeTagger | None = None
@@ -255,7 +256,7 @@ class Taggers:
         if self.judge is not None:
             found = [a | b for a, b in zip(found, self.judge.tag(trajs))]
         for t, tags in zip(trajs, found):
-            t.tags = sorted(tags)
+            t.guidance.tags = sorted(tags)
 
     @property
     def errors(self) -> int:
