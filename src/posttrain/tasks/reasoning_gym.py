@@ -3,10 +3,10 @@
     task.name=reasoning_gym:leg_counting  task.options={min_animals: 1, max_animals: 2, train_size: 500}
     task.name=reasoning_gym:composite     task.options.datasets={chain_sum: {weight: 2}, gcd: {config: {...}}}
 
-Options: posttrain's own (POSTTRAIN_OPTIONS below); every other key is the dataset's config (reasoning-gym's config
-dataclass for that dataset; `size` is an alias of `train_size`, `seed` seeds the dataset). Train and held-out rows
-are one dataset split by index (reasoning-gym seeds item i with seed + i, so the two ranges never share a random
-stream), and held-out questions that also appear in training are dropped.
+Options: posttrain's own (POSTTRAIN_OPTIONS, in reasoning_gym_datasets.py); every other key is the dataset's config
+(reasoning-gym's config dataclass for that dataset; `size` is an alias of `train_size`, `seed` seeds the dataset).
+Train and held-out rows are one dataset split by index (reasoning-gym seeds item i with seed + i, so the two ranges
+never share a random stream), and held-out questions that also appear in training are dropped.
 
 Rubric: `rg_score`, the dataset's own `score_answer` on the extracted answer (0..1, partial credit where the dataset
 gives it; a sample passes at 1.0), plus `format` (the requested answer format is present) with a small weight.
@@ -18,13 +18,12 @@ Model text is hostile and some scorers evaluate it (`eval` in four list-parsing 
 five expression scorers): the answer is cut to MAX_ANSWER_CHARS, such scorers only see answers that pass a syntax
 allowlist (`screen`), and every call runs in a thread with a timeout. A scorer that raises, times out or is
 screened scores 0 for that sample; it never fails the batch.
+
+The datasets, their specs and entries as JSON: reasoning_gym_datasets.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import functools
 import json
 import math
 import re
@@ -36,6 +35,18 @@ from posttrain.envs.smoke_checks import SmokeCheck
 from posttrain.envs.task import Task, TaskLoadError
 from posttrain.rewards.extract import completion_text, extract_answer, has_answer
 from posttrain.rewards.rubric import RewardComponent, Rubric
+from posttrain.tasks.reasoning_gym_datasets import (  # noqa: F401 - INSTALL_HINT, CACHE_SIZE, config_keys re-exported
+    CACHE_SIZE,
+    INSTALL_HINT,
+    POSTTRAIN_OPTIONS,
+    _build,
+    _rg,
+    _spec,
+    config_keys,
+    dataset_for,
+    dumps_entry,
+    loads_entry,
+)
 from posttrain.tasks.reasoning_gym_screen import (  # noqa: F401 - the EVALS_ sets are re-exported
     EVALS_ARITHMETIC,
     EVALS_LITERAL,
@@ -45,25 +56,10 @@ from posttrain.tasks.reasoning_gym_screen import (  # noqa: F401 - the EVALS_ se
     stuck_threads,
 )
 
-INSTALL_HINT = "pip install 'posttrain[reasoning-gym]'"
 MAX_ANSWER_CHARS = 2000  # what a scorer sees at most of the extracted answer
 SCORE_TIMEOUT_S = 5.0  # one score_answer call
 BATCH_TIMEOUT_S = 30.0  # one reward call (a batch), under the rubric's reward_timeout_s (60 s by default)
 MAX_STUCK_THREADS = 4  # timed-out scorer threads still running; past this, scoring is skipped (0) until they end
-CACHE_SIZE = 16  # datasets kept per process
-
-POSTTRAIN_OPTIONS = (
-    "train_size",
-    "eval_size",
-    "seed",
-    "system_prompt",
-    "answer_format",
-    "fallback",
-    "max_tokens",
-    "format_weight",
-    "score_timeout_s",
-    "datasets",
-)
 
 # How each answer format is asked for (appended to the system prompt) and written (demonstrations, tests).
 _INSTRUCTIONS = {
@@ -84,167 +80,6 @@ def format_answer(answer: str, answer_format: str = "answer_tag") -> str:
     if answer_format == "boxed":
         return f"\\boxed{{{answer}}}"
     return answer
-
-
-# ------------------------------------------------------------------------------------------ entries as JSON text
-
-
-def dumps_entry(entry: Any) -> str:
-    """An entry as JSON that `loads_entry` turns back into equal Python values: tuples, sets and dicts with
-    non-string keys are tagged (scorers compare metadata tuples, e.g. arc_agi's grids; graph_color keys by int)."""
-    return json.dumps(_tag(entry), sort_keys=True)
-
-
-def loads_entry(text: str) -> Any:
-    return json.loads(text, object_hook=_untag)
-
-
-def _tag(x: Any) -> Any:
-    if isinstance(x, dict):
-        if all(isinstance(k, str) for k in x) and not any(k.startswith("__rg_") for k in x):
-            return {k: _tag(v) for k, v in x.items()}
-        return {"__rg_items__": [[_tag(k), _tag(v)] for k, v in x.items()]}
-    if isinstance(x, tuple):
-        return {"__rg_tuple__": [_tag(v) for v in x]}
-    if isinstance(x, (set, frozenset)):
-        return {"__rg_set__": [_tag(v) for v in x]}
-    if isinstance(x, list):
-        return [_tag(v) for v in x]
-    if hasattr(x, "tolist"):  # numpy arrays and scalars
-        return _tag(x.tolist())
-    if x is None or isinstance(x, (str, int, float, bool)):
-        return x
-    return str(x)  # nothing in reasoning-gym 0.1.25's entries gets here
-
-
-def _untag(d: dict) -> Any:
-    if len(d) == 1:
-        ((k, v),) = d.items()
-        if k == "__rg_tuple__":
-            return tuple(v)
-        if k == "__rg_set__":
-            return set(v)
-        if k == "__rg_items__":
-            return {(tuple(a) if isinstance(a, list) else a): b for a, b in v}
-    return d
-
-
-# ------------------------------------------------------------------------------------------- datasets and specs
-
-
-def _rg():
-    try:
-        import reasoning_gym
-    except ImportError:
-        raise TaskLoadError(f"reasoning-gym is not installed: {INSTALL_HINT}") from None
-    return reasoning_gym
-
-
-def _registry() -> dict[str, tuple[type, type]]:
-    _rg()
-    from reasoning_gym.factory import DATASETS
-
-    return DATASETS
-
-
-def _check_name(name: str) -> None:
-    known = _registry()
-    if name in known:
-        return
-    near = difflib.get_close_matches(name, list(known), n=5, cutoff=0.5)
-    hint = f"nearest: {', '.join(near)}" if near else f"{len(known)} datasets, e.g. {', '.join(sorted(known)[:8])}"
-    raise TaskLoadError(
-        f"reasoning-gym has no dataset {name!r} ({hint}); "
-        "list them: python -c 'from reasoning_gym.factory import DATASETS; print(sorted(DATASETS))'"
-    )
-
-
-def config_keys(name: str) -> list[str]:
-    """The config keys dataset `name` takes (its config dataclass's fields, less seed and size)."""
-    _, config_cls = _registry()[name]
-    return [f.name for f in dataclasses.fields(config_cls) if f.name not in ("seed", "size")]
-
-
-def _check_config(name: str, config: dict[str, Any], where: str) -> None:
-    bad = sorted(set(config) - set(config_keys(name)) - {"seed", "size"})
-    if bad:
-        raise TaskLoadError(
-            f"{where}: reasoning-gym dataset {name!r} has no option {', '.join(map(repr, bad))}; its "
-            f"options: {', '.join(config_keys(name)) or '(none)'}; posttrain's: "
-            f"{', '.join(o for o in POSTTRAIN_OPTIONS if o != 'datasets')}"
-        )
-
-
-def _create(spec: dict[str, Any]):
-    """The dataset a spec names: {"name", "config"} (the composite's config lists its datasets)."""
-    cfg = dict(spec["config"])
-    if spec["name"] != "composite":
-        return _rg().create_dataset(spec["name"], **cfg)
-    from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
-
-    subs = [DatasetSpec(d["name"], float(d["weight"]), dict(d["config"])) for d in cfg.pop("datasets")]
-    return CompositeDataset(CompositeConfig(datasets=subs, **cfg))
-
-
-@functools.lru_cache(maxsize=CACHE_SIZE)
-def dataset_for(spec_json: str):
-    """The dataset of a row's `rg_spec`, built once per process and spec (reward functions see only columns)."""
-    return _create(json.loads(spec_json))
-
-
-def _build(spec: dict[str, Any]):
-    """dataset_for, with reasoning-gym's own refusals (a bad value, a failed validate) as TaskLoadError."""
-    try:
-        return dataset_for(json.dumps(spec, sort_keys=True))
-    except TaskLoadError:
-        raise
-    except (TypeError, ValueError, AssertionError, KeyError) as e:
-        raise TaskLoadError(
-            f"reasoning_gym:{spec['name']}: reasoning-gym refused the config "
-            f"{spec['config']}: {type(e).__name__}: {e or '(a failed check)'}"
-        ) from None
-
-
-def _composite_specs(datasets: Any) -> list[dict[str, Any]]:
-    """task.options.datasets: {name: {weight: w, config: {...}}} (or a list of {name, weight, config})."""
-    if isinstance(datasets, dict):
-        datasets = [{"name": k, **(v or {})} for k, v in datasets.items()]
-    if not isinstance(datasets, list) or not datasets or not all(isinstance(d, dict) for d in datasets):
-        raise TaskLoadError("reasoning_gym:composite needs task.options.datasets={name: {weight: w, config: {...}}}")
-    out = []
-    for d in datasets:
-        extra = set(d) - {"name", "weight", "config"}
-        if extra:
-            raise TaskLoadError(
-                f"reasoning_gym:composite: dataset entry {d.get('name')!r} has unknown keys "
-                f"{sorted(extra)}; each takes weight and config"
-            )
-        name, weight, config = d.get("name"), d.get("weight", 1.0), dict(d.get("config") or {})
-        if name == "composite":
-            raise TaskLoadError("reasoning_gym:composite: a composite cannot hold another composite")
-        _check_name(str(name))
-        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not weight > 0:
-            raise TaskLoadError(f"reasoning_gym:composite: {name!r} weight must be a positive number, got {weight!r}")
-        _check_config(name, config, f"reasoning_gym:composite datasets.{name}.config")
-        out.append({"name": name, "weight": float(weight), "config": config})
-    return out
-
-
-def _spec(dataset: str, config: dict[str, Any], size: int, seed: int) -> dict[str, Any]:
-    if dataset == "composite":
-        extra = set(config) - {"datasets"}
-        if extra:
-            raise TaskLoadError(
-                f"reasoning_gym:composite: unknown options {sorted(extra)}; each dataset's own "
-                "config goes under datasets.<name>.config"
-            )
-        return {
-            "name": "composite",
-            "config": {"size": size, "seed": seed, "datasets": _composite_specs(config.get("datasets"))},
-        }
-    _check_name(dataset)
-    _check_config(dataset, config, f"reasoning_gym:{dataset}")
-    return {"name": dataset, "config": {**config, "size": size, "seed": seed}}
 
 
 # ------------------------------------------------------------------------------------------------------ scoring
