@@ -99,7 +99,7 @@ def combine_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def _all_reduce_grads(trainer) -> None:
+def _all_reduce_grads(trainer: Trainer) -> None:
     """Sum the gradients over ranks in one flat buffer; OR the non-finite flag."""
     grads = []
     for p in trainer.params:
@@ -112,9 +112,10 @@ def _all_reduce_grads(trainer) -> None:
     for g in grads:
         g.copy_(flat[off : off + g.numel()].view_as(g))
         off += g.numel()
-    flag = torch.tensor([float(trainer._poisoned)], device=flat.device)  # NCCL reduces only CUDA tensors
+    flag = torch.tensor([float(trainer.nonfinite)], device=flat.device)  # NCCL reduces only CUDA tensors
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    trainer._poisoned = bool(flag.item())
+    if flag.item():  # a rank saw a non-finite loss: every rank skips this step alike
+        trainer.skip_next_step()
 
 
 def _run(trainer, cmd: tuple, rank: int, world: int, loss_fn, params, token_weight_fn) -> Any:

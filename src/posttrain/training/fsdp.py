@@ -260,7 +260,7 @@ class ShardedTrainer(Trainer):
     def grad_norm_(self) -> float:
         # The DTensor-aware clip: each shard's norm is combined across ranks into the global norm (Replicate).
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
-        full = getattr(norm, "full_tensor", None)  # a DTensor (Replicate) over sharded parameters
+        full = getattr(norm, "full_tensor", None)  # a DTensor (Replicate) when the parameters are shards
         return float(full() if full is not None else norm)
 
     # ---- state: full tensors on rank 0 -----------------------------------------------------------------------

@@ -273,6 +273,15 @@ class Trainer:
             "train/lr": float(self.schedulers[0].get_last_lr()[0]),
         }
 
+    @property
+    def nonfinite(self) -> bool:
+        """A non-finite loss was seen since the last optim_step: that step will be skipped."""
+        return self._poisoned
+
+    def skip_next_step(self) -> None:
+        """Skip the coming optim_step (another rank saw a non-finite loss: the ranks skip alike)."""
+        self._poisoned = True
+
     def _skip_backward(self, logp_BT: torch.Tensor) -> None:
         """A non-finite loss is not backpropagated: the step will be skipped (a sharded trainer still runs a
         backward through `logp_BT`, a zero one, because the other ranks wait for its collectives)."""
