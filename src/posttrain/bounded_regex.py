@@ -163,15 +163,17 @@ class _Worker:
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not delivered within 5 s
             pass
         for f in (self.proc.stdin, self.proc.stdout):
+            assert f is not None  # both are pipes (Popen in __init__)
             try:
-                f.close()  # type: ignore[union-attr]
+                f.close()
             except OSError:
                 pass
 
     def close(self) -> None:
         """End it politely: EOF on its stdin makes it exit; kill if it does not."""
+        assert self.proc.stdin is not None  # a pipe (Popen in __init__)
         try:
-            self.proc.stdin.close()  # type: ignore[union-attr]
+            self.proc.stdin.close()
             self.proc.wait(timeout=1)
         except (OSError, subprocess.TimeoutExpired):
             pass

@@ -4,9 +4,9 @@ importing them registers their commands on `app`, in the order `posttrain --help
 from posttrain.cli.app import app, main
 
 # Registration order is the help order: training first.
-from posttrain.cli import train_cmds  # noqa: F401  (isort: skip)
-from posttrain.cli import inspect_cmds  # noqa: F401  (isort: skip)
-from posttrain.cli import serve_cmds  # noqa: F401  (isort: skip)
-from posttrain.cli import reward_cmds  # noqa: F401  (isort: skip)
+from posttrain.cli import train_cmds  # noqa: F401 - importing registers the commands  # isort: skip
+from posttrain.cli import inspect_cmds  # noqa: F401 - importing registers the commands  # isort: skip
+from posttrain.cli import serve_cmds  # noqa: F401 - importing registers the commands  # isort: skip
+from posttrain.cli import reward_cmds  # noqa: F401 - importing registers the commands  # isort: skip
 
 __all__ = ["app", "main"]

@@ -195,7 +195,7 @@ class GroupLoad(_FlatLoad):
         group is rebuilt at the next push, since its members changed)."""
         try:
             group = self._open([server])
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - any failure to join is this server's: the caller restarts it
             raise _ServerFailed(f"{server.url}: could not join a weight group: {e}") from None
         errors = self._broadcast(group, [server], sync=False)
         if errors:

@@ -57,7 +57,7 @@ from posttrain.cluster.server_loads import DEFAULT_BUCKET_MB, LOADS, ServerPoolW
 from posttrain.cluster.server_processes import Server, ServerPoolError, Slot, _ServerFailed, close_servers, kill_group
 from posttrain.cluster.vllm_server_calls import _BadRequest, is_healthy, request, sample_on, sync_server
 from posttrain.cluster.vllm_server_launch import (
-    server_args,  # noqa: F401
+    server_args,  # noqa: F401 - re-exported (the tests build a server's command line from here)
     spawn_server,
     split,
     ties_embeddings,

@@ -31,7 +31,7 @@ async def first_prompt_ids(env: Env, row: dict[str, Any], params: SampleParams) 
     stops at the first call: any env, single- or multi-turn, without an env-specific rendering API. None when
     the env never asks (or fails before asking)."""
     try:
-        await env.rollout(row, _PromptRecorder(), params)  # type: ignore[arg-type]
+        await env.rollout(row, _PromptRecorder(), params)  # pyright: ignore[reportArgumentType]  # stub: sample() only
     except _FirstPrompt as got:
         return got.ids
     except Exception:  # noqa: BLE001 - an env that cannot be probed keeps its samples as sampled

@@ -223,9 +223,10 @@ def audit(cfg: Any, c: Any, log=print) -> AuditReport:
 
     log(f"audit: judging {len(items)} samples with {judge.runner.backend.judge_id} ...")
     truth, scores = verdicts([i[0] for i in items], [i[1] for i in items])
-    keep = [k for k, s in enumerate(scores) if not isinstance(s, Exception)]
+    scored = {k: float(s) for k, s in enumerate(scores) if not isinstance(s, Exception)}  # the judge answered
+    keep = list(scored)
     t_all = [truth[k] for k in keep]
-    s_all = [float(scores[k]) for k in keep]  # type: ignore[arg-type]
+    s_all = [scored[k] for k in keep]
     p_all = [s >= threshold for s in s_all]
     pol = [i for i, k in enumerate(keep) if items[k][2] == "policy"]
     report = AuditReport(
@@ -249,7 +250,7 @@ def audit(cfg: Any, c: Any, log=print) -> AuditReport:
     )
 
     # Injection probes on verifier-failing samples the judge could score.
-    fails = [(items[k][0], items[k][1], float(scores[k])) for k in keep if not truth[k]][: jc.audit_injections]  # type: ignore[arg-type]
+    fails = [(items[k][0], items[k][1], scored[k]) for k in keep if not truth[k]][: jc.audit_injections]
     if fails:
         for name, text in INJECTIONS.items():
             t_inj, s_inj = verdicts([f + text for f, _, _ in fails], [r for _, r, _ in fails])

@@ -37,7 +37,7 @@ def load_model(
 
         model, tok = tiny_random_model(seed=seed)
         # transformers' @wraps(Module.to) hides that `to` is a bound method
-        return model.to(DTYPES[dtype]).eval(), tok  # pyright: ignore[reportArgumentType]
+        return model.to(DTYPES[dtype]).eval(), tok  # pyright: ignore[reportArgumentType]  # @wraps hides `self`
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

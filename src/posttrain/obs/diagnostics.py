@@ -19,7 +19,7 @@ from typing import Any
 
 from posttrain.config.schema import DiagnosticsConfig
 from posttrain.obs import diagnostic_checks  # noqa: F401 - the checks register themselves on import
-from posttrain.obs.diagnostic_registry import DIAGNOSTICS, DiagnosticEvent, Finding, History, _num  # noqa: F401
+from posttrain.obs.diagnostic_registry import DIAGNOSTICS, DiagnosticEvent, History
 
 # ---- the state machine -------------------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ class MetricsLogger:
                     if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step":
                         self._tb.add_scalar(k, v, step)
                 self._tb.flush()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 - TensorBoard is a view of the run: a failed write drops it
                 self._warn(f"tensorboard write failed: {e}")
                 self._tb = None
         for sink in self.sinks:
@@ -72,7 +72,7 @@ class MetricsLogger:
         if self._tb is not None:
             try:
                 self._tb.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing an optional view must not fail the run's end
                 pass
 
 

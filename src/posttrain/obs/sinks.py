@@ -46,7 +46,7 @@ class TrackerSink:
             return
         try:
             self.run.log(numbers, step=int(record.get("step", 0)))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - a tracker that fails must not stop the run: it is dropped
             _warn(f"{self.module} log failed ({type(e).__name__}: {e}); dropping it for the rest of the run")
             self.run = None
 
@@ -55,7 +55,7 @@ class TrackerSink:
             return
         try:
             self.run.finish()
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - a tracker that fails to finish must not fail the run's end
             _warn(f"{self.module} finish failed: {e}")
         self.run = None
 

@@ -31,6 +31,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _base():
@@ -51,13 +52,13 @@ def _checker():
 
     config = [LatexExtractionConfig(), ExprExtractionConfig()]
     words = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")  # a word that is not a LaTeX command (\\frac, \\text)
+    no_timeout: Any = None  # math-verify annotates parsing_timeout as int, yet takes None for no timeout
 
     def parsed(text: str):
         # Bare math (\frac34, 2^{1/2}, (1, 2), 1+x^2) reads right only as LaTeX in $...$; a sentence ("It is 12 cm",
         # "The answer is 7.") only as math-verify reads free text. Each falls back to the other.
-        # (The ignores: math-verify annotates parsing_timeout as int, yet takes None for no timeout.)
-        latex = lambda: parse("$" + text + "$", config, parsing_timeout=None)  # pyright: ignore[reportArgumentType]
-        plain = lambda: parse(text, config, parsing_timeout=None)  # pyright: ignore[reportArgumentType]
+        latex = lambda: parse("$" + text + "$", config, parsing_timeout=no_timeout)
+        plain = lambda: parse(text, config, parsing_timeout=no_timeout)
         first, second = (plain, latex) if words.search(text) else (latex, plain)
         return first() or second()
 

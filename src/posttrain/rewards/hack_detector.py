@@ -11,6 +11,7 @@ solutions raise no flag) and lets the rubric zero the reward before the policy l
     rewards/hack_guard.py      guard(): a Rubric whose flagged samples get reward 0 and do not pass; the
                                `hack_flagged` component (weight 0) makes the flag rate a logged metric
     rewards/hack_strings.py    what a string expression evaluates to, statically (test paths built in pieces)
+    rewards/hack_vocab.py      the calls, names and commands it looks for
 
 The grader runs outside the sandbox (DESIGN: grading happens outside; never trust what sandboxed code
 prints); this detector is a second line that also catches hacks the sandbox lets through.
@@ -26,169 +27,26 @@ from typing import Any
 from posttrain.bounded import BoundedError, parse_python, walk
 from posttrain.rewards.hack_paths import TEST_COMPONENT, TEST_PATH, TEST_REF, path_reason
 from posttrain.rewards.hack_strings import UNKNOWN, StringFolder
-
-KINDS = (
-    "test_file_access",
-    "early_exit",
-    "introspection",
-    "hook_file_write",
-    "test_framework_patch",
-    "eq_override",
-    "builtins_patch",
+from posttrain.rewards.hack_vocab import (
+    ANSWER_NAMES,
+    CODE_CALLS,
+    ENCODED,
+    EXIT_CALLS,
+    FRAME_ATTRS,
+    HOOK_FILE,
+    IMPORT_CALLS,
+    INTROSPECTION_CALLS,
+    KINDS,  # noqa: F401 - re-exported: the kinds of flag detect_code gives
+    LIST_CALLS,
+    LIST_METHODS,
+    MAX_CODE_CHARS,
+    MAX_EXEC_NESTING,
+    PATH_CALLS,
+    PATH_METHODS,
+    READ_COMMANDS,
+    SHELL_CALLS,
+    TEST_MODULES,
 )
-
-EXIT_CALLS = {
-    "sys.exit",
-    "os._exit",
-    "os.kill",
-    "os.abort",
-    "os.killpg",
-    "exit",
-    "quit",
-    "atexit.register",
-    "signal.raise_signal",
-    "os.execv",
-    "os.execl",
-    "os.execvp",
-}
-INTROSPECTION_CALLS = {
-    "sys._getframe",
-    "sys._current_frames",
-    "inspect.currentframe",
-    "inspect.stack",
-    "inspect.getouterframes",
-    "inspect.getinnerframes",
-    "inspect.trace",
-    "inspect.getframeinfo",
-    "gc.get_objects",
-    "gc.get_referrers",
-    "gc.get_referents",
-    "sys.settrace",
-    "sys.setprofile",
-    "traceback.extract_stack",
-    "traceback.walk_stack",
-    "traceback.format_stack",
-    "traceback.print_stack",
-}
-FRAME_ATTRS = {"f_back", "f_locals", "f_globals", "tb_frame", "gi_frame", "cr_frame"}
-TEST_MODULES = {"pytest", "_pytest", "unittest", "doctest", "pluggy"}
-HOOK_FILE = re.compile(r"(^|[/\\])(conftest\.py|sitecustomize\.py|usercustomize\.py)$|\.pth$")
-
-# ---- reading the answer: the tests (which paths are theirs: hack_paths.py), the runner's arguments, the test module --
-# Names whose use reads what the test runner knows: source of loaded code, its arguments, its modules.
-ANSWER_NAMES = {
-    "sys.modules": "sys.modules (holds the test module)",
-    "sys.argv": "the command line (names the test files)",
-    "sys.orig_argv": "the command line (names the test files)",
-    "__main__": "the runner's main module",
-    "psutil": "psutil (reads the test runner's command line)",
-    **{
-        f"inspect.{f}": "source of loaded code"
-        for f in ("getsource", "getsourcelines", "getsourcefile", "getfile", "getmodule", "findsource", "getcomments")
-    },
-    **{f"linecache.{f}": "source lines of loaded code" for f in ("getline", "getlines", "updatecache", "cache")},
-}
-# Calls whose path argument is opened, run or listed.
-PATH_CALLS = {
-    "open",
-    "io.open",
-    "os.open",
-    "codecs.open",
-    "builtins.open",
-    "io.FileIO",
-    "os.stat",
-    "os.lstat",
-    "os.access",
-    "os.readlink",
-    "os.chdir",
-    "os.path.exists",
-    "os.path.isfile",
-    "os.path.isdir",
-    "os.path.getsize",
-    "os.path.getmtime",
-    "shutil.copy",
-    "shutil.copyfile",
-    "shutil.copy2",
-    "shutil.copytree",
-    "shutil.move",
-    "fileinput.input",
-    "runpy.run_path",
-    "tokenize.open",
-    "importlib.util.spec_from_file_location",
-    "importlib.machinery.SourceFileLoader",
-    "pkgutil.get_data",
-    "pathlib.Path",
-    "Path",
-    "pathlib.PurePath",
-    "PurePath",
-    "pathlib.PosixPath",
-    "PosixPath",
-    "zipfile.ZipFile",
-    "tarfile.open",
-    "mmap.mmap",
-    "linecache.getline",
-    "linecache.getlines",
-}
-LIST_CALLS = {"os.listdir", "os.scandir", "os.walk", "os.fwalk", "glob.glob", "glob.iglob"}
-SHELL_CALLS = {
-    "os.system",
-    "os.popen",
-    "subprocess.run",
-    "subprocess.call",
-    "subprocess.check_call",
-    "subprocess.check_output",
-    "subprocess.Popen",
-    "subprocess.getoutput",
-    "subprocess.getstatusoutput",
-}
-PATH_METHODS = {"read_text", "read_bytes", "open", "joinpath", "exists", "is_file", "is_dir", "stat", "chdir"}
-LIST_METHODS = {"iterdir", "glob", "rglob", "walk", "listdir", "scandir"}
-IMPORT_CALLS = {
-    "importlib.import_module",
-    "__import__",
-    "importlib.__import__",
-    "importlib.util.find_spec",
-    "runpy.run_module",
-    "pkgutil.get_loader",
-    "importlib.reload",
-}
-READ_COMMANDS = {
-    "cat",
-    "ls",
-    "find",
-    "grep",
-    "head",
-    "tail",
-    "less",
-    "more",
-    "strings",
-    "xxd",
-    "od",
-    "awk",
-    "sed",
-    "tac",
-    "nl",
-    "dir",
-    "tree",
-    "locate",
-}
-ENCODED = {
-    "chr",
-    "bytes",
-    "bytearray",
-    "decode",
-    "fromhex",
-    "b64decode",
-    "b32decode",
-    "b16decode",
-    "a85decode",
-    "b85decode",
-    "unhexlify",
-    "codecs.decode",
-}
-CODE_CALLS = {"exec", "eval", "compile", "builtins.exec", "builtins.eval"}
-MAX_EXEC_NESTING = 2  # exec("exec('...')"): strings checked as code this many levels down
-MAX_CODE_CHARS = 256_000  # larger code is checked by the (linear) regexes only
 
 
 @dataclass(frozen=True)
@@ -309,7 +167,8 @@ class _Visitor:
         elif name in SHELL_CALLS:
             self._check_shell(node)
         elif method in LIST_METHODS or method in PATH_METHODS:
-            receiver = self._fold(node.func.value)  # type: ignore[attr-defined]
+            assert isinstance(node.func, ast.Attribute)  # a method name comes only from an attribute call
+            receiver = self._fold(node.func.value)
             pattern = self._fold(node.args[0]) if node.args else None
             if receiver is not None:
                 full = receiver if pattern is None else f"{receiver}/{pattern}"

@@ -172,10 +172,10 @@ class StringFolder:
             return chr(node.args[0].value)
         if not isinstance(node.func, ast.Attribute):
             return None
-        return self._fold_method(node, node.func.attr, depth)
+        return self._fold_method(node, node.func, depth)
 
-    def _fold_method(self, node: ast.Call, method: str, depth: int) -> str | None:
-        receiver = node.func.value  # type: ignore[attr-defined]
+    def _fold_method(self, node: ast.Call, func: ast.Attribute, depth: int) -> str | None:
+        method, receiver = func.attr, func.value
         if method == "join" and node.args and isinstance(node.args[0], (ast.List, ast.Tuple)):
             sep = self.fold(receiver, depth + 1)
             return self._concat(list(node.args[0].elts), UNKNOWN if sep is None else sep, depth)

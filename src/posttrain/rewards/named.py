@@ -150,9 +150,11 @@ class NamedReward:
         rows = self._rows(len(completions), columns, ["completion_ids"])
         values: list[float | None] = []
         errors: dict[int, str] = {}
+        score = self.spec.score
+        assert score is not None  # a reward without a per-sample scorer has its own __call__ (MathReward)
         for i, (c, row) in enumerate(zip(completions, rows)):
             try:
-                values.append(self.spec.score(completion_text(c), row, self.options, self.state()))  # type: ignore[misc]
+                values.append(score(completion_text(c), row, self.options, self.state()))
             except _Counted as e:
                 self.count(e.key)
                 values.append(e.value)

@@ -30,6 +30,14 @@ class RewardConfigError(ValueError):
 # ------------------------------------------------------------------------------------------------------- options
 
 
+def _check_answer_format(answer_format: str) -> None:
+    if answer_format not in EXTRACTORS:
+        raise RewardConfigError(
+            f"answer_format {answer_format!r} is not one of {', '.join(EXTRACTORS)}"
+            + nearest_name(answer_format, EXTRACTORS)
+        )
+
+
 @dataclass(frozen=True)
 class AnswerOptions:
     """What every answer-comparing reward takes: the gold column and how the answer is read from the text."""
@@ -38,11 +46,7 @@ class AnswerOptions:
     answer_format: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.answer_format not in EXTRACTORS:
-            raise RewardConfigError(
-                f"answer_format {self.answer_format!r} is not one of {', '.join(EXTRACTORS)}"
-                + nearest_name(self.answer_format, EXTRACTORS)
-            )
+        _check_answer_format(self.answer_format)
 
     def columns(self) -> dict[str, str]:
         """option -> the row column it names (checked against the data before training)."""
@@ -109,7 +113,7 @@ class RegexOptions:
     timeout_s: float = 1.0  # one match; past it the sample scores 0 (counted)
 
     def __post_init__(self) -> None:
-        AnswerOptions.__post_init__(self)  # type: ignore[arg-type]
+        _check_answer_format(self.answer_format)
         _positive(max_chars=self.max_chars, timeout_s=self.timeout_s)
 
     def columns(self) -> dict[str, str]:
@@ -124,7 +128,7 @@ class JsonSchemaOptions:
     max_chars: int = 100_000
 
     def __post_init__(self) -> None:
-        AnswerOptions.__post_init__(self)  # type: ignore[arg-type]
+        _check_answer_format(self.answer_format)
         _positive(max_chars=self.max_chars)
         if (self.schema is None) == (self.schema_column is None):
             raise RewardConfigError("json_schema needs exactly one of `schema` (a JSON Schema) or `schema_column`")
@@ -140,7 +144,7 @@ class FormatOptions:
     answer_format: str = "auto"  # the format required; auto: <answer> tags or a \boxed{}
 
     def __post_init__(self) -> None:
-        AnswerOptions.__post_init__(self)  # type: ignore[arg-type]
+        _check_answer_format(self.answer_format)
 
     def columns(self) -> dict[str, str]:
         return {}

@@ -319,7 +319,7 @@ def _call_each(
                     comp.func, completions[i : i + 1], {k: v[i : i + 1] for k, v in kwargs.items()}, timeout_s
                 )[0]
             )
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - a user reward may raise anything: it fails this sample alone
             out.append(None)
             if errors[i] is None:
                 errors[i] = f"reward {comp.name!r} raised {type(e).__name__}: {e}"

@@ -27,6 +27,8 @@ from posttrain.sampling import weight_transfer as wt
 class WeightReceiver:
     """Mixed into vLLM's worker class; `self` is the worker (model_runner, device)."""
 
+    model_runner: Any  # the worker's own (declared for the type checker only: no value here)
+
     def _posttrain_groups(self) -> dict[str, Any]:
         groups = getattr(self, "_pt_groups", None)
         if groups is None:
@@ -59,7 +61,7 @@ class WeightReceiver:
             raise RuntimeError(f"no weight group {extra['name']!r} joined in this worker")
         t0 = time.perf_counter()
         stream = wt.iter_received(entry[1], specs, buckets, self._posttrain_device())
-        self.model_runner.reload_weights(weights_iterator=stream)  # type: ignore[attr-defined]
+        self.model_runner.reload_weights(weights_iterator=stream)
         return json.dumps({"tensors": len(specs), "seconds": time.perf_counter() - t0})
 
     def posttrain_load_shared(self, args: str) -> str:
@@ -69,7 +71,7 @@ class WeightReceiver:
         dev = self._posttrain_device()
         with wt.shared_views(extra["shm"], specs) as items:
             stream = iter(items) if dev == "cpu" else ((n, t.to(dev, non_blocking=True)) for n, t in items)
-            self.model_runner.reload_weights(weights_iterator=stream)  # type: ignore[attr-defined]
+            self.model_runner.reload_weights(weights_iterator=stream)
         return json.dumps({"tensors": len(specs), "seconds": time.perf_counter() - t0})
 
     def posttrain_leave(self, args: str = "{}") -> str:

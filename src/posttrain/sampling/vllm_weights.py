@@ -121,7 +121,8 @@ class EngineWeights:
     def push(self, version: int) -> dict[str, float]:
         t0 = time.perf_counter()
         if self.adapter:
-            folder = self.work_dir / f"adapter-v{version}"  # type: ignore[operator]
+            assert self.work_dir is not None  # __init__ refuses adapters without a work_dir
+            folder = self.work_dir / f"adapter-v{version}"
             self.model.save_pretrained(folder)  # peft: the adapter alone
             saved = time.perf_counter() - t0
             self.engine.load_adapter(folder, version)

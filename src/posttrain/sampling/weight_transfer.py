@@ -227,7 +227,9 @@ def attach_shared(name: str) -> shared_memory.SharedMemory:
     try:
         from multiprocessing import resource_tracker
 
-        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+        # `_name` is the name as the tracker registered it (`name` drops the leading "/")
+        registered = shm._name  # pyright: ignore[reportAttributeAccessIssue]  # private, so untyped
+        resource_tracker.unregister(registered, "shared_memory")
     except Exception:  # noqa: BLE001 - a Python that does not track attached blocks has nothing to undo
         pass
     return shm

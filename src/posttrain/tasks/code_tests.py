@@ -101,15 +101,18 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
         nl = text.find("\n", start + 3)
         if nl < 0:  # an opening fence needs the end of its line; no later fence has one either
             break
-        lang = _LANG.match(text, start + 3).group(1)  # type: ignore[union-attr]
+        info = _LANG.match(text, start + 3)
+        assert info is not None  # every part of _LANG is optional: it always matches
+        lang = info.group(1)
         body_start = p = nl + 1
-        while (p := text.find("\n", p)) >= 0 and not _CLOSE.match(text, p + 1):
+        close = None
+        while (p := text.find("\n", p)) >= 0 and not (close := _CLOSE.match(text, p + 1)):
             p += 1
-        if p < 0:  # never closed: the block runs to the end
+        if close is None:  # never closed (p < 0): the block runs to the end
             out.append((lang, text[body_start:]))
             break
         out.append((lang, text[body_start:p]))
-        at = _CLOSE.match(text, p + 1).end()  # type: ignore[union-attr]
+        at = close.end()
     return out
 
 
@@ -177,8 +180,8 @@ class FunctionGrader:
 
     def grade(self, jobs: list[tuple[str | None, str, list[dict[str, Any]]]]) -> list[Any]:
         """One GradeResult (None where there was no code) per job, `cfg.concurrency` sandboxes at a time."""
-        todo = [(i, job) for i, job in enumerate(jobs) if job[0]]
-        results = run_sync(lambda: self.pool.grade_many([job for _, job in todo]))  # type: ignore[arg-type]
+        todo = [(i, (code, entry, cases)) for i, (code, entry, cases) in enumerate(jobs) if code]
+        results = run_sync(lambda: self.pool.grade_many([job for _, job in todo]))
         out: list[Any] = [None] * len(jobs)
         if len(self.isolation) > 4096:  # a bounded memo: only the latest batch is read back
             self.isolation.clear()
@@ -288,5 +291,5 @@ def make_task(
         hack = f"```python\nimport sys\ndef {p['signature']}:\n    sys.exit(0)\n```"
         checks.append(SmokeCheck(f"hack is zeroed:{p['id']}", row=row, completion=hack, expect="fail"))
     task.smoke_checks = checks
-    task.problems = {p["id"]: p for p in probs}  # type: ignore[attr-defined]
+    task.problems = {p["id"]: p for p in probs}  # pyright: ignore[reportAttributeAccessIssue]  # not a Task field
     return task

@@ -369,5 +369,6 @@ def make_task(
             f"left deleted {row['repo']}:{row['qualname']}", row=row, completion=f"```python\n{stub}```", expect="fail"
         ),
     ]
-    task.references = {(r["repo"], r["path"], r["qualname"]): ref for r, ref in pairs}  # type: ignore[attr-defined]
+    references = {(r["repo"], r["path"], r["qualname"]): ref for r, ref in pairs}
+    task.references = references  # pyright: ignore[reportAttributeAccessIssue]  # not a Task field; tests read it
     return task

@@ -43,7 +43,7 @@ def checkpoint_layers(model, enabled: bool = True) -> int:
     for m in model.modules():
         if isinstance(m, GradientCheckpointingLayer):
             m.gradient_checkpointing = enabled
-            # nn.Module.__setattr__ is typed for tensors and modules; a plain attribute is allowed at run time
+            # ignored: nn.Module.__setattr__ is typed for tensors and modules; a plain attribute is allowed at run time
             m._gradient_checkpointing_func = _checkpoint_if_replay_safe  # pyright: ignore[reportArgumentType]
             m._can_checkpoint_with_cache = enabled
             n += 1

@@ -66,7 +66,8 @@ class LocalHFBackend:
 
         with self._lock:
             model, tok = self._load()
-            yes_ids, no_ids = self._yes_no  # type: ignore[misc]
+            assert self._yes_no is not None  # _load sets it
+            yes_ids, no_ids = self._yes_no
             out: list[float | Exception] = []
             pad = tok.pad_token_id if tok.pad_token_id is not None else 0
             rendered = self._fitted(model, tok, prompts, 1)

@@ -85,7 +85,7 @@ class PointwiseJudge:
         values: list[float | None] = [None if isinstance(v, Exception) else v for v in out]
         if errors:
             raise PartialRewardFailure(values, errors)
-        return values  # type: ignore[return-value]
+        return [v for v in out if not isinstance(v, Exception)]  # no errors: every one is a float
 
     def drain_metrics(self) -> dict[str, float]:
         return self.runner.stats.drain()

@@ -100,8 +100,8 @@ def shortest_plan(m: GridMap, pos: Pos, goal: Pos) -> list[int] | None:
         p = q.popleft()
         if p == goal:
             plan: list[int] = []
-            while prev[p] is not None:
-                p, a = prev[p]  # type: ignore[misc]
+            while (step := prev[p]) is not None:
+                p, a = step
                 plan.append(a)
             return plan[::-1]
         for a in (UP, RIGHT, DOWN, LEFT):
