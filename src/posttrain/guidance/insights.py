@@ -24,10 +24,13 @@ import hashlib
 import json
 import random
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 from posttrain.bounded import truncate_text
+from posttrain.envs.base import TaskEnv
 from posttrain.envs.feedback import attach_feedback
+from posttrain.sampling.base import Sampler
 from posttrain.sampling.context import ContextOverflow
 from posttrain.types import SampleParams, Trajectory
 
@@ -134,7 +137,7 @@ def write_prompt(row: dict[str, Any], attempt: str, feedback: str | None) -> lis
 
 
 async def write_insights(
-    sampler: Any, tokenizer: Any, trajs: list[Trajectory], params: SampleParams
+    sampler: Sampler, tokenizer: Any, trajs: list[Trajectory], params: SampleParams
 ) -> list[str | None]:
     """One insight per trajectory, written by the policy; the calls are coalesced into one batch by the sampler. A
     prompt that does not fit the context (ContextOverflow) writes no insight for its trajectory alone."""
@@ -162,20 +165,20 @@ class InsightEnv:
 
     def __init__(
         self,
-        env: Any,
+        env: TaskEnv,
         memory: InsightMemory,
         tokenizer: Any,
         unconditioned_share: float = 0.5,
         per_group: int = 1,
         write_params: SampleParams | None = None,
         seed: int = 0,
-        log_path: Any = None,
+        log_path: Path | None = None,
     ):
         self.env, self.task, self.memory, self.tok = env, env.task, memory, tokenizer
         self.unconditioned_share, self.per_group = unconditioned_share, per_group
         self.write_params = write_params or SampleParams(max_tokens=48, temperature=0.7, stop=["\n"])
         self.rng = random.Random(seed)
-        self._sampler: Any = None
+        self._sampler: Sampler | None = None
         # RUN_DIR/insights.jsonl: every insight written and every conditioned rollout that passed, appended as they
         # happen (a crash loses nothing); `posttrain sft --from-insights` trains on it (SFTL;DR).
         self.log_path = log_path
@@ -204,8 +207,13 @@ class InsightEnv:
         for t in trajectories:
             if not t.passed and not t.failed and "insight_key" in t.extra:
                 by_key.setdefault(t.extra["insight_key"], []).append(t)
-        writers = [t for ts in by_key.values() for t in ts[: self.per_group]] if self._sampler is not None else []
-        texts = await write_insights(self._sampler, self.tok, writers, self.write_params) if writers else []
+        sampler = self._sampler  # the one the last rollout used (None: no rollout yet, nothing to write)
+        writers = [t for ts in by_key.values() for t in ts[: self.per_group]] if sampler is not None else []
+        texts = (
+            await write_insights(sampler, self.tok, writers, self.write_params)
+            if sampler is not None and writers
+            else []
+        )
         records = []
         for t, text in zip(writers, texts, strict=True):
             t.metrics["insights/written"] = float(text is not None)
@@ -246,7 +254,12 @@ class InsightEnv:
 
 
 async def evaluate_with_insights(
-    env: Any, sampler: Any, tokenizer: Any, first: list[Trajectory], params: SampleParams, write_params: SampleParams
+    env: TaskEnv,
+    sampler: Sampler,
+    tokenizer: Any,
+    first: list[Trajectory],
+    params: SampleParams,
+    write_params: SampleParams,
 ) -> dict[str, float]:
     """Pass@1 with insights in context on the held-out rows: every failed first attempt (`first`, already scored)
     writes an insight and is tried again with it; passes of the first attempt count as passes."""

@@ -21,6 +21,7 @@ import random
 from collections import OrderedDict
 from typing import Any
 
+from posttrain.envs.base import TaskEnv
 from posttrain.envs.feedback import attach_feedback
 from posttrain.guidance.insights import append_to_prompt, row_key
 from posttrain.rewards.tags import Tag, Taggers
@@ -103,7 +104,7 @@ class ProfileEnv:
 
     def __init__(
         self,
-        env: Any,
+        env: TaskEnv,
         taggers: Taggers,
         vocabulary: list[Tag],
         book: ProfileBook,

@@ -14,6 +14,7 @@ import collections.abc as abc
 from dataclasses import replace
 from typing import Any, Protocol
 
+from posttrain.training.protocol import PolicyTrainer
 from posttrain.types import Batch, Sequence
 
 
@@ -38,7 +39,7 @@ class ModelTeacher:
     """A frozen HF causal LM scored with the trainer's own log-prob path (same micro-batching, prefix sharing and
     temperature as the student's scores, so the two are comparable token for token)."""
 
-    def __init__(self, model: Any, trainer: Any, name: str = "teacher"):
+    def __init__(self, model: Any, trainer: PolicyTrainer, name: str = "teacher"):
         self.model, self.trainer, self.name = model.eval().requires_grad_(False), trainer, name
         self.unaligned = 0  # scores the student's own tokens: no hint to place
 
@@ -70,7 +71,7 @@ def check_same_tokenizer(student_tok: Any, teacher_tok: Any, teacher_name: str) 
 def load_teacher(
     name: str,
     student_tok: Any,
-    trainer: Any,
+    trainer: PolicyTrainer,
     device: str,
     dtype: str,
     attn_implementation: str,
@@ -111,7 +112,9 @@ class SelfHintTeacher:
     zero there. The teacher is the current policy, frozen for the step: as the student learns, so does the teacher.
     """
 
-    def __init__(self, trainer: Any, tokenizer: Any, max_hint_tokens: int = 64, max_context: int | None = None):
+    def __init__(
+        self, trainer: PolicyTrainer, tokenizer: Any, max_hint_tokens: int = 64, max_context: int | None = None
+    ):
         self.trainer, self.tok, self.max_hint_tokens = trainer, tokenizer, max_hint_tokens
         # A sequence already near the model's context has no room for the hint: no opinion on it, rather than a
         # teacher pass past the model's positions.

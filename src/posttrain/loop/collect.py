@@ -29,6 +29,7 @@ from posttrain.guidance.guided_hint import first_prompt_ids, strip_prompt
 from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
 from posttrain.loop.row_choice import RowChooser, UniformRows
 from posttrain.loop.shaping import apply_overlong_penalty
+from posttrain.obs.remedies import Overrides
 from posttrain.obs.timers import StageTimer
 from posttrain.sampling.base import Sampler
 from posttrain.types import Group, SampleParams
@@ -49,7 +50,7 @@ class Collector(Protocol):
 
     async def on_weights(self, version: int) -> None: ...
 
-    def adjust(self, overrides: Any) -> None: ...
+    def adjust(self, overrides: Overrides) -> None: ...
 
     def window_metrics(self, wall_s: float) -> dict[str, float]: ...
 
@@ -119,7 +120,7 @@ class RolloutSpec:
             self._plain_ids[i] = await first_prompt_ids(self.env, self.rows[i], self.params)
         return self._plain_ids[i]
 
-    def adjusted(self, ov: Any) -> RolloutSpec:
+    def adjusted(self, ov: Overrides) -> RolloutSpec:
         """These rollouts under a remedy's overrides (temperature, G, extra stop strings, the soft overlong
         penalty, a format hint); neutral overrides give back the configured rollouts."""
         from posttrain.obs.remedies import with_format_hint
@@ -164,7 +165,7 @@ class SyncCollector:
         """The rollout sampler: the stepper drains its counters (prefix cache, vLLM) into each step's record."""
         return self.rollouts.sampler
 
-    def adjust(self, overrides: Any) -> None:
+    def adjust(self, overrides: Overrides) -> None:
         self.rollouts = self.configured.adjusted(overrides)
 
     async def collect(self, step: int, timer: StageTimer) -> Collected:

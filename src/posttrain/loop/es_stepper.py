@@ -15,15 +15,18 @@ import asyncio
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from posttrain.algos.es import ESHistory, ESIteration, apply_update_, iteration_seeds, perturb_, replay_, shaped_weights
 from posttrain.algos.prompt_selection import prompts_for_step
 from posttrain.config.schema import Config
+from posttrain.envs.base import TaskEnv
 from posttrain.envs.isolate import safe_rollout, score_isolated
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.obs.timers import StageTimer
+from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.types import SampleParams, Trajectory
 
 HISTORY_FILE = "es_history.json"
@@ -34,13 +37,13 @@ class ESStepper:
         self,
         cfg: Config,
         model: Any,
-        env: Any,
-        sampler: Any,
+        env: TaskEnv,
+        sampler: HFSampler,  # its generator is reseeded per member; versions are bumped here
         rows: list[dict[str, Any]],
         train_params: SampleParams,
         pass_thresholds: dict[str, float],
         run_dir: Path,
-        say: Any = print,
+        say: Callable[[str], None] = print,
     ):
         es = cfg.algorithm.es
         if es.population % 2:

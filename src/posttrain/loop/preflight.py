@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only (components imports the model stack)
+    from posttrain.config.schema import Config
+    from posttrain.loop.components import Components
 
 
 @dataclass
@@ -96,7 +100,7 @@ def zero_variance_fraction(rewards_by_group: list[list[float]]) -> float:
 
 
 def preflight(
-    cfg: Any, n_prompts: int = 16, n_groups: int | None = None, log: Any = print, probe_step: bool = True
+    cfg: Config, n_prompts: int = 16, n_groups: int | None = None, log: Any = print, probe_step: bool = True
 ) -> PreflightReport:
     """Model x task preflight from a Config: greedy pass rate on `n_prompts` training prompts; `n_groups` groups
     of G (num_generations) sampled at the training temperature (default: one step's worth, prompts_per_step),
@@ -165,8 +169,8 @@ def preflight(
 def measurements_from(
     baseline: dict[str, float],
     sampled: list[list[Any]],
-    c: Any,
-    cfg: Any,
+    c: Components,
+    cfg: Config,
     template_ok: bool,
     template_detail: str,
     step_s: float | None,
@@ -203,7 +207,7 @@ def measurements_from(
     )
 
 
-def _probe_train_seconds(cfg: Any, c: Any, sampled: list[list[Any]], log: Any) -> float:
+def _probe_train_seconds(cfg: Config, c: Components, sampled: list[list[Any]], log: Any) -> float:
     """Seconds of one forward/backward + optimizer step on the sampled groups. Advantages are set to +-1 so
     every sequence is trained on, as in a step with signal (a step on a no-signal batch is cheaper). The model
     is changed by it; a preflight throws its model away after."""

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from posttrain.config.schema import Config
 
 REFERENCE_FILE = "warm_start_reference.pt"
+
+if TYPE_CHECKING:  # annotations only (components imports the model stack)
+    from posttrain.loop.components import Components
 
 
 def needs_reference(cfg: Config) -> bool:
@@ -32,22 +35,23 @@ def _frozen(module: Any) -> Any:
     return module.eval().requires_grad_(False)
 
 
-def reference_after_warm_start(cfg: Config, c: Any, run_dir: Path) -> bool:
+def reference_after_warm_start(cfg: Config, c: Components, run_dir: Path) -> bool:
     """Make the warm-started policy the reference (in `c.ref_model`) and save it. False when no KL term needs it."""
     if not needs_reference(cfg):
         return False
-    if c.ref_model is not None:  # full fine-tune: reuse the base copy's memory
-        c.ref_model.load_state_dict(c.model.state_dict())
+    ref: Any = c.ref_model
+    if ref is not None:  # full fine-tune: reuse the base copy's memory
+        ref.load_state_dict(c.model.state_dict())
     else:  # LoRA: the reference is the warm-started adapters, no longer the base under disabled ones
-        c.ref_model = _frozen(copy.deepcopy(c.model))
-    _frozen(c.ref_model)
+        ref = c.ref_model = _frozen(copy.deepcopy(c.model))
+    _frozen(ref)
     tmp = run_dir / (REFERENCE_FILE + ".tmp")
-    torch.save(c.ref_model.state_dict(), tmp)
+    torch.save(ref.state_dict(), tmp)
     tmp.replace(run_dir / REFERENCE_FILE)  # never a half-written reference after a crash
     return True
 
 
-def restore_reference(cfg: Config, c: Any, run_dir: Path) -> bool:
+def restore_reference(cfg: Config, c: Components, run_dir: Path) -> bool:
     """On resume of a warm-started run: load the saved reference. False when no KL term needs it."""
     if not needs_reference(cfg):
         return False
@@ -58,8 +62,9 @@ def restore_reference(cfg: Config, c: Any, run_dir: Path) -> bool:
             "warm-started policy) was saved there; without it the run cannot resume with the same objective: "
             "start a new run"
         )
-    if c.ref_model is None:
-        c.ref_model = copy.deepcopy(c.model)
-    c.ref_model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    _frozen(c.ref_model)
+    ref: Any = c.ref_model
+    if ref is None:
+        ref = c.ref_model = copy.deepcopy(c.model)
+    ref.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    _frozen(ref)
     return True

@@ -26,6 +26,7 @@ from typing import Any
 
 from posttrain.algos.losses import LossParams, reinforce_loss
 from posttrain.config.schema import Config
+from posttrain.envs.base import TaskEnv
 from posttrain.envs.isolate import safe_rollout
 from posttrain.envs.task import Task
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
@@ -54,7 +55,7 @@ class WarmStartResult:
 
 
 async def demonstration_trajectories(
-    env: Any,
+    env: TaskEnv,
     task: Task,
     tok: Any,
     rows: list[dict[str, Any]],
@@ -113,7 +114,7 @@ async def run_warm_start(
     cfg: Config,
     model: Any,
     tok: Any,
-    env: Any,
+    env: TaskEnv,
     task: Task,
     params: SampleParams,
     pad_id: int,

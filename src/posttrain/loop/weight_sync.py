@@ -26,6 +26,8 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
+from posttrain.training.protocol import PolicyTrainer
+
 
 class WeightSync(Protocol):
     def push(self, version: int) -> dict[str, float]: ...
@@ -77,7 +79,7 @@ class LowPrecisionCopy:
 
 
 class GatheredWeights:
-    def __init__(self, trainer: Any, model: Any, then: WeightSync):
+    def __init__(self, trainer: PolicyTrainer, model: Any, then: WeightSync):
         """`trainer`: a DataParallelTrainer over ShardedTrainers (its `full_params()` is the collective gather);
         `model`: rank 0's whole copy, the one the run's sampler, eval and final/ export read; `then`: the transport
         from `model` to the rollout sampler (SharedWeights when the sampler holds `model`, a copy otherwise).

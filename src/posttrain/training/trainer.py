@@ -16,6 +16,7 @@ import os
 import tempfile
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -164,7 +165,7 @@ class Trainer:
         sums: dict[str, float] = {}
         weights = 0.0
         loss_total = 0.0
-        mismatch_abs = mismatch_k3 = mismatch_max = ent_sum = tok = drift_tok = 0.0
+        drift = _Drift()
         t0 = time.perf_counter()
         for groups in plan_micro_batches(batch, self.micro_batch_tokens):
             seqs = [s for g in groups for s in g.sequences]
@@ -194,16 +195,11 @@ class Trainer:
             w_BT, w_metrics = None, {}
             if token_weight_fn is not None:
                 w_BT, w_metrics = token_weight_fn(t.logp_BT.detach(), sampler_BT, entropy_BT, t.mask_BT)
-            teacher_BT = None  # the teacher's log-probs, NaN where it has no opinion (a whole sequence: None)
-            if any(s.teacher_logprobs is not None for s in seqs):
-                teacher_BT = _pad_float(
-                    [s.teacher_logprobs or [float("nan")] * len(s.completion_ids) for s in seqs], T
-                ).to(dev)
             inputs = LossInputs(
                 total_tokens=total_tokens,
                 total_seqs=total_seqs,
                 token_weights_BT=w_BT,
-                teacher_logp_BT=teacher_BT,
+                teacher_logp_BT=_teacher_BT(seqs, T, dev),
                 entropy_coef=settings.entropy_coef,
             )
             loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, params, inputs)
@@ -219,28 +215,12 @@ class Trainer:
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + v * n_tok
             weights += n_tok
-            with torch.no_grad():
-                mask = t.mask_BT.float()
-                drift = mask  # sampled under another prompt (guided) is not sampler-trainer drift
-                if any(s.guided for s in seqs):
-                    drift = mask * torch.tensor([[0.0 if s.guided else 1.0] for s in seqs], device=dev)
-                diff = (t.logp_BT.detach() - sampler_BT) * drift
-                mismatch_abs += float(diff.abs().sum())
-                mismatch_max = max(mismatch_max, float(diff.abs().max())) if diff.numel() else mismatch_max
-                mismatch_k3 += float((k3(sampler_BT - t.logp_BT.detach()) * drift).sum())
-                drift_tok += float(drift.sum())
-                ent_sum += float((entropy_BT * mask).sum())
-                tok += float(mask.sum())
+            drift.add(seqs, t.logp_BT, sampler_BT, entropy_BT, t.mask_BT)
         metrics = {f"train/{k}": v / max(weights, 1.0) for k, v in sums.items()}
         metrics.update(
             {
                 "train/loss": loss_total,
-                "train/entropy": ent_sum / max(tok, 1.0),
-                # How far the sampler's log-probs are from the trainer's for the same tokens (off-policy drift).
-                "train/sampler_logp_abs_diff": mismatch_abs / max(drift_tok, 1.0),
-                "train/sampler_kl_k3": mismatch_k3 / max(drift_tok, 1.0),
-                "train/loss_tokens": tok,
-                **({"train/sampler_logp_abs_diff_max": mismatch_max} if self.report_gap_max else {}),
+                **drift.metrics(self.report_gap_max),
                 "time/forward_backward": time.perf_counter() - t0,
             }
         )
@@ -340,6 +320,56 @@ class Trainer:
             sch.load_state_dict(ss)
         self.step = state["step"]
         self.skipped_steps = state["skipped_steps"]
+
+
+@dataclass
+class _Drift:
+    """Entropy and the sampler-trainer log-prob gap over a pass's micro-batches (metrics only, no gradient)."""
+
+    abs_sum: float = 0.0
+    k3_sum: float = 0.0
+    max_gap: float = 0.0
+    drift_tokens: float = 0.0
+    entropy_sum: float = 0.0
+    tokens: float = 0.0
+
+    @torch.no_grad()
+    def add(
+        self,
+        seqs: list[Sequence],
+        logp_BT: torch.Tensor,
+        sampler_BT: torch.Tensor,
+        entropy_BT: torch.Tensor,
+        mask_BT: torch.Tensor,
+    ) -> None:
+        mask = mask_BT.float()
+        drift = mask  # sampled under another prompt (guided) is not sampler-trainer drift
+        if any(s.guided for s in seqs):
+            drift = mask * torch.tensor([[0.0 if s.guided else 1.0] for s in seqs], device=mask.device)
+        diff = (logp_BT.detach() - sampler_BT) * drift
+        self.abs_sum += float(diff.abs().sum())
+        self.max_gap = max(self.max_gap, float(diff.abs().max())) if diff.numel() else self.max_gap
+        self.k3_sum += float((k3(sampler_BT - logp_BT.detach()) * drift).sum())
+        self.drift_tokens += float(drift.sum())
+        self.entropy_sum += float((entropy_BT * mask).sum())
+        self.tokens += float(mask.sum())
+
+    def metrics(self, with_max: bool) -> dict[str, float]:
+        return {
+            "train/entropy": self.entropy_sum / max(self.tokens, 1.0),
+            # How far the sampler's log-probs are from the trainer's for the same tokens (off-policy drift).
+            "train/sampler_logp_abs_diff": self.abs_sum / max(self.drift_tokens, 1.0),
+            "train/sampler_kl_k3": self.k3_sum / max(self.drift_tokens, 1.0),
+            "train/loss_tokens": self.tokens,
+            **({"train/sampler_logp_abs_diff_max": self.max_gap} if with_max else {}),
+        }
+
+
+def _teacher_BT(seqs: list[Sequence], T: int, dev: torch.device) -> torch.Tensor | None:
+    """The teacher's log-probs, NaN where it has no opinion; None when no sequence of the micro-batch has any."""
+    if all(s.teacher_logprobs is None for s in seqs):
+        return None
+    return _pad_float([s.teacher_logprobs or [float("nan")] * len(s.completion_ids) for s in seqs], T).to(dev)
 
 
 def _sample_id(s: Sequence) -> int:
