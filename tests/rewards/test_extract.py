@@ -91,7 +91,9 @@ def test_hostile_texts_are_fast_in_every_format(how):
         t = time.perf_counter()
         extract_answer(text, how)
         has_answer(text, how)
-        assert time.perf_counter() - t < 0.25, (how, text[:30])
+        # A bound against catastrophic (quadratic or worse) matching, which takes tens of seconds at these sizes;
+        # loose, because a loaded 2-core machine slows a linear scan several times over (0.25 s failed under load).
+        assert time.perf_counter() - t < 3.0, (how, text[:30])
 
 
 # Text built from the pieces the extractors look for, so the properties reach their branches.
