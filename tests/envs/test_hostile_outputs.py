@@ -433,3 +433,17 @@ def test_hostile_tool_results_are_bounded_and_keep_every_turn_within_the_context
     assert traj.stop_reason in ("context", "max_turns")
     assert all(len(t.prompt_ids) + 16 <= ctx.max_context for t in traj.turns)
     assert all(len(m["content"]) <= 500 for m in traj.messages if m["role"] == "tool")
+
+
+def test_a_long_reply_fits_the_judges_context_in_its_own_tokens():
+    """The judge read at most MAX_JUDGED_CHARS characters, which a character-level tokenizer (tiny-random, context
+    1024) spends 4000 tokens on: the judge prompt overflowed its context and the sample failed instead of scoring
+    as a wrong answer (40 hostile cases failed on a machine whose judge cache was empty). Now the local judge cuts
+    by its own tokens to the room its context leaves."""
+    task = load_task("json-extract-judged", {"judge_model": "tiny-random", "n_train": 2, "n_eval": 0})
+    judge, pair = task.judges["judge"], task.judges["pairwise_judge"]
+    replies = ["x" * 5000, "\u00e9\u4e2d" * 3000, [{"role": "assistant", "content": "{" * 9000}], '{"a": 1}']
+    scores = judge.score_all(replies)
+    assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores), scores
+    verdicts = pair.compare_many([(replies[0], replies[1]), (replies[3], replies[2])])
+    assert not any(isinstance(v, Exception) for v in verdicts), verdicts

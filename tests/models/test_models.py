@@ -72,6 +72,7 @@ def test_default_model_gguf_is_installed():
 @pytest.mark.slow
 def test_default_model_converts_and_caches(tmp_path, monkeypatch):
     monkeypatch.setenv("POSTTRAIN_CACHE", str(tmp_path))
+    monkeypatch.delenv("POSTTRAIN_MODELS", raising=False)  # the suite's shared model folder (tests/conftest.py)
     m, tok = load_model("default")
     folder = tmp_path / "models" / "smollm2-135m-instruct"
     assert (folder / "model.safetensors").exists()
@@ -89,6 +90,7 @@ def test_concurrent_first_runs_convert_the_default_model_once(tmp_path, monkeypa
     import posttrain.models.default as D
 
     monkeypatch.setenv("POSTTRAIN_CACHE", str(tmp_path))
+    monkeypatch.delenv("POSTTRAIN_MODELS", raising=False)  # the suite's shared model folder (tests/conftest.py)
     calls = []
 
     def slow_convert(target, log):

