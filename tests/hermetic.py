@@ -93,9 +93,14 @@ def written_under(home: Path, since: float, skip: list[Path], limit: int = 200_0
     return found
 
 
+def _parent(pid: str) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[1])
+
+
 def session_processes(marker: str, exclude: set[int]) -> list[str]:
     """Live processes whose environment carries this session's marker (every process a test started inherits it),
-    other than `exclude` (this process and the xdist workers)."""
+    other than `exclude` and multiprocessing's helper processes of a process in `exclude` (its resource tracker or
+    fork server: they live as long as that process, and leave with it)."""
     out = []
     needle = f"{SESSION_VAR}={marker}".encode()
     for pid in os.listdir("/proc"):
@@ -105,8 +110,9 @@ def session_processes(marker: str, exclude: set[int]) -> list[str]:
             env = Path(f"/proc/{pid}/environ").read_bytes()
             if needle in env.split(b"\0"):
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-                if state != "Z":
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+                helper = "multiprocessing.resource_tracker" in cmd or "multiprocessing.forkserver" in cmd
+                if state != "Z" and not (helper and _parent(pid) in exclude):
                     out.append(f"{pid}: {cmd[:160]}")
         except OSError:
             continue

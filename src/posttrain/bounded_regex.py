@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,7 @@ class _Worker:
         os.set_blocking(self.win, False)
         os.set_blocking(self.rout, False)
         self.calls, self.killed = 0, False
+        self.epoch = 0  # the pool's close count when it started (WorkerPool: one started before a close ends)
         try:
             ready = self._read_line(time.monotonic() + start_timeout_s, 64)
         except OSError:
@@ -252,6 +254,16 @@ class RegexHits:
     total: int  # every matching line
 
 
+_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()  # every pool of this process (close_all_pools)
+
+
+def close_all_pools() -> None:
+    """End the workers of every pool of this process now (a pool starts new ones when next used): for a host that
+    must show it leaves no process behind before the interpreter's own exit closes them (the test session's check)."""
+    for pool in list(_POOLS):
+        pool.close()
+
+
 class WorkerPool:
     """Worker subprocesses that do bounded work on model text outside the trainer's memory and time: one JSON
     request, one JSON reply (`_Worker`). RegexPool below runs `_regex_worker.py`; the `math` reward runs
@@ -260,7 +272,7 @@ class WorkerPool:
     Thread-safe: up to `size` calls run at once, each on its own worker; more wait for one (at most `wait_s`). A
     worker that misses its deadline (the call's budget + `grace_s`), dies (RLIMIT_AS, RLIMIT_CPU) or answers
     nonsense is killed and replaced on the next call; one that served `recycle_after` calls is replaced too, so
-    nothing it held accumulates."""
+    nothing it held accumulates. `close` ends the idle workers, and each busy one when its call hands it back."""
 
     def __init__(
         self,
@@ -281,7 +293,9 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
         self._pid = os.getpid()
+        self._epoch = 0  # how many times the pool was closed: a worker started before the last close is not reused
         self.started = 0  # workers started, for tests and metrics
+        _POOLS.add(self)
 
     def request(
         self, request: dict[str, Any], budget_s: float, max_reply: int, died: str = "", late: str = ""
@@ -322,17 +336,21 @@ class WorkerPool:
                 if w.alive():
                     return w
                 w.kill()
+        with self._lock:
+            epoch = self._epoch
         w = _Worker(self.memory_bytes, self.cpu_s, self.start_timeout_s, self.script, self.what)
+        w.epoch = epoch
         with self._lock:
             self.started += 1
         return w
 
     def _give(self, worker: _Worker) -> None:
-        if not worker.alive() or worker.calls >= self.recycle_after or os.getpid() != self._pid:
-            worker.close() if worker.alive() else worker.kill()
-            return
         with self._lock:
-            self._idle.append(worker)
+            keep = worker.alive() and worker.calls < self.recycle_after and os.getpid() == self._pid
+            if keep and worker.epoch == self._epoch:
+                self._idle.append(worker)
+                return
+        worker.close() if worker.alive() else worker.kill()
 
     def _forget_if_forked(self) -> None:
         # A forked child shares the parent's pipes to its workers: using them would interleave two processes'
@@ -342,8 +360,10 @@ class WorkerPool:
                 self._idle, self._pid = [], os.getpid()
 
     def close(self) -> None:
+        """End every idle worker now and every busy one when it is handed back; a later call starts new ones."""
         with self._lock:
             idle, self._idle = self._idle, []
+            self._epoch += 1
         if os.getpid() == self._pid:
             for w in idle:
                 w.close()

@@ -15,27 +15,28 @@ keys) and the spec that re-creates its dataset (`rg_spec`); the dataset object i
 (a small LRU cache), which also makes the reward work in another process (Ray env workers).
 
 Model text is hostile and some scorers evaluate it (`eval` in four list-parsing scorers, sympy's `parse_expr` in
-five expression scorers): the answer is cut to MAX_ANSWER_CHARS, such scorers only see answers that pass a syntax
-allowlist (`screen`), and every call runs in a thread with a timeout. A scorer that raises, times out or is
-screened scores 0 for that sample; it never fails the batch.
+five expression scorers) or expand it (rubiks_cube's repeat counts): the answer is cut to MAX_ANSWER_CHARS, such
+scorers only see answers that pass a syntax allowlist or a bound (`screen`), no scorer sees a NaN or an infinity,
+and every call runs in a worker process that is killed past its timeout (reasoning_gym_screen.py). A scorer that
+raises, times out, is screened or returns no finite number scores 0 for that sample; it never fails the batch.
 
-The datasets, their specs and entries as JSON: reasoning_gym_datasets.py.
+The datasets and their specs: reasoning_gym_datasets.py; entries as JSON and the scorers' process:
+_reasoning_gym_worker.py.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-import time
 import warnings
 from typing import Any
 
+from posttrain.bounded import BoundedError
 from posttrain.envs.smoke_checks import SmokeCheck
 from posttrain.envs.task import Task, TaskLoadError
 from posttrain.rewards.extract import completion_text, extract_answer, has_answer
 from posttrain.rewards.rubric import RewardComponent, Rubric
-from posttrain.tasks.reasoning_gym_datasets import (  # noqa: F401 - INSTALL_HINT, CACHE_SIZE, config_keys re-exported
+from posttrain.tasks.reasoning_gym_datasets import (  # noqa: F401 - INSTALL_HINT, CACHE_SIZE, config_keys, dataset_for re-exported
     CACHE_SIZE,
     INSTALL_HINT,
     POSTTRAIN_OPTIONS,
@@ -47,19 +48,19 @@ from posttrain.tasks.reasoning_gym_datasets import (  # noqa: F401 - INSTALL_HIN
     dumps_entry,
     loads_entry,
 )
-from posttrain.tasks.reasoning_gym_screen import (  # noqa: F401 - the EVALS_ sets are re-exported
+from posttrain.tasks.reasoning_gym_screen import (  # noqa: F401 - the EVALS_ sets and close_scorer_pool re-exported
     EVALS_ARITHMETIC,
     EVALS_LITERAL,
     EVALS_SYMBOLIC,
-    run_with_timeout,
+    close_scorer_pool,
+    score_in_worker,
+    scorer_pool,
     screen,
-    stuck_threads,
 )
 
 MAX_ANSWER_CHARS = 2000  # what a scorer sees at most of the extracted answer
 SCORE_TIMEOUT_S = 5.0  # one score_answer call
 BATCH_TIMEOUT_S = 30.0  # one reward call (a batch), under the rubric's reward_timeout_s (60 s by default)
-MAX_STUCK_THREADS = 4  # timed-out scorer threads still running; past this, scoring is skipped (0) until they end
 
 # How each answer format is asked for (appended to the system prompt) and written (demonstrations, tests).
 _INSTRUCTIONS = {
@@ -89,7 +90,8 @@ _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:/\d+)?")  # a reference answer that 
 
 class ScoreAnswer:
     """The headline reward: the dataset's own score_answer on the extracted answer, in [0, 1], 0 for no answer or a
-    scorer that raises, times out or may not see the answer. Counts those cases for the step's metrics."""
+    scorer that raises, times out, returns no finite number or may not see the answer. Counts those cases for the
+    step's metrics. Scored in `pool`'s worker processes (the process's scorer_pool() by default)."""
 
     __name__ = "rg_score"
 
@@ -99,10 +101,11 @@ class ScoreAnswer:
         fallback: bool = True,
         timeout_s: float = SCORE_TIMEOUT_S,
         batch_timeout_s: float = BATCH_TIMEOUT_S,
+        pool: Any = None,
     ):
         self.answer_format, self.fallback = answer_format, fallback
-        self.timeout_s, self.batch_timeout_s = timeout_s, batch_timeout_s
-        self.counts = {"timeouts": 0, "errors": 0, "screened": 0, "skipped": 0}
+        self.timeout_s, self.batch_timeout_s, self.pool = timeout_s, batch_timeout_s, pool
+        self.counts = {"timeouts": 0, "errors": 0, "screened": 0, "nonfinite": 0}
 
     def extract(self, text: str, reference: Any = None) -> str | None:
         """The answer in the requested format; without one (and with `fallback`), the last number when the
@@ -115,40 +118,41 @@ class ScoreAnswer:
         return got[:MAX_ANSWER_CHARS] if got is not None else None
 
     def __call__(self, completions, rg_entry, rg_spec, answer=None, **kwargs) -> list[float]:
-        deadline = time.monotonic() + self.batch_timeout_s
         refs = answer if answer is not None else [None] * len(completions)
-        return [
-            self.score_one(self.extract(completion_text(c), ref), e, s, deadline)
-            for c, e, s, ref in zip(completions, rg_entry, rg_spec, refs)
-        ]
+        answers = [self.extract(completion_text(c), ref) for c, ref in zip(completions, refs)]
+        return self.score(answers, rg_entry, rg_spec)
 
-    def score_one(self, answer: str | None, entry_json: str, spec_json: str, deadline: float | None = None) -> float:
-        if answer is None:
-            return 0.0
-        entry = loads_entry(entry_json)
-        dataset = dataset_for(spec_json)  # outside the timeout: a first build may load data files
-        if not screen(entry.get("metadata", {}).get("source_dataset", ""), answer, entry.get("answer")):
-            self.counts["screened"] += 1
-            return 0.0
-        left = self.timeout_s if deadline is None else min(self.timeout_s, deadline - time.monotonic())
-        if left <= 0 or stuck_threads() >= MAX_STUCK_THREADS:
-            self.counts["skipped"] += 1
-            return 0.0
-        status, value = run_with_timeout(lambda: dataset.score_answer(answer, entry), left)
-        if status != "ok":
-            self.counts["timeouts" if status == "timeout" else "errors"] += 1
-            return 0.0
-        try:
-            v = float(value)
-        except (TypeError, ValueError, OverflowError):
-            self.counts["errors"] += 1
-            return 0.0
-        return min(max(v, 0.0), 1.0) if math.isfinite(v) else 0.0
+    def score(self, answers: list[str | None], entries: list[str], specs: list[str]) -> list[float]:
+        """Each answer's score on its row (entry and spec JSON), all of them in one call to a worker."""
+        values = [0.0] * len(answers)
+        todo = []
+        for i, (got, entry_json) in enumerate(zip(answers, entries)):
+            if got is None:
+                continue
+            entry = loads_entry(entry_json)
+            if screen(entry.get("metadata", {}).get("source_dataset", ""), got, entry.get("answer")):
+                todo.append(i)
+            else:
+                self.counts["screened"] += 1
+        rows = [(specs[i], entries[i], str(answers[i])) for i in todo]
+        results = score_in_worker(self.pool or scorer_pool(), rows, self.timeout_s, self.batch_timeout_s)
+        for i, r in zip(todo, results):
+            if isinstance(r, str):
+                self.counts[_COUNTED.get(r, "errors")] += 1
+            else:
+                values[i] = min(max(float(r), 0.0), 1.0)
+        return values
+
+    def score_one(self, answer: str | None, entry_json: str, spec_json: str) -> float:
+        return self.score([answer], [entry_json], [spec_json])[0]
 
     def drain_metrics(self) -> dict[str, float]:
         out = {f"reasoning_gym/score_{k}": float(v) for k, v in self.counts.items() if v}
         self.counts = dict.fromkeys(self.counts, 0)
         return out
+
+
+_COUNTED = {"timeout": "timeouts", "error": "errors", "nonfinite": "nonfinite"}
 
 
 class FormatPresent:
@@ -259,9 +263,10 @@ def _options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return opts, config
 
 
-def _warn_about(dataset_name: str, dataset, entries: list[dict[str, Any]]) -> None:
+def _warn_about(dataset_name: str, spec_json: str, entries: list[dict[str, Any]]) -> None:
     """Say so when rows can never pass (a reference longer than what extraction keeps) or every reply passes (a
-    scorer that accepts nonsense: game_of_life_halting in 0.1.25 passes any non-empty answer)."""
+    scorer that accepts nonsense: game_of_life_halting in 0.1.25 passes any non-empty answer). The probe is the
+    first call to the scorers' worker: one that cannot start fails the task here, not at the first step."""
     long = sum(isinstance(e.get("answer"), str) and len(e["answer"]) > MAX_ANSWER_CHARS for e in entries)
     if long:
         warnings.warn(
@@ -270,18 +275,17 @@ def _warn_about(dataset_name: str, dataset, entries: list[dict[str, Any]]) -> No
             "dataset's config easier",
             stacklevel=3,
         )
-    probe = entries[:8]
-    if probe and all(_score_safely(dataset, "?", e) >= 1.0 for e in probe):
+    probe = [(spec_json, dumps_entry(e), "?") for e in entries[:8]]
+    try:
+        got = score_in_worker(scorer_pool(), probe, SCORE_TIMEOUT_S, BATCH_TIMEOUT_S)
+    except BoundedError as e:
+        raise TaskLoadError(f"reasoning_gym:{dataset_name}: the scorers' worker process failed: {e}") from None
+    if probe and all(not isinstance(r, str) and r >= 1.0 for r in got):
         warnings.warn(
             f"reasoning_gym:{dataset_name}: its scorer passes the answer '?' on every row tried: its pass "
             "rate measures nothing",
             stacklevel=3,
         )
-
-
-def _score_safely(dataset, answer: str, entry: dict[str, Any]) -> float:
-    status, value = run_with_timeout(lambda: dataset.score_answer(answer, entry), SCORE_TIMEOUT_S)
-    return float(value) if status == "ok" and isinstance(value, (int, float)) else 0.0
 
 
 def _smoke_checks(rows: list[dict[str, Any]], answer_format: str) -> list[SmokeCheck]:
@@ -304,7 +308,8 @@ def make_task(dataset: str, **options: Any) -> Task:
     spec = _spec(dataset, config, n_train + EVAL_POOL * n_eval, opts["seed"])
     built = _build(spec)
     train, evals = _split(built, n_train, n_eval)
-    _warn_about(dataset, built, train + evals)
+    spec_json = json.dumps(spec, sort_keys=True)
+    _warn_about(dataset, spec_json, train + evals)
     if n_eval and not evals:
         raise TaskLoadError(
             f"reasoning_gym:{dataset}: every held-out question also appears in training (the "
@@ -316,7 +321,7 @@ def make_task(dataset: str, **options: Any) -> Task:
             "questions training does not have (a small problem space)",
             stacklevel=2,
         )
-    system, spec_json = _system_prompt(opts["system_prompt"], fmt), json.dumps(spec, sort_keys=True)
+    system = _system_prompt(opts["system_prompt"], fmt)
     train_rows = [_row(e, system, spec_json) for e in train]
     eval_rows = [_row(e, system, spec_json) for e in evals]
     score = ScoreAnswer(fmt, bool(opts["fallback"]), float(opts["score_timeout_s"]))

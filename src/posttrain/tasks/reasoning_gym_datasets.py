@@ -1,19 +1,27 @@
 """reasoning-gym's datasets for `reasoning_gym:<dataset>` (tasks/reasoning_gym.py): the options checked against each
-dataset's config, the spec that re-creates a dataset (built once per process and spec), and entries as JSON text that
-keeps tuples, sets and non-string keys."""
+dataset's config and the spec that re-creates a dataset (built once per process and spec, here and in the scorers'
+worker: `dataset_for`). Entries travel as JSON text that keeps tuples, sets and non-string keys (`dumps_entry`,
+`loads_entry`, from _reasoning_gym_worker.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import json
 from typing import Any
 
 from posttrain.envs.task import TaskLoadError
 
+# Entries as JSON and the dataset a spec names live with the scorers' worker process, which needs them without
+# importing posttrain; re-exported here.
+from posttrain.tasks._reasoning_gym_worker import (  # noqa: F401 - CACHE_SIZE, dumps_entry, loads_entry re-exported
+    CACHE_SIZE,
+    dataset_for,
+    dumps_entry,
+    loads_entry,
+)
+
 INSTALL_HINT = "pip install 'posttrain[reasoning-gym]'"
-CACHE_SIZE = 16  # datasets kept per process
 
 POSTTRAIN_OPTIONS = (
     "train_size",
@@ -27,49 +35,6 @@ POSTTRAIN_OPTIONS = (
     "score_timeout_s",
     "datasets",
 )
-
-
-# ------------------------------------------------------------------------------------------ entries as JSON text
-
-
-def dumps_entry(entry: Any) -> str:
-    """An entry as JSON that `loads_entry` turns back into equal Python values: tuples, sets and dicts with
-    non-string keys are tagged (scorers compare metadata tuples, e.g. arc_agi's grids; graph_color keys by int)."""
-    return json.dumps(_tag(entry), sort_keys=True)
-
-
-def loads_entry(text: str) -> Any:
-    return json.loads(text, object_hook=_untag)
-
-
-def _tag(x: Any) -> Any:
-    if isinstance(x, dict):
-        if all(isinstance(k, str) for k in x) and not any(k.startswith("__rg_") for k in x):
-            return {k: _tag(v) for k, v in x.items()}
-        return {"__rg_items__": [[_tag(k), _tag(v)] for k, v in x.items()]}
-    if isinstance(x, tuple):
-        return {"__rg_tuple__": [_tag(v) for v in x]}
-    if isinstance(x, (set, frozenset)):
-        return {"__rg_set__": [_tag(v) for v in x]}
-    if isinstance(x, list):
-        return [_tag(v) for v in x]
-    if hasattr(x, "tolist"):  # numpy arrays and scalars
-        return _tag(x.tolist())
-    if x is None or isinstance(x, (str, int, float, bool)):
-        return x
-    return str(x)  # nothing in reasoning-gym 0.1.25's entries gets here
-
-
-def _untag(d: dict) -> Any:
-    if len(d) == 1:
-        ((k, v),) = d.items()
-        if k == "__rg_tuple__":
-            return tuple(v)
-        if k == "__rg_set__":
-            return set(v)
-        if k == "__rg_items__":
-            return {(tuple(a) if isinstance(a, list) else a): b for a, b in v}
-    return d
 
 
 # ------------------------------------------------------------------------------------------- datasets and specs
@@ -116,23 +81,6 @@ def _check_config(name: str, config: dict[str, Any], where: str) -> None:
             f"options: {', '.join(config_keys(name)) or '(none)'}; posttrain's: "
             f"{', '.join(o for o in POSTTRAIN_OPTIONS if o != 'datasets')}"
         )
-
-
-def _create(spec: dict[str, Any]):
-    """The dataset a spec names: {"name", "config"} (the composite's config lists its datasets)."""
-    cfg = dict(spec["config"])
-    if spec["name"] != "composite":
-        return _rg().create_dataset(spec["name"], **cfg)
-    from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
-
-    subs = [DatasetSpec(d["name"], float(d["weight"]), dict(d["config"])) for d in cfg.pop("datasets")]
-    return CompositeDataset(CompositeConfig(datasets=subs, **cfg))
-
-
-@functools.lru_cache(maxsize=CACHE_SIZE)
-def dataset_for(spec_json: str):
-    """The dataset of a row's `rg_spec`, built once per process and spec (reward functions see only columns)."""
-    return _create(json.loads(spec_json))
 
 
 def _build(spec: dict[str, Any]):
