@@ -1,10 +1,7 @@
-"""The flat layout, shared-memory block and group broadcast that carry weights straight into engines
-(sampling/weight_transfer.py), without an engine: tensors in, the same tensors out."""
+"""The flat layout and shared-memory block that carry weights straight into engines (sampling/weight_transfer.py),
+without an engine: tensors in, the same tensors out. The group broadcast: tests/sampling/test_weight_group.py."""
 
 from __future__ import annotations
-
-import threading
-import time
 
 import pytest
 import torch
@@ -70,51 +67,3 @@ def test_shared_block_is_read_by_name_with_the_cast_values():
             assert torch.equal(dict(items)["a.weight"], state["a.weight"].to(torch.bfloat16))
     finally:
         flat.close()
-
-
-def _run_group(world: int, state: dict[str, torch.Tensor], bucket: int, timeout_s: float = 20.0):
-    """Rank 0 sends the flat buffer; ranks 1.. receive in threads of this process (each its own group object)."""
-    specs = wt.engine_specs(state, None)
-    buckets = wt.plan_buckets(specs, bucket)
-    flat = wt.FlatWeights(specs)
-    flat.fill(state)
-    store = wt.open_store("127.0.0.1", 0, world, 0, timeout_s)
-    got: dict[int, dict[str, torch.Tensor]] = {}
-
-    def receiver(rank: int) -> None:
-        s = wt.open_store("127.0.0.1", store.port, world, rank, timeout_s)
-        g = wt.open_group("gloo", s, "w", rank, world, timeout_s)
-        got[rank] = {n: t.clone() for n, t in wt.iter_received(g, specs, buckets)}
-
-    threads = [threading.Thread(target=receiver, args=(r,)) for r in range(1, world)]
-    for t in threads:
-        t.start()
-    group = wt.open_group("gloo", store, "w", 0, world, timeout_s)
-    wt.send_flat(group, flat.data, buckets)
-    for t in threads:
-        t.join(timeout_s)
-    return got, len(buckets)
-
-
-@pytest.mark.parametrize("world", [2, 3])
-def test_group_broadcast_delivers_every_tensor_in_buckets(world):
-    state = _state()
-    got, n_buckets = _run_group(world, state, bucket=1024)
-    assert n_buckets > 1  # the layout really was cut
-    assert sorted(got) == list(range(1, world))
-    for rank in got:
-        for n, t in state.items():
-            assert torch.equal(got[rank][n], t), (rank, n)
-
-
-def test_a_peer_that_never_joins_fails_the_sender_within_the_timeout():
-    store = wt.open_store("127.0.0.1", 0, 2, 0, 2.0)
-    t0 = time.monotonic()
-    with pytest.raises(Exception):  # noqa: B017 - gloo raises RuntimeError or DistBackendError by version
-        wt.open_group("gloo", store, "lonely", 0, 2, 2.0)
-    assert time.monotonic() - t0 < 30
-
-
-def test_unknown_backend_is_refused():
-    with pytest.raises(ValueError, match="gloo or nccl"):
-        wt.open_group("mpi", None, "x", 0, 1, 1.0)

@@ -21,10 +21,13 @@ Why not the object store everywhere: a push there is a pickle into the store, th
 across the network for another node) and an unpickle, all before the first tensor is loaded. The flat block is one
 copy whatever the number of actors; same-node actors read it in place, and the group streams it so an actor loads
 bucket k while bucket k+1 is on the wire. The group is always gloo (host memory on both ends: the trainer's block,
-the actors' CPU or vLLM loaders), so it needs no GPU anywhere. Its sockets bind to the address the host name
-resolves to; on hosts where that is a loopback address set GLOO_SOCKET_IFNAME, as for any gloo group. Under Ray
-Client (cluster.address=ray://) this process shares no node with the actors, so `auto` sends every actor the group,
-whose store the actors must be able to reach at this machine's address.
+the actors' CPU or vLLM loaders), so it needs no GPU anywhere. Its store listens on this node's address only;
+gloo's sockets bind to the address the host name resolves to (on hosts where that is a loopback address set
+GLOO_SOCKET_IFNAME, as for any gloo group). Each actor is invited with the group's secret in its
+`join_weight_group` call and checks every bucket against the digest sent with the layout (sampling/weight_group.py),
+so a process that reaches the store but is not a member is refused before it is sent anything and cannot make an
+actor load forged weights. Under Ray Client (cluster.address=ray://) this process shares no node with the actors,
+so `auto` sends every actor the group, whose store the actors must be able to reach at this machine's address.
 
 What moves is `trainable_state` (sampling/weight_ipc.py) for actors with their own sampler: under LoRA only the
 adapter tensors, the frozen base being identical in every actor (each loads the same model from the same config);
@@ -44,7 +47,6 @@ so such a push costs up to one `actor_timeout_s` more; it never hangs.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -52,6 +54,7 @@ from typing import Any, Literal, NamedTuple
 
 from posttrain.cluster.ray_sampler import RaySamplerPool, SamplerPoolError, Slot
 from posttrain.config.schema import Config
+from posttrain.sampling import weight_group as wg
 from posttrain.sampling import weight_transfer as wt
 from posttrain.sampling.weight_ipc import trainable_state
 
@@ -126,9 +129,7 @@ class _Group:
     """The trainer's end of a weight group and who is in it: (slot rank, actor handle) for ranks 1..K in order."""
 
     members: tuple[tuple[int, Any], ...]
-    pg: Any
-    store: Any  # the TCPStore this process hosts; it lives as long as the group
-    name: str
+    group: wg.WeightGroup  # this process's end (rank 0); its store lives as long as the group
 
     def serves(self, slots: list[Slot]) -> bool:
         """The same actors in the same order: a replaced actor (a new handle) is a new member."""
@@ -291,41 +292,29 @@ class MemoryWeights:
     def _open(self, slots: list[Slot]) -> tuple[_Group | None, dict[int, _Failure]]:
         """A group of this process (rank 0) and `slots`' actors (ranks 1..K): the actors' joins are in flight
         while this thread opens its end (Ray runs one method of an actor at a time, so it cannot be one call)."""
-        world = len(slots) + 1
-        store = wt.open_store(self.host, 0, world, 0, self.timeout_s)
+        store = wg.host_store(self.host, self.timeout_s)  # listening on this node's address only
         name = f"posttrain-ray-weights-{os.getpid()}-{next(_GROUP_IDS)}"
-        calls = [
-            s.handle.join_weight_group.remote(
-                json.dumps(
-                    {
-                        "host": self.host,
-                        "port": store.port,
-                        "name": name,
-                        "rank": i + 1,
-                        "world": world,
-                        "timeout_s": self.timeout_s,
-                    }
-                )
-            )
-            for i, s in enumerate(slots)
-        ]
+        inv = wg.Invitation(self.host, store.port, name, wg.new_token(), 0, len(slots) + 1, "gloo", self.timeout_s)
+        calls = [s.handle.join_weight_group.remote(inv.for_rank(i + 1).to_json()) for i, s in enumerate(slots)]
         try:
-            pg = wt.open_group("gloo", store, name, 0, world, self.timeout_s)  # raises when a member never comes
+            group = wg.open_group(inv, store)  # raises when a member never comes or is not a member
         except Exception as e:  # noqa: BLE001 - who is at fault is read from the joins
             return None, self._outcomes(calls) or dict.fromkeys(range(len(slots)), _Failure("failed", e))
         failures = self._outcomes(calls)
         if failures:
             return None, failures
         self.rebuilds += 1
-        return _Group(tuple((s.rank, s.handle) for s in slots), pg, store, name), {}
+        return _Group(tuple((s.rank, s.handle) for s in slots), group), {}
 
     def _broadcast(self, group: _Group, slots: list[Slot]) -> dict[int, _Failure]:
         """The flat block to every member: their receives are in flight while this thread sends."""
         assert self.flat is not None
-        layout = wt.layout_json(self.flat.specs, self.buckets, name=group.name)
+        nonce = wg.new_nonce()
+        digests = wg.bucket_digests(group.group, nonce, self.flat.data, self.buckets)
+        layout = wt.layout_json(self.flat.specs, self.buckets, name=group.group.name, nonce=nonce, digests=digests)
         calls = [s.handle.load_from_group.remote(layout, self.version) for s in slots]
         try:
-            wt.send_flat(group.pg, self.flat.data, self.buckets)
+            wg.send_flat(group.group, self.flat.data, self.buckets)
         except Exception as e:  # noqa: BLE001 - a peer died or the group timed out: the members' answers say which
             send_error: BaseException | None = e
         else:

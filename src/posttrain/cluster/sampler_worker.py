@@ -15,12 +15,12 @@ leaves the sampler on its previous version, whole.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import torch
 
 from posttrain.config.schema import Config
+from posttrain.sampling import weight_group as wg
 from posttrain.sampling import weight_transfer as wt
 from posttrain.types import Completion, SampleParams
 
@@ -65,21 +65,21 @@ class SamplerWorker:
 
     def load_from_shared(self, layout_json: str, version: int) -> int:
         """Same node as the trainer: every tensor of the layout read from its shared-memory block (`shm` in the
-        layout) and copied into the sampler; the views are dropped before the block is unmapped."""
+        layout) and copied into the sampler, again if a refill tore the copy; the views are dropped before the block
+        is unmapped."""
         specs, _, extra = wt.parse_layout(layout_json)
-        with wt.shared_views(extra["shm"], specs) as items:
-            self.sampler.load_weights(dict(items), version)
+        wt.load_shared(extra["shm"], specs, lambda items: self.sampler.load_weights(dict(items), version))
         return version
 
     def join_weight_group(self, args_json: str) -> dict[str, Any]:
-        """Join the trainer's weight group (it is rank 0 and hosts the store at host:port); blocks until every
-        member joined or `timeout_s` passed. Replaces the group joined before, whose sockets close with it."""
-        a = json.loads(args_json)
+        """Join the trainer's weight group by its invitation (sampling/weight_group.py: the trainer is rank 0 and
+        hosts the store; the invitation carries the group's secret); blocks until every member joined and presented
+        the group's tag, at most about `timeout_s`. Replaces the group joined before, whose sockets close with it."""
+        inv = wg.Invitation.from_json(args_json)
         self._group, self._group_name = None, ""
-        store = wt.open_store(a["host"], a["port"], a["world"], a["rank"], a["timeout_s"])
-        self._group = wt.open_group("gloo", store, a["name"], a["rank"], a["world"], a["timeout_s"])
-        self._group_name = a["name"]
-        return {"name": a["name"], "rank": a["rank"]}
+        self._group = wg.open_group(inv)
+        self._group_name = inv.name
+        return {"name": inv.name, "rank": inv.rank}
 
     def load_from_group(self, layout_json: str, version: int) -> int:
         """Receive the trainer's broadcast of the layout over the group named in it, then load it as `version`.
@@ -90,7 +90,8 @@ class SamplerWorker:
         try:
             # Views of the received buckets: the state is held once here (as the object store path holds it)
             # and the sampler copies it in only when all of it arrived.
-            state = dict(wt.iter_received(self._group, specs, buckets))
+            # Each bucket is checked against its digest as it arrives: a forged one fails the load before any is.
+            state = dict(wg.iter_received(self._group, specs, buckets, extra["nonce"], extra["digests"]))
         except BaseException:
             self._group, self._group_name = None, ""
             raise

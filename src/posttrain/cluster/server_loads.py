@@ -15,21 +15,24 @@
   place (posttrain's worker extension, sampling/vllm_receiver.py). No file, no serialisation; the servers load in
   parallel.
 - `GroupLoad` (transport=group): the same flat copy, broadcast in buckets over a torch.distributed group the trainer
-  (rank 0) and the servers' workers (ranks 1..K) join: the shape that reaches engines on other hosts. The group is
-  kept between pushes and rebuilt when its members change (a server restarted or retired) or after a broadcast
-  failed. A server that dies mid-broadcast fails the broadcast within the group's timeout; the servers still
-  healthy load again in a rebuilt group, the dead one is restarted and loads through a group of its own.
+  (rank 0) and the servers' workers (ranks 1..K) join: the shape that reaches engines on other hosts. The group
+  (sampling/weight_group.py) listens on 127.0.0.1 only, each server is invited with the group's secret in its
+  /collective_rpc call, and every bucket is checked against its digest before it loads, so a process on this
+  host that is not a member can neither be sent the weights nor make a server load forged ones. The group is
+  kept between pushes and rebuilt when its members change (a server restarted or retired) or after a join or a
+  broadcast failed. A server that dies mid-broadcast fails the broadcast within the group's timeout; the servers
+  still healthy load again in a rebuilt group, the dead one is restarted and loads through a group of its own.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from posttrain.cluster.server_processes import Server, ServerPoolError, _ServerFailed
+from posttrain.sampling import weight_group as wg
 from posttrain.sampling import weight_transfer as wt
 from posttrain.sampling.vllm_weights import servable_state
 from posttrain.sampling.weight_ipc import save_safetensors_atomic
@@ -107,8 +110,8 @@ class SharedLoad(_FlatLoad):
 
 
 class _Group:
-    def __init__(self, members: tuple[int, ...], pg: Any, store: Any, name: str):
-        self.members, self.pg, self.store, self.name = members, pg, store, name
+    def __init__(self, members: tuple[int, ...], group: wg.WeightGroup):
+        self.members, self.group = members, group
 
 
 class GroupLoad(_FlatLoad):
@@ -129,37 +132,22 @@ class GroupLoad(_FlatLoad):
         down = [s.url for s in servers if not pool.healthy(s)]
         if down:  # fail now: a join posted to the others would hold their engines until the group's timeout
             raise RuntimeError(f"not answering, so not joining the weight group: {', '.join(down)}")
-        store = wt.open_store("127.0.0.1", 0, len(servers) + 1, 0, timeout)
+        store = wg.host_store("127.0.0.1", timeout)  # every server is on this host: loopback only
         name = f"posttrain-weights-{next(self._names)}"
-        world = len(servers) + 1
+        inv = wg.Invitation("127.0.0.1", store.port, name, wg.new_token(), 0, len(servers) + 1, self.backend, timeout)
 
         def join(i_server: tuple[int, Server]) -> None:
             i, server = i_server
-            pool.rpc(
-                server,
-                "posttrain_join",
-                {
-                    "args": json.dumps(
-                        {
-                            "host": "127.0.0.1",
-                            "port": store.port,
-                            "name": name,
-                            "rank": i + 1,
-                            "world": world,
-                            "backend": self.backend,
-                            "timeout_s": timeout,
-                        }
-                    )
-                },
-            )
+            pool.rpc(server, "posttrain_join", {"args": inv.for_rank(i + 1).to_json()})
 
         with ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="weight-join") as ex:
             futures = [ex.submit(join, (i, s)) for i, s in enumerate(servers)]
-            pg = wt.open_group(self.backend, store, name, 0, world, timeout)  # raises when a member never comes
+            # raises when a member never comes or is not a member
+            group = wg.open_group(inv, store, device="cuda" if self.backend == "nccl" else "cpu")
             for f in futures:
                 f.result()
         self.rebuilds += 1
-        return _Group(tuple(id(s) for s in servers), pg, store, name)
+        return _Group(tuple(id(s) for s in servers), group)
 
     def _broadcast(self, group: _Group, servers: list[Server], sync: bool) -> dict[int, BaseException]:
         """Every server of `group` loads the flat copy: each receives inside its pause/label step (`sync`: the
@@ -167,7 +155,9 @@ class GroupLoad(_FlatLoad):
         Returns the failures by server index."""
         pool, flat = self.pool, self.flat
         assert flat is not None
-        layout = wt.layout_json(flat.specs, self.buckets, name=group.name)
+        nonce = wg.new_nonce()
+        digests = wg.bucket_digests(group.group, nonce, flat.data, self.buckets)
+        layout = wt.layout_json(flat.specs, self.buckets, name=group.group.name, nonce=nonce, digests=digests)
 
         def receive(server: Server) -> None:
             pool.rpc(server, "posttrain_receive", {"args": layout})
@@ -176,7 +166,7 @@ class GroupLoad(_FlatLoad):
         with ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="weight-recv") as ex:
             futures = [ex.submit(pool._sync_server, s, receive) if sync else ex.submit(receive, s) for s in servers]
             try:
-                wt.send_flat(group.pg, flat.data, self.buckets)
+                wg.send_flat(group.group, flat.data, self.buckets)
             except Exception as e:  # noqa: BLE001 - any transport failure: the group is broken for everyone
                 send_error: BaseException | None = e
             else:

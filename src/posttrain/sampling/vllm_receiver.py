@@ -2,8 +2,9 @@
 `--worker-extension-cls posttrain.sampling.vllm_receiver.WeightReceiver`), called through `/collective_rpc` on a
 server, or `collective_rpc` on an engine in a Ray actor.
 
-    posttrain_join(args)          join a weight group (sampling/weight_transfer.py) as rank r of world w
-    posttrain_receive(args)       receive the group's bucketed broadcast and load it in place (reload_weights)
+    posttrain_join(args)          join a weight group (sampling/weight_group.py) by its invitation (rank, secret)
+    posttrain_receive(args)       receive the group's bucketed broadcast, each bucket checked against its digest,
+                                  and load it in place (reload_weights)
     posttrain_load_shared(args)   load the trainer's shared-memory block in place (an engine on the trainer's host)
     posttrain_leave(args)         drop a group
 
@@ -12,7 +13,8 @@ the model runner's `reload_weights` with an iterator of (name, tensor): vLLM sta
 for its kernels itself, the CPU build included (its linear layers hold repacked weights, which the model's plain
 `load_weights` cannot write). The received tensors are in the engine's dtype already: the trainer cast them once.
 
-This module is imported inside vLLM's worker process: it imports nothing of posttrain's beyond the transfer module.
+This module is imported inside vLLM's worker process: it imports nothing of posttrain's beyond the transfer and
+group modules.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import time
 from typing import Any
 
+from posttrain.sampling import weight_group as wg
 from posttrain.sampling import weight_transfer as wt
 
 
@@ -40,38 +43,45 @@ class WeightReceiver:
         return str(dev) if dev is not None and str(dev) != "cpu" else "cpu"
 
     def posttrain_join(self, args: str) -> str:
-        """{"host", "port", "name", "rank", "world", "backend", "timeout_s"}: blocks until every rank joined. Older
-        groups are dropped (the trainer rebuilds the group when its members change)."""
-        a = json.loads(args)
+        """An Invitation (sampling/weight_group.py) as JSON: blocks until every rank joined and presented the group's
+        tag, at most about the group's timeout. Older groups are dropped (the trainer rebuilds the group when its
+        members change)."""
+        inv = wg.Invitation.from_json(args)
         groups = self._posttrain_groups()
         groups.clear()
         t0 = time.perf_counter()
-        store = wt.open_store(a["host"], int(a["port"]), int(a["world"]), int(a["rank"]), float(a["timeout_s"]))
-        groups[a["name"]] = (
-            store,
-            wt.open_group(a["backend"], store, a["name"], int(a["rank"]), int(a["world"]), float(a["timeout_s"])),
-        )
-        return json.dumps({"joined": a["name"], "seconds": time.perf_counter() - t0})
+        groups[inv.name] = wg.open_group(inv, device=self._posttrain_device())
+        return json.dumps({"joined": inv.name, "seconds": time.perf_counter() - t0})
 
     def posttrain_receive(self, args: str) -> str:
-        """{"name", "specs", "buckets"}: load the broadcast in place; returns the tensors loaded."""
+        """{"name", "specs", "buckets", "nonce", "digests"}: load the broadcast in place, each bucket only once it
+        matched its digest; returns the tensors loaded. A forged bucket fails the call (ForgedWeights) before any
+        of its tensors is loaded, and the group is dropped: the trainer re-pushes in a fresh one."""
         specs, buckets, extra = wt.parse_layout(args)
-        entry = self._posttrain_groups().get(extra["name"])
-        if entry is None:
+        groups = self._posttrain_groups()
+        group = groups.get(extra["name"])
+        if group is None:
             raise RuntimeError(f"no weight group {extra['name']!r} joined in this worker")
         t0 = time.perf_counter()
-        stream = wt.iter_received(entry[1], specs, buckets, self._posttrain_device())
-        self.model_runner.reload_weights(weights_iterator=stream)
+        stream = wg.iter_received(group, specs, buckets, str(extra.get("nonce", "")), list(extra.get("digests", [])))
+        try:
+            self.model_runner.reload_weights(weights_iterator=stream)
+        except BaseException:
+            groups.clear()
+            raise
         return json.dumps({"tensors": len(specs), "seconds": time.perf_counter() - t0})
 
     def posttrain_load_shared(self, args: str) -> str:
-        """{"shm", "specs"}: load the trainer's shared block in place."""
+        """{"shm", "specs"}: load the trainer's shared block in place (again if a refill tore the copy)."""
         specs, _, extra = wt.parse_layout(args)
         t0 = time.perf_counter()
         dev = self._posttrain_device()
-        with wt.shared_views(extra["shm"], specs) as items:
+
+        def load(items: list[tuple[str, Any]]) -> None:
             stream = iter(items) if dev == "cpu" else ((n, t.to(dev, non_blocking=True)) for n, t in items)
             self.model_runner.reload_weights(weights_iterator=stream)
+
+        wt.load_shared(extra["shm"], specs, load)
         return json.dumps({"tensors": len(specs), "seconds": time.perf_counter() - t0})
 
     def posttrain_leave(self, args: str = "{}") -> str:

@@ -2,10 +2,12 @@
 
 Transports (each is a `WeightSync`: `push(version) -> metrics`, timed, with a timeout and a bounded retry):
 
-- `SharedMemoryWeights`: same host. One pre-allocated shared-memory block holds one copy of the synced tensors
-  and a version; the sampler process binds its parameters to views of that block (`SharedWeightsReceiver`), so a
-  push is one copy (trainer -> block) and the sampler reads the new weights in place. A cross-process lock keeps
-  a push from landing in the middle of a decode, so no completion mixes two versions.
+- `SharedMemoryWeights`: same host. One pre-allocated shared-memory block (sampling/shm_blocks.py: its space
+  reserved, removed even when its owner is killed) holds one copy of the synced tensors and a header with their
+  version and digest; the sampler process binds its parameters to views of that block (`SharedWeightsReceiver`),
+  so a push is one copy (trainer -> block) and the sampler reads the new weights in place. A cross-process lock
+  keeps a push from landing in the middle of a decode, so no completion mixes two versions; the sampler checks
+  each new version's digest once, and refuses a block whose last push stopped midway.
 - `BroadcastWeights`: torch.distributed (gloo on CPU, NCCL on GPU). The synced tensors are flattened into one
   buffer and broadcast from the trainer rank; `BroadcastReceiver.pull()` on the sampler rank unflattens them in.
 - `FileWeights`: a safetensors file written atomically plus a version file; `read_file_weights` is the reader.
@@ -22,16 +24,16 @@ import json
 import os
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
-from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from posttrain.sampling import shm_blocks
+
 _ALIGN = 64
-_HEADER = 64  # int64 version at offset 0
 
 
 class WeightSyncError(RuntimeError):
@@ -72,52 +74,61 @@ def _with_retry(fn, timeout_s: float, retries: int, what: str):
 
 # ---- shared memory -----------------------------------------------------------------------------------------
 class SharedWeightBlock:
-    """A shared-memory block: a version header, then each tensor at its spec's offset. `lock` is a
-    multiprocessing lock shared by writer and readers."""
+    """A shared-memory block (shm_blocks.Block): its header (version, digest), then each tensor at its spec's offset.
+    `lock` is a multiprocessing lock shared by writer and readers; `name` None creates the block (the owner)."""
 
     def __init__(self, specs: list[TensorSpec], lock: Any, name: str | None = None):
         self.specs, self.lock = specs, lock
-        size = _HEADER + (max((s.offset + s.nbytes for s in specs), default=0))
+        self.nbytes = max((s.offset + s.nbytes for s in specs), default=0)
         self.owner = name is None
-        self.shm = shared_memory.SharedMemory(name=name, create=self.owner, size=max(size, _HEADER))
-        self._version: torch.Tensor | None = torch.frombuffer(self.shm.buf, dtype=torch.int64, count=1, offset=0)
-        if self.owner:
-            self._version[0] = -1
-
-    @property
-    def name(self) -> str:
-        return self.shm.name
+        self.shm: shm_blocks.Block | None = shm_blocks.create(self.nbytes) if name is None else shm_blocks.attach(name)
+        self.name = self.shm.name
+        self._checked = -1  # the last version whose digest this side checked
 
     @property
     def version(self) -> int:
-        return int(self._header()[0])
+        return self._block().header().version
 
-    @version.setter
-    def version(self, v: int) -> None:
-        self._header()[0] = v
-
-    def _header(self) -> torch.Tensor:
-        if self._version is None:  # close() released it
+    def _block(self) -> shm_blocks.Block:
+        if self.shm is None:  # close() released it
             raise RuntimeError("the shared weight block is closed")
-        return self._version
+        return self.shm
+
+    def writing(self, version: int) -> AbstractContextManager[None]:
+        """Around a push's copy (under the lock): the block is `version`, with its digest, once the copy ends."""
+        return self._block().writing(version, self.nbytes)
+
+    def check(self) -> int:
+        """The version held (under the lock): refused if the last push stopped midway, its digest checked once."""
+        block = self._block()
+        head = block.header()
+        if head.seq % 2:
+            raise WeightSyncError(f"the last weight push into {self.name} stopped midway: the block mixes versions")
+        if head.version >= 0 and head.version != self._checked:
+            why = shm_blocks.changed_since(block, head)
+            if why:
+                raise WeightSyncError(f"shared weight block {self.name} version {head.version}: {why}")
+            self._checked = head.version
+        return head.version
 
     def views(self) -> dict[str, torch.Tensor]:
         """Tensors backed by the block (no copy): writes through them are seen by every process."""
+        buf = self._block().buf
         out = {}
         for s in self.specs:
             dtype = getattr(torch, s.dtype)
             n = s.nbytes // torch.empty((), dtype=dtype).element_size()
-            out[s.name] = torch.frombuffer(self.shm.buf, dtype=dtype, count=n, offset=_HEADER + s.offset).view(s.shape)
+            at = shm_blocks.HEADER_BYTES + s.offset
+            out[s.name] = torch.frombuffer(buf, dtype=dtype, count=n, offset=at).view(s.shape)
         return out
 
     def close(self) -> None:
-        self._version = None  # release the buffer export before closing the mapping
-        try:
-            self.shm.close()
-        except BufferError:  # views still alive in this process; the OS frees the mapping at exit
-            pass
+        if self.shm is None:
+            return
+        self.shm.close()  # views still alive in this process: the OS frees the mapping at exit
         if self.owner:
             self.shm.unlink()
+        self.shm = None
 
 
 class SharedMemoryWeights:
@@ -140,10 +151,9 @@ class SharedMemoryWeights:
             if not self.block.lock.acquire(timeout=timeout_s):
                 return False
             try:
-                with torch.no_grad():
+                with torch.no_grad(), self.block.writing(version):
                     for name, view in self._views.items():
                         view.copy_(state[name])
-                self.block.version = version
             finally:
                 self.block.lock.release()
             return True
@@ -181,7 +191,7 @@ class SharedWeightsReceiver:
         if not self.block.lock.acquire(timeout=timeout_s):
             raise WeightSyncError(f"sampler could not take the weight lock in {timeout_s:g}s")
         try:
-            yield self.block.version
+            yield self.block.check()
         finally:
             self.block.lock.release()
 
