@@ -48,8 +48,8 @@ def pytest_sessionfinish(session, exitstatus):
     """After everything else (the xdist workers are gone by then): the session fails when it wrote under the user's
     home or left a /dev/shm block or a process behind. Only the process that made the root checks and removes it."""
     yield
-    if "posttrain.bounded_regex" in sys.modules:  # the regex, math and reasoning-gym pools' workers: closed now
-        sys.modules["posttrain.bounded_regex"].close_all_pools()
+    if "posttrain.worker_pool" in sys.modules:  # the regex, math and reasoning-gym pools' workers: closed now
+        sys.modules["posttrain.worker_pool"].close_all_pools()
     if _is_worker(session.config) or not SESSION.owner:
         return
     problems = hermetic.leftovers(SESSION, skip=[SESSION.models, Path(str(session.config.rootpath)), SESSION.root])

@@ -1,6 +1,6 @@
 """The `math` reward's checker (rewards/named.py): math-verify's parse and verify, in a process of their own.
 
-Run by bounded_regex.WorkerPool as `python -I _math_worker.py PARENT_PID MEMORY_BYTES CPU_S`, like the regex
+Run by worker_pool.WorkerPool as `python -I _math_worker.py PARENT_PID MEMORY_BYTES CPU_S`, like the regex
 worker, whose limits, request loop and parent watch it reuses (`_regex_worker.py`, loaded by path: this script
 never imports posttrain). It imports math-verify once, says `ready`, then answers one JSON line per request:
 

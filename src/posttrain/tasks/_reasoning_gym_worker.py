@@ -1,7 +1,7 @@
 """reasoning-gym's scorers (`reasoning_gym:<dataset>`, tasks/reasoning_gym.py) in a process of their own, and what
 both sides need without posttrain: entries as JSON text, the dataset a spec names.
 
-Run by bounded_regex.WorkerPool as `python -I _reasoning_gym_worker.py PARENT_PID MEMORY_BYTES CPU_S`, like the
+Run by worker_pool.WorkerPool as `python -I _reasoning_gym_worker.py PARENT_PID MEMORY_BYTES CPU_S`, like the
 math checker (rewards/_math_worker.py), whose fork-per-request loop it reuses with the regex worker's limits,
 request loop and parent watch (both loaded by path: this script never imports posttrain). It imports reasoning-gym
 once, says `ready`, then answers one JSON line per request:

@@ -9,7 +9,7 @@ spelling a number parser reads (a NaN compares false with everything: complex_ar
 `min(1.0, exp(-nan))`, which is 1.0), nor an exponent that would make Fraction or sympy compute a huge number.
 
 Every scorer runs in a worker process (`score_in_worker`, on `scorer_pool()`: _reasoning_gym_worker.py on
-bounded_regex.WorkerPool, like the `math` reward's checker), where one that runs past its timeout is killed: its
+worker_pool.WorkerPool, like the `math` reward's checker), where one that runs past its timeout is killed: its
 sample scores 0, and the scores after it are unaffected.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from posttrain.bounded import BoundedError, BoundedTimeout
-from posttrain.bounded_regex import WorkerPool
+from posttrain.worker_pool import WorkerPool
 
 # Scorers that `eval` the answer (reading a Python list back): they may see only a Python literal, a bare name, or
 # text that is no Python expression at all (eval raises on it, and the scorer's own except gives 0).
