@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # The column a mixture's rows carry (tasks/mixture.py): which of its tasks a row came from. Metrics break pass
@@ -42,12 +42,15 @@ class Completion:
 
     token_ids: list[int]
     logprobs: list[float]  # sampler's log p(token) for each token in token_ids
-    finish_reason: str  # "stop" (eos or stop string) or "length"
+    # "stop" (eos or stop string) or "length"; "context_overflow": a row of a several-prompt call that did not fit
+    # the context (sampling/context.py `fit_rows`): no tokens, the reason in `error`, the call's other rows served
+    finish_reason: str
     policy_version: int  # of the first token (the oldest, when a sync landed mid-generation)
     text: str = ""  # decoded completion, cut before the first stop string (token_ids keep every token)
     # The policy version each token was sampled under: differs within a completion only when a weight sync landed
     # during its generation (an interruptible sampler, loop.interruptible). None: all are `policy_version`.
     token_versions: list[int] | None = None
+    error: str | None = None  # why this row was not sampled (finish_reason "context_overflow"); None: it was
 
 
 @dataclass
@@ -113,6 +116,10 @@ class Trajectory:
     # "context" (the next turn no longer fit the model's context: the episode is trained on as truncated, its last
     # turn marked finish_reason "length"). None: a single-turn episode, or an env that does not say.
     stop_reason: str | None = None
+    # The episode's other prefix-consistent chains of turns, when its model calls did not all extend one another
+    # (an agent that rewrote its history: envs/agent.py, sampling/recorder.py). Each is trained as a sequence of its
+    # own with this episode's reward and advantage (`sequences_of`); `turns` is the chain of the last call.
+    extra_chains: list[list[Turn]] = field(default_factory=list)
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -150,15 +157,18 @@ class Trajectory:
 
     @property
     def num_completion_tokens(self) -> int:
-        return sum(len(t.completion_ids) for t in self.turns)
+        """The policy tokens the episode sampled, in every chain (its extra chains' too)."""
+        return sum(len(t.completion_ids) for chain in (self.turns, *self.extra_chains) for t in chain)
 
     @property
     def policy_version(self) -> int:
-        return min(t.policy_version for t in self.turns)
+        """The oldest version that sampled any of its turns (its extra chains' too)."""
+        return min(t.policy_version for chain in (self.turns, *self.extra_chains) for t in chain)
 
     def token_versions(self) -> list[int]:
-        """The policy version of every policy token, all turns in order (what per-token staleness is about)."""
-        return [v for t in self.turns for v in t.versions()]
+        """The policy version of every policy token, all turns in order, then the extra chains' (what per-token
+        staleness is about: the async loop's bound holds for every token trained)."""
+        return [v for chain in (self.turns, *self.extra_chains) for t in chain for v in t.versions()]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -171,6 +181,7 @@ class Trajectory:
         known = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in d.items() if k in known}  # records from older versions may hold retired fields
         d["turns"] = [Turn(**t) for t in d["turns"]]
+        d["extra_chains"] = [[Turn(**t) for t in chain] for chain in d.get("extra_chains") or []]
         if isinstance(d.get("guidance"), dict):
             d["guidance"] = Guidance(**d["guidance"])
         return cls(**d)
@@ -218,6 +229,12 @@ class Sequence:
     # log-probs are the behaviour policy's but not comparable to the trainer's, so drift metrics skip it.
     guided: bool = False
     sample_id: int | None = None  # its trajectory's Trajectory.sample_id: what the trainer measured is keyed by it
+    # A piece of an episode trained as several sequences (Trajectory.extra_chains): which episode of the batch
+    # (the pieces share it, the advantage statistics count it once, loop/batch.py), and the loss tokens of all its
+    # pieces, which a per-sequence mean divides by instead of this piece's own (algos/aggregation.py), so an episode
+    # weighs the same however many pieces it became. None: a whole episode.
+    episode: int | None = None
+    episode_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -256,8 +273,9 @@ class Batch:
 def sequence_of(
     traj: Trajectory, advantage: float = 0.0, group_id: int = 0, hint: tuple[str, int | None] | None = None
 ) -> Sequence:
-    """A trajectory as one training sequence: the first prompt, then everything after it with its loss mask.
-    `hint`: (text, turn index or None for the last turn) for a self-distillation teacher (guidance/teacher.py)."""
+    """A trajectory's `turns` as one training sequence: the first prompt, then everything after it with its loss
+    mask (its `extra_chains` are `sequences_of`'s). `hint`: (text, turn index or None for the last turn) for a
+    self-distillation teacher (guidance/teacher.py)."""
     tokens, mask, logps = traj.sequence()
     n_prompt = len(traj.prompt_ids)
     hint_at = None
@@ -271,7 +289,7 @@ def sequence_of(
         sampler_logprobs=logps,
         advantage=float(advantage),
         group_id=group_id,
-        policy_version=traj.policy_version,
+        policy_version=min(t.policy_version for t in traj.turns),
         reward=traj.reward,
         finish_reason=traj.turns[-1].finish_reason,
         hint=hint[0] if hint is not None else None,
@@ -279,3 +297,24 @@ def sequence_of(
         guided=traj.guided,
         sample_id=traj.sample_id,
     )
+
+
+def sequences_of(
+    traj: Trajectory, group_id: int = 0, hint: tuple[str, int | None] | None = None, episode: int = 0
+) -> list[Sequence]:
+    """Every sequence a trajectory trains as: its `turns`, then each of its `extra_chains`. A trajectory without
+    extra chains is one whole sequence; one with them becomes pieces marked with `episode` (unique in the batch) and
+    the loss tokens of them all. Every piece carries the episode's reward and finish reason (a truncated episode is
+    filtered whole by the overlong filter); the hint and the sample id stay on the first, the trajectory's own turns
+    (what the report shows of it)."""
+    main = sequence_of(traj, group_id=group_id, hint=hint)
+    if not traj.extra_chains:
+        return [main]
+    extra = [
+        replace(sequence_of(dataclasses.replace(traj, turns=chain, extra_chains=[]), group_id=group_id), sample_id=None)
+        for chain in traj.extra_chains
+        if chain
+    ]
+    pieces = [main, *extra]
+    n = sum(sum(s.loss_mask) for s in pieces)
+    return [replace(s, episode=episode, episode_tokens=n, finish_reason=main.finish_reason) for s in pieces]

@@ -7,11 +7,11 @@ pytest.importorskip("openai")
 
 from posttrain.envs.agent import AgentEnv
 from posttrain.envs.task import Task
+from posttrain.loop.batch import sequences_from_groups
 from posttrain.models import stop_token_ids
 from posttrain.rewards.rubric import Rubric
 from posttrain.sampling import HFSampler
 from posttrain.sampling.scripted import CapturingSampler, ScriptedSampler
-from posttrain.loop.batch import sequences_from_groups
 from posttrain.types import Group
 
 
@@ -33,7 +33,7 @@ def _task():
 def test_two_step_agent_gives_one_trajectory_with_the_sampled_tokens(tiny):
     model, tok = tiny
     sampler = CapturingSampler(HFSampler(model, tok, stop_token_ids(model, tok), seed=0))
-    sampler.tokenizer = tok
+    sampler.tokenizer = tok  # pyright: ignore[reportAttributeAccessIssue] - the wrapper has none; AgentEnv reads it
     env = AgentEnv(two_step, timeout_s=30)
 
     async def go():
@@ -43,7 +43,14 @@ def test_two_step_agent_gives_one_trajectory_with_the_sampled_tokens(tiny):
         return trajs
 
     trajs = asyncio.run(go())
-    assert env.stats == {"rollouts": 3, "failed": 0, "timeouts": 0, "dropped_calls": 0}
+    assert env.stats == {
+        "rollouts": 3,
+        "failed": 0,
+        "timeouts": 0,
+        "dropped_calls": 0,
+        "split_episodes": 0,
+        "temperature_overrides": 0,
+    }
     produced = {tuple(c.token_ids): c.logprobs for _, c in sampler.seen}
     for t in trajs:
         assert not t.failed and t.reward == 0.5 and "length" in t.reward_components

@@ -139,7 +139,7 @@ def test_malformed_requests_get_4xx_and_timeouts_504(tiny):
                     (await h.post("/v1/chat/completions", json={"messages": []})).status_code,
                     (await h.post("/v1/chat/completions", json={"messages": [{"content": "no role"}]})).status_code,
                     (await h.post("/v1/completions", json={"prompt": [10**9]})).status_code,
-                    (await h.post("/v1/completions", json={"prompt": "x", "stream": True})).status_code,
+                    (await h.post("/v1/completions", json={"prompt": "x", "echo": True})).status_code,
                     (await h.post("/v1/completions", json={"prompt": "x", "max_tokens": 0})).status_code,
                 ]
                 timed_out = await h.post("/v1/completions", json={"prompt": "x"})

@@ -36,6 +36,7 @@ def reverse_kl_loss(
     max_tokens: int | None = None,
     token_weights_BT: torch.Tensor | None = None,
     metric_mask_BT: torch.Tensor | None = None,
+    seq_tokens_B: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The distillation loss of one micro-batch and its metrics (`teacher/kl`: the k1 estimate of
     KL(student || teacher) per token on the student's samples; `teacher/logp`: the teacher's mean log-prob),
@@ -52,6 +53,6 @@ def reverse_kl_loss(
         per_token = (
             per_token * torch.as_tensor(token_weights_BT, dtype=per_token.dtype, device=per_token.device).detach()
         )
-    loss = coef * aggregate(per_token, mask_BT, aggregation, total_tokens, total_seqs, max_tokens)
+    loss = coef * aggregate(per_token, mask_BT, aggregation, total_tokens, total_seqs, max_tokens, seq_tokens_B)
     mm_BT = mask_BT if metric_mask_BT is None else metric_mask_BT
     return loss, {"teacher/kl": masked_mean(-d_BT, mm_BT), "teacher/logp": masked_mean(teacher_BT, mm_BT)}

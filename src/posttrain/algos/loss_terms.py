@@ -56,6 +56,7 @@ def distill_term(
         params.max_tokens,
         inputs.token_weights_BT,
         metric_mask_BT=mask_BT * opinion_BT,
+        seq_tokens_B=inputs.seq_tokens_B,
     )
     return loss, {k.replace("teacher/", f"{params.distill_prefix}/", 1): v for k, v in m.items()}
 

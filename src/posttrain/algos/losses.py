@@ -61,6 +61,9 @@ class LossInputs:
     # bonus's coefficient (a remedy's; 0: off).
     teacher_logp_BT: Any = None
     entropy_coef: float = 0.0
+    # Per row, the loss tokens of the episode it is a piece of (0: a whole sequence; None: no pieces in this call),
+    # which a per-sequence mean divides by (algos/aggregation.py): an episode weighs the same however it was cut.
+    seq_tokens_B: Any = None
 
 
 NO_INPUTS = LossInputs()
@@ -102,7 +105,9 @@ def _finish(
         kl_BT = KL_ESTIMATORS[cfg.kl_estimator](logp_BT, ref_logp_BT)
         per_token = per_token + cfg.beta * kl_BT
         metrics["kl_ref"] = _masked_mean(kl_BT.detach(), mask_BT)
-    return aggregate(per_token, mask_BT, aggregation or cfg.aggregation, x.total_tokens, x.total_seqs, cfg.max_tokens)
+    return aggregate(
+        per_token, mask_BT, aggregation or cfg.aggregation, x.total_tokens, x.total_seqs, cfg.max_tokens, x.seq_tokens_B
+    )
 
 
 @LOSSES.register("ppo_clip")

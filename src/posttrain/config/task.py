@@ -114,6 +114,22 @@ class TaskConfig(_Strict):
             "rest cut with a marker); default: the task's own (8000 unless it says); docs/limits.md"
         ),
     )
+    tool_parser: Literal["auto", "hermes", "llama3", "mistral", "qwen3_coder"] | None = Field(
+        default=None,
+        description=(
+            "tool and agent tasks: how tool calls are read from the policy's replies (sampling/tool_parsers.py): auto "
+            "(the chat template's family), hermes (<tool_call> JSON), llama3, mistral, qwen3_coder; the tool env also "
+            "reads the <tool_call> JSON its own prompt asks for; default: the task's own (auto); docs/serving.md"
+        ),
+    )
+    reasoning_parser: Literal["auto", "think", "mistral", "none"] | None = Field(
+        default=None,
+        description=(
+            "tool and agent tasks: the policy's reasoning block, never read for tool calls and served as "
+            "reasoning_content: auto (the chat template's family), think (<think>...</think>), mistral "
+            "([THINK]...[/THINK]), none; default: the task's own (auto)"
+        ),
+    )
     subset: str | None = Field(
         default=None,
         description=(

@@ -10,10 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from posttrain.errors import PosttrainError
 from posttrain.rewards.rubric import Rubric
 
 
-class TaskLoadError(ValueError):
+class TaskLoadError(PosttrainError, ValueError):
     """A task that cannot be loaded or built (a bad name, file or option); the CLI prints it as one line."""
 
 
@@ -35,6 +36,10 @@ class Task:
     # The most characters of one tool result or env observation the model reads back; the rest is cut with a marker
     # (bounded.truncate_text), before it is tokenized into the next turn's prompt.
     max_observation_chars: int = 8000
+    # How the policy's replies are read (sampling/reply_parsers.py): its family's tool-call format (hermes, llama3,
+    # mistral, qwen3_coder) and reasoning block (think, mistral, none); auto: read from the chat template.
+    tool_parser: str = "auto"
+    reasoning_parser: str = "auto"
     # Tools with per-episode state: episode(row) -> an object whose `tools` serve one rollout only (e.g. bound to
     # that episode's own copy of a repo) and whose optional `finish(final_call)` reports metrics and reward
     # columns when it ends (envs/tool_env.py). `tools` above still lists the schemas shown in the prompt.

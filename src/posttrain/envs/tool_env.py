@@ -7,6 +7,10 @@ re-tokenized) + the environment's tokens (the end of the assistant turn if the s
 messages and the next generation prompt, rendered by the chat template). Those env tokens get loss mask 0
 (Trajectory.sequence). The template's prefix property is checked once per tokenizer (models/template_check.py).
 
+Reading a turn (sampling/reply_parsers.py): its reasoning block (the model family's, `Task.reasoning_parser`) is
+never read for calls; the rest is read for the `<tool_call>` JSON the system prompt asks for, else for the family's
+own calls (`Task.tool_parser`: llama3 JSON, Mistral `[TOOL_CALLS]`, Qwen3-Coder XML; auto: the chat template's).
+
 The episode ends when the policy answers without a tool call, calls the `final_tool` (e.g. `answer`), runs out
 of turns, or outgrows the model's context (`Trajectory.stop_reason` says which). A malformed call gets an error
 message back and is counted; an unknown tool, bad arguments, a raising tool or a timeout likewise. None of them
@@ -47,6 +51,7 @@ from posttrain.envs.tools import EnvWorkerLost, Tool, ToolResult, call_tool, par
 from posttrain.models.template_check import ChatTemplateError, check_prefix_property_once, render_ids
 from posttrain.sampling.base import Sampler
 from posttrain.sampling.context import ContextBudget, ContextOverflow, context_of
+from posttrain.sampling.reply_parsers import ReplyParsers
 from posttrain.types import Completion, SampleParams, Trajectory, Turn
 
 
@@ -84,6 +89,8 @@ class ToolEnv:
         check_template: bool = True,
         episode_factory: Callable[[dict[str, Any]], Any] | None = None,
         max_result_chars: int | None = None,
+        tool_parser: str | None = None,
+        reasoning_parser: str | None = None,
     ):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -104,6 +111,12 @@ class ToolEnv:
         if check_template:
             check_prefix_property_once(tokenizer, tool_role=tool_role)
         self.turn_end = turn_end_text(tokenizer)
+        self.replies = ReplyParsers(
+            tokenizer,
+            tool_parser or getattr(task, "tool_parser", "auto"),
+            reasoning_parser or getattr(task, "reasoning_parser", "auto"),
+        )
+        self.schemas = {name: t.parameters for name, t in self.tools.items()}
 
     def initial_messages(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         prompt = row["prompt"]
@@ -169,7 +182,7 @@ class ToolEnv:
                     )
                 )
                 msgs.append({"role": "assistant", "content": c.text})
-                calls, errors = parse_calls(c.text)
+                calls, errors = self._calls(c, ids)
                 answer = c.text
                 if not calls and not errors:
                     stop_reason = "answer"
@@ -236,6 +249,16 @@ class ToolEnv:
             feedback_turn=feedback[1] if feedback else None,
             stop_reason=stop_reason,
         )
+
+    def _calls(self, c: Completion, prompt_ids: list[int]) -> tuple[list[dict[str, Any]], list[str]]:
+        """A turn's calls, never read from its reasoning: the `<tool_call>` JSON the system prompt asks for, else the
+        model family's own format (`Task.tool_parser`; sampling/reply_parsers.py)."""
+        _, text = self.replies.split(c, prompt_ids)
+        calls, errors = parse_calls(text)
+        if calls or self.replies.tool.name == "hermes":
+            return calls, errors
+        own = self.replies.tool.parse(text, self.schemas)
+        return (own.calls, own.errors) if own.calls else (calls, errors)
 
     def _shown(self, result: ToolResult, stats: dict[str, float]) -> str:
         """A tool result as the model reads it: at most max_result_chars (a marker says how much was cut),

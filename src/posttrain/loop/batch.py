@@ -1,7 +1,7 @@
 """Batch assembly for a policy-gradient step: scored groups in, one Batch out.
 
     number_samples(groups)             each trajectory's sample_id: the key results find it by
-    sequences_from_groups(groups)      one Sequence per trajectory that did not fail, with its shaped reward
+    sequences_from_groups(groups)      the Sequences of each trajectory that did not fail, with its shaped reward
     with_logprobs(seqs, field, lps)    new sequences with reference / teacher / behaviour log-probs set
     build_batch(sequences, options)    overlong filter -> KL-as-reward -> advantages per group -> the trained part
     sample_stats(shown, batch, kept)   what the report shows of the shown trajectories, by sample_id
@@ -10,6 +10,12 @@
 group, sampler and reference log-probs, finish reason) is a field of the sequence, so filtering is subsetting
 one list. Reward shaping that the group filter of dynamic sampling must see (the DAPO overlong penalty) happens
 earlier, when a group is scored (loop/collect.py).
+
+An episode may train as several sequences, its pieces (an agent whose calls did not extend one another:
+Trajectory.extra_chains, `Sequence.episode`). The episode is still the unit of the group: its KL penalty is the sum
+over its pieces, its advantage is computed once (one reward per episode in the group's statistics) and given to
+every piece, and the batch's `total_seqs` counts episodes; the aggregation weighs each piece by its share of the
+episode's tokens (algos/aggregation.py), so an episode weighs the same in the loss however many pieces it became.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from posttrain.algos.advantages import ADVANTAGES
 from posttrain.algos.dapo import overlong_keep_mask
 from posttrain.algos.kl import kl_reward_penalty
 from posttrain.config.schema import AlgorithmConfig
-from posttrain.types import Batch, Group, SampleStats, Sequence, Trajectory, sequence_of
+from posttrain.types import Batch, Group, SampleStats, Sequence, Trajectory, sequences_of
 
 
 @dataclass(frozen=True)
@@ -84,14 +90,34 @@ def env_hint(t: Trajectory) -> tuple[str, int | None] | None:
 
 
 def sequences_from_groups(groups: list[Group], hint_fn: HintFn | None = None) -> list[Sequence]:
-    """Every trajectory that did not fail, as a Sequence whose group_id is its group's position; `hint_fn` picks
-    the hint a self-distillation teacher will read for each (None: no hints)."""
+    """Every trajectory that did not fail, as Sequences whose group_id is its group's position: one, or one per
+    chain of a trajectory with extra chains (`sequences_of`; its pieces numbered by the trajectory's position here,
+    so they are unique in the batch). `hint_fn` picks the hint a self-distillation teacher will read for each (None:
+    no hints)."""
+    trajs = [(gi, t) for gi, g in enumerate(groups) for t in g.trajectories_G]
     return [
-        sequence_of(t, group_id=gi, hint=hint_fn(t) if hint_fn else None)
-        for gi, g in enumerate(groups)
-        for t in g.trajectories_G
+        s
+        for k, (gi, t) in enumerate(trajs)
         if not t.failed
+        for s in sequences_of(t, group_id=gi, hint=hint_fn(t) if hint_fn else None, episode=k)
     ]
+
+
+def episode_heads(seqs: list[Sequence]) -> tuple[list[int], list[int]]:
+    """(the index of each episode's first sequence, the position in that list of each sequence's episode): a whole
+    sequence is an episode of its own, the pieces of one episode (same `episode`) share one."""
+    heads: list[int] = []
+    head_of: list[int] = []
+    seen: dict[int, int] = {}
+    for i, s in enumerate(seqs):
+        if s.episode is None or s.episode not in seen:
+            if s.episode is not None:
+                seen[s.episode] = len(heads)
+            heads.append(i)
+            head_of.append(len(heads) - 1)
+        else:
+            head_of.append(seen[s.episode])
+    return heads, head_of
 
 
 def number_samples(groups: list[Group]) -> None:
@@ -150,21 +176,25 @@ def build_batch(seqs: list[Sequence], opts: BatchOptions, policy_version: int = 
         keep = overlong_keep_mask([s.finish_reason for s in seqs])
         seqs = [s if k else replace(s, loss_mask=[0] * len(s.loss_mask)) for s, k in zip(seqs, keep, strict=True)]
         m["dapo/overlong_filtered"] = float(sum(not k for k in keep))
-    rewards = [s.reward for s in seqs]
+    heads, head_of = episode_heads(seqs)
+    rewards_E = [seqs[i].reward for i in heads]  # one per episode
     if opts.kl_reward_beta > 0 and seqs:
-        pen = kl_penalties(seqs, opts.kl_reward_beta, opts.kl_estimator)
-        rewards = [r - p for r, p in zip(rewards, pen, strict=True)]
-        m["kl/reward_penalty_mean"] = sum(pen) / max(len(pen), 1)
-    adv_N = (
+        pen_E = [0.0] * len(heads)
+        for e, p in zip(head_of, kl_penalties(seqs, opts.kl_reward_beta, opts.kl_estimator), strict=True):
+            pen_E[e] += p  # a sum over tokens: an episode pays for all its pieces' tokens
+        rewards_E = [r - p for r, p in zip(rewards_E, pen_E, strict=True)]
+        m["kl/reward_penalty_mean"] = sum(pen_E) / max(len(pen_E), 1)
+    adv_E = (
         ADVANTAGES[opts.advantage](
-            torch.tensor(rewards, dtype=torch.float32),
-            torch.tensor([s.group_id for s in seqs]),
+            torch.tensor(rewards_E, dtype=torch.float32),
+            torch.tensor([seqs[i].group_id for i in heads]),
             scale_std=opts.scale_std,
         )
         if seqs
         else torch.zeros(0)
     )
-    seqs = [replace(s, advantage=a, reward=r) for s, a, r in zip(seqs, adv_N.tolist(), rewards, strict=True)]
+    adv = adv_E.tolist()
+    seqs = [replace(s, advantage=adv[e], reward=rewards_E[e]) for s, e in zip(seqs, head_of, strict=True)]
     keep = [
         i
         for i, s in enumerate(seqs)
@@ -174,15 +204,15 @@ def build_batch(seqs: list[Sequence], opts: BatchOptions, policy_version: int = 
         sequences=[seqs[i] for i in keep],
         policy_version=policy_version,
         total_loss_tokens=float(max(sum(sum(s.loss_mask) for s in seqs), 1)),
-        total_seqs=float(max(len(seqs), 1)),
+        total_seqs=float(max(len(heads), 1)),  # episodes: the pieces of one count once
         advantage_of={s.sample_id: s.advantage for s in seqs if s.sample_id is not None},
     )
     trained = batch.sequences
     m.update(
         {
-            "adv/mean": float(adv_N.mean()) if len(adv_N) else 0.0,
-            "adv/std": float(adv_N.std()) if len(adv_N) > 1 else 0.0,
-            "adv/abs_max": float(adv_N.abs().max()) if len(adv_N) else 0.0,
+            "adv/mean": float(adv_E.mean()) if len(adv_E) else 0.0,
+            "adv/std": float(adv_E.std()) if len(adv_E) > 1 else 0.0,
+            "adv/abs_max": float(adv_E.abs().max()) if len(adv_E) else 0.0,
             "tokens/trained": float(batch.num_tokens),
             "train/zero_adv_seqs_skipped": float(len(seqs) - len(trained)),
         }

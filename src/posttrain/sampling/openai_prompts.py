@@ -1,5 +1,6 @@
 """How a request to the OpenAI-compatible server (sampling/openai_server.py) becomes what the sampler is called
-with: the server's state (`ServerState`), the checks of a request against its limits (`RequestLimits`), and its
+with: the server's state (`ServerState`), the checks of a request against its limits (`RequestLimits`) and of what
+this server cannot do (tools other than functions, content other than text: refused, naming the field), and its
 prompt ids and max_tokens, rendered, tokenized and fitted to the sampler's context. Separate from the server's
 routes, which only call these and shape the answers; the request schemas and errors are openai_requests.py's."""
 
@@ -23,6 +24,8 @@ from posttrain.sampling.openai_requests import (
     _Sampling,
 )
 from posttrain.sampling.recorder import RolloutRecorder
+from posttrain.sampling.reply_parsers import ReplyParsers
+from posttrain.sampling.response_store import ResponseStore
 from posttrain.types import SampleParams
 
 T = TypeVar("T")
@@ -41,6 +44,8 @@ class ServerState:
     max_token_chars: int | None = None  # the longest token's characters: a prompt has >= chars / this tokens
     cpu: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="serve-cpu"))
     stats: dict[str, int] = field(default_factory=lambda: {"requests": 0, "timeouts": 0, "errors": 0})
+    responses: ResponseStore = field(default_factory=ResponseStore)  # /v1/responses' previous_response_id
+    replies: ReplyParsers | None = None  # how replies are read (reply_parsers.py); None: the template's family
 
     @property
     def context(self) -> ContextBudget | None:
@@ -51,11 +56,49 @@ class ServerState:
         return await asyncio.get_running_loop().run_in_executor(self.cpu, fn, *args)
 
 
-def _reject_unsupported(stream: bool, echo: bool) -> None:
-    if stream:
-        raise BadRequest("stream=true is not supported by this server; send stream=false")
+# Content parts a text model cannot read: refused, not dropped (a dropped image leaves a question about nothing).
+NON_TEXT_PARTS = frozenset({"image_url", "input_image", "input_audio", "input_file", "file", "audio"})
+
+
+def _reject_echo(echo: bool) -> None:
     if echo:
-        raise BadRequest("echo=true is not supported by this server")
+        raise BadRequest(
+            "echo=true is not supported by this server: send echo=false and prepend the prompt yourself "
+            "(return_token_ids gives its ids as prompt_token_ids)",
+            param="echo",
+        )
+
+
+def check_chat(st: ServerState, body: ChatRequest) -> None:
+    """A chat request against the limits, and what this server cannot do named before any work starts: tools
+    other than functions, content parts other than text."""
+    _check_sampling(st, body)
+    lim = st.limits.max_messages
+    if len(body.messages) > lim:
+        raise BadRequest(
+            f"{len(body.messages)} messages; this server takes at most {lim} (RequestLimits.max_messages)",
+            param="messages",
+        )
+    if body.tools is not None and len(body.tools) > lim:
+        raise BadRequest(f"{len(body.tools)} tools; this server takes at most {lim} (RequestLimits.max_messages)")
+    for i, tool in enumerate(body.tools or []):
+        kind = tool.get("type", "function")
+        if kind != "function":
+            raise BadRequest(
+                f"tools of type {str(kind)[:50]!r} are not supported: this server runs function tools only "
+                '({"type": "function", "function": {"name", "parameters"}}); run the tool in the agent',
+                param=f"tools[{i}].type",
+            )
+    for i, m in enumerate(body.messages):
+        parts = m.get("content") if isinstance(m, dict) else None
+        for j, part in enumerate(parts if isinstance(parts, list) else []):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in NON_TEXT_PARTS:
+                raise BadRequest(
+                    f"content parts of type {kind!r} are not supported: this server's model reads text only; "
+                    'send {"type": "text", "text": ...} parts',
+                    param=f"messages[{i}].content[{j}].type",
+                )
 
 
 def _params(body: _Sampling, max_tokens: int) -> SampleParams:

@@ -1,19 +1,23 @@
 """What a request to the OpenAI-compatible server may be (sampling/openai_server.py): the request schemas, the
-limits checked before any work starts, and the errors in OpenAI's shape, `{"error": {"message", "type", "code"}}`
-(400 for a refused request, 422 for a body that does not fit the schema, naming the fields without echoing their
-values, 504 for a timeout)."""
+limits checked before any work starts, and the errors in OpenAI's shape, `{"error": {"message", "type", "param",
+"code"}}` (400 for a refused request, 404 for an unknown route (the message lists the routes served), 405 for a
+route asked with the wrong method, 422 for a body that does not fit the schema, naming the fields without echoing
+their values, 504 for a timeout). The Responses API's request is openai_responses_input.py's."""
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from posttrain.sampling.http_serve import schema_error_message
 
@@ -43,6 +47,11 @@ class RequestLimits:
             raise ValueError(f"RequestLimits.max_temperature must be finite and >= {MIN_TEMPERATURE}")
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool = False  # a last chunk with the usage and no choices
+
+
 class _Sampling(BaseModel):
     # Unknown OpenAI fields (user, presence_penalty, ...) are ignored; NaN and infinities are schema errors.
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
@@ -54,6 +63,7 @@ class _Sampling(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=-(2**63), lt=2**64)  # what torch.Generator.manual_seed takes
     stream: bool = False
+    stream_options: StreamOptions | None = None
     rollout_id: str | None = None
     return_token_ids: bool = False
     return_tokens_as_token_ids: bool = False
@@ -62,6 +72,7 @@ class _Sampling(BaseModel):
 class ChatRequest(_Sampling):
     messages: list[dict[str, Any]] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None  # "none": replies are not parsed for calls; others advisory
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
@@ -76,11 +87,13 @@ class CompletionRequest(_Sampling):
 
 
 class BadRequest(ValueError):
-    """A request this server refuses: 400 with `code` (OpenAI's string code when there is one)."""
+    """A request this server refuses: 400 with `code` (OpenAI's string code when there is one) and `param`, the
+    request field at fault (`tools[0].type`), when there is one."""
 
-    def __init__(self, message: str, code: str | int = 400):
+    def __init__(self, message: str, code: str | int = 400, param: str | None = None):
         super().__init__(message)
         self.code = code
+        self.param = param
 
 
 class ContextLengthExceeded(BadRequest):
@@ -97,18 +110,46 @@ class HTTPError(Exception):
 
 
 def _error(
-    status: int, message: str, kind: str, code: str | int | None = None, param: str | None = None
+    status: int,
+    message: str,
+    kind: str,
+    code: str | int | None = None,
+    param: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
-    err: dict[str, Any] = {"message": message, "type": kind, "code": status if code is None else code}
-    if param is not None:
-        err["param"] = param
-    return JSONResponse(status_code=status, content={"error": err})
+    err = {"message": message, "type": kind, "param": param, "code": status if code is None else code}
+    return JSONResponse(status_code=status, content={"error": err}, headers=headers)
+
+
+def served_routes(app: Any) -> list[str]:
+    """The app's API routes as "METHOD /path", sorted by path (FastAPI's own /docs and /openapi.json left out)."""
+    routes = [r for r in app.routes if isinstance(r, APIRoute)]
+    return [f"{m} {r.path}" for r in sorted(routes, key=lambda r: r.path) for m in sorted(r.methods)]
+
+
+def _route_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+    """An unknown route (404) or method (405) in OpenAI's shape, naming the routes served: FastAPI's bare
+    `{"detail": "Not Found"}` reads as "model not found" to clients that expect OpenAI's errors."""
+    asked = f"{request.method} {request.url.path}"
+    served = served_routes(request.app)
+    if e.status_code == 404:
+        message = f"Unknown route: {asked}. This server serves: {', '.join(served)}"
+        return _error(404, message, "invalid_request_error", "unknown_url")
+    if e.status_code == 405:
+        same = [r for r in served if r.split(" ", 1)[1] == request.url.path]
+        message = f"{asked} is not allowed; this route takes {', '.join(same) or 'another method'}"
+        return _error(405, message, "invalid_request_error", "method_not_allowed", headers=e.headers)
+    return _error(e.status_code, str(e.detail), "invalid_request_error", headers=e.headers)
 
 
 def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(BadRequest)
     async def _bad_request(_: Request, e: BadRequest) -> JSONResponse:
-        return _error(400, str(e), "invalid_request_error", e.code)
+        return _error(400, str(e), "invalid_request_error", e.code, e.param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _route(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        return _route_error(request, e)
 
     @app.exception_handler(RequestValidationError)
     async def _schema(_: Request, e: RequestValidationError) -> JSONResponse:

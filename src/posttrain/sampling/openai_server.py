@@ -1,9 +1,16 @@
 """An OpenAI-compatible HTTP server for any Sampler (in practice the live policy's HFSampler).
 
     GET  /v1/models             the one served model
-    POST /v1/chat/completions   messages (+ tools) -> chat template -> sampler; `<tool_call>` blocks -> tool_calls
+    POST /v1/chat/completions   messages (+ tools) -> chat template -> sampler; the model family's tool calls ->
+                                tool_calls, its reasoning -> reasoning_content (the call itself: openai_chat.py;
+                                the formats: reply_parsers.py)
     POST /v1/completions        prompt as text, a list of token ids, or a batch of either (vLLM accepts ids too)
+    POST /v1/responses          OpenAI's Responses API over the same chat call (openai_responses.py)
     GET  /health
+
+`stream: true` (all three POST routes): server-sent events in OpenAI's formats, cut from the finished answer
+(openai_stream.py), recorded exactly as a call that was not streamed. Any other route answers 404 in OpenAI's
+error shape, listing the routes served.
 
 Extensions (vLLM's names where vLLM has one): `top_k`; `return_token_ids: true` adds `token_ids` to each
 choice and `prompt_token_ids` to the response; `return_tokens_as_token_ids: true` writes logprob tokens as
@@ -11,7 +18,9 @@ choice and `prompt_token_ids` to the response; `return_tokens_as_token_ids: true
 
 Rollout recording: a request with header `X-Rollout-Id: <id>` or body field `rollout_id` (the `openai` client
 sends it with `extra_body={"rollout_id": ...}`) is recorded in `app.state.recorder` (a RolloutRecorder) with
-the exact prompt ids, completion ids and logprobs; see recorder.py for how calls become a Trajectory.
+the exact prompt ids, completion ids and logprobs; see recorder.py for how calls become a Trajectory. A rollout
+with sampling defaults (AgentEnv: the run's) gets them in the fields its requests leave unset
+(rollout_defaults.py).
 
 Every sampler call has a timeout (`request_timeout_s`): a timeout answers 504 and is counted in
 `app.state.stats["timeouts"]` and logged. The sampler keeps working on a timed-out batch in its thread (Python
@@ -27,17 +36,16 @@ Whether a prompt fits is known without tokenizing it when its text is longer tha
 tokenizer's longest token. Rendering the chat template and tokenizing run in worker threads (two), never on the
 event loop, so /health keeps answering while a long prompt is prepared.
 
-Errors are OpenAI's shape, `{"error": {"message", "type", "code"}}`: 400 for a refused request, 422 for a body
-that does not fit the schema (the message names the fields and never echoes their values), 504 for a timeout.
+Errors are OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`: 400 for a refused request (what
+this server cannot do, named with the field and what to use instead), 404 / 405 for an unknown route or method,
+422 for a body that does not fit the schema (the message names the fields and never echoes their values), 504 for
+a timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
-import uuid
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
@@ -45,29 +53,28 @@ from fastapi import FastAPI, Request
 
 from posttrain.sampling.base import Sampler
 from posttrain.sampling.chat_prompt import ChatRenderer
-from posttrain.sampling.context import ContextOverflow
+from posttrain.sampling.openai_chat import chat_completion, envelope, run_chat, sample, token_strs
 from posttrain.sampling.openai_prompts import (
     ServerState,
-    _chat_prompt,
     _check_sampling,
     _completion_prompts,
     _max_token_chars,
     _params,
-    _reject_unsupported,
+    _reject_echo,
 )
 from posttrain.sampling.openai_requests import (
-    BadRequest,
     ChatRequest,
     CompletionRequest,
-    ContextLengthExceeded,
-    HTTPError,
     RequestLimits,
     _Sampling,
     add_error_handlers,
 )
+from posttrain.sampling.openai_responses import create_response
+from posttrain.sampling.openai_responses_input import ResponsesRequest
+from posttrain.sampling.openai_stream import chat_chunks, chunk_stream, completion_chunks
 from posttrain.sampling.recorder import RecordedCall, RolloutRecorder
-from posttrain.sampling.tool_calls import parse_tool_calls
-from posttrain.types import Completion, SampleParams
+from posttrain.sampling.reply_parsers import ReplyParsers
+from posttrain.sampling.rollout_defaults import with_rollout_defaults
 
 log = logging.getLogger(__name__)
 ROLLOUT_HEADER = "x-rollout-id"
@@ -90,11 +97,14 @@ def create_app(
     default_max_tokens: int = 512,
     weights_dir: str | None = None,
     limits: RequestLimits | None = None,
+    tool_parser: str = "auto",
+    reasoning_parser: str = "auto",
 ) -> FastAPI:
     """The FastAPI app. `app.state.posttrain` is the ServerState; `app.state.recorder` the RolloutRecorder.
     `weights_dir`: enables POST /update_weights_from_disk, which loads what a trainer's FileWeights wrote there
     (only from that folder: a request names no path, so the endpoint cannot read arbitrary files). `limits`:
-    what one request may ask for (the HTTP-level limits and the API key belong to the server, http_serve)."""
+    what one request may ask for (the HTTP-level limits and the API key belong to the server, http_serve).
+    `tool_parser` / `reasoning_parser`: how replies are read (reply_parsers.py; auto: the chat template's family)."""
     st = ServerState(
         sampler,
         tokenizer,
@@ -105,6 +115,7 @@ def create_app(
         ChatRenderer(tokenizer),
         limits or RequestLimits(),
         _max_token_chars(tokenizer),
+        replies=ReplyParsers(tokenizer, tool_parser, reasoning_parser),
     )
     app = FastAPI(title="posttrain OpenAI-compatible server")
     app.state.posttrain = st
@@ -136,11 +147,18 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Any:
-        return await chat_completions(st, body, request.headers.get(ROLLOUT_HEADER))
+        rid = request.headers.get(ROLLOUT_HEADER)
+        return await chat_completions(st, with_rollout_defaults(body, st.recorder, rid or body.rollout_id), rid)
 
     @app.post("/v1/completions")
     async def completions_route(body: CompletionRequest, request: Request) -> Any:
-        return await completions(st, body, request.headers.get(ROLLOUT_HEADER))
+        rid = request.headers.get(ROLLOUT_HEADER)
+        return await completions(st, with_rollout_defaults(body, st.recorder, rid or body.rollout_id), rid)
+
+    @app.post("/v1/responses")
+    async def responses_route(body: ResponsesRequest, request: Request) -> Any:
+        rid = request.headers.get(ROLLOUT_HEADER)
+        return await create_response(st, with_rollout_defaults(body, st.recorder, rid or body.rollout_id), rid)
 
     return app
 
@@ -162,79 +180,21 @@ def list_models(st: ServerState) -> dict[str, Any]:
 
 
 async def chat_completions(st: ServerState, body: ChatRequest, header_rid: str | None) -> Any:
-    _reject_unsupported(body.stream, False)
-    _check_sampling(st, body)
-    if len(body.messages) > st.limits.max_messages:
-        raise BadRequest(
-            f"{len(body.messages)} messages; this server takes at most {st.limits.max_messages} "
-            "(RequestLimits.max_messages)"
-        )
-    if body.tools is not None and len(body.tools) > st.limits.max_messages:
-        raise BadRequest(
-            f"{len(body.tools)} tools; this server takes at most {st.limits.max_messages} (RequestLimits.max_messages)"
-        )
-    rid = header_rid or body.rollout_id
-    prev = st.recorder.last(rid) if rid else None
-    asked = body.max_completion_tokens or body.max_tokens
-    prompt_ids, max_tokens = await st.off_loop(_chat_prompt, st, body, prev, asked)
-    (comps,) = await _sample(st, [prompt_ids], _params(body, max_tokens), body.n)
-    choices = []
-    for i, c in enumerate(comps):
-        content, calls, _errors = parse_tool_calls(c.text) if body.tools else (c.text, [], [])
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        finish = c.finish_reason
-        if calls:
-            message["tool_calls"] = [
-                {
-                    "id": f"call_{uuid.uuid4().hex[:24]}",
-                    "type": "function",
-                    "function": {"name": x["name"], "arguments": json.dumps(x["arguments"])},
-                }
-                for x in calls
-            ]
-            finish = "tool_calls" if finish == "stop" else finish
-        choice: dict[str, Any] = {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
-        if body.logprobs:
-            choice["logprobs"] = {
-                "content": [
-                    {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
-                    for t, lp in zip(_token_strs(st, c.token_ids, body), c.logprobs)
-                ]
-            }
-        if body.return_token_ids:
-            choice["token_ids"] = c.token_ids
-        choices.append(choice)
-        if rid:
-            st.recorder.record(
-                rid,
-                RecordedCall(
-                    prompt_ids,
-                    c.token_ids,
-                    c.logprobs,
-                    c.policy_version,
-                    c.finish_reason,
-                    text=c.text,
-                    messages=body.messages,
-                    tools=body.tools,
-                    reply=message,
-                    token_versions=c.token_versions,
-                ),
-            )
-    out = _envelope("chat.completion", st, [prompt_ids], [comps], choices)
-    if body.return_token_ids:
-        out["prompt_token_ids"] = prompt_ids
+    out = chat_completion(st, body, await run_chat(st, body, header_rid or body.rollout_id))
+    if body.stream:
+        return chunk_stream(chat_chunks(out, _include_usage(body)))
     return out
 
 
 async def completions(st: ServerState, body: CompletionRequest, header_rid: str | None) -> Any:
-    _reject_unsupported(body.stream, body.echo)
+    _reject_echo(body.echo)
     _check_sampling(st, body)
     rid = header_rid or body.rollout_id
     asked = body.max_tokens if "max_tokens" in body.model_fields_set else None
     prompts_P, max_tokens = await st.off_loop(
         _completion_prompts, st, body.prompt, asked or body.max_tokens, asked is not None
     )
-    groups = await _sample(st, prompts_P, _params(body, max_tokens), body.n)
+    groups = await sample(st, prompts_P, _params(body, max_tokens), body.n)
     choices = []
     for p, (prompt_ids, comps) in enumerate(zip(prompts_P, groups)):
         for j, c in enumerate(comps):
@@ -245,7 +205,7 @@ async def completions(st: ServerState, body: CompletionRequest, header_rid: str 
                 "logprobs": None,
             }
             if body.logprobs is not None:
-                toks = _token_strs(st, c.token_ids, body)
+                toks = token_strs(st, c.token_ids, body)
                 offsets, pos = [], 0
                 for t in toks:
                     offsets.append(pos)
@@ -273,53 +233,14 @@ async def completions(st: ServerState, body: CompletionRequest, header_rid: str 
                         token_versions=c.token_versions,
                     ),
                 )
-    return _envelope("text_completion", st, prompts_P, groups, choices)
+    out = envelope("text_completion", st, prompts_P, groups, choices)
+    if body.stream:
+        return chunk_stream(completion_chunks(out, _include_usage(body)))
+    return out
 
 
-# ---- helpers -----------------------------------------------------------------------------------------------
-async def _sample(st: ServerState, prompts_P: list[list[int]], params: SampleParams, n: int) -> list[list[Completion]]:
-    st.stats["requests"] += 1
-    try:
-        return await asyncio.wait_for(st.sampler.sample(prompts_P, params, n=n), st.request_timeout_s)
-    except TimeoutError:
-        st.stats["timeouts"] += 1
-        log.warning(
-            "sampler call timed out after %.1fs (%d timeouts so far)", st.request_timeout_s, st.stats["timeouts"]
-        )
-        raise HTTPError(504, f"sampling timed out after {st.request_timeout_s}s") from None
-    except ContextOverflow as e:  # the sampler's own check (a budget tighter than the one read here)
-        st.stats["errors"] += 1
-        raise ContextLengthExceeded(str(e)) from None
-    except ValueError as e:  # the sampler rejected the request (empty prompt, bad max_tokens, ...)
-        st.stats["errors"] += 1
-        raise BadRequest(str(e)) from None
-
-
-def _token_strs(st: ServerState, ids: list[int], body: _Sampling) -> list[str]:
-    if body.return_tokens_as_token_ids:
-        return [f"token_id:{i}" for i in ids]
-    return [st.tokenizer.decode([i]) for i in ids]
-
-
-def _envelope(
-    obj: str, st: ServerState, prompts_P: list[list[int]], groups: list[list[Completion]], choices: list[dict[str, Any]]
-) -> dict[str, Any]:
-    n_completion = sum(len(c.token_ids) for g in groups for c in g)
-    n_prompt = sum(len(p) for p in prompts_P)
-    prefix = "chatcmpl" if obj == "chat.completion" else "cmpl"
-    return {
-        "id": f"{prefix}-{uuid.uuid4().hex}",
-        "object": obj,
-        "created": int(time.time()),
-        "model": st.model_name,
-        "choices": choices,
-        "policy_version": min((c.policy_version for g in groups for c in g), default=0),
-        "usage": {
-            "prompt_tokens": n_prompt,
-            "completion_tokens": n_completion,
-            "total_tokens": n_prompt + n_completion,
-        },
-    }
+def _include_usage(body: _Sampling) -> bool:
+    return body.stream_options is not None and body.stream_options.include_usage
 
 
 def build_model_app(
@@ -331,6 +252,8 @@ def build_model_app(
     log=print,
     weights_dir: str | None = None,
     limits: RequestLimits | None = None,
+    tool_parser: str = "auto",
+    reasoning_parser: str = "auto",
 ) -> FastAPI:
     """`posttrain serve`: load a model (or a LoRA adapter folder on its base) and serve it with an HFSampler."""
     from posttrain.models.load import ensure_pad_token, load_model, stop_token_ids
@@ -340,5 +263,12 @@ def build_model_app(
     ensure_pad_token(tok)
     sampler = HFSampler(net, tok, stop_token_ids(net, tok), seed=seed)
     return create_app(
-        sampler, tok, model_name=model, request_timeout_s=request_timeout_s, weights_dir=weights_dir, limits=limits
+        sampler,
+        tok,
+        model_name=model,
+        request_timeout_s=request_timeout_s,
+        weights_dir=weights_dir,
+        limits=limits,
+        tool_parser=tool_parser,
+        reasoning_parser=reasoning_parser,
     )

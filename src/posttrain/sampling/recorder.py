@@ -8,10 +8,17 @@ Multi-turn and the prefix contract: a Trajectory needs each turn's prompt to ext
 completion token for token. The server tries to make that true (it splices the policy's own completion tokens
 into the next prompt, see chat_prompt.py), but an agent is free to rewrite history (drop messages, summarize,
 start a fresh conversation). `chains()` therefore SPLITS the calls of a rollout into prefix-consistent chains:
-each call joins the most recent chain whose last turn it extends, or starts a new chain. `trajectory()` returns
-the chain with the most policy tokens (ties: the later one); the calls in other chains are reported in
-`RolloutRecord.dropped_calls` and not trained on. `trajectories()` returns every chain, for callers that
-prefer to train on all of them as separate sequences.
+each call joins the most recent chain whose last turn it extends, or starts a new chain. `episode(row, "all")`
+keeps every chain: the Trajectory's turns are the chain of the last call, the others its `extra_chains`, each
+trained as a sequence of its own (as tinker-cookbook splits a trace wherever a prompt stops extending the last
+turn). `trajectory()` (and `episode(row, "longest")`) returns the chain with the most policy tokens (ties: the
+later one); the calls in other chains are reported in `RolloutRecord.dropped_calls` and not trained on.
+`trajectories()` returns every chain as a Trajectory of its own.
+
+Per-rollout sampling defaults: a client that serves several rollouts (AgentEnv: the run's temperature, top_p,
+top_k, max_tokens for each) stores them by rollout id (`set_defaults`); the server fills what a request leaves
+unset from them (sampling/rollout_defaults.py) and counts the requests that set another temperature, which the
+record returns (`temperature_overrides`).
 """
 
 from __future__ import annotations
@@ -77,9 +84,27 @@ def chain_to_trajectory(chain: list[RecordedCall], row: dict[str, Any] | None = 
     )
 
 
+CHAIN_MODES = ("all", "longest")
+
+
+@dataclass(frozen=True)
+class RolloutDefaults:
+    """What a rollout's requests are sampled with where they set nothing. None: the server's own default. A chat
+    request's max_tokens default is the server's (`default_max_tokens`, cut to fit the context); `max_tokens` here
+    is for /v1/completions, whose own default is OpenAI's 16."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+
+
 @dataclass
 class RolloutRecord:
     calls: list[RecordedCall]
+    # Requests that set a temperature other than the rollout's default (RolloutDefaults), and the last one asked.
+    temperature_overrides: int = 0
+    asked_temperature: float | None = None
 
     def chains(self) -> list[list[RecordedCall]]:
         return split_chains(self.calls)
@@ -101,6 +126,23 @@ class RolloutRecord:
     def dropped_calls(self) -> int:
         return len(self.calls) - len(self.best_chain())
 
+    def episode(self, row: dict[str, Any] | None = None, chains: str = "all") -> Trajectory | None:
+        """The rollout as one Trajectory (None: no calls), its completion text the last reply. `chains="all"`: its
+        turns are the chain of the last call and every other chain is one of its `extra_chains` (nothing dropped);
+        "longest": the chain with the most policy tokens only (`dropped_calls` counts the rest)."""
+        if chains not in CHAIN_MODES:
+            raise ValueError(f"chains must be one of {CHAIN_MODES}, got {chains!r}")
+        if not self.calls:
+            return None
+        all_chains = self.chains()
+        last = self.calls[-1]
+        main = self.best_chain() if chains == "longest" else next(ch for ch in all_chains if ch[-1] is last)
+        traj = chain_to_trajectory(main, row)
+        traj.completion_text = last.text
+        if chains == "all":
+            traj.extra_chains = [[c.as_turn() for c in ch] for ch in all_chains if ch is not main]
+        return traj
+
 
 class RolloutRecorder:
     """Thread-safe store of RecordedCalls by rollout id. Calls without a rollout id are not recorded.
@@ -112,6 +154,10 @@ class RolloutRecorder:
     def __init__(self, max_rollouts: int = 10_000):
         self.max_rollouts = max_rollouts
         self._calls: dict[str, list[RecordedCall]] = {}
+        # Per-rollout sampling defaults, and the requests that overrode the temperature: (count, last asked).
+        # Bounded like the calls; popped with them.
+        self._defaults: dict[str, RolloutDefaults] = {}
+        self._overrides: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
 
     def record(self, rollout_id: str, call: RecordedCall) -> None:
@@ -133,8 +179,30 @@ class RolloutRecorder:
         return RolloutRecord(self.calls(rollout_id))
 
     def pop(self, rollout_id: str) -> RolloutRecord:
+        """The rollout's record, and everything kept for it forgotten (its calls, defaults and counts)."""
         with self._lock:
-            return RolloutRecord(self._calls.pop(rollout_id, []))
+            self._defaults.pop(rollout_id, None)
+            n, asked = self._overrides.pop(rollout_id, (0, None))
+            return RolloutRecord(self._calls.pop(rollout_id, []), n, asked)
+
+    def set_defaults(self, rollout_id: str, defaults: RolloutDefaults) -> None:
+        with self._lock:
+            if rollout_id not in self._defaults and len(self._defaults) >= self.max_rollouts:
+                old = next(iter(self._defaults))
+                self._defaults.pop(old)
+                self._overrides.pop(old, None)
+            self._defaults[rollout_id] = defaults
+
+    def defaults(self, rollout_id: str) -> RolloutDefaults | None:
+        with self._lock:
+            return self._defaults.get(rollout_id)
+
+    def count_temperature_override(self, rollout_id: str, asked: float) -> None:
+        """A request of this rollout set `asked` where its default is another temperature (kept only for a
+        rollout that has defaults, so the counts stay as bounded as they are)."""
+        with self._lock:
+            if rollout_id in self._defaults:
+                self._overrides[rollout_id] = (self._overrides.get(rollout_id, (0, asked))[0] + 1, asked)
 
     def rollout_ids(self) -> list[str]:
         with self._lock:

@@ -12,18 +12,51 @@ written as it is. The block's text is everything between its fence lines, the fi
 is three or more backticks (a longer one can hold a line of three), with an optional info string (```python).
 A `<tool_call>` written inside a closed fenced block is quoted text (code that parses tool calls, an example in
 prose), never a call: it stays in the block, and an unclosed one there does not swallow the calls after the block.
+
+Bounds (model text is hostile): a reply over MAX_REPLY_CHARS is not searched for calls; at most MAX_CALLS calls
+are parsed from one reply (the rest stay in `content`, with one error); a name is at most MAX_NAME_CHARS; JSON is
+read by posttrain.bounded (size and depth caps). `call_arguments` and these caps are shared by the other
+families' parsers (tool_parsers.py).
 """
 
 from __future__ import annotations
 
 import bisect
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
-from posttrain.bounded import BoundedError, loads_json
+from posttrain.bounded import MAX_JSON_CHARS, BoundedError, loads_json
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 BLOCK = "```"
+MAX_REPLY_CHARS = MAX_JSON_CHARS  # a reply longer than this is not searched for calls
+MAX_CALLS = 64  # calls parsed from one reply; more is a runaway loop, not a plan
+MAX_NAME_CHARS = 256
+# A tool's name -> its JSON-schema `parameters`: what a format whose arguments are text (XML) reads types from.
+Schemas = Mapping[str, Mapping[str, Any]]
+
+
+class ParsedReply(NamedTuple):
+    """A reply split into its text and its tool calls (each `{"name": str, "arguments": dict}`), with one error per
+    call-shaped part that could not be read (left in `content`, so a broken call stays visible)."""
+
+    content: str
+    calls: list[dict[str, Any]]
+    errors: list[str]
+
+
+def too_long(text: str) -> ParsedReply | None:
+    """The answer for a reply over MAX_REPLY_CHARS (not searched), else None."""
+    if len(text) <= MAX_REPLY_CHARS:
+        return None
+    return ParsedReply(
+        text, [], [f"a reply of {len(text)} characters is not searched for tool calls (at most {MAX_REPLY_CHARS})"]
+    )
+
+
+def too_many() -> str:
+    return f"more than {MAX_CALLS} tool calls in one reply: the calls after the first {MAX_CALLS} were not read"
 
 
 def fenced_block(text: str, info: str = "") -> str:
@@ -120,12 +153,20 @@ def _quoted_end(quoted: list[tuple[int, int, str]], starts: list[int], pos: int)
     return quoted[k][1] if k >= 0 and pos < quoted[k][1] else None
 
 
-def _arguments(obj: Any, body: str) -> tuple[str, dict[str, Any]] | str:
-    """(name, arguments) of a decoded call, or the error to report."""
+def call_arguments(obj: Any, body: str) -> tuple[str, dict[str, Any]] | str:
+    """(name, arguments) of a decoded `{"name", "arguments" | "parameters"}` call, or the error to report."""
     name = obj.get("name") if isinstance(obj, dict) else None
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not name.strip():
         return f"tool call has no 'name': {body[:200]}"
-    args = obj.get("arguments", obj.get("parameters", {}))
+    return checked_call(name, obj.get("arguments", obj.get("parameters", {})))
+
+
+def checked_call(name: str, args: Any) -> tuple[str, dict[str, Any]] | str:
+    """(name, arguments as a dict) or the error to report: a name within MAX_NAME_CHARS, arguments an object (or a
+    JSON string of one, as some models write them)."""
+    name = name.strip()
+    if not name or len(name) > MAX_NAME_CHARS:
+        return f"tool call name must be 1 to {MAX_NAME_CHARS} characters: {name[:100]!r}"
     if isinstance(args, str):  # some models emit arguments as a JSON string already
         try:
             args = loads_json(args)
@@ -136,13 +177,17 @@ def _arguments(obj: Any, body: str) -> tuple[str, dict[str, Any]] | str:
     return name, args
 
 
-def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]], list[str]]:
+def parse_tool_calls(text: str, schemas: Schemas | None = None) -> ParsedReply:
     """Split `text` into (content without the parsed call blocks, calls, errors).
 
     Each call is `{"name": str, "arguments": dict}`. An unterminated final block (the model ran out of tokens)
     is parsed if its JSON is complete. Never raises on any text: JSON too deep or too large for
-    posttrain.bounded is an error like any invalid JSON.
+    posttrain.bounded is an error like any invalid JSON. `schemas` is unused (JSON arguments carry their types).
     """
+    if (long := too_long(text)) is not None:
+        return long
+    if OPEN not in text:  # no call: skip the fence scan (seconds on a megabyte of short lines)
+        return ParsedReply(text.strip(), [], [])
     calls: list[dict[str, Any]] = []
     errors: list[str] = []
     kept: list[str] = []
@@ -155,12 +200,15 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]], list[str]]:
         if fence_end is not None:  # inside a fenced block: quoted, look again after the block
             at = fence_end
             continue
+        if len(calls) == MAX_CALLS:
+            errors.append(too_many())
+            break
         at = end
         kept.append(text[pos:start])
         pos = end
         body = raw.strip()
         try:
-            parsed = _arguments(loads_json(body), body)
+            parsed = call_arguments(loads_json(body), body)
         except BoundedError as e:
             parsed = f"tool call is not valid JSON ({e.reason}): {body[:200]}"
         if isinstance(parsed, str):
@@ -175,4 +223,4 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]], list[str]]:
             continue
         calls.append({"name": name, "arguments": args})
     kept.append(text[pos:])
-    return "".join(kept).strip(), calls, errors
+    return ParsedReply("".join(kept).strip(), calls, errors)

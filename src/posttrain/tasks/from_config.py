@@ -28,6 +28,8 @@ def task_from_config(tc: TaskConfig, seed: int = 0) -> Task:
     task.rubric.timeout_s = tc.reward_timeout_s
     if tc.max_observation_chars is not None:  # the config wins over the task's own cut of tool results
         task.max_observation_chars = tc.max_observation_chars
+    task.tool_parser = tc.tool_parser or task.tool_parser  # None: the task's own
+    task.reasoning_parser = tc.reasoning_parser or task.reasoning_parser
     return task
 
 

@@ -8,11 +8,18 @@ A group over the budget is split into parts of its sequences that fit (each part
 the budget bounds activation memory, which multi-turn groups would otherwise exceed (a coding-agent group of 4
 episodes is about 6,500 tokens).
 The losses normalise by batch-wide totals, so how a batch is cut never changes the gradient (tested).
+
+The pieces of one episode (Sequence.episode: an agent episode trained as several chains) have different prompts, so
+they are slices of their own (the key is the group and the prompt) and may land in different micro-batches; what
+the loss needs of them travels per row (`episode_tokens_B`), so that too changes nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import torch
 
 from posttrain.types import Batch, Sequence
 
@@ -38,6 +45,14 @@ def group_sequences(batch: Batch) -> list[GroupSlice]:
         groups[key].sequences.append(s)
         groups[key].indices.append(i)
     return list(groups.values())
+
+
+def episode_tokens_B(seqs: list[Sequence], device: Any = None) -> torch.Tensor | None:
+    """Per row, the loss tokens of the episode it is a piece of, 0 for a whole sequence (LossInputs.seq_tokens_B);
+    None when no row is a piece."""
+    if all(s.episode_tokens is None for s in seqs):
+        return None
+    return torch.tensor([float(s.episode_tokens or 0) for s in seqs], device=device)
 
 
 def micro_batch_cost(groups: list[GroupSlice]) -> int:

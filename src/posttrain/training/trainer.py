@@ -24,7 +24,7 @@ import torch
 from posttrain.algos.kl import k3
 from posttrain.algos.losses import LossInputs, LossParams
 from posttrain.obs.memory import release_free_heap
-from posttrain.training.batching import plan_micro_batches
+from posttrain.training.batching import episode_tokens_B, plan_micro_batches
 from posttrain.training.checkpointing import checkpoint_layers
 from posttrain.training.logprobs import completion_logprobs
 from posttrain.training.optimizers import build_optimizers
@@ -201,6 +201,7 @@ class Trainer:
                 token_weights_BT=w_BT,
                 teacher_logp_BT=_teacher_BT(seqs, T, dev),
                 entropy_coef=settings.entropy_coef,
+                seq_tokens_B=episode_tokens_B(seqs, dev),
             )
             loss, m = loss_fn(t.logp_BT, old_BT, ref_BT, adv_B, t.mask_BT, params, inputs)
             m = {**m, **w_metrics}
