@@ -130,3 +130,12 @@ def test_posttrain_eval_takes_a_task_from_data_first_in_a_suite(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert [t["task"] for t in json.loads(out.read_text())["tasks"]] == ["dataset:sums", "count-a"]
+
+
+def test_suite_settings_refuse_too_many_samples_and_a_temperature_that_is_not_finite():
+    with pytest.raises(ValueError, match="1024"):
+        SuiteSettings(samples=1025)
+    for bad in (math.inf, -math.inf, math.nan, -0.5):
+        with pytest.raises(ValueError, match="temperature"):
+            SuiteSettings(samples=2, temperature=bad)
+    assert SuiteSettings(samples=1024).samples == 1024

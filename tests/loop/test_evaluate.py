@@ -59,3 +59,64 @@ def test_a_slow_eval_reports_progress(tiny):
     assert said and all(s.startswith("eval: ") and "/2 rollouts done" in s for s in said)
     quiet, _ = asyncio.run(evaluate_async(env, ScriptedSampler(tok, ["a a"]), rows, params))
     assert len(trajs) == 2 and m["eval/pass_rate"] == quiet["eval/pass_rate"]
+
+
+# ---- bounded: samples per prompt, rollouts alive at once (issue 60) -------------------------------------------------
+class _Counting:
+    """A sampler that counts the calls in flight at once (each takes a few ms, so rollouts started together
+    overlap)."""
+
+    def __init__(self, inner):
+        self.inner, self.live, self.peak, self.calls = inner, 0, 0, 0
+
+    policy_version = 0
+    context = None
+
+    def decode(self, token_ids):
+        return self.inner.decode(token_ids)
+
+    async def sample(self, prompts_P, params, n=1):
+        import asyncio
+
+        self.live += 1
+        self.calls += 1
+        self.peak = max(self.peak, self.live)
+        try:
+            await asyncio.sleep(0.002)
+            return await self.inner.sample(prompts_P, params, n)
+        finally:
+            self.live -= 1
+
+
+def test_eval_creates_its_rollouts_lazily_with_a_bounded_number_in_flight(tiny):
+    # 3 prompts x 300 samples = 900 rollouts: the eval starts at most 256 of them at a time (EVAL_CONCURRENCY), each
+    # as an earlier one finishes, and still returns all 900 in prompt order. Before: all 900 coroutines were
+    # built up front and run at once (a million samples: a MemoryError after 94 s at 3.4 GiB).
+    _, tok = tiny
+    task = count_a.make_task()
+    rows = task.eval_rows[:3]
+    params = SampleParams(max_tokens=8, temperature=1.0)
+    sampler = _Counting(ScriptedSampler(tok, ["a a", "b"]))
+    m, trajs = evaluate(SingleTurnEnv(task, tok, params), sampler, rows, params, samples=300)
+    assert sampler.calls == 900 and len(trajs) == 900 and m["eval/rollouts/count"] == 900.0
+    assert [t.row["prompt"] for t in trajs[::300]] == [r["prompt"] for r in rows]
+    assert 1 < sampler.peak <= 256, sampler.peak
+
+
+def test_eval_samples_past_the_bound_are_refused():
+    for over in (["loop.eval_samples=1025", "sampling.eval_temperature=0.7"],
+                 ["eval_suite.samples=1000000", "eval_suite.temperature=0.7"]):
+        with pytest.raises(ConfigError, match="less than or equal to 1024"):
+            load_config(None, over)
+    cfg = load_config(None, ["loop.eval_samples=1024", "sampling.eval_temperature=0.7", "eval_suite.samples=1024"])
+    assert cfg.loop.eval_samples == cfg.eval_suite.samples == 1024
+
+
+def test_evaluate_refuses_samples_past_the_bound(tiny):
+    _, tok = tiny
+    task = count_a.make_task()
+    params = SampleParams(max_tokens=4, temperature=1.0)
+    sampler = ScriptedSampler(tok, ["a"])
+    with pytest.raises(ValueError, match="at most 1024"):  # the library call too, before a rollout is built
+        evaluate(SingleTurnEnv(task, tok, params), sampler, task.eval_rows[:1], params, samples=1025)
+    assert sampler.calls == 0

@@ -6,10 +6,12 @@ import difflib
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from posttrain.errors import PosttrainError
+
 F = TypeVar("F", bound=Callable)
 
 
-class UnknownName(KeyError):
+class UnknownName(PosttrainError, KeyError):
     """A config named an algorithm that is not registered. The message names the nearest known one."""
 
     def __str__(self) -> str:  # KeyError would print the message with quotes around it

@@ -40,6 +40,7 @@ from pydantic import BaseModel
 
 from posttrain.config.load import ConfigError, apply_override, validate
 from posttrain.config.schema import Config
+from posttrain.errors import PosttrainError
 
 FENCE = re.compile(r"^```ya?ml[^\n]*\n(.*?)^```", re.S | re.M)
 TOP_KEYS = [
@@ -60,7 +61,7 @@ TOP_KEYS = [
 MANAGED = {"run.name": "the trial's name", "run.output_dir": "the search directory", "run.seed": "seeds:"}
 
 
-class ProgramError(ValueError):
+class ProgramError(PosttrainError, ValueError):
     """A program.md problem, with a message that names the key and what is expected."""
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from posttrain.auto.program import Param, Program
 from posttrain.bounded import BoundedError, loads_json
+from posttrain.errors import MissingExtraError
 
 STUDY = "posttrain-auto"
 
@@ -42,7 +43,7 @@ def _optuna():
     try:
         import optuna
     except ImportError:
-        raise ImportError("posttrain auto needs optuna: pip install 'posttrain[auto]'") from None
+        raise MissingExtraError("posttrain auto needs optuna: pip install 'posttrain[auto]'") from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna
 
@@ -157,7 +158,7 @@ class LLMProposer:
             try:
                 from openai import OpenAI
             except ImportError:
-                raise ImportError("the llm proposer needs openai: pip install 'posttrain[serve]'") from None
+                raise MissingExtraError("the llm proposer needs openai: pip install 'posttrain[serve]'") from None
             key = os.environ.get(cfg.get("api_key_env", "OPENAI_API_KEY"), "none")
             client = OpenAI(
                 base_url=cfg.get("base_url"), api_key=key, timeout=float(cfg.get("timeout_s", 120)), max_retries=1

@@ -34,6 +34,7 @@ from posttrain.auto.program import Program, base_data, base_params, fmt_value, l
 from posttrain.auto.results import RESULTS, read_results
 from posttrain.auto.rules import Verdict, judge
 from posttrain.auto.runner import OnEval, Outcome, SubprocessRunner, TrialRunner, TrialSpec
+from posttrain.errors import PosttrainError
 
 COLUMNS = [
     "trial",
@@ -52,7 +53,7 @@ COLUMNS = [
 STATE = "search_state.json"
 
 
-class SearchError(RuntimeError):
+class SearchError(PosttrainError, RuntimeError):
     """The search cannot go on (the base config fails, a directory that holds no search): a clear message."""
 
 

@@ -50,8 +50,7 @@ def rm_train(
     device: str = typer.Option("cpu", "--device"),
 ) -> None:
     """Train a Bradley-Terry reward model; print per-epoch loss and held-out pair accuracy; save a HF folder."""
-    from posttrain.models.load import ModelLoadError
-    from posttrain.training.reward_model_fit import PreferenceDataError, RMTrainConfig, train_reward_model
+    from posttrain.training.reward_model_fit import RMTrainConfig, train_reward_model
 
     cfg = RMTrainConfig(
         data=data,
@@ -72,10 +71,7 @@ def rm_train(
         threads=threads,
         device=device,
     )
-    try:
-        res = train_reward_model(cfg, log=typer.echo)
-    except (PreferenceDataError, ModelLoadError, FileNotFoundError) as e:
-        _fail(str(e))
+    res = train_reward_model(cfg, log=typer.echo)
     typer.echo(
         f"held-out pair accuracy: {res.eval_accuracy:.1%} ({res.n_eval} pairs; untrained: "
         f"{res.eval_accuracy_before:.1%})\nsaved: {res.out}"
@@ -98,20 +94,15 @@ def judge_audit(
     """Judge vs programmatic verifier: agreement, Cohen's kappa, confusion, injection probes, position flips."""
     import json
 
-    from posttrain.config import ConfigError, load_config
-    from posttrain.envs.task import TaskLoadError
+    from posttrain.config import load_config
     from posttrain.loop.components import build
-    from posttrain.loop.judge_audit import JudgeAuditError, audit
-    from posttrain.models.load import ModelLoadError
+    from posttrain.loop.judge_audit import audit
 
     args = list(args or [])
     config_path = args.pop(0) if args and "=" not in args[0] else None
-    try:
-        cfg = load_config(config_path, args)
-        say = lambda s: typer.echo(s, err=True)
-        report = audit(cfg, build(cfg, log=say), log=say)
-    except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError, JudgeAuditError) as e:
-        _fail(str(e))
+    cfg = load_config(config_path, args)
+    say = lambda s: typer.echo(s, err=True)
+    report = audit(cfg, build(cfg, log=say), log=say)
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
 
 
@@ -142,8 +133,7 @@ def judge_finetune(
     threads: int | None = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
 ) -> None:
     """Fine-tune a local model to answer one yes/no judge question; print held-out accuracy before and after; save a HF folder."""  # noqa: E501 - typer's command list keeps a docstring's line breaks
-    from posttrain.models.load import ModelLoadError
-    from posttrain.rewards.judges.finetune import JudgeDataError, finetune_judge, load_examples
+    from posttrain.rewards.judges.finetune import finetune_judge, load_examples
     from posttrain.tasks.product_blurb import default_judge_dir
 
     try:
@@ -163,5 +153,5 @@ def judge_finetune(
             time_budget_s=time_budget,
             log=typer.echo,
         )
-    except (JudgeDataError, ModelLoadError, FileNotFoundError, ValueError) as e:
+    except ValueError as e:  # a builtin one: finetune_judge's own check of its settings
         _fail(str(e))

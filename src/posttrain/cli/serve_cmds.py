@@ -17,7 +17,7 @@ def auto(
     out: Path | None = typer.Option(None, "--out", help="the search directory (default RUN.OUTPUT_DIR/auto-<time>)"),
 ) -> None:
     """Tune a config autonomously: each trial a config diff run for a fixed budget, kept only past the seed noise."""
-    from posttrain.auto import ProgramError, SearchError, resume_search, start_search
+    from posttrain.auto import resume_search, start_search
 
     try:
         if resume is not None:
@@ -28,8 +28,6 @@ def auto(
             if program is None:
                 _fail("give a program.md (see examples/auto/program.md) or --resume SEARCH_DIR")
             result = start_search(program, base_config, out)
-    except (ProgramError, SearchError, ImportError) as e:
-        _fail(str(e))
     except KeyboardInterrupt:
         typer.secho("stopped; continue with: posttrain auto --resume SEARCH_DIR", err=True)
         raise typer.Exit(130) from None
@@ -47,18 +45,18 @@ API_KEY_HELP = (
 def _guard(host: str, api_key: str | None, max_body_mb: float, header_timeout: float, body_timeout: float):
     """The HTTP guard from the flags; exits with the reason when binding `host` without a key, before anything
     is loaded or bound."""
-    from posttrain.sampling.http_serve import HttpGuard, UnsafeBind, api_key_from, check_bind
+    from posttrain.sampling.http_serve import HttpGuard, api_key_from, check_bind
 
     key = api_key_from(api_key)
+    check_bind(host, key)
     try:
-        check_bind(host, key)
         return HttpGuard(
             api_key=key,
             max_body_bytes=int(max_body_mb * 2**20),
             header_timeout_s=header_timeout,
             body_timeout_s=body_timeout,
         )
-    except (UnsafeBind, ValueError) as e:
+    except ValueError as e:  # HttpGuard's own check of the flags (a size or timeout out of range)
         _fail(str(e))
 
 
@@ -89,27 +87,36 @@ def serve(
     body_timeout: float = typer.Option(
         30.0, "--body-timeout", help="seconds a client has to send a request's body (408)"
     ),
+    tool_parser: str = typer.Option(
+        "auto",
+        "--tool-parser",
+        help="how tool calls are read: auto (the chat template's), hermes, llama3, mistral, qwen3_coder",
+    ),
+    reasoning_parser: str = typer.Option(
+        "auto", "--reasoning-parser", help="the reasoning block served as reasoning_content: auto, think, mistral, none"
+    ),
 ) -> None:
     """Serve a model as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/completions, /v1/models)."""
     guard = _guard(host, api_key, max_body_mb, header_timeout, body_timeout)
-    from posttrain.models.load import ModelLoadError
     from posttrain.sampling import http_serve, openai_server
+    from posttrain.sampling.reply_parsers import check_parser_names
+
+    check_parser_names(tool_parser, reasoning_parser)  # before the model loads
 
     try:
         limits = openai_server.RequestLimits(max_chars=max_chars, max_n=max_n)
     except ValueError as e:
         _fail(str(e))
-    try:
-        api = openai_server.build_model_app(
-            model,
-            lora,
-            request_timeout_s=request_timeout,
-            log=lambda s: typer.echo(s, err=True),
-            weights_dir=weights_dir,
-            limits=limits,
-        )
-    except (ModelLoadError, FileNotFoundError) as e:
-        _fail(str(e))
+    api = openai_server.build_model_app(
+        model,
+        lora,
+        request_timeout_s=request_timeout,
+        log=lambda s: typer.echo(s, err=True),
+        weights_dir=weights_dir,
+        limits=limits,
+        tool_parser=tool_parser,
+        reasoning_parser=reasoning_parser,
+    )
     typer.echo(
         f"serving {lora or model} at http://{host}:{port}/v1" + (" (API key required)" if guard.api_key else ""),
         err=True,
@@ -141,14 +148,9 @@ def env_serve(
     guard = _guard(host, api_key, max_body_mb, header_timeout, body_timeout)
     if max_action_chars < 1:
         _fail(f"--max-action-chars must be >= 1, got {max_action_chars}")
-    from posttrain.envs.task import TaskLoadError
-    from posttrain.models.load import ModelLoadError
     from posttrain.sampling import http_serve
 
-    try:
-        api = build_task_app(task, model, log=lambda s: typer.echo(s, err=True), max_action_chars=max_action_chars)
-    except (TaskLoadError, ModelLoadError, FileNotFoundError) as e:
-        _fail(str(e))
+    api = build_task_app(task, model, log=lambda s: typer.echo(s, err=True), max_action_chars=max_action_chars)
     typer.echo(
         f"serving task {task} (OpenEnv protocol) at http://{host}:{port}"
         + (" (API key required)" if guard.api_key else ""),
@@ -169,11 +171,9 @@ def env_check(
     ),
 ) -> None:
     """Smoke-check envs (known-good passes, known-bad fails, smoke commands); exit 1 if any check fails."""
-    from posttrain.config import ConfigError, load_config
+    from posttrain.config import load_config
     from posttrain.envs import smoke_checks as env_checks
-    from posttrain.envs.task import TaskLoadError
     from posttrain.loop import preflight as run_preflight
-    from posttrain.models.load import ModelLoadError
     from posttrain.obs import console as con
     from posttrain.tasks import BUILTIN_TASKS
     from posttrain.tasks.load import load_task
@@ -192,23 +192,16 @@ def env_check(
             # every built-in: one whose reward model is not trained yet or whose extra is not installed is skipped
             typer.secho(f"skipped {n}: {e}", fg=typer.colors.YELLOW, err=True)
             names.remove(n)
-        except TaskLoadError as e:
-            _fail(str(e))
     results = env_checks.check_tasks(tasks)
     con.console.print(env_checks.results_table(results))
     if preflight:
         from rich.table import Table
 
         for n in names:
-            try:
-                over = [f"model.name={model}", f"task.name={n}"] + (
-                    [f"loop.steps={steps}"] if steps is not None else []
-                )
-                rep = run_preflight.preflight(
-                    load_config(None, over), prompts, groups, log=lambda s: typer.echo(s, err=True)
-                )
-            except (ConfigError, TaskLoadError, ModelLoadError, FileNotFoundError) as e:
-                _fail(str(e))
+            over = [f"model.name={model}", f"task.name={n}"] + ([f"loop.steps={steps}"] if steps is not None else [])
+            rep = run_preflight.preflight(
+                load_config(None, over), prompts, groups, log=lambda s: typer.echo(s, err=True)
+            )
             table = Table(title=f"preflight: {model} on {n}")
             table.add_column("measure")
             table.add_column("value", overflow="fold")

@@ -3,20 +3,40 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from posttrain.cli.app import _fail, app
 
+if TYPE_CHECKING:
+    from posttrain.config import Config
+
+DRY_RUN_HELP = (
+    "check what the run would refuse at its start (the data, its columns, the rewards and their options, "
+    "loop.best_metric, the eval suite), print the resolved config and exit"
+)
+
+
+def _dry_run(cfg: Config) -> None:
+    """The checks a run makes at its start, without a model (loop/start_checks.py); a refusal is a PosttrainError
+    the app prints in one line. Then the resolved config, and what was checked as a closing comment."""
+    from posttrain.config import to_yaml
+    from posttrain.loop.start_checks import check_start
+
+    checked = check_start(cfg)
+    typer.echo(to_yaml(cfg), nl=False)
+    typer.echo(f"# checked: {checked.summary()}")
+
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
 def train(
     args: list[str] | None = typer.Argument(None, help="[CONFIG.yaml] then overrides like trainer.lr=2e-5"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the resolved config and exit"),
+    dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
     resume: Path | None = typer.Option(None, "--resume", help="continue the run in RUN_DIR from its last checkpoint"),
 ) -> None:
     """Train with RL. With no arguments: the default model on the built-in json-extract task."""
-    from posttrain.config import ConfigError, load_config, to_yaml
+    from posttrain.config import load_config
 
     args = list(args or [])
     config_path = None
@@ -28,46 +48,18 @@ def train(
         config_path = str(resume / "config.yaml")
         if not resume.is_dir():
             _fail(f"run directory not found: {resume}")
-    try:
-        cfg = load_config(config_path, args)
-    except ConfigError as e:
-        _fail(str(e))
+    cfg = load_config(config_path, args)
     if dry_run:
-        typer.echo(to_yaml(cfg), nl=False)
+        _dry_run(cfg)
         return
     from posttrain.training.launch import launched_rank, run_worker
 
     if launched_rank() > 0:  # under torchrun: ranks > 0 train what rank 0 sends them (training/distributed.py)
         run_worker(cfg)
         return
-    from posttrain.algos.registry import UnknownName
-    from posttrain.envs.smoke_checks import EnvCheckError
-    from posttrain.envs.task import TaskLoadError
     from posttrain.loop import train as run_train
-    from posttrain.loop.judge_audit import JudgeAuditError, JudgeAuditFailed
-    from posttrain.models.load import ModelLoadError
-    from posttrain.models.template_check import ChatTemplateError
-    from posttrain.rewards.embedding import EmbeddingError, TripletDataError
-    from posttrain.rewards.from_config import RewardConfigError
-    from posttrain.rewards.reward_model import RewardModelError
 
-    try:
-        run_train(cfg, run_dir=resume, resume=resume is not None)
-    except (
-        TaskLoadError,
-        ModelLoadError,
-        FileNotFoundError,
-        UnknownName,
-        EnvCheckError,
-        ChatTemplateError,
-        RewardModelError,
-        RewardConfigError,
-        EmbeddingError,
-        TripletDataError,
-        JudgeAuditError,
-        JudgeAuditFailed,
-    ) as e:
-        _fail(str(e))
+    run_train(cfg, run_dir=resume, resume=resume is not None)  # cli/app.py prints an error the user can fix
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
@@ -92,15 +84,11 @@ def ttrl(
         "completion) so far, read at start, rewritten after every group",
     ),
     eval_samples: int = typer.Option(4, "--eval-samples", help="completions per held-out prompt: the n of maj@n"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the resolved config and exit"),
+    dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
 ) -> None:
     """Test-time RL on a task's unlabelled prompts (docs/ttrl.md): `posttrain train` with a label-free reward."""
-    from posttrain.config import ConfigError, load_config, to_yaml
-    from posttrain.envs.smoke_checks import EnvCheckError
-    from posttrain.envs.task import TaskLoadError
+    from posttrain.config import load_config
     from posttrain.loop import train as run_train
-    from posttrain.models.load import ModelLoadError
-    from posttrain.models.template_check import ChatTemplateError
 
     overrides = list(args or [])
     if mode not in ("majority", "discover"):
@@ -121,17 +109,11 @@ def ttrl(
     if mode == "majority":  # maj@n needs n sampled completions per held-out prompt
         base += [] if "loop.eval_samples" in keys else [f"loop.eval_samples={eval_samples}"]
         base += [] if "sampling.eval_temperature" in keys or eval_samples == 1 else ["sampling.eval_temperature=0.7"]
-    try:
-        cfg = load_config(None, base + overrides)
-    except ConfigError as e:
-        _fail(str(e))
+    cfg = load_config(None, base + overrides)
     if dry_run:
-        typer.echo(to_yaml(cfg), nl=False)
+        _dry_run(cfg)
         return
-    try:
-        result = run_train(cfg)
-    except (TaskLoadError, ModelLoadError, FileNotFoundError, EnvCheckError, ChatTemplateError) as e:
-        _fail(str(e))
+    result = run_train(cfg)
     names = [
         ("eval/ttrl/pass_at_1", "pass@1 (labels, eval only)"),
         ("eval/ttrl/majority_correct", f"maj@{cfg.loop.eval_samples} (majority right)"),
@@ -164,19 +146,15 @@ def sft(
     threads: int | None = typer.Option(None, "--threads", help="torch threads (default: all cores)"),
 ) -> None:
     """Supervised fine-tuning on (prompt, completion) rows; with a run's insights.jsonl, SFTL;DR (docs/feedback.md)."""
-    from posttrain.models.load import ModelLoadError
-    from posttrain.training.sft import SFTDataError, read_sft_rows
+    from posttrain.training.sft import read_sft_rows
     from posttrain.training.sft import sft as run_sft
 
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    try:
-        rows = read_sft_rows(data, target)
-        res = run_sft(rows, model, out, steps=steps, lr=lr, batch_size=batch_size, seed=seed, log=typer.echo)
-    except (SFTDataError, ModelLoadError, FileNotFoundError) as e:
-        _fail(str(e))
+    rows = read_sft_rows(data, target)
+    res = run_sft(rows, model, out, steps=steps, lr=lr, batch_size=batch_size, seed=seed, log=typer.echo)
     typer.echo(
         f"nll/token {res['nll_first']:.3f} -> {res['nll_last']:.3f} on {res['rows']:.0f} rows "
         f"[{res['seconds']:.0f}s]; evaluate with: posttrain eval --model {out} --task ..."

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posttrain.config.schema import ClusterConfig
+from posttrain.errors import PosttrainError
 
 INSTALL_HINT = "cluster.backend=ray needs Ray: pip install 'posttrain[ray]' (or set cluster.backend=local)"
 
@@ -19,7 +20,7 @@ INSTALL_HINT = "cluster.backend=ray needs Ray: pip install 'posttrain[ray]' (or 
 STRATEGIES = {"spread": "SPREAD", "pack": "PACK"}
 
 
-class RayUnavailable(ImportError):
+class RayUnavailable(PosttrainError, ImportError):
     """Ray is not installed in this environment."""
 
 

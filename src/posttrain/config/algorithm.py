@@ -42,7 +42,10 @@ class ESConfig(_Strict):
     )
     samples_per_prompt: int = Field(default=1, ge=1, description="completions per prompt when scoring one perturbation")
     temperature: float = Field(
-        default=0.0, ge=0.0, description="sampling temperature for fitness (0: greedy, as Qiu et al. 2025)"
+        default=0.0,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="sampling temperature for fitness (0: greedy, as Qiu et al. 2025)",
     )
 
 
@@ -111,7 +114,9 @@ class InsightsConfig(_Strict):
         description="weight of the internalisation term (reverse KL toward the policy with the insights)",
     )
     max_tokens: int = Field(default=48, ge=4, description="an insight's length limit in tokens")
-    temperature: float = Field(default=0.7, ge=0.0, description="sampling temperature when writing an insight")
+    temperature: float = Field(
+        default=0.7, ge=0.0, allow_inf_nan=False, description="sampling temperature when writing an insight"
+    )
 
 
 class RisedConfig(_Strict):

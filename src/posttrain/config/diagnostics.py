@@ -20,9 +20,11 @@ class RemediesConfig(_Strict):
         ),
     )
     temperature_max: float = Field(
-        default=1.2, gt=0.0, description="no signal: raise the sampling temperature up to this"
+        default=1.2, gt=0.0, allow_inf_nan=False, description="no signal: raise the sampling temperature up to this"
     )
-    temperature_step: float = Field(default=0.15, gt=0.0, description="no signal: temperature added per stalled step")
+    temperature_step: float = Field(
+        default=0.15, gt=0.0, allow_inf_nan=False, description="no signal: temperature added per stalled step"
+    )
     num_generations_max: int = Field(default=8, ge=2, description="no signal: double G for stalled prompts up to this")
     decay: float = Field(
         default=0.5, ge=0.0, lt=1.0, description="once groups have variance again, the share of the boost kept per step"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
+from posttrain.config.loop import MAX_EVAL_SAMPLES
 from posttrain.config.strict import _Strict
 
 
@@ -18,10 +19,13 @@ class EvalSuiteConfig(_Strict):
     every: int = Field(
         default=0, ge=0, description="run the suite every N steps as well (0: before and after training only)"
     )
-    samples: int = Field(default=8, ge=1, description="k: completions per prompt")
+    samples: int = Field(default=8, ge=1, le=MAX_EVAL_SAMPLES, description="k: completions per prompt (at most 1024)")
     prompts: int = Field(default=32, ge=1, description="held-out prompts per task")
     temperature: float = Field(
-        default=0.7, ge=0.0, description="sampling temperature of the suite (> 0 when samples > 1)"
+        default=0.7,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="sampling temperature of the suite (> 0 when samples > 1)",
     )
     answer_format: str = Field(default="auto", description="how maj@k reads an answer (rewards/extract.py)")
 

@@ -9,10 +9,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from posttrain.bounded_files import open_regular, read_capped
 from posttrain.config.schema import Config
+from posttrain.errors import PosttrainError
+
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a few kilobytes; a run's config.yaml with every key, about ten
 
 
-class ConfigError(ValueError):
+class ConfigError(PosttrainError, ValueError):
     """A config problem, with a message that names the key and what is expected."""
 
 
@@ -20,10 +24,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"config file not found: {p}")
         try:
-            loaded = yaml.safe_load(p.read_text())
+            loaded = yaml.safe_load(_read_config(p))
         except yaml.YAMLError as e:
             raise ConfigError(f"{p} is not valid YAML: {e}") from None
         if loaded is None:
@@ -36,6 +38,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         apply_override(data, ov)
     _reset_preset_fields(data, file_algo, overrides or [])
     return validate(data)
+
+
+def _read_config(p: Path) -> str:
+    """The config file's text: a regular file of at most MAX_CONFIG_BYTES, or a ConfigError saying what it is (a
+    FIFO is refused, never waited on; a symlink loop is named as one)."""
+    if not p.exists() and not p.is_symlink():
+        raise ConfigError(f"config file not found: {p}")
+    err = lambda m: ConfigError(f"config file {m}")
+    with open_regular(p, err) as f:
+        data = read_capped(f, p, err, MAX_CONFIG_BYTES, "; a config is a few kilobytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {p}: not UTF-8 text (byte {e.start + 1})") from None
 
 
 def _reset_preset_fields(data: dict[str, Any], file_algo: dict[str, Any], overrides: list[str]) -> None:

@@ -9,6 +9,11 @@ from pydantic import Field, field_validator
 
 from posttrain.config.strict import _Strict
 
+# Completions per held-out prompt at most (loop.eval_samples, eval_suite.samples, `posttrain eval --samples`): pass@k
+# past k = 1024 says nothing pass@1024 does not, and an eval holds every trajectory until it scores them (48 prompts x
+# 1024 = 49k). A million was accepted, and ran out of memory building its rollouts.
+MAX_EVAL_SAMPLES = 1024
+
 
 class SelectionConfig(_Strict):
     replay_share: float = Field(
@@ -58,8 +63,9 @@ class LoopConfig(_Strict):
     eval_samples: int = Field(
         default=1,
         ge=1,
+        le=MAX_EVAL_SAMPLES,
         description=(
-            "completions per held-out prompt; > 1 needs sampling.eval_temperature > 0 "
+            "completions per held-out prompt (at most 1024); > 1 needs sampling.eval_temperature > 0 "
             "(pass_rate is then sampled pass@1)"
         ),
     )

@@ -97,8 +97,12 @@ class SamplingConfig(_Strict):
             "to what fits (at least 16 tokens)"
         ),
     )
+    # Temperatures are finite: an infinite one samples uniformly from the vocabulary (logits / inf), a NaN fails.
     temperature: float = Field(
-        default=0.7, ge=0.0, description="training rollouts; the trainer scores tokens at the same temperature"
+        default=0.7,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="training rollouts; the trainer scores tokens at the same temperature",
     )
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="nucleus sampling (1 = off)")
     top_k: int = Field(default=0, ge=0, description="top-k sampling (0 = off)")
@@ -114,7 +118,7 @@ class SamplingConfig(_Strict):
             "eagerly; on a CPU the same loop runs uncompiled"
         ),
     )
-    eval_temperature: float = Field(default=0.0, ge=0.0, description="0 = greedy held-out eval")
+    eval_temperature: float = Field(default=0.0, ge=0.0, allow_inf_nan=False, description="0 = greedy held-out eval")
     prefix_cache_tokens: int = Field(
         default=32768,
         ge=0,

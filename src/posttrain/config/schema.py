@@ -66,6 +66,7 @@ class JudgeConfig(_Strict):
     audit_temperature: float | None = Field(
         default=None,
         ge=0.0,
+        allow_inf_nan=False,
         description="audit: sampling temperature; null: sampling.temperature (what the judge sees in training)",
     )
     audit_swap_rows: bool = Field(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from posttrain.envs.task import Task
+from posttrain.errors import PosttrainError
 
 MAX_ATTEMPTS = 5
 
@@ -52,8 +53,10 @@ class CheckResult:
     seconds: float = 0.0
 
 
-class EnvCheckError(RuntimeError):
+class EnvCheckError(PosttrainError, RuntimeError):
     """Training refused to start: an env failed its smoke checks."""
+
+    fix = "see every check and what it got: posttrain env check --task TASK"
 
     def __init__(self, message: str, results: list[CheckResult]):
         super().__init__(message)

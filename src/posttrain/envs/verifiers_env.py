@@ -7,8 +7,11 @@ OpenAI-compatible endpoint, the one AgentEnv serves (`AgentEnv.server_for`): the
 exact prompt ids, completion ids and sampler logprobs the server recorded, never from re-tokenized text.
 
 One rollout (`VerifiersEnv.rollout`):
-  * the row's task is rebuilt from its wire data and played by the verifiers Env (`Env.run_episode`), inside
-    `Env.serving()` (held open in a task of its own, one per event loop), under `timeout_s`;
+  * the row's task is rebuilt from its wire data and played by the verifiers Env (`Env.run_episode`), under
+    `timeout_s`, on a thread with an event loop of its own (envs/episode_threads.py: one episode at a time per
+    thread, each thread holding its own copy of the env inside `Env.serving()`), so env code that blocks (a
+    `time.sleep` in a reward, a synchronous HTTP client, CPU-bound work) stalls that episode only, never the
+    caller's loop, the endpoint or the other episodes, and the timeout holds for it too;
   * the seats that would run verifiers' default program (the `bash` harness in a Prime sandbox) or its tool-less
     `null` chat loop run `PosttrainChatHarness` (envs/verifiers_harness.py) instead: the same chat loop, in
     process, non-streaming, with MCP tools, each env message cut to `max_observation_chars` (bounded.truncate_text)
@@ -23,15 +26,20 @@ One rollout (`VerifiersEnv.rollout`):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import uuid
+import weakref
+from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import verifiers.v1 as vf
 from verifiers.v1.dialects.chat import message_to_wire
 
 from posttrain.envs.agent import AgentEnv
+from posttrain.envs.episode_threads import EpisodeThreads
 from posttrain.envs.single_turn import score_with_rubric
 from posttrain.envs.task import Task
 from posttrain.envs.verifiers_harness import (  # noqa: F401 - re-exported
@@ -141,7 +149,10 @@ def _other_rewards(known: set[str]):
 class VerifiersEnv:
     """A posttrain Env playing `vf_env`'s tasks (see the module docstring). `task`: the posttrain task (its rubric
     scores what verifiers recorded, `verifiers_rubric`). `timeout_s` bounds one whole episode, `request_timeout_s`
-    one model call (the server's sampler timeout); `max_tokens` is the server's default when a call sets none."""
+    one model call (the server's sampler timeout); `max_tokens` is the server's default when a call sets none.
+    `episode_threads` episodes run at once (each on its own thread; more wait for one); `max_stuck_threads`
+    threads may stay blocked past `timeout_s` (a sleeping thread cannot be killed): at that cap new episodes fail
+    at once, with the reason, until one returns."""
 
     def __init__(
         self,
@@ -152,6 +163,8 @@ class VerifiersEnv:
         request_timeout_s: float = 120.0,
         max_tokens: int | None = None,
         model_name: str = "policy",
+        episode_threads: int = 64,
+        max_stuck_threads: int = 8,
     ):
         self.vf_env = vf_env
         self.task = task
@@ -167,22 +180,30 @@ class VerifiersEnv:
             model_name=model_name,
             max_tokens=self.max_tokens,
         )
-        self._serving: list[tuple[Any, vf.Env, asyncio.Future, asyncio.Event, asyncio.Task]] = []
+        self.threads = EpisodeThreads(
+            partial(_serving, vf_env), episode_threads, max_stuck_threads, name="posttrain-verifiers"
+        )
+        # An env dropped without close() (the loop does not close its envs) still stops its idle threads.
+        weakref.finalize(self, self.threads.stop_idle)
         self.stats = {"rollouts": 0, "failed": 0, "timeouts": 0, "dropped_calls": 0}
 
     async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
         rid = uuid.uuid4().hex
         episode, error, records, served = None, None, {}, []
-        token = _ROLLOUT.set(rid)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
         try:
-            episode = await asyncio.wait_for(self._episode(row, sampler, params, served), self.timeout_s)
+            # The endpoint serves in this loop (the sampler's); the episode reaches it over HTTP from its thread.
+            srv, app = await asyncio.wait_for(self._endpoint.server_for(sampler), self.timeout_s)
+            served.append(app)
+            play = partial(_play, row, self._context(srv.url, params), rid)
+            episode = await self.threads.run(play, max(deadline - loop.time(), 0.0))
         except TimeoutError:
             self.stats["timeouts"] += 1
             error = f"verifiers episode timed out after {self.timeout_s}s"
         except Exception as e:  # noqa: BLE001 - a broken env fails its sample, not the run
             error = f"verifiers env raised {type(e).__name__}: {str(e)[:ERROR_CHARS]}"
         finally:
-            _ROLLOUT.reset(token)
             if served:  # also when cancelled: the server keeps no record of a finished rollout
                 records = _pop_records(served[0], rid)
         traj = self._trajectory(row, episode, records, sampler, error)
@@ -197,25 +218,11 @@ class VerifiersEnv:
         score_with_rubric(self.task, ok, lambda t: {REWARDS_COLUMN: t.extra.get(REWARDS_COLUMN, {})})
 
     async def close(self) -> None:
-        loop = asyncio.get_running_loop()
-        for lp, _, _, stop, holder in list(self._serving):
-            if lp is loop:
-                stop.set()
-                await asyncio.gather(holder, return_exceptions=True)
-        self._serving = [e for e in self._serving if e[0] is not loop]
+        """Stops the episode threads (a stuck one once it returns) and this loop's endpoint."""
+        await self.threads.close()
         await self._endpoint.close()
 
     # ---- one episode -----------------------------------------------------------------------------------------
-    async def _episode(
-        self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None, served: list[Any]
-    ) -> Any:
-        """The endpoint, the env serving, then the episode: all of it under the rollout's timeout. `served` gets
-        the endpoint's app (its recorder holds the calls)."""
-        srv, app = await self._endpoint.server_for(sampler)
-        served.append(app)
-        env = await self._env_serving()
-        return await env.run_episode(vf_task_of(env, row), self._context(srv.url, params))
-
     def _context(self, url: str, params: SampleParams | None) -> vf.ModelContext:
         """The model the env's seats call: the posttrain endpoint, sampling as the run asks (verifiers imposes
         these on every call; a seat's own sampling settings still win, as in verifiers)."""
@@ -225,7 +232,11 @@ class VerifiersEnv:
             sampling["top_k"] = p.top_k
         if p.stop:
             sampling["stop"] = list(p.stop)
-        client = vf.EvalClientConfig(base_url=url + "/v1", api_key_var="POSTTRAIN_VERIFIERS_UNUSED_KEY")
+        # One connection per call: a kept-alive connection the endpoint closes as idle (5 s) while a thread sends
+        # on it fails that call with a bare ReadError (seen in the learning test on a loaded machine).
+        client = vf.EvalClientConfig(
+            base_url=url + "/v1", api_key_var="POSTTRAIN_VERIFIERS_UNUSED_KEY", headers={"Connection": "close"}
+        )
         return vf.ModelContext(model=self.model_name, client=client, sampling=vf.SamplingConfig(**sampling))
 
     def _trajectory(
@@ -251,40 +262,22 @@ class VerifiersEnv:
             traj.failed, traj.error, traj.reward, traj.passed = True, error, 0.0, False
         return traj
 
-    # ---- serving, one per event loop -------------------------------------------------------------------------
-    async def _env_serving(self) -> vf.Env:
-        """The verifiers env serving in this loop (`Env.serving()`: shared tool servers, the interception pool,
-        the env's start/stop), held open by a task of its own so it is entered and left in one task. A loop gets
-        its own copy of the env (built from the same config): serving state lives on the env object."""
-        loop = asyncio.get_running_loop()
-        self._serving = [e for e in self._serving if not e[0].is_closed() and not _failed(e[2])]
-        entry = next((e for e in self._serving if e[0] is loop), None)
-        if entry is None:
-            env = self.vf_env if not self._serving else type(self.vf_env)(self.vf_env.config)
-            ready, stop = loop.create_future(), asyncio.Event()
-            entry = (loop, env, ready, stop, asyncio.ensure_future(_hold_serving(env, ready, stop)))
-            self._serving.append(entry)
-        await asyncio.shield(entry[2])
-        return entry[1]
+
+@contextlib.asynccontextmanager
+async def _serving(vf_env: vf.Env) -> AsyncIterator[vf.Env]:
+    """An episode thread's own copy of the env (built from the same config, with the author's taskset object, as
+    tasks/verifiers_task.py builds it), serving (`Env.serving()`: shared tool servers, the interception pool, the
+    env's start/stop) while the thread lives: serving state lives on the env object and on the thread's loop."""
+    env = type(vf_env)(vf_env.config)
+    env.taskset = vf_env.taskset
+    async with env.serving():
+        yield env
 
 
-async def _hold_serving(env: vf.Env, ready: asyncio.Future, stop: asyncio.Event) -> None:
-    try:
-        async with env.serving():
-            ready.set_result(None)
-            await stop.wait()
-    except Exception as e:  # noqa: BLE001 - handed to the rollouts waiting for it; the next one tries again
-        if not ready.done():
-            ready.set_exception(e)
-        else:
-            log.warning("verifiers env serving ended with %s: %s", type(e).__name__, e)
-    finally:
-        if not ready.done():
-            ready.cancel()
-
-
-def _failed(fut: asyncio.Future) -> bool:
-    return fut.done() and (fut.cancelled() or fut.exception() is not None)
+async def _play(row: dict[str, Any], ctx: vf.ModelContext, rid: str, env: vf.Env) -> Any:
+    """One episode, on an episode thread's loop; its trainable seats' calls are tagged with `rid`."""
+    _ROLLOUT.set(rid)  # this task's own context (the harness reads it)
+    return await env.run_episode(vf_task_of(env, row), ctx)
 
 
 async def _no_agent(client: Any, row: dict[str, Any]) -> None:

@@ -14,11 +14,12 @@ import collections.abc as abc
 from dataclasses import replace
 from typing import Any, Protocol
 
+from posttrain.errors import PosttrainError
 from posttrain.training.protocol import PolicyTrainer
 from posttrain.types import Batch, Sequence
 
 
-class TeacherError(ValueError):
+class TeacherError(PosttrainError, ValueError):
     """A teacher that cannot score this student's tokens."""
 
 

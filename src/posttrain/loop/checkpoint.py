@@ -15,8 +15,10 @@ from typing import Any
 
 import torch
 
+from posttrain.errors import PosttrainError
 
-class CheckpointError(RuntimeError):
+
+class CheckpointError(PosttrainError, RuntimeError):
     """A checkpoint could not be written (most often: the disk is full)."""
 
 

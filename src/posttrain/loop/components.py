@@ -18,6 +18,7 @@ from posttrain.sampling.context import run_budget
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.sampling.precision import precision_advice
 from posttrain.tasks.from_config import task_from_config
+from posttrain.tasks.prompt_size import check_prompt_sizes
 from posttrain.types import SampleParams
 
 
@@ -78,6 +79,7 @@ def build(cfg: Config, log=print) -> Components:
         prefix_cache_tokens=cfg.sampling.prefix_cache_tokens,
         context=run_budget(cfg, model),
     )
+    check_prompt_sizes(task, sampler.context.max_context)  # before anything tokenizes a prompt (tasks/prompt_size.py)
     env_workers = None
     if cfg.cluster.envs == "ray":  # each episode's tools on a Ray actor (cluster/ray_episodes.py)
         from posttrain.cluster.ray_episodes import EnvWorkers, remote_env

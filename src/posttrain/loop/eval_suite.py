@@ -15,6 +15,7 @@ run's eval (loop/evaluate.py): a sample that raises is a failed sample, never a 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -23,7 +24,7 @@ from typing import Any
 from posttrain.algos.pass_at_k import prompt_metrics, suite_metrics
 from posttrain.envs.base import make_env
 from posttrain.envs.task import Task
-from posttrain.loop.evaluate import evaluate_async
+from posttrain.loop.evaluate import EvalSettingsError, check_samples, evaluate_async
 from posttrain.rewards.extract import extract_answer
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory
@@ -54,10 +55,15 @@ class SuiteTask:
 
 @dataclass(frozen=True)
 class SuiteSettings:
-    samples: int = 8  # k: completions per prompt
+    samples: int = 8  # k: completions per prompt, 1 to MAX_EVAL_SAMPLES (1024)
     temperature: float = 0.7  # > 0 when samples > 1, or the k samples are one greedy answer k times
     max_tokens: int = 128
     every_s: float = 60.0  # progress lines on long evals
+
+    def __post_init__(self):
+        check_samples(self.samples)
+        if not 0.0 <= self.temperature < math.inf:  # NaN fails both comparisons
+            raise EvalSettingsError(f"the suite's temperature must be a finite number >= 0, got {self.temperature}")
 
 
 @dataclass
@@ -127,9 +133,8 @@ async def run_suite_async(
     settings: SuiteSettings,
     progress: Callable[[str], None] | None = None,
 ) -> SuiteResult:
-    """Each task in turn (its own env and max_tokens), all its prompts' k samples at once."""
-    if settings.samples < 1:
-        raise ValueError(f"samples per prompt must be >= 1, got {settings.samples}")
+    """Each task in turn (its own env and max_tokens), its prompts' k samples as loop/evaluate.py runs them (at most
+    EVAL_CONCURRENCY rollouts at once). `settings` were checked when made (SuiteSettings)."""
     result = SuiteResult(settings.samples)
     for st in tasks:
         t0 = time.perf_counter()

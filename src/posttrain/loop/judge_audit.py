@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from posttrain.errors import PosttrainError
 from posttrain.rewards.judges.agreement import Confusion, agreement, auc, cohen_kappa, confusion
 from posttrain.rewards.judges.pairwise import PairVerdict, PairwiseJudge
 from posttrain.rewards.judges.pointwise import PointwiseJudge
@@ -41,11 +42,11 @@ if TYPE_CHECKING:  # annotations only (components imports the model stack)
     from posttrain.loop.components import Components
 
 
-class JudgeAuditError(ValueError):
+class JudgeAuditError(PosttrainError, ValueError):
     """The task cannot be audited (no verifier, no judge)."""
 
 
-class JudgeAuditFailed(RuntimeError):
+class JudgeAuditFailed(PosttrainError, RuntimeError):
     """The judge's agreement with the verifier is below `judge.min_agreement`."""
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from posttrain.config.schema import Config
+from posttrain.errors import MissingFileError
 
 REFERENCE_FILE = "warm_start_reference.pt"
 
@@ -57,7 +58,7 @@ def restore_reference(cfg: Config, c: Components, run_dir: Path) -> bool:
         return False
     path = run_dir / REFERENCE_FILE
     if not path.exists():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{path} is missing: this run warm-started with algorithm.beta > 0, and its KL reference (the "
             "warm-started policy) was saved there; without it the run cannot resume with the same objective: "
             "start a new run"

@@ -24,6 +24,7 @@ import torch
 from posttrain.cluster.ray_grading import start_grading
 from posttrain.config.load import to_yaml
 from posttrain.config.schema import Config
+from posttrain.errors import MissingFileError
 from posttrain.guidance.insights import evaluate_with_insights
 from posttrain.loop.best_model import BestModel
 from posttrain.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -32,6 +33,7 @@ from posttrain.loop.eval_suite import SuiteSettings, run_suite_async, suite_task
 from posttrain.loop.evaluate import evaluate_async
 from posttrain.loop.judge_audit import gate as judge_gate
 from posttrain.loop.reference import reference_after_warm_start, restore_reference
+from posttrain.loop.start_checks import check_names, check_suite_prompts, check_task
 from posttrain.loop.warm_start import WarmStartResult, run_warm_start
 from posttrain.loop.watch import Watch
 from posttrain.loop.wiring import make_stepper
@@ -83,7 +85,7 @@ class Run:
     def __init__(self, cfg: Config, run_dir: Path | None = None, resume: bool = False):
         self.cfg, self.resume = cfg, resume
         self.t_start = time.perf_counter()
-        _check_names(cfg)  # a typo in an algorithm name fails before a run dir or minutes of model loading
+        check_names(cfg)  # a typo in an algorithm name fails before a run dir or minutes of model loading
         self.run_dir = Path(run_dir or make_run_dir(cfg.run.output_dir, cfg.run.name, cfg.task.label))
         self.say = partial(con.print_line, enabled=cfg.logging.console)
         if not resume:
@@ -94,6 +96,7 @@ class Run:
         built: Components | None = None
         try:
             self.c = built = build(cfg, log=self.say)
+            check_task(cfg, self.c.task)  # loop.best_metric; the same checks as --dry-run (loop/start_checks.py)
             if cfg.task.env_check != "off":
                 env_check(self.c, cfg.task.env_check, self.say, cfg.logging.console)
             judge_gate(cfg, self.c, self.say)  # judge.min_agreement / min_kappa: audit the judge first
@@ -106,8 +109,9 @@ class Run:
             self._close_cluster(built.env_workers if built is not None else None)
             raise
         self.eval_rows = self.c.task.eval_rows[: cfg.loop.eval_prompts]
-        self.best = BestModel(cfg.loop.best_metric, self.run_dir / "best")
+        self.best = BestModel(cfg.loop.best_metric, self.run_dir / "best", say=self.say)
         self.suite = suite_tasks(cfg.eval_suite, cfg.run.seed)  # other tasks, pass@k (loop/eval_suite.py)
+        check_suite_prompts(self.suite, self.c.sampler.context.max_context)
         self.final_step: int | None = None
         self.suite_before: dict[str, float] = {}
         self.suite_after: dict[str, float] = {}  # the step whose model final/ holds, once exported
@@ -134,7 +138,7 @@ class Run:
         start, before, warm, base_eval = 0, {}, None, {}
         ckpt = latest_checkpoint(self.run_dir) if self.resume else None
         if self.resume and ckpt is None:
-            raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir}/checkpoints")
+            raise MissingFileError(f"no checkpoint to resume from in {self.run_dir}/checkpoints")
         if cfg.warm_start.steps and ckpt is None:
             warm, base_eval = await self._warm_start()
             if reference_after_warm_start(cfg, c, self.run_dir):
@@ -405,20 +409,6 @@ def env_check(c: Components, mode: str, say, console: bool) -> None:
             f"env check failed for task {c.task.name!r}: {failed} (task.env_check=warn trains anyway)", results
         )
     say(f"warning: env check failed, training anyway (task.env_check=warn): {failed}")
-
-
-def _check_names(cfg: Config) -> None:
-    from posttrain.algos import ADVANTAGES, IS_CORRECTIONS, LOSSES, TOKEN_WEIGHTS
-    from posttrain.loop.wiring import COLLECTORS, STEPPERS
-    from posttrain.training.optimizers import OPTIMIZERS
-
-    a = cfg.algorithm
-    named = [(STEPPERS, a.stepper), (COLLECTORS, cfg.loop.mode), (OPTIMIZERS, cfg.trainer.optimizer)]
-    if a.stepper == "policy_gradient":
-        named += [(LOSSES, a.loss), (ADVANTAGES, a.advantage), (IS_CORRECTIONS, a.is_correction)]
-        named += [(TOKEN_WEIGHTS, a.token_weighting)]
-    for registry, name in named:
-        registry[name]  # a name no registry holds raises here, before any model loads
 
 
 def _with_reward(m: dict[str, float]) -> dict[str, float]:

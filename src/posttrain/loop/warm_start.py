@@ -29,6 +29,7 @@ from posttrain.config.schema import Config
 from posttrain.envs.base import TaskEnv
 from posttrain.envs.isolate import safe_rollout
 from posttrain.envs.task import Task
+from posttrain.errors import PosttrainError
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
 from posttrain.rewards.telemetry import drain_task_metrics
 from posttrain.sampling.context import ContextBudget, run_budget
@@ -40,7 +41,7 @@ from posttrain.types import Group, SampleParams, Trajectory
 DEMONSTRATIONS = BatchOptions(advantage="reward", scale_std=False)  # every demonstrated token trained, weight 1
 
 
-class WarmStartError(ValueError):
+class WarmStartError(PosttrainError, ValueError):
     """The warm start cannot run: no demonstrations, or none of them passes the task's own rubric."""
 
 

@@ -12,12 +12,13 @@ from typing import Any
 
 import torch
 
+from posttrain.errors import PosttrainError
 from posttrain.models.default import DEFAULT_MODEL, default_model_dir
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(PosttrainError, RuntimeError):
     pass
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from posttrain.errors import PosttrainError
 
-class ChatTemplateError(ValueError):
+
+class ChatTemplateError(PosttrainError, ValueError):
     pass
 
 

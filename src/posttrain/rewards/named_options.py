@@ -20,10 +20,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from posttrain.errors import PosttrainError
 from posttrain.rewards.extract import EXTRACTORS
 
 
-class RewardConfigError(ValueError):
+class RewardConfigError(PosttrainError, ValueError):
     """A reward named in the config (or by `named_reward`) that cannot be built: an unknown name, a bad option."""
 
 

@@ -21,13 +21,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from posttrain.errors import PosttrainError
 from posttrain.rewards.text import completion_text
 
 # Written next to the weights by `posttrain rm train`: how the model was trained (data, accuracy, format).
 RM_META = "posttrain_reward_model.json"
 
 
-class RewardModelError(ValueError):
+class RewardModelError(PosttrainError, ValueError):
     pass
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from posttrain.errors import PosttrainError
 from posttrain.types import Trajectory
 
 Rule = Callable[[Trajectory], bool]
@@ -38,7 +39,7 @@ class Tag:
     rule: str | None = None  # a BUILTIN_RULES name or 'module:function'
 
 
-class VocabularyError(ValueError):
+class VocabularyError(PosttrainError, ValueError):
     """A tag vocabulary that cannot be used: unreadable, a tag without a name, an unknown rule."""
 
 

@@ -16,8 +16,10 @@ class Sampler(Protocol):
     its token ids, the sampler's logprob of each token (of softmax(logits / temperature)), its finish reason
     and the policy version that produced it. Implementations never re-tokenize text they were given as ids.
 
-    `context` is the budget every prompt + max_tokens must fit (sampling/context.py): a call whose prompt does not
-    fit raises ContextOverflow for that caller alone (or has its max_tokens cut), before any engine sees it.
+    `context` is the budget every prompt + max_tokens must fit (sampling/context.py), checked before any engine sees
+    a row: a call of one prompt that does not fit raises ContextOverflow for that caller alone (or has its
+    max_tokens cut); in a call of several, each row that does not fit comes back as n completions with
+    finish_reason "context_overflow" (no tokens, the reason in `error`) and the others are served.
     Multi-turn envs read it to end an episode that outgrows it. None: the sampler does not know its context
     (a scripted sampler in tests).
     """

@@ -6,8 +6,9 @@ group to `sample_rows(rows, params)` as one flat list of rows (a prompt repeated
 gives every caller back its own slice. A failure of a batch fails every call in it, nothing else.
 
 With a context budget (sampling/context.py), each caller's rows are checked before they join a batch: a prompt that
-does not fit fails its own caller with ContextOverflow (or has its max_tokens cut), and never reaches the engine,
-which would refuse the whole batch.
+does not fit never reaches the engine, which would refuse the whole batch; it fails its own row alone (a caller of
+one prompt gets ContextOverflow, a caller of several a "context_overflow" completion for that row: `fit_rows`), or
+has its max_tokens cut.
 """
 
 from __future__ import annotations
@@ -29,8 +30,12 @@ class Coalescer:
         self._flusher: asyncio.Future | None = None
 
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
-        if self.budget is not None:
-            params = self.budget.fit_call(prompts_P, params)  # this caller's rows only: raises before the batch
+        if self.budget is None:
+            return await self._queued(prompts_P, params, n)
+        fitted = self.budget.fit_rows(prompts_P, params)  # this caller's rows only: raises before the batch
+        return fitted.merge(await self._queued(fitted.prompts_P, fitted.params, n), n)
+
+    async def _queued(self, prompts_P: list[list[int]], params: SampleParams, n: int) -> list[list[Completion]]:
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending.append((prompts_P, params, n, fut))
         if self._flusher is None or self._flusher.done():

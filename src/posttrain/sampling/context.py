@@ -4,11 +4,18 @@ context.
     budget = ContextBudget(max_context=2048)                    the model's (or the engine's) positions
     params = budget.fit_call(prompts_P, params)                 before any sampling call: raises ContextOverflow
                                                                 (or, overflow="truncate", cuts max_tokens to fit)
+    fitted = budget.fit_rows(prompts_P, params)                 the same, row by row: what every sampler does
+    out = fitted.merge(await engine(fitted.prompts_P, fitted.params, n), n)
 
 Why before the call: a vLLM engine (in process or a server) refuses a whole `generate` call when one of its rows
 does not fit, so one long episode would take every row coalesced with it down; the own decode loop would decode
 past the model's positions without a word. Checking each caller's rows before they are coalesced
-(sampling/coalesce.py) fails only the caller whose prompt does not fit, with the numbers in the message.
+(sampling/coalesce.py) fails only the row whose prompt does not fit, with the numbers in the message:
+
+    a call of one prompt            ContextOverflow, as it always was (every env's call: the sample fails alone)
+    a call of several prompts       the rows that fit are sampled; each row that does not comes back as n
+                                    completions with finish_reason "context_overflow", no tokens, `error` the reason
+    none of them fits               ContextOverflow (nothing was sampled)
 
 Multi-turn envs read the sampler's budget turn by turn (`room`), so an episode that grows past the context ends
 with a context stop and is trained on as truncated, instead of failing at the sampler (envs/tool_env.py).
@@ -16,12 +23,13 @@ with a context stop and is trained on as truncated, instead of failing at the sa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from posttrain.types import SampleParams
+from posttrain.types import Completion, SampleParams
 
 Overflow = Literal["fail", "truncate"]
+OVERFLOW = "context_overflow"  # the finish_reason of a row that did not fit (a call of several prompts)
 
 # A model whose config names no position limit (some remote servers, rotary models without the field): the limit
 # vLLM itself assumes when it cannot tell.
@@ -78,6 +86,49 @@ class ContextBudget:
         longest = max(len(p) for p in prompts_P)
         fitted = self.fit(longest, params.max_tokens)
         return params if fitted == params.max_tokens else replace(params, max_tokens=fitted)
+
+    def fit_rows(self, prompts_P: list[list[int]], params: SampleParams) -> FittedRows:
+        """Each prompt fitted on its own: the prompts that fit (with `fit_call`'s params for them) and, for each
+        one that does not, its ContextOverflow. Raises that ContextOverflow when the call has one prompt, or none of
+        its prompts fits: there is nothing to sample."""
+        refused: dict[int, ContextOverflow] = {}
+        for i, p in enumerate(prompts_P):
+            try:
+                self.fit(len(p), params.max_tokens)
+            except ContextOverflow as e:
+                refused[i] = e
+        if refused and len(refused) == len(prompts_P):
+            raise max(refused.values(), key=lambda e: e.prompt_tokens)
+        kept = [p for i, p in enumerate(prompts_P) if i not in refused]
+        return FittedRows(kept, self.fit_call(kept, params), refused, len(prompts_P))
+
+
+@dataclass(frozen=True)
+class FittedRows:
+    """One sampling call fitted row by row (`ContextBudget.fit_rows`): sample `prompts_P` with `params`, then
+    `merge` puts each refused row back in its place."""
+
+    prompts_P: list[list[int]]  # the prompts that fit, in order
+    params: SampleParams  # theirs: max_tokens cut under truncate to what the longest of them leaves
+    refused: dict[int, ContextOverflow] = field(default_factory=dict)  # position in the call -> why it did not fit
+    total: int = 0  # prompts in the call
+
+    def merge(self, served_P: list[list[Completion]], n: int) -> list[list[Completion]]:
+        """The call's result in its order: `served_P` (one group per prompt that fit) with n overflow completions
+        at each refused row's place. Those carry the version the served rows were sampled under."""
+        if not self.refused:
+            return served_P
+        version = min((c.policy_version for g in served_P for c in g), default=0)
+        served = iter(served_P)
+        return [
+            [overflow_completion(self.refused[i], version) for _ in range(n)] if i in self.refused else next(served)
+            for i in range(self.total)
+        ]
+
+
+def overflow_completion(e: ContextOverflow, policy_version: int) -> Completion:
+    """The completion of a row that did not fit: no tokens, finish_reason "context_overflow", the reason."""
+    return Completion([], [], OVERFLOW, policy_version, error=str(e))
 
 
 def context_of(sampler: Any) -> ContextBudget | None:

@@ -130,9 +130,9 @@ class HFSampler:
         return await self._coalescer.sample(prompts_P, params, n)
 
     def sample_sync(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
-        params = self.context.fit_call(prompts_P, params)
-        flat = self._sample_rows([p for p in prompts_P for _ in range(n)], params)
-        return [flat[i * n : (i + 1) * n] for i in range(len(prompts_P))]
+        fitted = self.context.fit_rows(prompts_P, params)  # a row past the context fails alone (context.py)
+        flat = self._sample_rows([p for p in fitted.prompts_P for _ in range(n)], fitted.params)
+        return fitted.merge([flat[i * n : (i + 1) * n] for i in range(len(fitted.prompts_P))], n)
 
     def _sample_rows(self, rows: list[list[int]], params: SampleParams) -> list[Completion]:
         """One completion per row; identical rows share their prefill."""

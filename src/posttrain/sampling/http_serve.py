@@ -16,6 +16,8 @@ The guard (`HttpGuard`, every server started here has one; the defaults hold wit
     WebSocket messages  at most `ws_max_bytes` a message (the websockets library's `max_size`: close code 1009)
     API key             with `api_key` set, every request but `/health` needs `Authorization: Bearer <key>`
                         (401; a WebSocket handshake without it is refused, 403); compared in constant time
+    logs                no query string in uvicorn's lines (sampling/http_logs.py): a key sent as `?api_key=...`
+                        is refused and never logged; header values are never logged
 
 `check_bind(host, api_key)`: a server reachable from other machines needs a key. The CLI (`posttrain serve`,
 `posttrain env serve`) and `run_forever` refuse a non-loopback host without one; the key comes from `--api-key`
@@ -35,6 +37,9 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from posttrain.errors import MissingExtraError, PosttrainError
+from posttrain.sampling.http_logs import no_query_strings_in_logs
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +70,7 @@ class HttpGuard:
 
 
 # ---- binding ------------------------------------------------------------------------------------------------
-class UnsafeBind(ValueError):
+class UnsafeBind(PosttrainError, ValueError):
     """A server reachable from other machines without an API key."""
 
 
@@ -332,8 +337,10 @@ def _guarded_protocol(guard: HttpGuard) -> type[asyncio.Protocol]:
 
 def uvicorn_config(app: Any, host: str, port: int, log_level: str, guard: HttpGuard, **kwargs: Any) -> Any:
     """A uvicorn Config for `app` behind `guard`: the guarded app and protocol, WebSocket message and queue
-    caps, h11's header cap. Options this uvicorn does not know are left out (older versions)."""
+    caps, h11's header cap; no query string in its logs. Options this uvicorn does not know are left out (older
+    versions)."""
     uvicorn = _uvicorn()
+    no_query_strings_in_logs()
     options: dict[str, Any] = dict(
         host=host,
         port=port,
@@ -353,7 +360,7 @@ def _uvicorn():
     try:
         import uvicorn
     except ImportError as e:  # pragma: no cover - depends on the install
-        raise ImportError("serving needs the 'serve' extra: pip install 'posttrain[serve]'") from e
+        raise MissingExtraError("serving needs the 'serve' extra: pip install 'posttrain[serve]'") from e
     return uvicorn
 
 

@@ -42,6 +42,7 @@ from typing import Any, cast
 import httpx
 
 from posttrain.bounded import BoundedError, loads_json
+from posttrain.errors import PosttrainError
 from posttrain.sampling.context import ContextBudget
 from posttrain.types import Completion, SampleParams
 
@@ -57,7 +58,7 @@ REPLY_BYTES_PER_TOKEN = 512
 REPLY_BYTES_PER_CHOICE = 4096
 
 
-class OpenAISamplerError(RuntimeError):
+class OpenAISamplerError(PosttrainError, RuntimeError):
     """The server cannot serve this run (stopped answering, refused the request, lacks a needed feature).
     Infrastructure: stops the run (envs/isolate.py)."""
 
@@ -106,8 +107,8 @@ class OpenAISampler:
         self.headers = {"Authorization": f"Bearer {api_key}", **(headers or {})}
         self.vocab_size = vocab_size if vocab_size is not None else _vocab_of(tokenizer)
         self.max_response_bytes = max_response_bytes
-        # The served model's context (the trainer knows its model): a prompt past it fails its caller here, not as a
-        # server's 400 for the whole request. None: the server's own check decides.
+        # The served model's context (the trainer knows its model): a prompt past it fails its own row here, not as
+        # a server's 400 for the whole request. None: the server's own check decides.
         self.context = context
         self.policy_version = 0
         self.stats = {"requests": 0, "timeouts": 0, "retries": 0, "errors": 0, "malformed": 0}
@@ -124,8 +125,12 @@ class OpenAISampler:
             raise ValueError("empty prompt: every prompt needs at least one token")
         if not prompts_P:
             return []
-        if self.context is not None:
-            params = self.context.fit_call(prompts_P, params)
+        if self.context is None:
+            return await self._sample(prompts_P, params, n)
+        fitted = self.context.fit_rows(prompts_P, params)  # a row past the context fails alone (context.py)
+        return fitted.merge(await self._sample(fitted.prompts_P, fitted.params, n), n)
+
+    async def _sample(self, prompts_P: list[list[int]], params: SampleParams, n: int) -> list[list[Completion]]:
         if self.model is None:
             self.model = await self._first_model()
         k = self.max_prompts_per_request

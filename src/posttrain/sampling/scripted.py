@@ -47,8 +47,12 @@ class ScriptedSampler:
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
-        if self.context is not None:
-            params = self.context.fit_call(prompts_P, params)
+        if self.context is None:
+            return self._sample(prompts_P, params, n)
+        fitted = self.context.fit_rows(prompts_P, params)  # as a real sampler's: a row that does not fit fails alone
+        return fitted.merge(self._sample(fitted.prompts_P, fitted.params, n), n)
+
+    def _sample(self, prompts_P: list[list[int]], params: SampleParams, n: int) -> list[list[Completion]]:
         text = self.texts[self.calls % len(self.texts)]
         self.calls += 1
         self.prompts += [list(p) for p in prompts_P]

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from posttrain.errors import PosttrainError
 from posttrain.sampling.context import ContextBudget, ContextOverflow
 from posttrain.types import Completion, SampleParams
 
@@ -27,7 +28,7 @@ IN_PROCESS_ENV = {
 }
 
 
-class VLLMUnavailable(RuntimeError):
+class VLLMUnavailable(PosttrainError, RuntimeError):
     """vLLM is not installed, or installed in a way that cannot run here; the message says what to do."""
 
 

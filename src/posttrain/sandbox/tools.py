@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import shutil
 
+from posttrain.errors import PosttrainError
 
-class SandboxUnavailable(RuntimeError):
+
+class SandboxUnavailable(PosttrainError, RuntimeError):
     """The requested isolation cannot run here (or only the unsafe backend could, and it was not allowed)."""
+
+    fix = "install bubblewrap (apt-get install bubblewrap); docs/sandbox.md says what each backend needs"
 
 
 def tool(name: str) -> str:

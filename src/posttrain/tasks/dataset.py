@@ -12,13 +12,16 @@ Where the rows come from (never the network):
 Each row keeps its columns (the reward functions get them by name, TRL's convention) and gets `prompt`: the
 `task.prompt_column` (a string, or a list of chat messages) or `task.prompt_template` formatted with the row, with
 `task.system_prompt` before it. Every problem is a TaskLoadError in one line naming the data and what to do.
+
+A data file is input from outside the process: it is read through rewards/rows_file.py within its caps (one line,
+a file's bytes, a row's nesting; a regular file only, never a FIFO), and `task.max_rows` stops reading once that
+many rows are read. A path that is there but is no file or folder (a symlink loop, a FIFO, a device) is refused
+with what it is; a folder is walked to at most MAX_FOLDER_ENTRIES entries.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import json
 import os
 import random
 import re
@@ -27,8 +30,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from posttrain.bounded_files import ErrorType, path_kind
 from posttrain.config.schema import TaskConfig
 from posttrain.envs.task import Task, TaskLoadError
+from posttrain.rewards import rows_file
 from posttrain.rewards.from_config import RewardConfigError, check_columns, rubric_from_specs
 
 Rows = list[dict[str, Any]]
@@ -36,71 +41,29 @@ Rows = list[dict[str, Any]]
 
 # ------------------------------------------------------------------------------------------------- reading files
 
+Reader = Callable[[Path, ErrorType, int | None], Rows]
 
-def _read_jsonl(path: Path) -> Rows:
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise TaskLoadError(
-                        f"task.dataset {path}:{n}: not valid JSON ({e.msg}); each line must be one JSON object"
-                    ) from None
-    return rows
-
-
-def _read_json(path: Path) -> Rows:
-    try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise TaskLoadError(
-            f"task.dataset {path}: not valid JSON ({e.msg} at line {e.lineno}); a .json file holds "
-            "a list of row objects (one object per line: name it .jsonl)"
-        ) from None
-    if not isinstance(rows, list):
-        raise TaskLoadError(
-            f"task.dataset {path}: a .json file must hold a list of row objects, got {type(rows).__name__}"
-        )
-    return rows
-
-
-def _read_parquet(path: Path) -> Rows:
-    import pyarrow.parquet as pq
-
-    return pq.read_table(path).to_pylist()
-
-
-def _read_csv(path: Path) -> Rows:
-    with path.open(encoding="utf-8", newline="") as f:
-        return [dict(r) for r in csv.DictReader(f)]
-
-
-def _read_arrow(path: Path) -> Rows:
-    """An Arrow IPC file: the stream format `datasets` writes (data-00000-of-00001.arrow), or the file format."""
-    import pyarrow as pa
-
-    try:
-        with pa.memory_map(str(path)) as source:
-            return pa.ipc.open_stream(source).read_all().to_pylist()
-    except pa.ArrowInvalid:
-        with pa.memory_map(str(path)) as source:
-            return pa.ipc.open_file(source).read_all().to_pylist()
-
-
-READERS: dict[str, Callable[[Path], Rows]] = {
-    ".jsonl": _read_jsonl,
-    ".json": _read_json,
-    ".parquet": _read_parquet,
-    ".csv": _read_csv,
-    ".arrow": _read_arrow,
+# Every reader is bounded (rewards/rows_file.py LIMITS): a line, a file's bytes, a row's nesting; `limit` stops it
+# once task.max_rows rows are read.
+READERS: dict[str, Reader] = {
+    ".jsonl": rows_file.jsonl_rows,
+    ".json": rows_file.json_rows,
+    ".parquet": rows_file.parquet_rows,
+    ".csv": rows_file.csv_rows,
+    ".arrow": rows_file.arrow_rows,
 }
 _KINDS = ", ".join(READERS)
+# A folder is walked for its data files; past this many entries it is not a dataset's folder.
+MAX_FOLDER_ENTRIES = 100_000
 
 
-def read_file(path: Path) -> Rows:
-    """The rows of one data file; TaskLoadError when its extension is unknown or it cannot be read."""
+def _error(message: str) -> TaskLoadError:
+    return TaskLoadError(f"task.dataset {message}")
+
+
+def read_file(path: Path, limit: int | None = None) -> Rows:
+    """The rows of one data file (the first `limit`); TaskLoadError when its extension is unknown or it cannot be
+    read."""
     reader = READERS.get(path.suffix.lower())
     if reader is None:
         raise TaskLoadError(
@@ -108,10 +71,10 @@ def read_file(path: Path) -> Rows:
             "file, a folder of them, or a datasets save_to_disk folder"
         )
     try:
-        rows = reader(path)
+        rows = reader(path, _error, limit)
     except TaskLoadError:
         raise
-    except (OSError, UnicodeDecodeError, ValueError, ImportError) as e:  # pyarrow's errors are ValueErrors
+    except (OSError, UnicodeDecodeError, ValueError, ImportError) as e:  # what a reader did not foresee
         raise TaskLoadError(
             f"task.dataset {path}: cannot read it as {path.suffix} ({type(e).__name__}: {_first_line(e)})"
         ) from None
@@ -129,42 +92,81 @@ def _first_line(e: BaseException) -> str:
 
 # ------------------------------------------------------------------------------------------------------- sources
 
+Split = Callable[[int | None], Rows]  # the first N rows of a split (None: all)
+
 
 def _split_of(path: Path) -> str:
     """A data file's split, from its name as the Hub lays them out: train.jsonl, test-00000-of-00001.parquet."""
     return re.split(r"[-.]", path.name, maxsplit=1)[0]
 
 
+def _walk(folder: Path) -> Iterator[Path]:
+    """Every entry under `folder` that is not a folder, hidden ones and symlinked folders left out, at most
+    MAX_FOLDER_ENTRIES of them."""
+    seen = 0
+    for root, dirs, files in os.walk(folder):  # symlinked folders are listed, never entered
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            seen += 1
+            if seen > MAX_FOLDER_ENTRIES:
+                raise TaskLoadError(
+                    f"task.dataset {folder}: the folder holds more than {MAX_FOLDER_ENTRIES:,} files; point "
+                    "task.dataset at the folder of the data files"
+                )
+            if not name.startswith("."):
+                yield Path(root) / name
+
+
 def _folder_files(folder: Path) -> dict[str, list[Path]]:
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file()
-        and p.suffix.lower() in READERS
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )
+    # Not only regular files: a FIFO or a broken link named train.jsonl is reported when read, not skipped.
     out: dict[str, list[Path]] = {}
-    for p in files:
-        out.setdefault(_split_of(p), []).append(p)
+    for p in sorted(_walk(folder)):
+        if p.suffix.lower() in READERS:
+            out.setdefault(_split_of(p), []).append(p)
     return out
+
+
+def _read_files(paths: list[Path], limit: int | None) -> Rows:
+    rows: Rows = []
+    for p in paths:
+        rows += read_file(p, None if limit is None else limit - len(rows))
+        if limit is not None and len(rows) >= limit:
+            break
+    return rows
 
 
 def _is_saved_dataset(folder: Path) -> bool:
     return (folder / "dataset_dict.json").exists() or (folder / "state.json").exists()
 
 
-def _datasets_splits(obj: Any) -> dict[str, Callable[[], Rows]]:
+def _bounded_split(ds: Any, where: str) -> Split:
+    """A `datasets` split's rows, refused when what they would take in memory is over the data cap."""
+
+    def rows(limit: int | None) -> Rows:
+        n = len(ds) if limit is None else min(limit, len(ds))
+        nbytes = ds.data.nbytes * n // max(len(ds), 1)
+        if nbytes > rows_file.LIMITS.data_bytes:
+            raise TaskLoadError(
+                f"task.dataset {where}: {n:,} rows take {nbytes:,} bytes, more than "
+                f"{rows_file.LIMITS.data_bytes:,}; set task.max_rows to read fewer"
+            )
+        return (ds if n == len(ds) else ds.select(range(n))).to_list()
+
+    return rows
+
+
+def _datasets_splits(obj: Any, where: str) -> dict[str, Split]:
     if hasattr(obj, "column_names") and hasattr(obj, "to_list") and not isinstance(obj, dict):
-        return {"train": obj.to_list}  # a Dataset: one split
-    return {name: ds.to_list for name, ds in obj.items()}  # a DatasetDict
+        return {"train": _bounded_split(obj, where)}  # a Dataset: one split
+    return {name: _bounded_split(ds, where) for name, ds in obj.items()}  # a DatasetDict
 
 
-def _load_saved(folder: Path) -> dict[str, Callable[[], Rows]]:
+def _load_saved(folder: Path) -> dict[str, Split]:
     from datasets import load_from_disk
 
     try:
-        return _datasets_splits(load_from_disk(str(folder)))
-    except (OSError, ValueError) as e:
+        return _datasets_splits(load_from_disk(str(folder)), str(folder))
+    except Exception as e:  # noqa: BLE001 - datasets raises many kinds for a folder it cannot load
         raise TaskLoadError(f"task.dataset {folder}: cannot load this datasets folder ({_first_line(e)})") from None
 
 
@@ -187,13 +189,13 @@ def _offline() -> Iterator[None]:
             os.environ["HF_DATASETS_OFFLINE"] = saved[2]
 
 
-def _load_cached(name: str, cache_dir: str | None = None) -> dict[str, Callable[[], Rows]]:
+def _load_cached(name: str, cache_dir: str | None = None) -> dict[str, Split]:
     from datasets import load_dataset
 
     repo, _, config = name.removeprefix("hf:").partition(":")
     try:
         with _offline():
-            return _datasets_splits(load_dataset(repo, config or None, cache_dir=cache_dir))
+            return _datasets_splits(load_dataset(repo, config or None, cache_dir=cache_dir), repr(name))
     except Exception as e:  # noqa: BLE001 - datasets raises many kinds; all mean "not here offline"
         raise TaskLoadError(
             f"task.dataset {name!r} is not a file or folder, nor a dataset in the local Hugging Face "
@@ -211,12 +213,14 @@ def _looks_like_path(name: str) -> bool:
     )
 
 
-def dataset_splits(dataset: str, cache_dir: str | None = None) -> dict[str, Callable[[], Rows]]:
-    """split name -> a function reading that split's rows, for whatever `task.dataset` names."""
+def dataset_splits(dataset: str, cache_dir: str | None = None) -> dict[str, Split]:
+    """split name -> a function reading that split's first N rows, for whatever `task.dataset` names. A path that
+    is there but not a file or folder (a symlink loop, a FIFO, a device) is refused with what it is."""
     path = Path(dataset).expanduser()
-    if path.is_file():
-        return {"train": lambda: read_file(path)}
-    if path.is_dir():
+    kind = path_kind(path, _error)
+    if kind == "file":
+        return {"train": lambda limit: read_file(path, limit)}
+    if kind == "dir":
         if _is_saved_dataset(path):
             return _load_saved(path)
         files = _folder_files(path)
@@ -224,7 +228,7 @@ def dataset_splits(dataset: str, cache_dir: str | None = None) -> dict[str, Call
             raise TaskLoadError(
                 f"task.dataset {path}: the folder holds no {_KINDS} file and is not a datasets save_to_disk folder"
             )
-        return {split: (lambda ps=ps: [r for p in ps for r in read_file(p)]) for split, ps in files.items()}
+        return {split: (lambda limit, ps=ps: _read_files(ps, limit)) for split, ps in files.items()}
     if _looks_like_path(dataset):
         raise TaskLoadError(f"task.dataset {dataset}: no such file or folder")
     return _load_cached(dataset, cache_dir)
@@ -312,10 +316,10 @@ def _check_prompt_columns(tc: TaskConfig, columns: list[str], where: str) -> Non
 # ---------------------------------------------------------------------------------------------------- the task
 
 
-def _split_rows(splits: dict[str, Callable[[], Rows]], split: str, key: str, where: str, max_rows: int | None) -> Rows:
+def _split_rows(splits: dict[str, Split], split: str, key: str, where: str, max_rows: int | None) -> Rows:
     if split not in splits:
         raise TaskLoadError(f"task.dataset {where} has no split {split!r} ({key}); its splits: {', '.join(splits)}")
-    rows = splits[split]()[:max_rows]
+    rows = splits[split](max_rows)
     if not rows:
         raise TaskLoadError(f"task.dataset {where}: the {split!r} split is empty")
     return rows

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from posttrain.envs.task import Task, TaskLoadError
+from posttrain.rewards.rows_file import json_value
 from posttrain.rewards.rubric import RewardFunc, Rubric
 from posttrain.tasks import BUILTIN_TASKS, builtin_task_factory
 from posttrain.tasks.user_files import import_user_file
@@ -61,7 +62,7 @@ def _load_factory(spec: str):
         raise TaskLoadError(f"task {spec!r} must end with ':function_name'")
     if target.endswith(".py") or "/" in target:
         path = Path(target).expanduser()
-        module = import_user_file(path, f"{USER_MODULE_PREFIX}{abs(hash(str(path.resolve())))}", "task file")
+        module = import_user_file(path, f"{USER_MODULE_PREFIX}{abs(hash(_real(path)))}", "task file")
     else:
         try:
             module = importlib.import_module(target)
@@ -71,6 +72,15 @@ def _load_factory(spec: str):
     if fn is None or not callable(fn):
         raise TaskLoadError(f"{target} has no function {attr!r}")
     return fn
+
+
+def _real(path: Path) -> str:
+    """The file's real path (one module for every path to it); a path resolve() cannot follow (a symlink loop) as
+    it is, for import_user_file to refuse with the reason."""
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):  # RuntimeError: Python 3.11's "Symlink loop"
+        return str(path.absolute())
 
 
 def _rows(data: Any, what: str) -> list[dict[str, Any]]:
@@ -131,13 +141,7 @@ def to_task(out: Any, name: str, seed: int = 0) -> Task:
 def apply_subset(task: Task, path: str) -> Task:
     """Keep only the rows a subset file lists (task.subset): {"train": [indices], "eval": [indices]}; a split the
     file leaves out is kept whole."""
-    import json
-    from pathlib import Path
-
-    try:
-        spec = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise TaskLoadError(f"task.subset {path!r}: cannot read it as JSON ({e})") from None
+    spec = json_value(Path(path), lambda m: TaskLoadError(f"task.subset: cannot read {m}"))
     if not isinstance(spec, dict) or not set(spec) & {"train", "eval"}:
         raise TaskLoadError(f"task.subset {path!r} must be an object with 'train' and/or 'eval' index lists")
     for split, attr in (("train", "train_rows"), ("eval", "eval_rows")):

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from posttrain.errors import MissingFileError
+
 MAX_WORDS = 20
 COLOURS = [
     "red",
@@ -349,7 +351,7 @@ def make_task(
 
         folder = judge_model or str(default_judge_dir("product-blurb"))
         if folder not in ("default", "tiny-random") and not (Path(folder) / "config.json").exists():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"product-blurb: judge model {folder!r} is not a HF folder; write one with "
                 "`posttrain judge finetune --data product-blurb`, or pass "
                 "task.options.judge_model=default for the untuned model"

@@ -13,7 +13,10 @@ infinite taskset needs n_train), `eval` (options for the held-out tasks' env, me
 `{taskset: {split: test}}`; without it `n_eval` (default 10%, at most 64) tasks are held out at random),
 `max_tokens`, `timeout_s` (one episode, default 300), `request_timeout_s` (one model call, default 120),
 `max_turns` (model calls per seat where the env sets no limit, default 16), `max_observation_chars` (of one env
-message, default 8000), `pass_reward` (the reward whose score >= 1 is a pass; default the first verifiers runs).
+message, default 8000), `pass_reward` (the reward whose score >= 1 is a pass; default the first verifiers runs),
+`episode_threads` (episodes run at once, each on a thread and event loop of its own, default 64),
+`max_stuck_threads` (threads an env's blocking code may hold past `timeout_s`; at the cap new episodes fail until
+one returns; default 8).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ OWN_OPTIONS = (
     "max_turns",
     "max_observation_chars",
     "pass_reward",
+    "episode_threads",
+    "max_stuck_threads",
 )
 MAX_HELD_OUT = 64
 
@@ -64,10 +69,20 @@ def load_verifiers_task(name: str, options: dict[str, Any] | None = None, seed: 
     except ValueError as e:
         raise TaskLoadError(str(e)) from None
     timeout_s, request_timeout_s = float(own.get("timeout_s", 300)), float(own.get("request_timeout_s", 120))
+    threads, stuck = int(own.get("episode_threads", 64)), int(own.get("max_stuck_threads", 8))
+    if threads < 1 or stuck < 1:
+        raise TaskLoadError("task.options.episode_threads and max_stuck_threads must be at least 1")
 
     def env_factory(task: Task, tokenizer: Any, params: Any) -> VerifiersEnv:
         return VerifiersEnv(
-            env, task, tokenizer, timeout_s=timeout_s, request_timeout_s=request_timeout_s, max_tokens=task.max_tokens
+            env,
+            task,
+            tokenizer,
+            timeout_s=timeout_s,
+            request_timeout_s=request_timeout_s,
+            max_tokens=task.max_tokens,
+            episode_threads=threads,
+            max_stuck_threads=stuck,
         )
 
     return Task(

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from posttrain.bounded_files import path_kind
+from posttrain.errors import PosttrainError
 from posttrain.rewards.reward_model import format_pair
 from posttrain.rewards.rows_file import read_rows
 
@@ -29,7 +31,7 @@ class PreferencePair:
         return format_pair(self.prompt, self.chosen), format_pair(self.prompt, self.rejected)
 
 
-class PreferenceDataError(ValueError):
+class PreferenceDataError(PosttrainError, ValueError):
     pass
 
 
@@ -72,7 +74,7 @@ def to_pairs(rows: list[dict[str, Any]], source: str = "data") -> list[Preferenc
 
 
 def _read_file(path: Path) -> list[dict[str, Any]]:
-    return read_rows(path, PreferenceDataError, "preference")
+    return read_rows(path, PreferenceDataError, "preference")  # within rows_file's caps
 
 
 def load_pairs(source: Any, seed: int = 0) -> tuple[list[PreferencePair], list[PreferencePair] | None]:
@@ -99,11 +101,12 @@ def load_pairs(source: Any, seed: int = 0) -> tuple[list[PreferencePair], list[P
         ds = load_dataset(ds_name, split=split or "train")
         return to_pairs(ds.to_list(), name), None
     p = Path(name).expanduser()
-    if p.is_dir():
+    kind = path_kind(p, PreferenceDataError)  # a symlink loop, a FIFO, a device: refused with what it is
+    if kind == "dir":
         from datasets import load_from_disk
 
         return load_pairs(load_from_disk(str(p)), seed)
-    if not p.exists():
+    if kind is None:
         raise PreferenceDataError(
             f"preference data not found: {name!r}; use a built-in "
             f"({', '.join(BUILTIN_PREFERENCES)}), a .jsonl file, a saved datasets folder "

@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.envs.tool_env import turn_end_text
+from posttrain.errors import PosttrainError
 from posttrain.types import Batch, Sequence
 
 TARGETS = ("insight", "answer")
 
 
-class SFTDataError(ValueError):
+class SFTDataError(PosttrainError, ValueError):
     """The rows cannot be trained on: unreadable, empty, or missing a prompt or completion."""
 
 

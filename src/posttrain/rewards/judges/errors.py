@@ -4,13 +4,17 @@ deterministic judge the same question again gives the same answer."""
 
 from __future__ import annotations
 
+from posttrain.errors import PosttrainError
 
-class JudgeError(RuntimeError):
+
+class JudgeError(PosttrainError, RuntimeError):
     transient = False
 
 
 class JudgeUnavailable(JudgeError):
     """The judge could not be reached (connection refused, DNS, HTTP 429 / 5xx)."""
+
+    fix = "start the judge's server, or point the judge at one that answers (docs/judges.md)"
 
     transient = True
 

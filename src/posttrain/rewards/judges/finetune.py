@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from posttrain.errors import MissingFileError, PosttrainError
 from posttrain.rewards.rows_file import read_rows
 
 ANSWERS = ("Yes", "No")
@@ -34,7 +35,7 @@ BUILTIN_EXAMPLES: dict[str, str] = {"product-blurb": "posttrain.tasks.product_bl
 META_FILE = "posttrain_judge.json"
 
 
-class JudgeDataError(ValueError):
+class JudgeDataError(PosttrainError, ValueError):
     """The fine-tuning examples are missing or malformed."""
 
 
@@ -77,7 +78,7 @@ def load_examples(
         train, held = importlib.import_module(BUILTIN_EXAMPLES[source]).judge_examples(n_train, n_eval, seed)
         return check_examples(train, source), check_examples(held, source)
     if not Path(source).exists():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"judge examples {source!r}: no such file, and not a built-in set ({', '.join(BUILTIN_EXAMPLES)})"
         )
     rows = check_examples(read_rows(Path(source), JudgeDataError, "judge examples"), source)

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from posttrain.bounded import BoundedError, loads_json
+from posttrain.errors import MissingExtraError
 from posttrain.rewards.judges.backends import is_no_token, is_yes_token
 from posttrain.rewards.judges.errors import (
     JudgeBadOutput,
@@ -87,7 +88,7 @@ class OpenAIBackend:
             try:
                 import openai
             except ImportError as e:  # pragma: no cover - depends on the install
-                raise ImportError(
+                raise MissingExtraError(
                     "the OpenAI judge backend needs the 'judge' extra: pip install 'posttrain[judge]'"
                 ) from e
             http = self._http_client if self._http_client is not None else openai.DefaultHttpxClient()
