@@ -19,7 +19,8 @@ SRC = Path(posttrain.__file__).parent
 # Lowest first. A module belongs to the longest prefix listed; "posttrain" alone is the package's own __init__.
 LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["posttrain.types", "posttrain.bounded", "posttrain.bounded_regex", "posttrain._regex_worker",
-              "posttrain.aio", "posttrain.errors", "posttrain.bounded_files", "posttrain.worker_pool"]),
+              "posttrain.aio", "posttrain.errors", "posttrain.bounded_files", "posttrain.worker_pool",
+              "posttrain.owned"]),
     ("algorithms", ["posttrain.algos"]),
     ("configuration", ["posttrain.config"]),
     ("models", ["posttrain.models"]),

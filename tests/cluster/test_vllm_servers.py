@@ -13,7 +13,6 @@ import signal
 import threading
 import time
 
-import httpx
 import pytest
 import torch
 
@@ -150,7 +149,7 @@ def test_a_killed_server_is_restarted_with_the_current_weights_and_its_rows_samp
     assert all_versions(got) == {version}
     # the restarted server serves the pushed weights, not only the pushed label
     assert [c.token_ids for g in got for c in g] == [c.token_ids for g in expected for c in g]
-    assert httpx.get(pool.slots[0].server.url + "/weight_info", timeout=10).json()["weight_version"] == str(version)
+    assert pool._http.get(pool.slots[0].server.url + "/weight_info").json()["weight_version"] == str(version)
 
 
 def test_a_server_that_missed_a_push_is_re_pushed_and_its_rows_sampled_again(model_and_pool):
@@ -169,7 +168,7 @@ def test_a_server_that_missed_a_push_is_re_pushed_and_its_rows_sampled_again(mod
     save_file(perturbed(orig, 1), str(noisy_dir / "model.safetensors"))
     for path, body in [("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(noisy_dir)}}),
                        ("/reset_prefix_cache", None), ("/update_weight_version", {"new_version": str(old + 1)})]:
-        assert httpx.post(lagging.url + path, json=body, timeout=30).status_code == 200
+        assert pool._http.post(lagging.url + path, json=body).status_code == 200  # over the server's own socket
     pool.drain_metrics()
     restarts = pool.restarts
     got = sample(pool, PROMPTS * 2, GREEDY)
@@ -178,7 +177,7 @@ def test_a_server_that_missed_a_push_is_re_pushed_and_its_rows_sampled_again(mod
     assert pool.restarts == restarts and pool.slots[1].server is lagging  # a re-push, not a restart
     assert all_versions(got) == {old + 2}
     assert [c.token_ids for g in got for c in g] == [c.token_ids for g in expected for c in g]
-    assert httpx.get(lagging.url + "/weight_info", timeout=10).json()["weight_version"] == str(old + 2)
+    assert pool._http.get(lagging.url + "/weight_info").json()["weight_version"] == str(old + 2)
 
 
 def test_episodes_past_max_model_len_stop_at_the_context_and_the_rows_beside_them_are_served(model_and_pool):
@@ -215,9 +214,9 @@ def serve_noisy(model, noisy):
             p.copy_(noisy[n])
 
 
-def running(server) -> bool:
+def running(pool, server) -> bool:
     """Whether the server is generating now (vLLM's Prometheus gauge of running requests)."""
-    text = httpx.get(server.url + "/metrics", timeout=10).text
+    text = pool._http.get(server.url + "/metrics").text
     return any(line.startswith("vllm:num_requests_running") and float(line.split()[-1]) > 0
                for line in text.splitlines())
 
@@ -298,7 +297,7 @@ def test_an_in_flight_push_continues_the_requests_on_the_new_weights(model_and_p
         worker = threading.Thread(target=lambda: out.update(got=sample(pool, rows, params)))
         worker.start()
         deadline = time.monotonic() + 60
-        while not any(running(slot.server) for slot in pool.slots) and time.monotonic() < deadline:
+        while not any(running(pool, slot.server) for slot in pool.slots) and time.monotonic() < deadline:
             time.sleep(0.02)  # until the servers are generating
         pool.push(noisy, v0 + 1)
         worker.join(120)

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from posttrain.errors import PosttrainError
+from posttrain.owned import ns_tag
 from posttrain.sampling import shm_blocks
 from posttrain.sampling import weight_transfer as wt
 from posttrain.sampling.weight_ipc import SharedMemoryWeights, SharedWeightsReceiver, WeightSyncError
@@ -217,7 +218,7 @@ def _fake_block(name: str) -> None:
 
 @pytest.mark.skipif(not LINUX_SHM, reason="lists /dev/shm")
 def test_the_sweep_removes_only_blocks_of_dead_owners_in_this_pid_namespace():
-    tag, dead = shm_blocks._ns_tag(), _dead_pid()
+    tag, dead = ns_tag(), _dead_pid()
     other_tag = f"{(int(tag, 16) + 1) % 0xFFFFFF:06x}"
     dead_here, dead_elsewhere = f"posttrain_{dead}_{tag}a1b2c3", f"posttrain_{dead}_{other_tag}a1b2c3"
     not_ours = f"psm_posttrain_{dead}_{tag}a1b2c3"

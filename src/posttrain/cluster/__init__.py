@@ -9,6 +9,7 @@ sandboxed runs and grading as Ray tasks (`cluster.sandbox=ray`).
     vllm_servers.py    VLLMServerPool: supervised vLLM servers (sampling, pushes, restarts)
     server_loads.py    how a push reaches those servers: file, shared memory or a group broadcast
     server_processes.py  each server in its own process group under a watchdog
+    server_sockets.py  where those servers listen: Unix sockets in a directory only this user can enter
     ray_grading.py     RayGrading: the SandboxPool executor that runs each sandboxed call as a Ray task (spread,
                        timed out, retried when its worker dies)
 

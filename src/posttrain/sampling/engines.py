@@ -11,14 +11,12 @@ written here), then gets the trainer's current weights (after any warm start) as
 
 from __future__ import annotations
 
-import atexit
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from posttrain.config.schema import Config
 from posttrain.models.load import resolve_model_path, stop_token_ids
+from posttrain.owned import OwnedDir
 from posttrain.sampling.base import first_push
 from posttrain.sampling.context import run_budget
 
@@ -67,11 +65,15 @@ def lora_rank(cfg: Config) -> int:
     return cfg.lora.r if cfg.lora.enabled and cfg.sampling.vllm.lora == "adapter" else 0
 
 
+_WORK_DIRS: list[OwnedDir] = []  # held for the process's life: each removed at exit (or swept once it was killed)
+
+
 def work_dir(cfg: Config) -> Path:
-    """A private folder for engine files (a written model folder, adapter versions), removed at exit."""
-    d = Path(tempfile.mkdtemp(prefix="posttrain-engine-"))
-    atexit.register(shutil.rmtree, d, ignore_errors=True)
-    return d
+    """A private folder for engine files (a written model folder, adapter versions), removed at exit; named for this
+    process, so that the next run removes it when this one was killed outright (posttrain/owned.py)."""
+    d = OwnedDir.create("posttrain-engine-")
+    _WORK_DIRS.append(d)
+    return d.path
 
 
 def local_vllm(cfg: Config, c: Any, say=print) -> tuple[Any, Any]:

@@ -40,13 +40,13 @@ import secrets
 import struct
 import time
 import weakref
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
 from posttrain.errors import PosttrainError
+from posttrain.owned import alive, ns_tag
 
 SHM_DIR = "/dev/shm"  # where Linux's shm_open keeps blocks (what `sweep` lists)
 PREFIX = "posttrain_"
@@ -199,7 +199,7 @@ def wait_readable(block: Block, nbytes: int, timeout_s: float) -> Header:
     layout is not the one pushed, or when the owner died in the middle of a fill."""
     deadline = time.monotonic() + timeout_s
     while (head := block.header()).seq % 2:
-        if not _owner_alive(block.name):
+        if not _owneralive(block.name):
             raise TornReadError(f"shared-memory block {block.name}: its owner died in the middle of a fill (torn)")
         if time.monotonic() > deadline:
             raise TornReadError(f"shared-memory block {block.name}: a fill did not end within {timeout_s:g}s")
@@ -226,7 +226,7 @@ def changed_since(block: Block, head: Header) -> str:
 # ---- names and the sweep ---------------------------------------------------------------------------------------
 def new_name() -> str:
     """posttrain_<pid>_<tag><random>: 30 characters at most (macOS allows 31 with the leading slash)."""
-    return f"{PREFIX}{os.getpid()}_{_ns_tag()}{secrets.token_hex(3)}"
+    return f"{PREFIX}{os.getpid()}_{ns_tag()}{secrets.token_hex(3)}"
 
 
 def sweep(directory: str = SHM_DIR) -> list[str]:
@@ -235,10 +235,10 @@ def sweep(directory: str = SHM_DIR) -> list[str]:
         names = os.listdir(directory)
     except OSError:  # no /dev/shm to list (macOS): nothing to sweep
         return []
-    tag, removed = _ns_tag(), []
+    tag, removed = ns_tag(), []
     for name in names:
         m = _NAME.fullmatch(name)
-        if m is None or m.group(2) != tag or _alive(int(m.group(1))):
+        if m is None or m.group(2) != tag or alive(int(m.group(1))):
             continue
         try:
             _posixshmem.shm_unlink("/" + name)
@@ -248,38 +248,10 @@ def sweep(directory: str = SHM_DIR) -> list[str]:
     return removed
 
 
-def _owner_alive(name: str) -> bool:
+def _owneralive(name: str) -> bool:
     """Whether the block's owner is alive, as far as this process can tell (a pid of another namespace: assumed)."""
     m = _NAME.fullmatch(name)
-    return m is None or m.group(2) != _ns_tag() or _alive(int(m.group(1)))
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie, killed but not yet reaped, is not)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's: alive
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read(4096)
-    except OSError:  # no /proc: trust the signal probe
-        return True
-    end = stat.rfind(b")")  # "pid (comm) S ...": the command may hold spaces and parentheses
-    return stat[end + 2 : end + 3] != b"Z"
-
-
-def _ns_tag() -> str:
-    """6 hex digits naming this process's pid namespace (000000 where there is no /proc)."""
-    try:
-        ns = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return "000000"
-    return f"{zlib.crc32(ns.encode()) & 0xFFFFFF:06x}"
+    return m is None or m.group(2) != ns_tag() or alive(int(m.group(1)))
 
 
 def _unlink_name(name: str, creator_pid: int) -> None:
