@@ -67,6 +67,7 @@ class Server:
     log_path: Path
     killed: bool = False  # its group was killed: never signal that process group id again (it may be reused)
     shm: set[str] = field(default_factory=set)  # what its group was seen to map in /dev/shm (cluster/group_shm.py)
+    shm_served: bool = False  # `shm` was noted after it first served (vllm_servers._note_shm)
 
     @property
     def url(self) -> str:
@@ -133,6 +134,15 @@ def kill_group(server: Server, grace_s: float = 10.0) -> None:
             break
         time.sleep(0.1)
     remove_unmapped(names)
+
+
+def note_shm(server: Server, again: bool = False) -> None:
+    """What a serving server maps in /dev/shm, added to what it is known to map (after its first answer, and at
+    each push when `again`): what vLLM creates lazily (its semaphores on the first request) is then removed too
+    when its whole group is killed at once (cluster/group_shm.py)."""
+    if again or not server.shm_served:
+        server.shm |= mapped_by_group(server.pgid)
+        server.shm_served = True
 
 
 def log_tail(path: Path, n: int = 30) -> str:

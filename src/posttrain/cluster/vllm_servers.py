@@ -16,11 +16,9 @@ supervision, which is what this module is:
 
 - **Processes** (cluster/server_processes.py). Each server runs in its own session (process group) behind a small
   watchdog: vLLM's API server forks an engine core and workers, and killing only the API server orphans them.
-  Closing, restarting or retiring a server kills the whole group. The watchdog also kills the group when this
-  process disappears without closing the pool (SIGKILL, OOM killer); a finalizer run at interpreter exit covers an
-  ordinary crash.
-- **Reachable by this user alone** (cluster/server_sockets.py): each server listens on a Unix socket in the pool's
-  own directory (mode 0700), never on a TCP port; the pool's clients reach it through `SocketRoutes`.
+  Closing, restarting or retiring a server kills the whole group, and removes what it mapped in /dev/shm. The
+  watchdog does both when this process disappears (SIGKILL, OOM killer); a finalizer at exit covers a crash.
+- **Reachable by this user alone** (cluster/server_sockets.py): a Unix socket in the pool's own 0700 directory.
 - **Tokens in, tokens out, versions out.** Sampling uses vLLM's token-in/token-out endpoint
   (`/inference/v1/generate`, enabled with `--enable-scale-out`), not /v1/completions: it is the one that returns,
   per completion, the token ids, the processed log-probs (`--logprobs-mode processed_logprobs`) and the weight
@@ -55,7 +53,15 @@ from typing import Any
 import httpx
 
 from posttrain.cluster.server_loads import DEFAULT_BUCKET_MB, LOADS, ServerPoolWeights  # noqa: F401 - re-exported
-from posttrain.cluster.server_processes import Server, ServerPoolError, Slot, _ServerFailed, close_servers, kill_group
+from posttrain.cluster.server_processes import (
+    Server,
+    ServerPoolError,
+    Slot,
+    _ServerFailed,
+    close_servers,
+    kill_group,
+    note_shm,
+)
 from posttrain.cluster.server_sockets import AsyncSocketRoutes, SocketDir, SocketRoutes
 from posttrain.cluster.vllm_server_calls import _BadRequest, is_healthy, request, sample_on, sync_server
 from posttrain.cluster.vllm_server_launch import (
@@ -248,6 +254,7 @@ class VLLMServerPool:
                         raise res
                     if isinstance(res, list) and self._fresh(res, floor):
                         out[span[0] : span[1]] = res
+                        note_shm(server)
                         continue
                     why = (
                         (
@@ -304,6 +311,8 @@ class VLLMServerPool:
             if not self.live_slots():
                 self._any_live()  # raises: no server took the push
             self._served = epoch
+            for slot in self.live_slots():
+                note_shm(slot.server, again=True)
         return {
             "time/weight_sync": time.perf_counter() - t0,
             "time/weight_file": t_file,
