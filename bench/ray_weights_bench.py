@@ -15,6 +15,7 @@ import statistics
 import time
 
 import torch
+from _weights_common import row  # the row format bench/weight_sync.py prints too
 
 
 def _cfg(model_name: str, lora_r: int, transport: str, address: str = "local"):
@@ -76,8 +77,6 @@ def _two_nodes(model_name: str, repeats: int) -> tuple[list[float], float]:
 
 
 def bench_ray_actors(model_name: str, lora_r: int, repeats: int) -> list[dict]:
-    from weight_sync import row  # the sibling script's row format
-
     times, mb = _two_nodes(model_name, repeats)
     rows = [row("group (auto, actors on the worker node of a 2-node local cluster)", "Ray actor x2 (own sampler)",
                 "float32", mb, times)]

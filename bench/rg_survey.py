@@ -88,9 +88,9 @@ def survey(model: str, datasets: list[str], prompts: int, max_tokens: int, syste
 
 def _distinct(name: str, config: dict, draws: int = 2000) -> int:
     """Distinct questions in `draws` items: a floor on the problem space's size (held-out rows must be new)."""
-    from posttrain.tasks.reasoning_gym import _build
+    from posttrain.tasks.reasoning_gym_datasets import build_dataset
 
-    ds = _build({"name": name, "config": {**config, "size": draws, "seed": 0}})
+    ds = build_dataset({"name": name, "config": {**config, "size": draws, "seed": 0}})
     return len({ds[i]["question"] for i in range(draws)})
 
 

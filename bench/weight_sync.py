@@ -36,7 +36,6 @@ import json
 import multiprocessing as mp
 import os
 import socket
-import statistics
 import sys
 import tempfile
 import time
@@ -49,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ray_weights_be
 from posttrain.sampling.weight_ipc import (BroadcastReceiver, BroadcastWeights, FileWeights, SharedMemoryWeights,
                                        SharedWeightsReceiver, read_file_weights, trainable_state)
 from posttrain.loop.weight_sync import CopyWeights
+from _weights_common import row  # the table row both weight benches print
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -237,14 +237,6 @@ def bench_vllm_servers(model, tokenizer, dtype: str, repeats: int, work: Path) -
     finally:
         pool.close()
     return rows
-
-
-def row(path: str, engine: str, dtype: str, mb: float, times: list[float]) -> dict:
-    r = {"transport": path, "engine": engine, "dtype": dtype, "megabytes": round(mb, 1),
-         "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "repeats": len(times)}
-    print(f"{engine:<22} {path:<26} {dtype:<9} {mb:8.1f} MB  median {r['median_s']:.4f} s  "
-          f"[{min(times):.4f}, {max(times):.4f}]", flush=True)
-    return r
 
 
 def main() -> None:

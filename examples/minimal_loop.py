@@ -39,9 +39,11 @@ async def main(steps: int = STEPS) -> list[float]:
     rng, rewards = random.Random(SEED), []
     for step in range(steps):
         rows = rng.sample(task.train_rows, PROMPTS)
-        trajs = await asyncio.gather(*(env.rollout(r, sampler, params) for r in rows for _ in range(G)))
-        groups = [Group(i, list(trajs[i * G:(i + 1) * G])) for i in range(PROMPTS)]
-        await score_groups(env, [g.trajectories_G for g in groups])  # sets t.reward from the rubric
+        rolled = await asyncio.gather(*(env.rollout(r, sampler, params) for r in rows for _ in range(G)))
+        # scored by the rubric: new trajectories with their rewards (a Trajectory is frozen)
+        scored = await score_groups(env, [list(rolled[i * G:(i + 1) * G]) for i in range(PROMPTS)])
+        groups = [Group(i, g) for i, g in enumerate(scored)]
+        trajs = [t for g in scored for t in g]
         batch, m = build_batch(sequences_from_groups(groups), BatchOptions(advantage="grpo"))
         m.update(trainer.forward_backward(batch, loss_fn, loss_params).metrics)  # on-policy: old = current, detached
         m.update(trainer.optim_step())

@@ -17,8 +17,9 @@ import re
 import openai
 import torch
 
-from posttrain.envs.agent import AgentEnv
 from posttrain.algos import LOSSES, LossParams
+from posttrain.envs.agent import AgentEnv
+from posttrain.envs.scoring import scored_by
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
 from posttrain.models import ensure_pad_token, load_model, stop_token_ids
 from posttrain.obs.rollout_stats import rollout_metrics
@@ -56,14 +57,14 @@ async def train(model_name: str, steps: int, prompts_per_step: int, group: int, 
     ensure_pad_token(tok)
     sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=0)
     trainer = Trainer(model, pad_id=tok.pad_token_id, lr=lr)
-    env = AgentEnv(check_your_work, timeout_s=120)
+    env = AgentEnv(check_your_work, tokenizer=tok, timeout_s=120)
     loss_fn = LOSSES["ppo_clip"]
     rows = make_rows(steps * prompts_per_step)
     for step in range(steps):
         batch_rows = rows[step * prompts_per_step : (step + 1) * prompts_per_step]
         # G concurrent agent runs per row; the in-process server batches their model calls.
-        trajs = list(await asyncio.gather(*(env.rollout(r, sampler) for r in batch_rows for _ in range(group))))
-        await env.score(trajs)
+        rolled = list(await asyncio.gather(*(env.rollout(r, sampler) for r in batch_rows for _ in range(group))))
+        trajs = await scored_by(env, rolled)  # the agent's rewards (or the rubric's) joined: new trajectories
         # The run's own batch path: one Sequence per trajectory that did not fail, GRPO advantages per group.
         groups = [Group(i, trajs[i * group : (i + 1) * group]) for i in range(len(batch_rows))]
         batch, _ = build_batch(sequences_from_groups(groups), BatchOptions(advantage="grpo"), sampler.policy_version)

@@ -92,8 +92,8 @@ def check_scenario(result, budget: int) -> None:
         assert not t.failed, t.error
         assert t.turns[0].completion_ids
     assert huge.failed and "ContextOverflow" in (huge.error or "") and str(budget) in huge.error, huge.error
-    groups = [Group(0, list(long_))]
-    number_samples(groups)
+    groups = number_samples([Group(0, list(long_))])
+    long_ = groups[0].trajectories_G
     seqs = sequences_from_groups(groups)
     assert len(seqs) == len(long_) and all(any(s.loss_mask) for s in seqs)
     batch, _ = build_batch(seqs, BatchOptions(keep_zero_advantage=True))

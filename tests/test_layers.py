@@ -20,7 +20,7 @@ SRC = Path(posttrain.__file__).parent
 LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["posttrain.types", "posttrain.bounded", "posttrain.bounded_regex", "posttrain._regex_worker",
               "posttrain.aio", "posttrain.errors", "posttrain.bounded_files", "posttrain.worker_pool",
-              "posttrain.owned"]),
+              "posttrain.owned", "posttrain.rows"]),
     ("algorithms", ["posttrain.algos"]),
     ("configuration", ["posttrain.config"]),
     ("models", ["posttrain.models"]),

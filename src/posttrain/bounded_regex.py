@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.bounded import BoundedError, BoundedTimeout, check_size
-from posttrain.worker_pool import WORKER_CPU_S, WORKER_GRACE_S, WORKER_MEMORY_BYTES, WorkerPool
+from posttrain.worker_pool import WORKER_CPU_S, WORKER_GRACE_S, WORKER_MEMORY_BYTES, WorkerPool, bad_reply
 
 MAX_PATTERN_CHARS = 1000
 MAX_PATTERN_DEPTH = 20  # nested groups
@@ -174,7 +174,7 @@ def _hits(reply: dict[str, Any], timeout_s: float, memory_bytes: int) -> RegexHi
         raise BoundedError(f"bad regular expression: {str(reply.get('message', error))[:120]}")
     lines, total = reply.get("lines"), reply.get("total")
     if not isinstance(lines, list) or not all(type(x) is int for x in lines) or type(total) is not int:
-        raise BoundedError("the regex worker sent a bad reply")
+        raise bad_reply("regex worker")
     return RegexHits(lines, total)
 
 

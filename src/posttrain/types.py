@@ -21,6 +21,15 @@ from typing import Any
 TASK_COLUMN = "mixture_task"
 
 
+@dataclass(frozen=True)
+class Constraint:
+    """Decoding held to a grammar (sampling/constrained.py): `kind` "json_schema" (`spec` the schema's JSON text)
+    or "lark" (`spec` a Lark grammar, llguidance's syntax)."""
+
+    kind: str
+    spec: str
+
+
 @dataclass
 class SampleParams:
     """How to sample. `temperature=0` means greedy. Logprobs are always of softmax(logits / temperature)."""
@@ -34,6 +43,9 @@ class SampleParams:
     # The caller will extend prompt + completion in a later call (a multi-turn env's next turn): a sampler with a
     # prefix cache keeps these rows' KV so that call prefills only the new tokens (sampling/prefix_cache.py).
     keep_prefix: bool = False
+    # Every row's completion held to this grammar (sampling/constrained.py); its logprobs are then of the masked,
+    # renormalised distribution it was sampled from. None: unconstrained.
+    constraint: Constraint | None = None
 
 
 @dataclass
@@ -79,9 +91,12 @@ class Guidance:
     tags: list[str] | None = None  # RISED behaviour tags (rewards/tags.py); None: not tagged
 
 
-@dataclass
+@dataclass(frozen=True)
 class Trajectory:
-    """One episode. Single-turn envs produce one turn; multi-turn envs append one per model call."""
+    """One episode. Single-turn envs produce one turn; multi-turn envs append one per model call.
+
+    Frozen: a record flows one way. Scoring returns scores that envs/scoring.py joins into a new trajectory
+    (`dataclasses.replace`), and shaping returns new ones (loop/shaping.py); nothing downstream edits one."""
 
     turns: list[Turn]
     prompt_text: str = ""

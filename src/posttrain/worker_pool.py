@@ -28,6 +28,12 @@ WORKER_CPU_S = 120  # a worker's CPU seconds over its life; it is replaced when 
 WORKER_GRACE_S = 2.0  # on top of a call's budget before the worker is killed: pipe transfer, a loaded machine
 
 
+def bad_reply(what: str, reply: object = None) -> BoundedError:
+    """The one error for a worker's reply that is not what its protocol says (the worker pool's check: one JSON
+    object; a caller's check of the object's fields), naming the worker and, when given, what it sent (cut)."""
+    return BoundedError(f"the {what} sent a bad reply" + ("" if reply is None else f": {str(reply)[:200]}"))
+
+
 class _Worker:
     """One worker subprocess and its pipes. Used by one thread at a time (the pool hands it out). `script` is the
     worker's file, run as `python -I script PARENT_PID MEMORY_BYTES CPU_S`: it says `ready`, then answers one JSON
@@ -110,11 +116,10 @@ class _Worker:
         try:
             reply = loads_json(line.decode("utf-8", "replace"), max_chars=max_reply)
         except BoundedError:
+            reply = None
+        if not isinstance(reply, dict):  # not JSON, or JSON but not the one object the protocol says
             self.kill()
-            raise BoundedError(f"the {self.what} sent a bad reply") from None
-        if not isinstance(reply, dict):
-            self.kill()
-            raise BoundedError(f"the {self.what} sent a bad reply")
+            raise bad_reply(self.what)
         return reply
 
     @staticmethod

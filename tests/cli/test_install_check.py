@@ -13,7 +13,8 @@ import time
 import pytest
 
 import posttrain.cli  # noqa: F401  (registers the commands on the app)
-from posttrain.cli.app import FIX, app, companion_in_chain, companion_mismatch, mismatched_companions
+from posttrain.cli.app import app
+from posttrain.models.install_check import FIX, companion_in_chain, companion_mismatch, mismatched_companions
 
 install_check = importlib.import_module("posttrain.models.install_check")
 

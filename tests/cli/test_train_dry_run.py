@@ -48,7 +48,8 @@ def test_a_dataset_without_the_prompt_column(tmp_path):
 def test_a_reward_option_that_does_not_exist(tmp_path):
     line = _refused(f"task.dataset={_jsonl(tmp_path)}", "task.prompt_column=question",
                     "task.rewards=[{fn: math, answer: answer}]")
-    assert "task.rewards[0] (math)" in line and "'answer'" in line, line
+    assert line == ("error: invalid config: task.rewards[0].answer: unknown option (did you mean 'answer_format'?); "
+                    "its options: answer_column, answer_format, timeout_s, batch_timeout_s, max_answer_chars"), line
 
 
 def test_a_misspelled_best_metric(tmp_path):
@@ -81,3 +82,16 @@ def test_the_real_command_line_refuses_a_misspelled_best_metric_in_one_line():
     assert first.startswith("error: loop.best_metric 'eval/passrate' is not a metric the held-out eval writes; did "
                             "you mean 'eval/pass_rate'? (it writes "), r.stderr
     assert "eval/pass/" in first, first
+
+
+def test_task_options_and_eval_suite_values_the_models_refuse():
+    """The values the hand-written checks refused (a mixture part, reasoning-gym's and verifiers' own options, an
+    eval-suite task, its answer format), refused by the config's models: the key path and what is allowed."""
+    line = _refused("task.name=mixture", "task.options.tasks=[{name: count-a, wieght: 2}]")
+    assert line.startswith("error: invalid config: task.options.tasks[0].wieght: unknown key (did you mean 'weight'?)")
+    line = _refused("task.name=reasoning_gym:leg_counting", "task.options.answer_format=boxd")
+    assert "task.options.answer_format: 'boxd': Input should be 'auto'" in line and "did you mean 'boxed'" in line
+    assert "task.options.episode_threads: 0: " in _refused("task.name=verifiers:x", "task.options.episode_threads=0")
+    assert "eval_suite.tasks[0].promts: unknown key" in _refused("eval_suite.tasks=[{name: count-a, promts: 2}]")
+    line = _refused("eval_suite.answer_format=last_word")
+    assert "eval_suite.answer_format: 'last_word': Input should be 'auto', 'answer_tag'" in line, line

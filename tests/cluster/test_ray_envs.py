@@ -12,6 +12,7 @@ import pytest
 
 from posttrain.cluster.ray_episodes import EnvWorkerPoolError, EnvWorkers, remote_env
 from posttrain.config import load_config
+from posttrain.envs.scoring import scored_by
 from posttrain.envs.task import Task
 from posttrain.envs.tool_env import EpisodeEnd
 from posttrain.envs.tools import ToolError
@@ -99,7 +100,7 @@ def _sampler(tok, replies):
 def _rollouts(env, tok, scripts):
     async def go():
         trajs = await asyncio.gather(*(env.rollout(env.task.train_rows[0], _sampler(tok, s)) for s in scripts))
-        await env.score(trajs)
+        trajs = await scored_by(env, trajs)
         return trajs
 
     return asyncio.run(go())
@@ -247,7 +248,7 @@ def test_coding_agent_demonstrations_resolve_with_episodes_on_the_workers(two_no
 
         async def go():
             trajs = await asyncio.gather(*(env.rollout(r, _sampler(tok, task.demonstrate(r))) for r in rows))
-            await env.score(trajs)
+            trajs = await scored_by(env, trajs)
             return trajs
 
         trajs = asyncio.run(go())

@@ -172,7 +172,7 @@ def test_actors_on_another_node_load_by_the_group(tmp_path, two_nodes):
         out = asyncio.run(pool.sample(_prompts(tok), GREEDY))
         assert [c.token_ids for (c,) in out] == [c.token_ids for c in v2]
         assert {c.policy_version for (c,) in out} == {2}
-        assert sync.group is None  # actor 1 left the cached group for its own: it is rebuilt at the next push
+        assert sync.groups.kept is None  # actor 1 left the cached group for its own: it is rebuilt at the next push
 
         _perturb(model, seed=5)
         m = sync.push(3)

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.distributed as dist
+from store_intruder import REAL_STORE, bg, other_address, store_client, wait_for, wait_key
 
 from posttrain.cluster.server_loads import GroupLoad
 from posttrain.sampling import weight_transfer as wt
@@ -28,7 +29,6 @@ from posttrain.sampling.vllm_receiver import WeightReceiver
 
 T = 5.0  # the group's timeout in these tests
 BUCKET_MB = 0.004  # ~4 KB: the state below is cut into several buckets
-REAL_STORE = dist.TCPStore
 REAL_GLOO = dist.ProcessGroupGloo
 
 
@@ -84,13 +84,16 @@ class _Pool:
     def healthy(self, server) -> bool:
         return True
 
-    def _sync_server(self, server, load) -> None:
+    def sync_server(self, server, load) -> None:
         load(server)
 
     def log(self, msg: str) -> None:
         self.logs.append(msg)
 
-    def _recover(self, slot, server, why: str) -> None:
+    def member(self, slot):
+        return slot.server
+
+    def recover(self, slot, server, why: str) -> None:
         slot.retired = True
 
 
@@ -109,26 +112,10 @@ def store_ports(monkeypatch):
     return ports
 
 
-def _wait_for(what, fn, timeout: float = 3 * T):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.002)
-    raise TimeoutError(what)
-
-
 def _root0():
     opts = dist.BroadcastOptions()
     opts.rootRank = 0
     return opts
-
-
-def _bg(fn, *args) -> threading.Thread:
-    t = threading.Thread(target=fn, args=args, daemon=True)
-    t.start()
-    return t
 
 
 class _Intruder:
@@ -143,29 +130,26 @@ class _Intruder:
         self.ready = threading.Event()  # the server's join may proceed: the intruder is in place
         self.stolen: bytes | None = None
         self.errors: list[str] = []
-        self.thread = _bg(self._run)
-
-    def _client(self, port: int):
-        return REAL_STORE("127.0.0.1", port, None, False, timedelta(seconds=T), wait_for_workers=False)
+        self.thread = bg(self._run)
 
     def _join(self, store, prefix: str, rank: int):
         return REAL_GLOO(dist.PrefixStore(prefix, store), rank, 2, timedelta(seconds=T))
 
     def _run(self) -> None:
         try:
-            port = _wait_for("a store", lambda: self.ports and self.ports[0])
-            store = self._client(port)
-            key = _wait_for("the group's keys", lambda: next((k for k in store.list_keys() if k.endswith("/0/0")), 0))
+            port = wait_for("a store", lambda: self.ports and self.ports[0], 3 * T)
+            store = store_client(port, T)
+            key = wait_key(store, "/0/0", 3 * T)
             prefix = key[: -len("/0/0")]
             if self.role in ("rank1", "both"):
-                _bg(self._steal, self._client(port), prefix)  # a client of its own: a wait blocks it
+                bg(self._steal, store_client(port, T), prefix)  # a client of its own: a wait blocks it
                 if self.role == "both":  # as rank 0 only once the trainer has its rank 1 (this intruder)
                     time.sleep(0.5)
                     store.delete_key(f"{prefix}/0/1")
             if self.role in ("rank0", "both"):
                 first = store.get(key)
-                _bg(self._forge, self._client(port), prefix)
-                _wait_for("the rank-0 key replaced", lambda: store.get(key) != first)
+                bg(self._forge, store_client(port, T), prefix)
+                wait_for("the rank-0 key replaced", lambda: store.get(key) != first, 3 * T)
         except Exception as e:  # noqa: BLE001 - the intruder's failure is an outcome the test looks at
             self.errors.append(f"{type(e).__name__}: {e}")
         finally:
@@ -223,7 +207,7 @@ def test_an_intruder_is_never_sent_the_weights_and_never_makes_the_server_load_f
     assert len(buckets) > 1
     hold = threading.Event()
     intruder = _Intruder(store_ports, role, buckets)
-    _bg(lambda: (intruder.ready.wait(3 * T), hold.set()))
+    bg(lambda: (intruder.ready.wait(3 * T), hold.set()))
     pool = _Pool(hold_join=hold)
     receiver, loads, error, seconds = _push(pool, state)
     intruder.thread.join(4 * T)
@@ -265,17 +249,17 @@ def test_an_impostor_holding_the_servers_place_fails_its_join_within_the_group_t
 
     def impostor() -> None:
         try:
-            port = _wait_for("a store", lambda: store_ports and store_ports[0])
-            store = REAL_STORE("127.0.0.1", port, None, False, timedelta(seconds=T), wait_for_workers=False)
-            key = _wait_for("the server's key", lambda: next((k for k in store.list_keys() if k.endswith("/0/1")), 0))
+            port = wait_for("a store", lambda: store_ports and store_ports[0], 3 * T)
+            store = store_client(port, T)
+            key = wait_key(store, "/0/1", 3 * T)
             first = store.get(key)
-            own = REAL_STORE("127.0.0.1", port, None, False, timedelta(seconds=T), wait_for_workers=False)
-            _bg(_hold, own, key[: -len("/0/1")])
-            _wait_for("rank 1's key replaced", lambda: store.get(key) != first)
+            own = store_client(port, T)
+            bg(_hold, own, key[: -len("/0/1")])
+            wait_for("rank 1's key replaced", lambda: store.get(key) != first, 3 * T)
         finally:
             in_place.set()
 
-    thread = _bg(impostor)
+    thread = bg(impostor)
     pool = _Pool()
     _, loads, _, seconds = _push(pool, _state())
     thread.join(T)
@@ -315,17 +299,6 @@ def _my_socket_inodes() -> set[str]:
 LOOPBACK = ("0100007F:", "0000000000000000FFFF00000100007F:", "00000000000000000000000001000000:")  # v4, v4 in v6, ::1
 
 
-def _other_address() -> str | None:
-    """A non-loopback address of this machine, if it has one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing interface
-            ip = s.getsockname()[0]
-        except OSError:
-            return None
-    return None if ip.startswith("127.") else ip
-
-
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads the listening sockets from /proc")
 def test_every_socket_the_push_opens_listens_on_loopback_only(store_ports):
     before = set(_listening(_my_socket_inodes()))
@@ -336,7 +309,7 @@ def test_every_socket_the_push_opens_listens_on_loopback_only(store_ports):
         opened = [a for a in _listening(_my_socket_inodes()) if a not in before]  # the kept group's: store, gloo
         assert opened, "the kept group holds its sockets open"
         assert all(a.startswith(LOOPBACK) for a in opened), opened
-        other = _other_address()
+        other = other_address()
         if other is not None:  # reached from this machine's own non-loopback address: refused
             with socket.socket() as s:
                 s.settimeout(2)

@@ -320,7 +320,7 @@ def test_an_in_flight_push_continues_the_requests_on_the_new_weights(model_and_p
 
 
 def test_server_args_are_the_in_process_engines_settings():
-    from posttrain.cluster.vllm_servers import server_args, split
+    from posttrain.cluster.vllm_server_launch import server_args, split
     from posttrain.sampling.vllm_engine import EngineSpec
 
     args = server_args(EngineSpec(model_dir="/m", kv_cache_gb=0.5, max_lora_rank=8, extra={"max_num_seqs": 16}),

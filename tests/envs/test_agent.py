@@ -13,6 +13,7 @@ from posttrain.rewards.rubric import Rubric
 from posttrain.sampling import HFSampler
 from posttrain.sampling.scripted import CapturingSampler, ScriptedSampler
 from posttrain.types import Group
+from posttrain.envs.scoring import scored_by
 
 
 async def two_step(client, row):
@@ -33,8 +34,7 @@ def _task():
 def test_two_step_agent_gives_one_trajectory_with_the_sampled_tokens(tiny):
     model, tok = tiny
     sampler = CapturingSampler(HFSampler(model, tok, stop_token_ids(model, tok), seed=0))
-    sampler.tokenizer = tok  # pyright: ignore[reportAttributeAccessIssue] - the wrapper has none; AgentEnv reads it
-    env = AgentEnv(two_step, timeout_s=30)
+    env = AgentEnv(two_step, tokenizer=tok, timeout_s=30)
 
     async def go():
         trajs = await asyncio.gather(*(env.rollout({"prompt": "hello"}, sampler) for _ in range(3)))
@@ -43,14 +43,16 @@ def test_two_step_agent_gives_one_trajectory_with_the_sampled_tokens(tiny):
         return trajs
 
     trajs = asyncio.run(go())
-    assert env.stats == {
-        "rollouts": 3,
-        "failed": 0,
-        "timeouts": 0,
-        "dropped_calls": 0,
-        "split_episodes": 0,
-        "temperature_overrides": 0,
-    }
+    assert not hasattr(env, "stats")  # what an episode counted is in its metrics, which the step's record reads
+    assert [t.metrics for t in trajs] == [
+        {
+            "agent/calls": 2.0,
+            "agent/chains": 1.0,
+            "agent/dropped_calls": 0.0,
+            "agent/temperature_overrides": 0.0,
+            "agent/timed_out": 0.0,
+        }
+    ] * 3
     produced = {tuple(c.token_ids): c.logprobs for _, c in sampler.seen}
     for t in trajs:
         assert not t.failed and t.reward == 0.5 and "length" in t.reward_components
@@ -78,8 +80,8 @@ def test_answer_is_scored_by_the_task_rubric(tiny):
         s = ScriptedSampler(tok, ["yes it is", "no"])
         t1 = await env.rollout({"prompt": "q", "answer": "yes"}, s)
         t2 = await env2.rollout({"prompt": "q", "answer": "yes"}, s)
-        await env.score([t1])
-        await env2.score([t2])
+        (t1,) = await scored_by(env, [t1])
+        (t2,) = await scored_by(env2, [t2])
         await env.close()
         await env2.close()
         return t1, t2
@@ -108,7 +110,8 @@ def test_failing_and_slow_agents_give_failed_trajectories(tiny):
         out = []
         for fn in (broken, slow, no_reward):
             env = AgentEnv(fn, tokenizer=tok, timeout_s=0.3)
-            out.append((await env.rollout({"prompt": "x"}, s), env.stats))
+            t = await env.rollout({"prompt": "x"}, s)
+            out.append((t, {"timeouts": t.metrics["agent/timed_out"]}))
             await env.close()
         return out
 
@@ -117,3 +120,10 @@ def test_failing_and_slow_agents_give_failed_trajectories(tiny):
     assert t2.failed and "timed out" in t2.error and s2["timeouts"] == 1 and t2.turns[0].completion_ids == []
     assert t3.failed and "must return" in t3.error
     assert sequences_from_groups([Group(0, [t1, t2, t3])]) == []
+
+
+def test_the_tokenizer_is_required_not_borrowed_from_the_sampler():
+    """The Sampler protocol has no tokenizer: an AgentEnv built without one is refused when it is built, not at its
+    first rollout by a sampler that happens to carry one (issue 62's probes)."""
+    with pytest.raises(TypeError, match="tokenizer"):
+        AgentEnv(two_step, timeout_s=30)  # pyright: ignore[reportCallIssue] - the missing argument under test

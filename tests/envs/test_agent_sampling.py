@@ -69,7 +69,6 @@ def test_a_request_s_own_settings_win_and_a_different_temperature_is_flagged_onc
         trajs, seen, env = _rollouts(tok, _agent(temperature=1.0, top_p=0.5, max_tokens=3), n=2)
     assert [(p.temperature, p.top_p, p.max_tokens) for p in seen] == [(1.0, 0.5, 3)] * 4
     assert [t.metrics["agent/temperature_overrides"] for t in trajs] == [2.0, 2.0]
-    assert env.stats["temperature_overrides"] == 4
     said = [r.getMessage() for r in caplog.records if "temperature" in r.getMessage()]
     assert len(said) == 1 and "0.7" in said[0] and "1.0" in said[0] and "sampling.temperature" in said[0]
 
@@ -115,7 +114,7 @@ def test_a_short_agent_run_is_on_policy_at_the_run_s_temperature(tiny):
         r = await client.chat.completions.create(model="policy", messages=msgs)
         return float(len(r.choices[0].message.content or "") % 3)
 
-    env = AgentEnv(agent, timeout_s=60)
+    env = AgentEnv(agent, tokenizer=tok, timeout_s=60)
 
     async def go():
         trajs = await asyncio.gather(*(env.rollout({"prompt": "Say hi."}, sampler, params) for _ in range(4)))

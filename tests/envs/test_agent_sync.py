@@ -85,7 +85,7 @@ def test_a_sync_agent_that_blocks_fails_as_timed_out_while_an_async_one_succeeds
         (stuck_t, stuck_s), (ok_t, ok_s) = asyncio.run(go())
     finally:
         release.set()
-    assert stuck_t.failed and "timed out" in stuck_t.error and stuck_env.stats["timeouts"] == 1
+    assert stuck_t.failed and "timed out" in stuck_t.error and stuck_t.metrics["agent/timed_out"] == 1.0
     assert stuck_s < 8  # the timeout held (1 s), not the 12 s the thread blocks
     assert not ok_t.failed and ok_t.reward == 1.0 and ok_s < 8
 

@@ -25,6 +25,7 @@ from posttrain.sampling.context import ContextBudget, ContextOverflow, budget_fo
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.types import Completion, SampleParams
+from posttrain.envs.scoring import scored_by
 
 
 # ---- the rule ------------------------------------------------------------------------------------------------------
@@ -166,7 +167,7 @@ def test_a_tool_episode_that_outgrows_the_context_ends_with_a_context_stop_and_i
     assert t.stop_reason == "context" and t.turns[-1].finish_reason == "length"
     assert 2 <= len(t.turns) < 30 and t.metrics["context_stop"] == 1.0
     assert all(len(turn.prompt_ids) + 32 <= budget.max_context for turn in t.turns)
-    asyncio.run(env.score([t]))
+    (t,) = asyncio.run(scored_by(env, [t]))
     assert not t.failed  # scored like any episode: the rubric saw its last reply
 
 

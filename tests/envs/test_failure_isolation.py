@@ -10,12 +10,14 @@ from posttrain.config import load_config
 from posttrain.envs.base import score_groups
 from posttrain.envs.faults import FaultyEnv, InjectedFault, fault_draw
 from posttrain.envs.isolate import FailureLog, safe_rollout, score_isolated
+from posttrain.envs.scoring import scored_by
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.tasks import count_a
 from posttrain.envs.tools import EnvWorkerLost
 from posttrain.loop.async_collect import AsyncCollector, MeteredSampler
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
 from posttrain.algos.prompt_selection import prompts_for_step
+from posttrain.loop.step_plan import CollectPlan
 from posttrain.loop.collect import RolloutSpec, SyncCollector
 from posttrain.loop.evaluate import evaluate_async
 from posttrain.obs.rollout_stats import rollout_metrics, sample_records
@@ -75,7 +77,7 @@ def test_sync_collector_fails_only_the_raising_sample(tiny):
     env = RaisingEnv(task, tok, rows[idx[1]])
     cfg = load_config(None, CFG)
     sampler = ScriptedSampler(tok, ["aaa", "ab"])
-    collector = SyncCollector(cfg, RolloutSpec(env, sampler, rows, G, SampleParams(max_tokens=8)))
+    collector = SyncCollector(CollectPlan.from_config(cfg), RolloutSpec(env, sampler, rows, G, SampleParams(max_tokens=8)))
     collected = asyncio.run(collector.collect(0, StageTimer()))
     _check_step(collected.all_groups, idx[1])
     assert all(t.prompt_ids for g in collected.groups for t in g.trajectories_G)  # the row's prompt, for the record
@@ -92,7 +94,7 @@ def test_async_collector_workers_survive_a_raising_sample(tiny):
     meters = {k: BusyMeter() for k in ("model_call", "rollout")}
     sampler = ScriptedSampler(tok, ["aaa", "ab"])
     rollouts = RolloutSpec(env, MeteredSampler(sampler, meters["model_call"]), rows, G, SampleParams(max_tokens=8))
-    collector = AsyncCollector(cfg, rollouts, meters)
+    collector = AsyncCollector(CollectPlan.from_config(cfg), rollouts, meters)
 
     async def go():
         try:
@@ -117,7 +119,7 @@ class FlakyScoreEnv(SingleTurnEnv):
     async def score(self, trajectories):
         if any("BAD" in t.completion_text for t in trajectories):
             raise ValueError("scoring choked on " + "x" * 5000)  # a long message is cut in the record
-        await super().score(trajectories)
+        return await super().score(trajectories)
 
 
 def test_score_raising_for_one_trajectory_fails_only_that_one(tiny):
@@ -128,12 +130,11 @@ def test_score_raising_for_one_trajectory_fails_only_that_one(tiny):
     sampler = ScriptedSampler(tok, ["aaa", "BAD", "a", "aa"])
 
     async def go():
-        trajs = [await safe_rollout(env, row, sampler) for _ in range(4)]
-        await score_groups(env, [trajs[:2], trajs[2:]])
+        rolled = [await safe_rollout(env, row, sampler) for _ in range(4)]
+        scored = await score_groups(env, [rolled[:2], rolled[2:]])
         plain = SingleTurnEnv(task, tok, SampleParams(max_tokens=8))
         ref = [await plain.rollout(row, ScriptedSampler(tok, [x])) for x in ("aaa", "a", "aa")]
-        await plain.score(ref)
-        return trajs, ref
+        return [t for g in scored for t in g], await scored_by(plain, ref)
 
     trajs, ref = asyncio.run(go())
     assert [t.failed for t in trajs] == [False, True, False, False]
@@ -156,7 +157,7 @@ def test_a_failed_rollout_is_not_scored_back_to_life(tiny):
 
     async def go():
         t = await safe_rollout(env, task.train_rows[0], ScriptedSampler(tok, ["aaa"]))
-        await score_isolated(env, [t])
+        (t,) = await score_isolated(env, [t])
         return t
 
     t = asyncio.run(go())
@@ -243,8 +244,8 @@ def test_fault_injection_is_seeded_and_leaves_global_random_alone(tiny):
 
 
 def test_an_agent_env_batch_that_raises_is_scored_again_one_by_one(tiny):
-    """AgentEnv marks the trajectories it must score (their NEEDS_RUBRIC mark); a batch that raised must leave the
-    marks, or the one-by-one retry would find nothing to score and the good samples would train with reward 0."""
+    """AgentEnv marks the trajectories it must score (their NEEDS_RUBRIC mark); a batch that raised is scored again one
+    by one from the same (unedited) records, so the good samples train with their reward."""
     pytest.importorskip("fastapi")
     pytest.importorskip("openai")
     from posttrain.envs.agent import NEEDS_RUBRIC, AgentEnv
@@ -276,14 +277,14 @@ def test_an_agent_env_batch_that_raises_is_scored_again_one_by_one(tiny):
     async def go():
         s = ScriptedSampler(tok, ["yes it is", "BAD"])
         trajs = [await safe_rollout(env, {"prompt": "q", "answer": "yes"}, s) for _ in range(2)]
-        await score_groups(env, [trajs])
+        ((good, bad),) = await score_groups(env, [trajs])
         await env.close()
-        return trajs
+        return trajs, good, bad
 
-    good, bad = asyncio.run(go())
+    rollouts, good, bad = asyncio.run(go())
     assert not good.failed and good.reward == 1.0 and good.passed
     assert bad.failed and bad.failed_in == "score" and "RecursionError" in bad.error
-    assert not any(NEEDS_RUBRIC in t.extra for t in (good, bad))  # nothing left behind
+    assert all(NEEDS_RUBRIC in t.extra and t.reward == 0.0 and not t.failed for t in rollouts)  # records not edited
 
 
 def test_the_step_line_shows_failed_samples():

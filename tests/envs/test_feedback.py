@@ -14,7 +14,7 @@ from posttrain.envs.feedback import MAX_FEEDBACK_CHARS, attach_feedback
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.envs.task import Task
 from posttrain.envs.tool_env import ToolEnv
-from posttrain.obs.rollout_stats import sample_records
+from posttrain.obs.rollout_stats import rollout_metrics, sample_records
 from posttrain.rewards.json_rewards import json_feedback
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.sampling.scripted import ScriptedSampler
@@ -37,8 +37,8 @@ def _traj(text, row):
 def _scored(task, texts):
     env = SingleTurnEnv(task, tokenizer=None, params=SampleParams())
     trajs = [_traj(t, task.train_rows[0]) for t in texts]
-    asyncio.run(score_groups(env, [trajs]))
-    return trajs
+    (scored,) = asyncio.run(score_groups(env, [trajs]))
+    return scored
 
 
 def test_feedback_is_asked_only_about_samples_that_did_not_pass():
@@ -61,7 +61,10 @@ def test_a_failing_or_slow_feedback_function_never_fails_a_sample():
 
     (t,) = _scored(_task(broken), ["6"])
     assert not t.failed and t.feedback is None and t.reward == 0.0
-    assert attach_feedback(_task(broken), [_traj("6", {"prompt": "x", "answer": "5"})]) == {"feedback/errors": 1.0}
+    (asked,) = attach_feedback(_task(broken), [_traj("6", {"prompt": "x", "answer": "5"})])
+    assert asked.metrics == {"feedback/failed": 1.0} and asked.feedback is None
+    right, wrong = _scored(_task(broken), ["5", "6"])  # only the one it was asked about counts
+    assert rollout_metrics([right, wrong])["episode/feedback/failed"] == 0.5  # into the step's record
 
     def wrong_length(completions, **kw):
         return ["a", "b", "c"]
@@ -74,8 +77,8 @@ def test_a_failing_or_slow_feedback_function_never_fails_a_sample():
         return ["late"] * len(completions)
 
     t0 = time.perf_counter()
-    m = attach_feedback(_task(slow), [_traj("6", {"prompt": "x", "answer": "5"})], timeout_s=0.2)
-    assert m == {"feedback/errors": 1.0} and time.perf_counter() - t0 < 1.5
+    (late,) = attach_feedback(_task(slow), [_traj("6", {"prompt": "x", "answer": "5"})], timeout_s=0.2)
+    assert late.metrics == {"feedback/failed": 1.0} and time.perf_counter() - t0 < 1.5
 
 
 def test_long_feedback_is_cut():

@@ -29,8 +29,7 @@ def _rolled_out(tok, texts, group_rewards):
 
     async def go():
         trajs = [await env.rollout(row, sampler) for _ in texts]
-        await score_groups(env, [trajs[:2], trajs[2:]])
-        return trajs
+        return [t for g in await score_groups(env, [trajs[:2], trajs[2:]]) for t in g]
 
     return asyncio.run(go())
 

@@ -14,6 +14,7 @@ from posttrain.envs.task import Task
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.sampling.scripted import ScriptedSampler as _Scripted
 from posttrain.types import SampleParams
+from posttrain.envs.scoring import scored_by
 
 LAKE_ACTIONS = {"left": 0, "down": 1, "right": 2, "up": 3}
 
@@ -76,7 +77,7 @@ def test_frozenlake_round_trip_equals_direct_play(tok, replies):
     env = _lake_env(tok)
     sampler = ScriptedSampler(tok, replies)
     traj = asyncio.run(env.rollout(env.task.train_rows[0], sampler))
-    asyncio.run(env.score([traj]))
+    (traj,) = asyncio.run(scored_by(env, [traj]))
     assert not traj.failed, traj.error
     assert traj.reward == traj.metrics["return"] == _direct_return(replies)
     assert traj.metrics["terminated"] == 1.0 and traj.metrics["turns"] == len(replies)

@@ -33,6 +33,7 @@ from posttrain.tasks import BUILTIN_TASKS
 from posttrain.envs.tools import Tool
 from posttrain.sampling.hf_sampler import cut_at_stop
 from posttrain.types import Completion, SampleParams
+from posttrain.envs.scoring import scored_by
 
 PER_SAMPLE_S = 20.0  # generous: a bound on hangs and blow-ups, not a timing
 
@@ -77,6 +78,7 @@ class HostileSampler:
 
     def __init__(self, tok: Any, text: str | list[str]):
         self.tok, self.texts, self.policy_version, self.calls = tok, [text] if isinstance(text, str) else text, 0, 0
+        self.context = None  # Sampler.context: a budget this sampler does not know
         for t in self.texts:  # tokenized now: the harness's own time is not the env's
             _ids(tok, t)
 
@@ -139,7 +141,7 @@ def play(name: str, tok: Any, reply: str | list[str]) -> Any:
 
     async def go():
         traj = await env.rollout(row, sampler)
-        await env.score([traj])
+        (traj,) = await scored_by(env, [traj])
         return traj
 
     t0 = time.monotonic()

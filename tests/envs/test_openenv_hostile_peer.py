@@ -284,6 +284,7 @@ def test_the_sampler_stopping_still_stops_the_run(tok):
 
     class DeadSampler:
         policy_version = 0
+        context = None
 
         async def sample(self, prompts, params, n=1):
             raise OpenAISamplerError("the sampler server stopped answering")

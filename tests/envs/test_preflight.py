@@ -16,6 +16,7 @@ from posttrain.obs.preflight_verdicts import (PreflightMeasurements, diagnose, e
 from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.types import Completion, SampleParams
+from posttrain.envs.scoring import scored_by
 
 ROWS = [{"prompt": f"Q: What is {a} + 1?\nA:", "answer": a + 1} for a in range(8)]
 
@@ -52,7 +53,7 @@ def measure(tok, task_dict, replies, baseline_pass, sampler_cls=ScriptedSampler,
         out = []
         for row in task.train_rows[:4]:
             trajs = [await env.rollout(row, sampler, params) for _ in range(g)]
-            await env.score(trajs)
+            trajs = await scored_by(env, trajs)
             out.append(trajs)
         return out
 

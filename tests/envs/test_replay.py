@@ -7,6 +7,7 @@ from posttrain.envs.single_turn import SingleTurnEnv
 from posttrain.tasks import code_tests as C
 from posttrain.models.chat import render_prompt
 from posttrain.types import SampleParams, Trajectory, Turn
+from posttrain.envs.scoring import scored_by
 
 
 def _stored(task, row, text, tok, index):
@@ -18,7 +19,7 @@ def _stored(task, row, text, tok, index):
                       completion_text=text, row=row)
     import asyncio
 
-    asyncio.run(env.score([traj]))
+    (traj,) = asyncio.run(scored_by(env, [traj]))
     return env, json.loads(traj.to_json())
 
 

@@ -12,6 +12,7 @@ from posttrain.models.template_check import ChatTemplateError, check_prefix_prop
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.sampling.scripted import ScriptedSampler as _Scripted
 from posttrain.types import SampleParams
+from posttrain.envs.scoring import scored_by
 
 
 def add(a: int, b: int = 0) -> int:
@@ -81,7 +82,7 @@ def test_episode_runs_tools_and_keeps_token_fidelity(tiny):
     ])
     row = env.task.train_rows[0]
     traj = asyncio.run(env.rollout(row, sampler))
-    asyncio.run(env.score([traj]))
+    (traj,) = asyncio.run(scored_by(env, [traj]))
     assert len(traj.turns) == 4 and traj.reward == 1.0
     assert traj.metrics["tool_calls"] == 2 and traj.metrics["malformed_calls"] == 1
     assert traj.metrics["tool_timeouts"] == 1 and traj.metrics["tool_errors"] == 1
@@ -111,7 +112,7 @@ def test_final_tool_ends_the_episode(tiny):
     env = ToolEnv(_task(), tok, SampleParams(), [add, answer], final_tool="answer")
     sampler = ScriptedSampler(tok, ['<tool_call>{"name": "answer", "arguments": {"text": "5"}}</tool_call>', "x"])
     traj = asyncio.run(env.rollout(env.task.train_rows[0], sampler))
-    asyncio.run(env.score([traj]))
+    (traj,) = asyncio.run(scored_by(env, [traj]))
     assert len(traj.turns) == 1 and traj.completion_text == "5" and traj.reward == 1.0
 
 
@@ -180,7 +181,7 @@ def test_per_episode_tools_are_fresh_and_finish_reaches_metrics_and_rubric(tiny)
                                     env.rollout(rows[0], ScriptedSampler(tok, [bump, answer])))
 
     a, b = asyncio.run(both())
-    asyncio.run(env.score([a, b]))
+    a, b = asyncio.run(scored_by(env, [a, b]))
     assert len(made) == 2 and template.n == 0 and sorted(e.n for e in made) == [1, 2]
     assert a.metrics["count"] == 2 and b.metrics["count"] == 1 and a.metrics["tool_errors"] == 1
     assert seen == [([2, 1], [True, True])] and a.reward == 1.0 and b.reward == 0.0

@@ -162,8 +162,10 @@ def _load(fn: str, **options):
 
 
 def _play(task, tok, sampler, rows, params=None):
-    """Roll out and score `rows` concurrently through the task's env; (trajectories, env stats)."""
+    """Roll out and score `rows` concurrently through the task's env; (trajectories, their counts: what the step's
+    record reads of them)."""
     from posttrain.envs.base import make_env
+    from posttrain.envs.scoring import scored_by
     from posttrain.types import SampleParams
 
     params = params or SampleParams(max_tokens=8)
@@ -171,11 +173,18 @@ def _play(task, tok, sampler, rows, params=None):
 
     async def go():
         trajs = await asyncio.gather(*(env.rollout(r, sampler, params) for r in rows))
-        await env.score(list(trajs))
+        trajs = await scored_by(env, list(trajs))  # the scores joined into new records (Trajectory is frozen)
         await env.close()
-        return list(trajs)
+        return trajs
 
-    return asyncio.run(go()), env.stats
+    trajs = asyncio.run(go())
+    counts = {
+        "rollouts": len(trajs),
+        "failed": sum(t.failed for t in trajs),
+        "timeouts": int(sum(t.metrics["verifiers/timed_out"] for t in trajs)),
+        "dropped_calls": int(sum(t.metrics["verifiers/dropped_calls"] for t in trajs)),
+    }
+    return trajs, counts
 
 
 @pytest.fixture(scope="module")
@@ -313,6 +322,18 @@ def test_env_messages_are_cut_to_max_observation_chars(tok):
     answer = [m["content"] for m in t.messages if m["role"] == "user"][1]
     assert answer.startswith("lower!!!") and "truncated" in answer and len(answer) <= 300
     assert not t.failed and t.passed
+
+
+def test_the_configs_max_observation_chars_reaches_the_harness(tok):
+    from posttrain.config.task import TaskConfig
+    from posttrain.tasks.from_config import task_from_config
+
+    options = {"rows": [{"secret": 3, "reply_chars": 50_000}]}
+    task = task_from_config(TaskConfig(name=_spec("load_guess"), options=options, max_observation_chars=300,
+                                       env_check="off"))
+    (t,), _ = _play(task, tok, _scripted(tok, ["5", "3"]), task.train_rows)
+    answer = [m["content"] for m in t.messages if m["role"] == "user"][1]
+    assert "truncated" in answer and len(answer) <= 300 and task.max_observation_chars == 300
 
 
 def test_a_modeled_user_is_the_env_not_the_policy(tok):

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from posttrain.envs.scoring import scored_by
 
 vf = pytest.importorskip("verifiers.v1")
 pytest.importorskip("fastapi")
@@ -130,7 +131,7 @@ def test_a_blocking_reward_times_out_alone(kind, tok, tmp_path):
         ok_s = time.perf_counter() - t_ok
         bad = await stuck
         bad_s = time.perf_counter() - t0
-        await env.score([ok, bad])
+        ok, bad = await scored_by(env, [ok, bad])
         await env.close()
         return ok, ok_s, bad, bad_s
 
@@ -144,7 +145,7 @@ def test_a_blocking_reward_times_out_alone(kind, tok, tmp_path):
     assert bad.failed and "timed out after 2.0s" in bad.error, bad.error
     assert not ok.failed and ok.passed and ok.reward == 1.0, ok.error
     assert ok_s < 15 and still_blocking
-    assert env.stats["timeouts"] == 1 and env.stats["failed"] == 1
+    assert bad.metrics["verifiers/timed_out"] == 1.0 and ok.metrics["verifiers/timed_out"] == 0.0  # the step's record
     # The blocked thread was left behind (a sleeping thread cannot be killed); once its call returns it exits.
     assert _wait_until(lambda: not (set(_episode_threads()) - before), 15), _episode_threads()
 

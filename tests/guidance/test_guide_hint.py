@@ -81,9 +81,11 @@ def test_multi_turn_every_turn_loses_the_hint_and_keeps_the_rest(tiny):
 def test_a_broken_prefix_contract_keeps_the_sample_as_sampled():
     t = Trajectory(turns=[Turn([1, 2, 9], [5], [-0.1], 0), Turn([1, 3, 9, 5, 7], [6], [-0.2], 0)],
                    prompt_text="q\nhint", row={"prompt": "q", "format_hint": "hint"})
-    assert not strip_prompt(t, {"prompt": "q"}, [1, 2])
-    assert t.turns[0].prompt_ids == [1, 2, 9] and "guided" not in t.extra and t.metrics["guide_unstripped"] == 1.0
-    assert not strip_prompt(t, {"prompt": "q"}, None)
+    kept = strip_prompt(t, {"prompt": "q"}, [1, 2])
+    assert not kept.guided and kept.turns == t.turns and kept.row == t.row
+    assert kept.turns[0].prompt_ids == [1, 2, 9] and kept.metrics["guide_unstripped"] == 1.0
+    assert not strip_prompt(t, {"prompt": "q"}, None).guided
+    assert t.metrics == {}, "the sampled record is not edited"
 
 
 def test_an_env_that_fails_before_asking_gives_no_plain_prompt():

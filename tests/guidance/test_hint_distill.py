@@ -71,7 +71,7 @@ def test_single_turn_hint_goes_inside_the_user_message(tiny_model):
 def test_multi_turn_hint_goes_at_the_problematic_turn(tiny_model, turn):
     model, tok = tiny_model
     traj, (p0, c0, p1, c1, p2, c2) = _three_turn_episode(tok)
-    traj.feedback, traj.feedback_turn = "use tool b", turn
+    traj = replace(traj, feedback="use tool b", feedback_turn=turn)
     seq = sequence_of(traj, hint=feedback_hint(traj))
     assert seq.hint_at == len([p0, p1, p2][turn])
     teacher = SelfHintTeacher(_trainer(model, tok), tok)
@@ -97,7 +97,7 @@ def test_multi_turn_hint_goes_at_the_problematic_turn(tiny_model, turn):
 def test_the_loss_mask_of_a_later_turn_keeps_env_tokens_out(tiny_model):
     model, tok = tiny_model
     traj, _ = _three_turn_episode(tok)
-    traj.feedback, traj.feedback_turn = "x", 2
+    traj = replace(traj, feedback="x", feedback_turn=2)
     seq = sequence_of(traj, hint=feedback_hint(traj))
     view, at, n_hint = SelfHintTeacher(_trainer(model, tok), tok).hinted(seq)
     start = at - len(seq.prompt_ids)
@@ -126,7 +126,7 @@ def test_kl_term_is_zero_when_the_teacher_equals_the_student(tiny_model):
     sequences the teacher has no opinion on (None, NaN) add nothing either."""
     model, tok = tiny_model
     traj, _ = _three_turn_episode(tok)
-    traj.feedback, traj.feedback_turn = "anything", 1
+    traj = replace(traj, feedback="anything", feedback_turn=1)
     seq = sequence_of(traj, hint=feedback_hint(traj))
     teacher = SelfHintTeacher(_trainer(model, tok), tok, max_hint_tokens=1)
     teacher.hint_ids = lambda hint: []  # the hint that says nothing

@@ -24,6 +24,7 @@ from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.training.trainer import Trainer
 from posttrain.types import Guidance, SampleParams, Trajectory, Turn, sequence_of
+from posttrain.envs.base import score_groups
 
 
 @settings(max_examples=80, deadline=None)
@@ -99,7 +100,7 @@ def test_insight_env_writes_from_failed_samples_and_conditions_later_rollouts(ti
     row = task.train_rows[0]
     trajs = [asyncio.run(env.rollout(row, sampler)) for _ in range(2)]
     assert all(t.metrics["insights/conditioned"] == 0.0 for t in trajs)  # nothing in memory yet
-    asyncio.run(env.score(trajs))
+    (trajs,) = asyncio.run(score_groups(env, [trajs]))  # scores, then the task's feedback on the scored records
     assert trajs[0].passed and not trajs[1].passed and trajs[1].feedback == "the answer is 5"
     assert env.memory.get(row_key(row)) == ["Add the two numbers carefully."]
     assert "insight_written" not in trajs[0].extra  # a pass writes nothing
@@ -148,3 +149,47 @@ def test_an_insight_prompt_past_the_context_writes_no_insight_for_that_trajector
     sampler = ScriptedSampler(tok, ["Check the sum first."], context=ContextBudget(700))
     got = asyncio.run(write_insights(sampler, tok, [short, long_, short], SampleParams(max_tokens=16)))
     assert got[0] == got[2] == "Check the sum first." and got[1] is None
+
+
+def test_insight_env_leaves_the_rollouts_as_they_were_and_asks_for_feedback_once(tiny):
+    """What the insight env learns while scoring (the task's feedback, the insight written) comes back as values in
+    the scored records score_groups makes: the rollouts it was given are not edited through dicts a scored copy
+    shares with them, and the task's feedback function is asked once per failed sample, not again by score_groups."""
+    import copy
+
+    _, tok = tiny
+    asked = []
+
+    def feedback(completions, answer, **kw):
+        asked.extend(completions)
+        return [f"the answer is {a}" for a in answer]
+
+    rows = [{"prompt": "2+3=", "answer": "5"}]
+    task = Task("t", rows, rows, Rubric([RewardComponent("exact", lambda completions, answer, **kw: [
+        float(c == a) for c, a in zip(completions, answer)])]), feedback=feedback)
+    env = InsightEnv(SingleTurnEnv(task, tok, SampleParams(max_tokens=8)), InsightMemory(2), tok,
+                     unconditioned_share=0.0, per_group=1)
+    sampler = ScriptedSampler(tok, ["5", "7", "Add carefully."])
+    rolled = [asyncio.run(env.rollout(rows[0], sampler)) for _ in range(2)]
+    before = copy.deepcopy(rolled)
+    (got,) = asyncio.run(score_groups(env, [rolled]))
+    assert rolled == before  # the rollouts given are as they were
+    assert asked == ["7"]  # once, for the one failed sample
+    assert got[1].feedback == "the answer is 5" and got[1].metrics["insights/written"] == 1.0
+    assert got[1].extra["insight_written"] == "Add carefully." and "insights/written" not in got[0].metrics
+
+
+def test_evaluate_with_insights_leaves_the_first_attempts_as_they_were(tiny):
+    import copy
+
+    from posttrain.guidance.insights import evaluate_with_insights
+
+    _, tok = tiny
+    task = _task()
+    env = SingleTurnEnv(task, tok, SampleParams(max_tokens=8))
+    sampler = ScriptedSampler(tok, ["7", "Add them.", "5"])
+    (first,) = asyncio.run(score_groups(env, [[asyncio.run(env.rollout(task.eval_rows[0], sampler))]]))
+    before = copy.deepcopy(first)
+    m = asyncio.run(evaluate_with_insights(env, sampler, tok, first, SampleParams(max_tokens=8),
+                                           SampleParams(max_tokens=8)))
+    assert first == before and m["eval/insights/pass_rate"] == 1.0

@@ -19,6 +19,7 @@ from posttrain.rewards.tags import (DEFAULT_VOCABULARY, JudgeTagger, RuleTagger,
                                     load_vocabulary)
 from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.types import SampleParams, Trajectory, Turn
+from posttrain.envs.scoring import scored_by
 
 
 def _traj(text, finish="stop", **kw):
@@ -132,7 +133,7 @@ def test_profile_env_penalises_hints_and_steers(tiny):
     sampler = ScriptedSampler(tok, ['Here: {"a": 1}', '{"a": 1}'])
     row = env.task.train_rows[0]
     trajs = [asyncio.run(env.rollout(row, sampler)) for _ in range(2)]
-    asyncio.run(env.score(trajs))
+    trajs = asyncio.run(scored_by(env, trajs))
     prose, clean = trajs
     assert "prose_around_json" in prose.guidance.tags and prose.reward_components["rised_penalty"] == pytest.approx(-0.1)
     assert clean.reward_components["rised_penalty"] == 0.0
@@ -143,7 +144,7 @@ def test_profile_env_penalises_hints_and_steers(tiny):
     assert book.get(row_key(row))["prose_around_json"] == 0.5
     # overlapping negative tags cost one penalty, so prose is never cheaper than nearly-right JSON
     many = [asyncio.run(env.rollout(row, ScriptedSampler(tok, [x]))) for x in ('{"a": 2}', "no json at all")]
-    asyncio.run(env.score(many))
+    many = asyncio.run(scored_by(env, many))
     assert len([x for x in many[0].guidance.tags if x in ("wrong_value", "schema_violation", "invalid_json")]) >= 1
     assert many[0].reward_components["rised_penalty"] == many[1].reward_components["rised_penalty"] == pytest.approx(-0.1)
     env.negative = "hint"

@@ -9,15 +9,14 @@ import torch
 
 from posttrain.algos import ADVANTAGES, LOSSES, LossParams
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
-from posttrain.loop.shaping import apply_overlong_penalty
+from posttrain.loop.shaping import apply_overlong_penalty, shaped_sequences
 from posttrain.training.trainer import Trainer
 from posttrain.types import Batch, Group, Trajectory, Turn
 
 
 def _traj(reward, n=4, finish="stop", failed=False, prompt=(1, 2, 3)):
-    t = Trajectory(turns=[Turn(list(prompt), list(range(10, 10 + n)), [-0.5] * n, 0, finish)], reward=reward)
-    t.failed = failed
-    return t
+    return Trajectory(
+        turns=[Turn(list(prompt), list(range(10, 10 + n)), [-0.5] * n, 0, finish)], reward=reward, failed=failed)
 
 
 def _groups(*reward_lists, **kw):
@@ -26,7 +25,8 @@ def _groups(*reward_lists, **kw):
 
 def test_failed_samples_are_left_out_of_advantages_and_batch():
     groups = _groups([1.0, 0.0, 5.0])
-    groups[0].trajectories_G[2].failed = True  # its reward (5.0) must not move the baseline
+    # its reward (5.0) must not move the baseline
+    groups[0].trajectories_G[2] = replace(groups[0].trajectories_G[2], failed=True)
     seqs = sequences_from_groups(groups)
     assert len(seqs) == 2
     batch, m = build_batch(seqs, BatchOptions())
@@ -48,7 +48,9 @@ def test_overlong_filter_zeroes_the_mask_of_truncated_samples_only():
     groups = _groups([1.0, 0.0, 0.2])
     groups[0].trajectories_G[1].turns[0].finish_reason = "length"
     seqs = sequences_from_groups(groups)
-    batch, m = build_batch(seqs, BatchOptions(overlong_filter=True))
+    opts = BatchOptions(overlong_filter=True)
+    shaped, m = shaped_sequences(seqs, opts)
+    batch, _ = build_batch(shaped, opts)
     assert m["dapo/overlong_filtered"] == 1.0
     assert [s.finish_reason for s in batch.sequences] == ["stop", "stop"]  # no loss tokens left: not trained
     assert batch.total_loss_tokens == 8.0 and batch.total_seqs == 3.0  # still counted as a sequence
@@ -57,7 +59,9 @@ def test_overlong_filter_zeroes_the_mask_of_truncated_samples_only():
 
 def test_overlong_penalty_is_shaped_into_rewards_before_advantages():
     groups = [Group(0, [_traj(1.0, n=2), _traj(1.0, n=10)])]
-    mean = apply_overlong_penalty(groups, buffer_frac=0.5, penalty=1.0, max_tokens=10)
+    shaped, mean = apply_overlong_penalty(groups, buffer_frac=0.5, penalty=1.0, max_tokens=10)
+    assert [t.reward for t in groups[0].trajectories_G] == [1.0, 1.0]  # pure: new trajectories, these as they were
+    groups = shaped
     short, long_ = groups[0].trajectories_G
     assert short.reward == 1.0 and long_.reward == pytest.approx(0.0)  # at the limit: the full penalty
     assert long_.reward_components["overlong_penalty"] == pytest.approx(-1.0)
@@ -69,14 +73,19 @@ def test_overlong_penalty_is_shaped_into_rewards_before_advantages():
 def test_kl_as_reward_penalises_by_the_reference_and_needs_ref_logprobs():
     seqs = sequences_from_groups(_groups([1.0, 1.0]))
     seqs = [replace(s, ref_logprobs=[ref] * 4) for s, ref in zip(seqs, (-0.5, -2.5))]
-    batch, m = build_batch(seqs, BatchOptions(kl_reward_beta=0.1, kl_estimator="k1"))
+    opts = BatchOptions(kl_reward_beta=0.1, kl_estimator="k1")
+    shaped, m = shaped_sequences(seqs, opts)
+    batch, _ = build_batch(shaped, opts)
     # k1 = logp - ref per token, summed: 0 for the first, 4 * 2.0 for the second -> penalties 0 and 0.8
     assert m["kl/reward_penalty_mean"] == pytest.approx(0.4)
     assert [s.reward for s in batch.sequences] == pytest.approx([1.0, 0.2])
     assert batch.sequences[0].advantage > 0 > batch.sequences[1].advantage
+    assert [s.reward for s in seqs] == [1.0, 1.0]  # pure: the input sequences are untouched
+    kept_all = replace(opts, keep_zero_advantage=True)
+    assert [s.reward for s in build_batch(seqs, kept_all)[0].sequences] == [1.0, 1.0], "build_batch only reads rewards"
     seqs = [replace(s, ref_logprobs=None) for s in seqs]
     with pytest.raises(ValueError, match="ref_logprobs"):
-        build_batch(seqs, BatchOptions(kl_reward_beta=0.1))
+        shaped_sequences(seqs, BatchOptions(kl_reward_beta=0.1))
 
 
 @pytest.mark.parametrize("name", ADVANTAGES.names())

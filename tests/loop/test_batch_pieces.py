@@ -89,10 +89,13 @@ def test_kl_as_reward_charges_an_episode_the_sum_of_its_pieces():
     """The KL penalty is a sum over tokens: an episode pays it once, for all its pieces' tokens."""
     from dataclasses import replace
 
+    from posttrain.loop.shaping import shaped_sequences
+
     trajs = [_split([2, 3], 1.0), _whole([2, 3], 1.0)]
     seqs = sequences_from_groups([Group(0, trajs)])
     seqs = [replace(s, ref_logprobs=[x - 0.1 for x in s.sampler_logprobs]) for s in seqs]
-    batch, _ = build_batch(seqs, BatchOptions(kl_reward_beta=1.0, kl_estimator="k1", keep_zero_advantage=True))
+    opts = BatchOptions(kl_reward_beta=1.0, kl_estimator="k1", keep_zero_advantage=True)
+    batch, _ = build_batch(shaped_sequences(seqs, opts)[0], opts)
     rewards = {s.episode: s.reward for s in batch.sequences}
     assert len(batch.sequences) == 3 and len(set(rewards.values())) == 1  # same tokens, same penalty
     assert {s.advantage for s in batch.sequences} == {0.0}

@@ -62,7 +62,7 @@ def test_adaptive_replays_the_learnable_retires_the_mastered_and_backs_off_the_h
 def test_a_group_whose_samples_all_failed_in_the_host_says_nothing():
     rec = PromptRecord()
     g = group(0, 0)
-    for t in g.trajectories_G:
+    for t in g.trajectories_G:  # SimpleNamespace stand-ins, not trajectories
         t.failed = True
     rec.observe(0, [g])
     assert rec.get(0).state(1, 2) == "fresh"

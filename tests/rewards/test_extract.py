@@ -9,9 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posttrain.config.schema import ANSWER_FORMATS
-from posttrain.rewards.extract import (EXTRACTORS, MAX_ANSWER_CHARS, MAX_SCAN_CHARS, completion_text, extract_answer,
-                                       has_answer)
+from posttrain.config.formats import ANSWER_FORMATS
+from posttrain.rewards.extract import (
+    EXTRACTORS,
+    MAX_ANSWER_CHARS,
+    MAX_SCAN_CHARS,
+    completion_text,
+    extract_answer,
+    has_answer,
+)
 
 CASES = [
     # (text, format, expected)
@@ -50,7 +56,7 @@ def test_extract_answer_table(text, how, expected):
 
 
 def test_every_config_answer_format_is_an_extractor():
-    assert tuple(EXTRACTORS) == ANSWER_FORMATS  # config/schema.py keeps its own copy (config imports no rewards)
+    assert tuple(EXTRACTORS) == ANSWER_FORMATS  # config/formats.py keeps its own copy (config imports no rewards)
 
 
 def test_unknown_format_names_the_known_ones():

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.rewards.hack_detector import KINDS, detect_code, detect_files
+from posttrain.rewards.hack_detector import detect_code, detect_files
 from posttrain.rewards.hack_guard import GuardedRubric, guard, hack_component
+from posttrain.rewards.hack_vocab import KINDS
 from posttrain.rewards.rubric import RewardComponent, Rubric
 
 HACKS = {

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
+from posttrain.rewards.answer_scores import choice_letter, parse_number
 from posttrain.rewards.from_config import RewardConfigError, add_rewards, check_columns, rubric_from_specs
-from posttrain.rewards.named import NAMED_REWARDS, choice_letter, named_reward, parse_number
+from posttrain.rewards.named import NAMED_REWARDS, named_reward
 from posttrain.rewards.rubric import PartialRewardFailure, RewardComponent, Rubric
 
 
@@ -303,27 +304,33 @@ def test_the_task_answer_format_reaches_every_entry_unless_it_sets_its_own():
 
 
 @pytest.mark.parametrize("specs,message", [
-    ([{"fn": "maths"}], "task.rewards[0]: unknown fn 'maths' (did you mean 'math'?); known: math, exact, numeric, "
-                        "contains, regex, choice, json_schema, format, length, reward_model, embedding_margin"),
-    ([{"weight": 1}], "task.rewards[0] must be a mapping with `fn`"),
-    (["math"], "task.rewards[0] must be a mapping with `fn`"),
-    ([{"fn": "math", "timeout_s": "fast"}], "task.rewards[0] (math): math option 'timeout_s' must be float, got str 'fast'"),
-    ([{"fn": "exact", "strip": "yes"}], "exact option 'strip' must be bool, got str 'yes'"),
-    ([{"fn": "numeric", "abs_tol": True}], "numeric option 'abs_tol' must be float, got bool True"),
-    ([{"fn": "math", "answer_col": "x"}], "math has no option 'answer_col' (did you mean 'answer_column'?); its options: "
-                                          "answer_column, answer_format, timeout_s"),
-    ([{"fn": "math", "answer_format": "boxd"}], "answer_format 'boxd' is not one of auto, answer_tag, boxed, last_line, "
-                                                "last_number, none (did you mean 'boxed'?)"),
-    ([{"fn": "math", "timeout_s": 0}], "math: timeout_s must be > 0, got 0"),
-    ([{"fn": "regex"}], "task.rewards[0] (regex): regex needs option 'pattern'"),
+    # each entry checked by its model (config/reward_options.py): the key path, the value, what is allowed
+    ([{"fn": "maths"}], "task.rewards[0].fn: 'maths' is not a reward (did you mean 'math'?); known: math, exact, "
+                        "numeric, contains, regex, choice, json_schema, format, length, reward_model, "
+                        "embedding_margin"),
+    ([{"weight": 1}], "task.rewards[0].fn: missing; known: math, exact"),
+    (["math"], "task.rewards[0]: must be a mapping with `fn`"),
+    ([{"fn": "math", "timeout_s": "fast"}], "task.rewards[0].timeout_s: 'fast': Input should be a valid number"),
+    ([{"fn": "exact", "strip": "yes"}], "task.rewards[0].strip: 'yes': Input should be a valid boolean"),
+    ([{"fn": "numeric", "abs_tol": True}], "task.rewards[0].abs_tol: True: Input should be a valid number"),
+    ([{"fn": "math", "answer_col": "x"}], "task.rewards[0].answer_col: unknown option (did you mean 'answer_column'?); "
+                                          "its options: answer_column, answer_format, timeout_s"),
+    ([{"fn": "math", "answer_format": "boxd"}], "task.rewards[0].answer_format: 'boxd': Input should be 'auto', "
+                                                "'answer_tag', 'boxed', 'last_line', 'last_number' or 'none' (did you "
+                                                "mean 'boxed'?)"),
+    ([{"fn": "math", "timeout_s": 0}], "task.rewards[0].timeout_s: 0: Input should be greater than 0"),
+    ([{"fn": "regex"}], "task.rewards[0].pattern: Field required"),
     ([{"fn": "regex", "pattern": "(unclosed"}], "pattern '(unclosed' is not a valid regular expression"),
-    ([{"fn": "length", "target": 10, "unit": "pages"}], "length option 'unit' must be 'chars' or 'words' or 'tokens'"),
+    ([{"fn": "length", "target": 10, "unit": "pages"}],
+     "task.rewards[0].unit: 'pages': Input should be 'chars', 'words' or 'tokens'"),
     ([{"fn": "json_schema"}], "json_schema needs exactly one of `schema` (a JSON Schema) or `schema_column`"),
     ([{"fn": "json_schema", "schema": {"type": 5}}], "invalid JSON Schema: 5 is not valid"),
     ([{"fn": "choice", "letters": "abc"}], "letters must be distinct capital letters, got 'abc'"),
-    ([{"fn": "math", "weight": "high"}], "task.rewards[0] (math): weight must be a number, got str 'high'"),
-    ([{"fn": "math", "pass": "yes"}], "task.rewards[0] (math): pass must be true or false, got 'yes'"),
-    ([{"fn": "math", "pass": True}, {"fn": "exact", "pass": True}], "only one entry may say `pass: true`, got math, exact"),
+    ([{"fn": "reward_model"}], "task.rewards[0].path: Field required"),
+    ([{"fn": "math", "weight": "high"}], "task.rewards[0].weight: 'high': Input should be a valid number"),
+    ([{"fn": "math", "pass": "yes"}], "task.rewards[0].pass: 'yes': Input should be a valid boolean"),
+    ([{"fn": "math", "pass": True}, {"fn": "exact", "pass": True}],
+     "only one entry may say `pass: true`, got math, exact"),
     ([{"fn": "math"}, {"fn": "math"}], "reward component names must be unique, got ['math', 'math']; give the entry "
                                        "another `name`"),
     ([{"fn": "format"}, {"fn": "length", "target": 50}],
@@ -333,7 +340,38 @@ def test_the_task_answer_format_reaches_every_entry_unless_it_sets_its_own():
 def test_config_errors_say_what_is_wrong(specs, message):
     with pytest.raises(RewardConfigError) as e:
         rubric_from_specs(specs)
-    assert message in str(e.value)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"fn": "maths"}, "task.rewards[0].fn: 'maths' is not a reward (did you mean 'math'?)"),
+    ({"fn": "math", "timeout_s": "fast"}, "task.rewards[0].timeout_s: 'fast': Input should be a valid number"),
+    ({"fn": "math", "answer_col": "x"}, "task.rewards[0].answer_col: unknown option (did you mean 'answer_column'?)"),
+    ({"fn": "math", "answer_format": "boxd"}, "task.rewards[0].answer_format: 'boxd': Input should be 'auto'"),
+    ({"fn": "regex"}, "task.rewards[0].pattern: Field required"),
+    ({"fn": "json_schema", "schema": {"type": 5}}, "invalid JSON Schema"),
+    ({"fn": "choice", "letters": "AA"}, "letters must be distinct capital letters"),
+    ({"fn": "reward_model"}, "task.rewards[0].path: Field required"),
+    ({"fn": "math", "pass": "yes"}, "task.rewards[0].pass: 'yes': Input should be a valid boolean"),
+])
+def test_the_config_refuses_what_building_the_rewards_refuses_in_one_line(entry, message):
+    """The same models check task.rewards when the config is read (the run's start and --dry-run): no run starts
+    with a reward it cannot build (config/reward_options.py, was rewards/named_options.py's own type checks)."""
+    import json
+
+    from posttrain.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [f"task.rewards=[{json.dumps(entry)}]"])
+    assert str(e.value) == f"invalid config: {message}" or (message in str(e.value) and "\n" not in str(e.value))
+
+
+def test_every_reward_a_registry_holds_has_an_options_model():
+    from posttrain.config.reward_options import OPTIONS
+    from posttrain.rewards.from_config import KNOWN
+
+    assert list(OPTIONS) == KNOWN
+    assert all(NAMED_REWARDS[fn].options is OPTIONS[fn] for fn in NAMED_REWARDS)
 
 
 def test_a_missing_column_names_the_columns_there_are():

@@ -153,9 +153,9 @@ def test_config_rewards_add_a_reward_model_to_any_task(tiny_rm):
     assert rubric.pass_component == "a_fraction"
     (s,) = rubric.score(["aaa"], [{"word": "cat"}], prompts=["say a cat"])
     assert not s.failed and s.components["a_fraction"] == 1.0
-    with pytest.raises(ValueError, match="unknown fn"):
+    with pytest.raises(ValueError, match="is not a reward"):
         add_rewards(task.rubric, [{"fn": "nope"}])
-    with pytest.raises(ValueError, match="needs `path`"):
+    with pytest.raises(ValueError, match=r"task.rewards\[0\].path: Field required"):
         add_rewards(task.rubric, [{"fn": "reward_model"}])
 
 

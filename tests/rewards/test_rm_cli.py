@@ -59,4 +59,4 @@ def test_env_check_names_the_missing_reward_model(tmp_path, monkeypatch):
 
 def test_a_bad_config_reward_is_a_clear_error():
     r = CliRunner().invoke(app, ["train", "task.name=count-a", "model.name=tiny-random", "task.rewards=[{fn: nope}]"])
-    assert r.exit_code == 2 and "unknown fn 'nope'" in r.output
+    assert r.exit_code == 2 and "task.rewards[0].fn: 'nope' is not a reward" in r.output

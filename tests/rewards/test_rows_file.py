@@ -88,3 +88,45 @@ def test_preference_data_from_a_fifo_or_a_symlink_loop(tmp_path):
     loop.symlink_to(loop)
     with pytest.raises(PreferenceDataError, match="a symlink loop"):
         load_pairs(str(loop))
+
+
+def _arrow_file(path, kind: str, rows: list[dict], per_batch: int):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(rows)
+    if kind == "parquet":
+        pq.write_table(table, path, row_group_size=per_batch)
+    else:
+        opener = pa.ipc.new_stream if kind == "stream" else pa.ipc.new_file
+        with pa.OSFile(str(path), "wb") as sink, opener(sink, table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=per_batch):
+                writer.write_batch(batch)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["parquet", "stream", "file"])
+def test_parquet_and_arrow_files_read_batch_by_batch_within_the_same_caps(tmp_path, monkeypatch, kind):
+    """The two columnar readers share one loop: rows up to `limit`, batch by batch; the bytes decoded capped; a file
+    that does not parse is one line."""
+    read = rows_file.parquet_rows if kind == "parquet" else rows_file.arrow_rows
+    suffix = ".parquet" if kind == "parquet" else ".arrow"
+    rows = [{"prompt": f"q{i} " + "x" * 200, "answer": str(i)} for i in range(100)]
+    p = _arrow_file(tmp_path / f"d{suffix}", kind, rows, per_batch=10)
+    assert read(p, Bad) == rows
+    assert read(p, Bad, limit=15) == rows[:15]
+    _caps(monkeypatch, data_bytes=8 << 10)
+    msg = _raises_with(read, p)
+    where = "row group" if kind == "parquet" else "record batch"
+    assert msg.startswith(f"{p}: {where} ") and "more than 8,192 bytes decoded" in msg, msg
+    assert len(read(p, Bad, limit=5)) == 5  # one batch fits: the rest is never decoded
+    junk = tmp_path / f"junk{suffix}"
+    junk.write_bytes(b"not columnar data at all" * 10)
+    assert _raises_with(read, junk).startswith(f"{junk}: cannot read it as {suffix} (")
+
+
+def _raises_with(read, path) -> str:
+    with pytest.raises(Bad) as e:
+        read(path, Bad)
+    assert "\n" not in str(e.value)
+    return str(e.value)

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from posttrain.envs.base import score_groups
+from posttrain.envs.scoring import score_of
 from posttrain.envs.task import TaskLoadError
 from posttrain.tasks.load import load_task
 from posttrain.rewards.best_so_far import BestSoFarReward, improvement_rewards
@@ -53,11 +54,11 @@ def test_the_reward_refuses_labels():
             self.task = task
 
         async def score(self, trajs):
-            pass
+            return [score_of(t) for t in trajs]
 
     leaky = {**task.train_rows[0], "answer": "3"}
     g = [Trajectory([Turn([1], [2], [0.0], 0)], completion_text="3", row=leaky) for _ in range(2)]
-    asyncio.run(score_groups(Env(task), [g]))
+    (g,) = asyncio.run(score_groups(Env(task), [g]))
     assert all(t.failed and "label column" in t.error for t in g)
 
 

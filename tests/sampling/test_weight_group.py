@@ -5,7 +5,6 @@ whole push path against such a process: tests/cluster/test_server_loads.py."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from datetime import timedelta
@@ -15,6 +14,7 @@ import torch
 import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from store_intruder import bg, other_address, reachable, store_client, wait_key
 
 from posttrain.sampling import weight_group as wg
 from posttrain.sampling import weight_transfer as wt
@@ -31,12 +31,6 @@ def _state() -> dict[str, torch.Tensor]:
         "c.weight": torch.randn(64, 33, generator=g),
         "steps": torch.arange(5),
     }
-
-
-def _bg(fn, *args) -> threading.Thread:
-    t = threading.Thread(target=fn, args=args, daemon=True)
-    t.start()
-    return t
 
 
 def _trainer(world: int, timeout_s: float = T) -> tuple[object, wg.Invitation]:
@@ -64,7 +58,7 @@ def _run_group(world: int, state: dict[str, torch.Tensor], bucket: int, timeout_
         layout.wait(timeout_s)
         got[rank] = {n: t.clone() for n, t in wg.iter_received(g, specs, buckets, nonce, box["digests"])}
 
-    threads = [_bg(receiver, r) for r in range(1, world)]
+    threads = [bg(receiver, r) for r in range(1, world)]
     group = wg.open_group(inv, store)
     box["digests"] = wg.bucket_digests(group, nonce, flat.data, buckets)  # sent with the layout
     layout.set()
@@ -135,7 +129,7 @@ def _pair(state, bucket: int, tamper=None, stale_nonce: bool = False):
         except wg.WeightGroupError as e:
             out["error"] = e
 
-    thread = _bg(receiver)
+    thread = bg(receiver)
     group = wg.open_group(inv, store)
     out["digests"] = wg.bucket_digests(group, nonce, flat.data, buckets)
     layout.set()
@@ -176,20 +170,6 @@ def test_the_untampered_pair_loads_everything():
 
 
 # ---- a process that is not a member ---------------------------------------------------------------------------
-def _client(port: int):
-    return dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=T), wait_for_workers=False)
-
-
-def _wait_key(store, suffix: str) -> str:
-    deadline = time.monotonic() + 3 * T
-    while time.monotonic() < deadline:
-        keys = [k for k in store.list_keys() if k.endswith(suffix)]
-        if keys:
-            return keys[0]
-        time.sleep(0.002)
-    raise TimeoutError(suffix)
-
-
 def _outcome(fn) -> tuple[str, float]:
     t0 = time.monotonic()
     try:
@@ -230,8 +210,8 @@ def _straight_intruder(inv: wg.Invitation, role: int, connecting: threading.Even
     """Reads the other rank's address from the store (the seal does not hide it), plays `role` in a rendezvous of
     its own and connects straight to it, then presents what it can: no tag."""
     try:
-        c = _client(inv.port)
-        key = _wait_key(c, "/0/1" if role == 0 else "/0/0")
+        c = store_client(inv.port, T)
+        key = wait_key(c, "/0/1" if role == 0 else "/0/0", 3 * T)
         private = dist.HashStore()
         private.set(key[-3:], c.get(key)[32:])  # the seal stripped: gloo's address
         connecting.set()
@@ -246,8 +226,8 @@ def _straight_attempt() -> dict[str, tuple[str, float]]:
     out: dict[str, tuple[str, float]] = {}
     connecting = threading.Event()
     for role in (0, 1):
-        _bg(_straight_intruder, inv, role, connecting)
-    trainer = _bg(
+        bg(_straight_intruder, inv, role, connecting)
+    trainer = bg(
         lambda: out.__setitem__("trainer", _outcome(lambda: wg.open_group(inv, _SlowToRead(store, connecting))))
     )
     time.sleep(1.0)  # the member comes late, the trainer reads it late: the intruder's connections are in first
@@ -283,17 +263,17 @@ def test_a_value_a_non_member_wrote_fails_the_reader_at_once(whose):
     go = threading.Event()
 
     def intruder() -> None:
-        c = _client(inv.port)
-        c.set(_wait_key(c, whose), b"\x02" + b"\x00" * 169)  # shaped like gloo's address, unsealed
+        c = store_client(inv.port, T)
+        c.set(wait_key(c, whose, 3 * T), b"\x02" + b"\x00" * 169)  # shaped like gloo's address, unsealed
         go.set()
 
     if whose == "/0/1":  # the member writes first; the trainer reads after the intruder overwrote it
-        _bg(intruder)
-        member = _bg(lambda: out.__setitem__("member", _outcome(lambda: wg.open_group(inv.for_rank(1)))))
+        bg(intruder)
+        member = bg(lambda: out.__setitem__("member", _outcome(lambda: wg.open_group(inv.for_rank(1)))))
         go.wait(3 * T)
         out["trainer"] = _outcome(lambda: wg.open_group(inv, store))
     else:  # the trainer writes first; the member reads after
-        trainer = _bg(lambda: out.__setitem__("trainer", _outcome(lambda: wg.open_group(inv, store))))
+        trainer = bg(lambda: out.__setitem__("trainer", _outcome(lambda: wg.open_group(inv, store))))
         intruder()
         out["member"] = _outcome(lambda: wg.open_group(inv.for_rank(1)))
         trainer.join(BOUND)
@@ -306,31 +286,15 @@ def test_a_value_a_non_member_wrote_fails_the_reader_at_once(whose):
 
 
 # ---- the store ------------------------------------------------------------------------------------------------
-def _other_address() -> str | None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing interface
-            ip = s.getsockname()[0]
-        except OSError:
-            return None
-    return None if ip.startswith("127.") else ip
-
-
-def _reachable(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(2)
-        return s.connect_ex((host, port)) == 0
-
-
 def test_the_store_listens_on_its_host_only():
     store = wg.host_store("127.0.0.1", T)
-    assert _reachable("127.0.0.1", store.port)
-    other = _other_address()
+    assert reachable("127.0.0.1", store.port)
+    other = other_address()
     if other is None:
         pytest.skip("this machine has no address but loopback")
-    assert not _reachable(other, store.port)
+    assert not reachable(other, store.port)
     theirs = wg.host_store(other, T)  # a store for members on other nodes: on that address, not loopback
-    assert _reachable(other, theirs.port) and not _reachable("127.0.0.1", theirs.port)
+    assert reachable(other, theirs.port) and not reachable("127.0.0.1", theirs.port)
 
 
 @given(st.binary(max_size=300), st.integers(0, 400), st.sampled_from(["flip", "cut", "move", "none"]))

@@ -12,6 +12,7 @@ from posttrain.envs.tool_env import ToolEnv
 from posttrain.envs.tools import Tool, call_tool
 from posttrain.sampling.scripted import ScriptedSampler as _Scripted
 from posttrain.types import SampleParams
+from posttrain.envs.scoring import scored_by
 
 SOURCES = {"pkg/__init__.py": "", "pkg/a.py": "def f(x):\n    return x + 1\n\n\ndef g(x):\n    return x + 1\n",
            "pkg/b.py": "from pkg.a import f\n\nVALUE = f(1)\n"}
@@ -56,5 +57,5 @@ def play(task, tok, row, replies):
     """One scripted episode through ToolEnv, scored."""
     env = tool_env(task, tok)
     traj = asyncio.run(env.rollout(row, ScriptedSampler(tok, replies)))
-    asyncio.run(env.score([traj]))
+    (traj,) = asyncio.run(scored_by(env, [traj]))
     return traj

@@ -15,6 +15,7 @@ from posttrain.tasks.coding_agent import data
 from posttrain.tasks.coding_agent.episode import TOOL_NAMES, first_failure
 from posttrain.tasks.coding_agent.task import anchor_edit, call, demonstrate, line_edit, make_task
 from posttrain.tasks import builtin_task_factory
+from posttrain.envs.scoring import scored_by
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,7 @@ def test_two_episodes_at_once_do_not_share_state(tiny, task):
                                     env.rollout(row, ScriptedSampler(tok, idle)))
 
     a, b = asyncio.run(both())
-    asyncio.run(env.score([a, b]))
+    a, b = asyncio.run(scored_by(env, [a, b]))
     assert a.passed and not b.passed and b.metrics["edits"] == 0
     assert b.extra["episode_columns"]["final_files"] == row["files"] != a.extra["episode_columns"]["final_files"]
     fresh = next(i for i in data.issues(row["kind"], row["repo"]) if f"{i.repo}:{i.id}" == row["issue_id"])

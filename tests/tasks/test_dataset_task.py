@@ -179,8 +179,13 @@ def test_no_rewards_says_how_to_add_one(jsonl):
 
 
 def test_an_unknown_reward_is_refused_with_the_nearest_name(jsonl):
-    assert "unknown fn 'mat' (did you mean 'math'?)" in _error(jsonl, "task.prompt_column=question",
-                                                              "task.rewards=[{fn: mat}]")
+    """Refused by the config model, before any file is read (the same check --dry-run runs), in one line."""
+    from posttrain.config.load import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _task(jsonl, "task.prompt_column=question", "task.rewards=[{fn: mat}]")
+    msg = str(e.value)
+    assert "\n" not in msg and "task.rewards[0].fn: 'mat' is not a reward (did you mean 'math'?)" in msg
 
 
 @pytest.mark.parametrize("content,message", [
@@ -232,14 +237,15 @@ def test_a_bad_template(jsonl, template, message):
     assert (message.replace("{p}", str(jsonl))) in _error(jsonl, f"task.prompt_template={template}", MATH)
 
 
-def test_splits_that_are_not_there_and_too_few_rows(tmp_path, jsonl):
+def test_splits_that_are_not_there_and_one_row(tmp_path, jsonl):
     assert _error(jsonl, "task.prompt_column=question", MATH, "task.eval_split=test") == (
         f"task.dataset {jsonl} has no split 'test' (task.eval_split); its splits: train")
     folder = _saved(tmp_path / "saved", {"train": ROWS, "validation": ROWS[:3]})
     assert "has no split 'test' (task.eval_split); its splits: train, validation" in _error(
         folder, "task.prompt_column=question", MATH, "task.eval_split=test")
     one = _jsonl(tmp_path / "one.jsonl", ROWS[:1])
-    assert "too few to hold any out" in _error(one, "task.prompt_column=question", MATH)
+    task = _task(one, "task.prompt_column=question", MATH)  # one row trains, as every loader does (rows.hold_out)
+    assert (len(task.train_rows), task.eval_rows) == (1, [])
 
 
 def test_a_dataset_in_the_local_hugging_face_cache_loads_offline(tmp_path, jsonl):

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from posttrain.envs.base import make_env
+from posttrain.envs.scoring import scored_by
 from posttrain.envs.task import TaskLoadError
 from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.tasks.load import load_task
@@ -45,8 +46,7 @@ def test_each_row_goes_to_its_own_env_with_its_own_max_tokens_and_is_scored_by_i
         out = {}
         for name, row in rows.items():
             traj = await env.rollout(row, Recording(tok, ["aaaa"]))
-            await env.score([traj])
-            out[name] = traj
+            (out[name],) = await scored_by(env, [traj])
         return out
 
     trajs = asyncio.run(go())
@@ -55,14 +55,14 @@ def test_each_row_goes_to_its_own_env_with_its_own_max_tokens_and_is_scored_by_i
     assert set(trajs["count-a"].reward_components) == {c.name for c in count_a}  # scored by its own rubric
     assert set(trajs["json-extract"].reward_components) == {c.name for c in json_ex}
     assert trajs["count-a"].passed and not trajs["json-extract"].passed  # all a: count-a passes; "aaaa" is no JSON
-    assert trajs["count-a"].row[TASK_COLUMN] == "count-a"  # the tag is back on the row after scoring
+    assert trajs["count-a"].row[TASK_COLUMN] == "count-a"  # the row keeps its tag (its part saw a copy without)
 
 
 @pytest.mark.parametrize("tasks, match", [
-    (None, "must list the tasks"),
-    ([{"options": {}}], "mapping with `name`"),
-    ([{"name": "count-a", "weight": 0}], "weight must be a number > 0"),
-    ([{"name": "count-a", "wieght": 2}], "unknown keys \\['wieght'\\]"),
+    (None, "task.options.tasks: None: Input should be a valid list"),
+    ([{"options": {}}], r"task.options.tasks\[0\].name: Field required"),
+    ([{"name": "count-a", "weight": 0}], r"tasks\[0\].weight: 0: Input should be greater than 0"),
+    ([{"name": "count-a", "wieght": 2}], r"tasks\[0\].wieght: unknown key \(did you mean 'weight'\?\)"),
     ([{"name": "count-a"}, {"name": "count-a"}], "must be unique"),
     ([{"name": "no-such-task"}], "unknown task"),
 ])
@@ -92,3 +92,29 @@ def test_a_three_task_run_logs_per_task_metrics_and_ends_with_a_per_task_table(t
         assert {f"eval/task/{n}/pass_rate" for n in ("count-a", "reversal", "json-extract")} <= set(e)
     out = capsys.readouterr().out
     assert "held-out by task" in out and "reversal" in out and "json-extract" in out
+
+
+def _mixture_from_config(tmp_path, *overrides):
+    from posttrain.config import load_config
+    from posttrain.tasks.from_config import task_from_config
+
+    part = tmp_path / "part.py"  # a task file: its held-out rows are drawn with the seed load_task is given
+    part.write_text("def make():\n    return [{'prompt': str(i)} for i in range(40)], [lambda completions, **kw: "
+                    "[1.0] * len(completions)]\n")
+    tasks = json.dumps([{"name": "count-a"}, {"name": f"{part}:make", "label": "file"}])
+    cfg = load_config(None, ["task.name=mixture", f"task.options.tasks={tasks}", *overrides])
+    return task_from_config(cfg.task, seed=cfg.run.seed)
+
+
+def test_mixture_parts_use_the_runs_seed(tmp_path):
+    one, two = (_mixture_from_config(tmp_path, f"run.seed={s}") for s in (1, 2))
+    assert [r["prompt"] for r in one.train_rows] != [r["prompt"] for r in two.train_rows]  # the draw
+    held = lambda t: [r["prompt"] for r in t.rubric.parts["file"].task.eval_rows]  # the part's split
+    assert held(one) != held(two)
+    assert held(one) == held(_mixture_from_config(tmp_path, "run.seed=1"))
+
+
+def test_max_observation_chars_reaches_every_part(tmp_path):
+    task = _mixture_from_config(tmp_path, "task.max_observation_chars=123")
+    assert task.max_observation_chars == 123
+    assert {p.task.max_observation_chars for p in task.rubric.parts.values()} == {123}

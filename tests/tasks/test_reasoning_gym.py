@@ -16,7 +16,9 @@ pytest.importorskip("reasoning_gym")
 from posttrain.envs.smoke_checks import check_task, score_completion  # noqa: E402
 from posttrain.envs.task import TaskLoadError  # noqa: E402
 from posttrain.tasks import reasoning_gym as rg  # noqa: E402
+from posttrain.tasks._reasoning_gym_worker import dataset_for, dumps_entry, loads_entry
 from posttrain.tasks.load import load_task  # noqa: E402
+from posttrain.tasks.reasoning_gym_screen import EVALS_ARITHMETIC, EVALS_LITERAL, EVALS_SYMBOLIC
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -101,7 +103,7 @@ HOSTILE = ["__import__('os').system('touch {marker}')", "open('{marker}', 'w').w
            "factorial(10**9)", "99999999!", "0.[3]", "[1]*10**9", "Integral(x, x) + C", "lambda: 1", "{{}}.__class__",
            "-" * 1999 + "x", "(" * 199 + "x" + ")" * 199, "[" * 300 + "]" * 300, "9" * 2000, "x" * 3000, "\x00",
            "nan", "nan+nanj", "<answer>" * 300, "\\boxed{{" * 300, "", " ", "\n" * 500]
-EVALUATING = sorted(rg.EVALS_LITERAL | rg.EVALS_ARITHMETIC | rg.EVALS_SYMBOLIC)
+EVALUATING = sorted(EVALS_LITERAL | EVALS_ARITHMETIC | EVALS_SYMBOLIC)
 
 
 @pytest.mark.parametrize("name", EVALUATING + ["coin_flip", "complex_arithmetic", "power_function",
@@ -138,7 +140,7 @@ def test_arbitrary_text_scores_in_range_without_raising(name, text):
     assert 0.0 <= v <= 1.0
     if v >= 1.0:  # only a right answer passes
         answer = score.extract(reply, row["answer"])
-        assert rg.dataset_for(row["rg_spec"]).score_answer(answer, rg.loads_entry(row["rg_entry"])) >= 1.0
+        assert dataset_for(row["rg_spec"]).score_answer(answer, loads_entry(row["rg_entry"])) >= 1.0
 
 
 _TASKS: dict = {}
@@ -167,7 +169,7 @@ def test_complex_arithmetic_nan_does_not_pass():
     """reasoning-gym 0.1.25 scores 'nan' 1.0 there (min(1.0, exp(-nan)) is 1.0): a reward a policy would find."""
     task = _task("complex_arithmetic")
     row = task.train_rows[0]
-    ds, entry = rg.dataset_for(row["rg_spec"]), rg.loads_entry(row["rg_entry"])
+    ds, entry = dataset_for(row["rg_spec"]), loads_entry(row["rg_entry"])
     assert ds.score_answer("nan", entry) == 1.0  # the dataset's own bug, still there
     assert not _score(task, row, "<answer>nan</answer>").passed
 
@@ -175,7 +177,7 @@ def test_complex_arithmetic_nan_does_not_pass():
 def test_entries_round_trip_through_json_with_tuples_sets_and_int_keys():
     entry = {"answer": "x", "metadata": {"grid": ((1, 2), (3, 4)), "s": {1, 2}, "k": {3: "a", (1, 2): [4]},
                                          "l": [1, (2,)], "__rg_tuple__": 1}}
-    assert rg.loads_entry(rg.dumps_entry(entry)) == entry
+    assert loads_entry(dumps_entry(entry)) == entry
     task = _task("arc_agi")  # its scorer compares metadata tuples: a lossy encoding fails the reference
     row = task.train_rows[0]
     assert _score(task, row, f"<answer>{row['answer']}</answer>").passed
@@ -186,7 +188,7 @@ def test_composite_mixes_by_weight_and_scores_each_row_with_its_own_dataset():
         "chain_sum": {"weight": 3}, "gcd": {"weight": 1, "config": {"max_value": 50}}}})
     mix = Counter(r["rg_dataset"] for r in task.train_rows)
     assert set(mix) == {"chain_sum", "gcd"} and 0.68 <= mix["chain_sum"] / 400 <= 0.82, mix
-    assert all(max(rg.loads_entry(r["rg_entry"])["metadata"]["numbers"]) <= 50  # the sub-dataset's own config
+    assert all(max(loads_entry(r["rg_entry"])["metadata"]["numbers"]) <= 50  # the sub-dataset's own config
                for r in task.train_rows if r["rg_dataset"] == "gcd")
     for r in [next(r for r in task.eval_rows if r["rg_dataset"] == d) for d in ("chain_sum", "gcd")]:
         assert _score(task, r, f"<answer>{r['answer']}</answer>").passed
@@ -201,8 +203,8 @@ def test_composite_mixes_by_weight_and_scores_each_row_with_its_own_dataset():
     ("leg_counting", {"max_legs": 3}, "has no option 'max_legs'; its options: min_animals"),
     ("leg_counting", {"min_animals": 5, "max_animals": 2}, "max_animals must be >= min_animals"),
     ("leg_counting", {"size": 10, "train_size": 10}, "train_size or size, not both"),
-    ("leg_counting", {"answer_format": "xml"}, "answer_format 'xml' is not one of"),
-    ("leg_counting", {"train_size": 0}, "train_size must be an integer >= 1"),
+    ("leg_counting", {"answer_format": "xml"}, "task.options.answer_format: 'xml': Input should be 'auto', "),
+    ("leg_counting", {"train_size": 0}, "task.options.train_size: 0: Input should be greater than or equal to 1"),
     ("gcd", {"min_value": 2, "max_value": 3, "train_size": 200, "eval_size": 4},
      "every held-out question also appears"),
     ("composite", {}, "needs task.options.datasets"),
@@ -210,7 +212,7 @@ def test_composite_mixes_by_weight_and_scores_each_row_with_its_own_dataset():
     ("composite", {"datasets": {"chain_sums": {"weight": 1}}}, "nearest: chain_sum"),
     ("composite", {"datasets": {"gcd": {"config": {"bad": 1}}}},
      "datasets.gcd.config: reasoning-gym dataset 'gcd' has no option 'bad'"),
-    ("leg_counting", {"score_timeout_s": "5"}, "score_timeout_s must be a number > 0"),
+    ("leg_counting", {"score_timeout_s": "5"}, "task.options.score_timeout_s: '5': Input should be a valid number"),
     ("composite", {"datasets": {"gcd": {"wieght": 2}}}, "unknown keys ['wieght']"),
     ("composite", {"min_value": 3, "datasets": {"gcd": {}}}, "datasets.<name>.config"),
 ])

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 pytest.importorskip("reasoning_gym")
 
 from posttrain.tasks import reasoning_gym as rg
+from posttrain.tasks._reasoning_gym_worker import dataset_for, loads_entry
 from posttrain.tasks.load import load_task
 
 
@@ -90,7 +91,7 @@ def test_complex_arithmetic_scores_every_nan_and_infinity_spelling_zero(text):
 def test_the_spellings_the_tester_found_score_zero_and_do_not_pass(text):
     task = _task("complex_arithmetic")
     row = task.train_rows[0]
-    ds, entry = rg.dataset_for(row["rg_spec"]), rg.loads_entry(row["rg_entry"])
+    ds, entry = dataset_for(row["rg_spec"]), loads_entry(row["rg_entry"])
     if text in ("nanj", "nani", "1+nanj"):
         assert ds.score_answer(text, entry) == 1.0  # the dataset's own bug, still there in 0.1.25
     from posttrain.envs.smoke_checks import score_completion

@@ -60,7 +60,7 @@ def test_scripted_oracle_episode_scores_one_and_logs_metrics():
                                                               row["seed"])]
     good = asyncio.run(env.rollout(row, ScriptedSampler(tok, [f"I go {w}" for w in replies])))
     bad = asyncio.run(env.rollout(row, ScriptedSampler(tok, ["no idea", "stay"])))
-    asyncio.run(score_groups(env, [[good, bad]]))
+    ((good, bad),) = asyncio.run(score_groups(env, [[good, bad]]))
     assert good.reward == 1.0 and good.passed and good.metrics["goals"] == 2.0
     assert bad.reward == 0.0 and bad.metrics["bad_actions"] >= 1
     m = drain_task_metrics(task)
@@ -80,8 +80,8 @@ def test_tiny_random_model_plays_through_the_hf_sampler(tiny):
 
     async def group():
         trajs = list(await asyncio.gather(*(env.rollout(task.train_rows[0], sampler) for _ in range(2))))
-        await score_groups(env, [trajs])
-        return trajs
+        (scored,) = await score_groups(env, [trajs])
+        return scored
 
     trajs = asyncio.run(group())
     for t in trajs:

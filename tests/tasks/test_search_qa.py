@@ -10,17 +10,12 @@ import pytest
 from posttrain.tasks.load import load_task
 from posttrain.envs.task import Task
 from posttrain.tasks import bm25, builtin_task_factory
-from posttrain.tasks.search_qa import (
-    EXAMPLE_QUERY,
-    all_questions,
-    build_world,
-    make_task,
-    make_tools,
-    normalize,
-)
+from posttrain.tasks.search_qa import make_task, make_tools, normalize
+from posttrain.tasks.search_qa_world import EXAMPLE_QUERY, all_questions, build_world
 from posttrain.envs.tool_env import ToolEnv
 from posttrain.sampling.scripted import ScriptedSampler as _Scripted
 from posttrain.types import SampleParams
+from posttrain.envs.scoring import scored_by
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +184,7 @@ def test_two_hop_episode_on_tiny_random(tiny, task: Task) -> None:
     sampler = ScriptedSampler(tok, [_call("search", "query", subject), _call("search", "query", bridge),
                                     _call("answer", "text", gold), "unused"])
     traj = asyncio.run(env.rollout(row, sampler))
-    asyncio.run(env.score([traj]))
+    (traj,) = asyncio.run(scored_by(env, [traj]))
     assert len(traj.turns) == 3 and traj.completion_text == gold
     assert traj.metrics["tool_calls"] == 3 and traj.metrics["malformed_calls"] == 0
     assert traj.passed and traj.reward == pytest.approx(1.0 + 0.1 - 2 * 0.1)
@@ -208,7 +203,7 @@ def test_given_row_answered_without_search(tiny, task: Task) -> None:
     env = ToolEnv(task, tok, SampleParams(max_tokens=64, stop=task.stop), task.tools, max_turns=task.max_turns,
                   final_tool=task.final_tool)
     traj = asyncio.run(env.rollout(row, ScriptedSampler(tok, [_call("answer", "text", row["answer"])])))
-    asyncio.run(env.score([traj]))
+    (traj,) = asyncio.run(scored_by(env, [traj]))
     assert len(traj.turns) == 1 and traj.passed and traj.reward == pytest.approx(1.1)
     # short prompt (the model is small and CPU-bound): ToolEnv's tool schemas + our instructions, ~250 BPE tokens
     assert sum(len(m["content"]) for m in env.initial_messages(row)) < 1100

@@ -5,11 +5,20 @@ Signature: `fn(rewards_N, group_ids_N, scale_std=True, eps=1e-6) -> adv_N`, pure
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from posttrain.algos.registry import Registry
 
-ADVANTAGES: Registry = Registry("advantage estimator")
+
+class AdvantageFn(Protocol):
+    def __call__(
+        self, rewards_N: torch.Tensor, group_ids_N: torch.Tensor, scale_std: bool = True, eps: float = 1e-6
+    ) -> torch.Tensor: ...
+
+
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator")
 
 
 def group_mean_std(values_N: torch.Tensor, group_ids_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

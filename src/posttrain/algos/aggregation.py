@@ -17,11 +17,17 @@ equal pieces) and gives every token exactly the weight it has in the unsplit epi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from posttrain.algos.registry import Registry
 
-AGGREGATIONS: Registry = Registry("loss aggregation")
+# fn(loss_BT, mask_BT, total_tokens, total_seqs, max_tokens, seq_tokens_B) -> the scalar loss
+Aggregation = Callable[
+    [torch.Tensor, torch.Tensor, "float | None", "float | None", "int | None", "torch.Tensor | None"], torch.Tensor
+]
+AGGREGATIONS: Registry[Aggregation] = Registry("loss aggregation")
 
 
 @AGGREGATIONS.register("token-mean")

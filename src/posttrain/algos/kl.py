@@ -8,11 +8,15 @@ Schulman, "Approximating KL Divergence" (http://joschu.net/blog/kl-approx.html),
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from posttrain.algos.registry import Registry
 
-KL_ESTIMATORS: Registry = Registry("KL estimator")
+# fn(logp, ref_logp) -> per-token KL estimate
+KLEstimator = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+KL_ESTIMATORS: Registry[KLEstimator] = Registry("KL estimator")
 
 
 @KL_ESTIMATORS.register("k1")

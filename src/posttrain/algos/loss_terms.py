@@ -24,11 +24,10 @@ from posttrain.algos.distill import reverse_kl_loss
 from posttrain.algos.losses import LossInputs, LossParams
 from posttrain.algos.registry import Registry
 
-TERMS: Registry = Registry("loss term")
-
 Term = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, LossParams, LossInputs], "tuple[torch.Tensor | None, dict[str, float]]"
 ]
+TERMS: Registry[Term] = Registry("loss term")
 
 
 @TERMS.register("distill")

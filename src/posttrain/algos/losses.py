@@ -11,7 +11,7 @@ Every loss is A times something in its policy-gradient term, so with beta == 0 a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -19,7 +19,21 @@ from posttrain.algos.aggregation import aggregate
 from posttrain.algos.kl import KL_ESTIMATORS, k3
 from posttrain.algos.registry import Registry
 
-LOSSES: Registry = Registry("policy loss")
+
+class PolicyLoss(Protocol):
+    def __call__(
+        self,
+        logp_BT: torch.Tensor,
+        old_logp_BT: torch.Tensor,
+        ref_logp_BT: torch.Tensor | None,
+        adv_B: torch.Tensor,
+        mask_BT: torch.Tensor,
+        cfg: LossParams,
+        x: LossInputs = ...,
+    ) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+
+LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 
 
 @dataclass(frozen=True)

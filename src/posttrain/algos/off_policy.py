@@ -19,6 +19,7 @@ tokens of the k3 estimate of KL(sampler || trainer), r - 1 - log r, unbiased sin
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import torch
 
@@ -99,7 +100,18 @@ def mask_by_ratio(
 
 # The `algorithm.is_correction` choices: `fn(logp_BT, sampler_logp_BT, mask_BT, cap, level) -> (weights_BT or None,
 # metrics)`. The weights multiply the policy-gradient term (LossInputs.token_weights_BT).
-IS_CORRECTIONS: Registry = Registry("importance-sampling correction")
+class ISCorrection(Protocol):
+    def __call__(
+        self,
+        logp_BT: torch.Tensor,
+        sampler_logp_BT: torch.Tensor,
+        mask_BT: torch.Tensor,
+        cap: float = ...,
+        level: str = ...,
+    ) -> tuple[torch.Tensor | None, dict[str, float]]: ...
+
+
+IS_CORRECTIONS: Registry[ISCorrection] = Registry("importance-sampling correction")
 
 
 @IS_CORRECTIONS.register("none")

@@ -16,11 +16,18 @@ The trainer computes the weights per micro-batch, from the current policy's (det
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from posttrain.algos.registry import Registry
 
-TOKEN_WEIGHTS: Registry = Registry("token weighting")
+
+class TokenWeighting(Protocol):
+    def __call__(self, entropy_BT: torch.Tensor, mask_BT: torch.Tensor, frac: float = ...) -> torch.Tensor: ...
+
+
+TOKEN_WEIGHTS: Registry[TokenWeighting] = Registry("token weighting")
 
 
 @TOKEN_WEIGHTS.register("none")

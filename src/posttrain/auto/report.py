@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from posttrain.obs.report_figs import _div, _layout, _plotly
+from posttrain.obs.report_figs import apply_layout, figure_div, load_plotly
 
 COLOURS = {"baseline": "#264653", "kept": "#17803d", "reverted": "#8d99ae", "failed": "#b3261e", "pruned": "#e9c46a"}
 
@@ -69,7 +69,7 @@ def write_search_report(search_dir: str | Path, out: str | Path | None = None) -
     rows = read_results(d)
     base = d / "base.yaml"
     prog = load_program(d / "program.md", base if base.exists() else None)
-    go, get_plotlyjs = _plotly()
+    go, get_plotlyjs = load_plotly()
     notes: list[str] = []
     content = ""
 
@@ -118,8 +118,8 @@ def write_search_report(search_dir: str | Path, out: str | Path | None = None) -
     if fig.data:
         content += _section(
             "Metric per trial",
-            _div(
-                _layout(fig, f"{prog.metric} per trial ({prog.direction})", xaxis="trial", yaxis=prog.metric),
+            figure_div(
+                apply_layout(fig, f"{prog.metric} per trial ({prog.direction})", xaxis="trial", yaxis=prog.metric),
                 "fig-trials",
             )
             + '<p class="note">failed and pruned trials are drawn as x at the bottom</p>',
@@ -136,16 +136,16 @@ def write_search_report(search_dir: str | Path, out: str | Path | None = None) -
                 ys.append(m)
         if xs:
             f = go.Figure(go.Scatter(x=xs, y=ys, mode="markers", name=k))
-            _layout(f, f"{prog.metric} vs {k}", xaxis=k, yaxis=prog.metric, height=300)
+            apply_layout(f, f"{prog.metric} vs {k}", xaxis=k, yaxis=prog.metric, height=300)
             if p.log:
                 f.update_xaxes(type="log")
-            content += _div(f, f"fig-param-{i}")
+            content += figure_div(f, f"fig-param-{i}")
     imp, why = importance(d)
     if imp:
         f = go.Figure(go.Bar(x=list(imp.values())[::-1], y=list(imp)[::-1], orientation="h"))
         content += _section(
             "Parameter importance (Optuna, fANOVA)",
-            _div(_layout(f, "importance", xaxis="share", height=120 + 40 * len(imp)), "fig-imp"),
+            figure_div(apply_layout(f, "importance", xaxis="share", height=120 + 40 * len(imp)), "fig-imp"),
             "importance",
         )
     elif why:

@@ -16,16 +16,11 @@ import typer
 from typer.core import TyperGroup
 
 from posttrain.errors import PosttrainError
-from posttrain.models.install_check import (  # noqa: F401 - FIX and the checks are re-exported for the CLI's tests
-    FIX,
-    broken_message,
-    companion_in_chain,
-    companion_mismatch,
-    mismatched_companions,
-)
+from posttrain.models.install_check import broken_message, companion_in_chain, mismatched_companions
 
 
-def _fail(msg: str) -> NoReturn:
+def fail(msg: str) -> NoReturn:
+    """The one way a command fails on a user's mistake: `error: <msg>` on stderr, exit 2 (every command module)."""
     typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
 
@@ -54,7 +49,7 @@ class _Group(TyperGroup):
             msg = _user_message(e)
             if msg is None:
                 raise
-            _fail(msg)
+            fail(msg)
 
 
 app = typer.Typer(
@@ -73,4 +68,4 @@ def _install_check(ctx: typer.Context) -> None:
         return
     broken = mismatched_companions()
     if broken:
-        _fail(broken_message(broken))
+        fail(broken_message(broken))

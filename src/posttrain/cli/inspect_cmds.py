@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from posttrain.cli.app import _fail, app
+from posttrain.cli.app import app, fail
 
 DATA = "<task.dataset>"  # the first task of an eval whose config builds it from data
 
@@ -72,7 +72,7 @@ def eval_cmd(
     try:
         c = build(cfg, log=lambda s: typer.echo(s, err=True))
     except ValueError as e:  # a builtin ValueError from a component's own check of its settings
-        _fail(str(e))
+        fail(str(e))
     task[0] = c.task.name  # the data's task is named after its file
     options[task[0]] = options.pop(DATA, options.get(task[0], {}))
     if len(task) > 1 or json_out is not None:
@@ -105,7 +105,7 @@ def _task_options(option: list[str], tasks: list[str]) -> dict[str, dict[str, st
             if key.startswith(t + ":"):
                 target, key = t, key[len(t) + 1 :]
         if not eq or not key.strip():
-            _fail(f"--option takes KEY=VALUE (a task option), got {o!r}")
+            fail(f"--option takes KEY=VALUE (a task option), got {o!r}")
         out[target][key.strip()] = value
     return out
 
@@ -135,7 +135,7 @@ def _eval_suite(
             for t in tasks[1:]
         ]
     except ValueError as e:  # a builtin one: a task's own check of its options
-        _fail(str(e))
+        fail(str(e))
     for st in suite[1:]:
         st.max_tokens = max_tokens
     settings = SuiteSettings(samples=samples, temperature=temperature, max_tokens=max_tokens or 128)
@@ -168,10 +168,10 @@ def report(
             typer.echo(write_compare(run_dirs, out or Path("compare.html")))
             return
         if len(run_dirs) != 1:
-            _fail("report takes one run directory (pass --compare to overlay several)")
+            fail("report takes one run directory (pass --compare to overlay several)")
         run_dir = run_dirs[0]
         if not run_dir.is_dir():
-            _fail(f"run directory not found: {run_dir}")
+            fail(f"run directory not found: {run_dir}")
         if trace is not None:
             typer.echo(write_chrome_trace(run_dir, trace))
         if out is not None and out.suffix.lower() == ".png":
@@ -179,7 +179,7 @@ def report(
         else:
             typer.echo(write_html_report(run_dir, out))
     except (ValueError, RuntimeError) as e:  # builtins from obs/report.py: no records, matplotlib missing
-        _fail(str(e))
+        fail(str(e))
 
 
 @app.command()
@@ -194,11 +194,11 @@ def diagnose(
     from posttrain.obs.diagnose_run import render
 
     if not run_dir.is_dir():
-        _fail(f"run directory not found: {run_dir}")
+        fail(f"run directory not found: {run_dir}")
     try:
         diag = run_diagnose(run_dir)
     except ValueError as e:  # a builtin one: the run's config.yaml has diagnostics settings that do not validate
-        _fail(str(e))
+        fail(str(e))
     if as_json:
         typer.echo(json.dumps(diag.to_json(), indent=2))
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from posttrain.cli.app import _fail, app
+from posttrain.cli.app import app, fail
 
 rm_app = typer.Typer(
     add_completion=False, help="Reward models: train one from chosen/rejected pairs (docs/reward_models.md)."
@@ -154,4 +154,4 @@ def judge_finetune(
             log=typer.echo,
         )
     except ValueError as e:  # a builtin one: finetune_judge's own check of its settings
-        _fail(str(e))
+        fail(str(e))

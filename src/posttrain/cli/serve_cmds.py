@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from posttrain.cli.app import _fail, app
+from posttrain.cli.app import app, fail
 
 
 @app.command()
@@ -22,11 +22,11 @@ def auto(
     try:
         if resume is not None:
             if program is not None or base_config is not None:
-                _fail("--resume continues with the program.md and base.yaml copied into SEARCH_DIR; pass no files")
+                fail("--resume continues with the program.md and base.yaml copied into SEARCH_DIR; pass no files")
             result = resume_search(resume)
         else:
             if program is None:
-                _fail("give a program.md (see examples/auto/program.md) or --resume SEARCH_DIR")
+                fail("give a program.md (see examples/auto/program.md) or --resume SEARCH_DIR")
             result = start_search(program, base_config, out)
     except KeyboardInterrupt:
         typer.secho("stopped; continue with: posttrain auto --resume SEARCH_DIR", err=True)
@@ -57,7 +57,7 @@ def _guard(host: str, api_key: str | None, max_body_mb: float, header_timeout: f
             body_timeout_s=body_timeout,
         )
     except ValueError as e:  # HttpGuard's own check of the flags (a size or timeout out of range)
-        _fail(str(e))
+        fail(str(e))
 
 
 @app.command()
@@ -106,7 +106,7 @@ def serve(
     try:
         limits = openai_server.RequestLimits(max_chars=max_chars, max_n=max_n)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     api = openai_server.build_model_app(
         model,
         lora,
@@ -147,7 +147,7 @@ def env_serve(
     """Serve a task as an OpenEnv environment (WebSocket /ws, /reset, /step, /state, /schema)."""
     guard = _guard(host, api_key, max_body_mb, header_timeout, body_timeout)
     if max_action_chars < 1:
-        _fail(f"--max-action-chars must be >= 1, got {max_action_chars}")
+        fail(f"--max-action-chars must be >= 1, got {max_action_chars}")
     from posttrain.sampling import http_serve
 
     api = build_task_app(task, model, log=lambda s: typer.echo(s, err=True), max_action_chars=max_action_chars)
@@ -188,7 +188,7 @@ def env_check(
             tasks.append(load_task(n))
         except (RewardModelError, EmbeddingError) as e:
             if task:  # asked for by name: its missing prerequisite is an error
-                _fail(str(e))
+                fail(str(e))
             # every built-in: one whose reward model is not trained yet or whose extra is not installed is skipped
             typer.secho(f"skipped {n}: {e}", fg=typer.colors.YELLOW, err=True)
             names.remove(n)
@@ -233,7 +233,7 @@ def init_task(
     try:
         path = write_task_file(name, directory, force)
     except (FileExistsError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     typer.echo(
         f"wrote {path}\nnext:\n  posttrain env check --task {path}:make_task\n"
         f"  posttrain env check --task {path}:make_task --preflight\n"

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from posttrain.cli.app import _fail, app
+from posttrain.cli.app import app, fail
 
 if TYPE_CHECKING:
     from posttrain.config import Config
@@ -44,10 +44,10 @@ def train(
         config_path = args.pop(0)
     if resume is not None:
         if config_path is not None:
-            _fail("--resume takes the config from RUN_DIR/config.yaml; pass only overrides")
+            fail("--resume takes the config from RUN_DIR/config.yaml; pass only overrides")
         config_path = str(resume / "config.yaml")
         if not resume.is_dir():
-            _fail(f"run directory not found: {resume}")
+            fail(f"run directory not found: {resume}")
     cfg = load_config(config_path, args)
     if dry_run:
         _dry_run(cfg)
@@ -55,7 +55,7 @@ def train(
     from posttrain.training.launch import launched_rank, run_worker
 
     if launched_rank() > 0:  # under torchrun: ranks > 0 train what rank 0 sends them (training/distributed.py)
-        run_worker(cfg)
+        run_worker(cfg.trainer.dist_timeout_s)  # the rest of what it trains comes from rank 0 (RankPlan)
         return
     from posttrain.loop import train as run_train
 
@@ -92,16 +92,16 @@ def ttrl(
 
     overrides = list(args or [])
     if mode not in ("majority", "discover"):
-        _fail(f"--mode must be 'majority' or 'discover', got {mode!r}")
+        fail(f"--mode must be 'majority' or 'discover', got {mode!r}")
     if eval_samples < 1:
-        _fail(f"--eval-samples must be >= 1, got {eval_samples}")
+        fail(f"--eval-samples must be >= 1, got {eval_samples}")
     if state is not None and mode != "discover":
-        _fail("--state is for --mode discover (it keeps the best score so far)")
+        fail("--state is for --mode discover (it keeps the best score so far)")
     for a in overrides:
         if "=" not in a:
-            _fail(f"unexpected argument {a!r}: ttrl takes overrides like loop.steps=20 (no config file)")
+            fail(f"unexpected argument {a!r}: ttrl takes overrides like loop.steps=20 (no config file)")
         if a.split("=", 1)[0] in ("task.name", "task.options.base", "task.options.mode"):
-            _fail(f"{a.split('=', 1)[0]} is set by ttrl: use --task / --mode")
+            fail(f"{a.split('=', 1)[0]} is set by ttrl: use --task / --mode")
     keys = {a.split("=", 1)[0] for a in overrides}
     base = ["task.name=ttrl", f"task.options.base={task}", f"task.options.mode={mode}"]
     base += [f"task.options.extractor={extractor}"] if extractor else []

@@ -43,6 +43,7 @@ from posttrain.cluster.ray_runtime import RaySession
 from posttrain.config.schema import ClusterConfig
 from posttrain.envs.tool_env import finish_episode
 from posttrain.envs.tools import EnvWorkerLost, Tool
+from posttrain.rewards.rubric import Score
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory
 
@@ -371,8 +372,8 @@ class ReissueOnLoss:
             f"a rollout lost its env worker {self.workers.cc.max_restarts + 1} times (last: {last})"
         )
 
-    async def score(self, trajectories: list[Trajectory]) -> None:
-        await self.env.score(trajectories)
+    async def score(self, trajectories: list[Trajectory]) -> list[Score]:
+        return await self.env.score(trajectories)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.env, name)

@@ -5,6 +5,8 @@
     pool.load_weights(ref, version)                  every live actor loads the object-store state (ray_weights.py)
     pool.use_weights(load_one)                       another transport (ray_weights.py MemoryWeights) says how one
                                                      actor loads what the pool serves: replacements and stale actors
+    pool.recover(slot, failed, why)                  a dead or hung actor replaced (or its slot retired); `lock`
+                                                     held by a transport's whole push
     pool.close()                                     actors, placement group, and Ray if this run started it
 
 Each actor (sampler_worker.py) holds its own copy of the policy, placed in its own placement-group bundle (spread
@@ -70,8 +72,9 @@ class RaySamplerPool:
         # Loads the weights the pool serves into one actor (raises if it cannot): set by the weight transport at
         # each push, before the actors load, so an actor replaced mid-push or later loads the current version.
         self._load_one: Callable[[Slot], None] | None = None
-        # Slot replacement, and MemoryWeights for a whole push: the sync runs in a thread in async mode.
-        self._lock = threading.RLock()
+        # Slot replacement, and a transport's whole push (ray_weights.py MemoryWeights holds it): the sync runs in a
+        # thread in async mode.
+        self.lock = threading.RLock()
         self._remote = self.ray.remote(SamplerWorker)
         self.context: ContextBudget | None = None  # the actors' (start reads it from them)
         self._coalescer = Coalescer(self.sample_rows)
@@ -98,6 +101,10 @@ class RaySamplerPool:
             raise
 
     # ---- Sampler protocol ------------------------------------------------------------------------------------
+    def set_version(self, version: int) -> None:
+        """The version the actors serve now (the transport, once every actor loaded it)."""
+        self.policy_version = version
+
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
@@ -135,7 +142,7 @@ class RaySamplerPool:
                         f"rows {span[0]}-{span[1]} failed {tries[span]} times on sampler actors "
                         f"(last: {why}: {res if why != 'stale' else 'an old policy version'})"
                     )
-                again.append((await asyncio.to_thread(self._recover, slot, handle, why), span))
+                again.append((await asyncio.to_thread(self.recover, slot, handle, why), span))
             todo = again
         return out  # type: ignore[return-value]  # every span was filled or the call raised
 
@@ -152,7 +159,7 @@ class RaySamplerPool:
     def load_weights(self, ref: Any, version: int) -> None:
         """Every live actor loads the object-store state `ref` as `version` (bounded waits; an actor that dies or
         hangs is replaced and loads it as it starts). Afterwards the pool serves `version`."""
-        with self._lock:
+        with self.lock:
             self._weights = (ref, version)
             self._load_one = lambda slot: self._get(slot.handle.load_weights.remote(ref, version), "load weights")
         ray_exc = self.ray.exceptions
@@ -165,7 +172,7 @@ class RaySamplerPool:
                 except (ray_exc.RayActorError, ray_exc.GetTimeoutError) as e:
                     failed.append((slot, handle, "timeout" if isinstance(e, TimeoutError) else "dead"))
             for slot, handle, why in failed:
-                self._recover(slot, handle, why)  # a replacement loads `ref` (self._load_one) before it serves
+                self.recover(slot, handle, why)  # a replacement loads `ref` (self._load_one) before it serves
             if not failed:
                 self.policy_version = version
                 return
@@ -178,16 +185,20 @@ class RaySamplerPool:
         """How one actor loads the weights the pool serves from now on (`load_one(slot)` raises when it cannot),
         for a transport that is not `load_weights`: a replacement loads through it before it serves, and so does
         an actor caught serving an old version. The transport sets `policy_version` once its live actors loaded."""
-        with self._lock:
+        with self.lock:
             self._weights = None
             self._load_one = load_one
 
-    # ---- failure ---------------------------------------------------------------------------------------------
-    def _recover(self, slot: Slot, failed: Any, why: str) -> Slot:
+    # ---- failure (cluster/group_broadcast.py RecoveringPool: `member`, `recover`) --------------------------------
+    def member(self, slot: Slot) -> Any:
+        """The actor `slot` holds now."""
+        return slot.handle
+
+    def recover(self, slot: Slot, failed: Any, why: str) -> Slot:
         """After `failed` (slot's actor at call time) died, hung or served an old version: the slot to retry on.
         A stale actor reloads the current weights; a dead or hung one is replaced in its bundle (it loads them on
         start); a slot out of replacements is retired and another live slot takes the share."""
-        with self._lock:
+        with self.lock:
             if slot.handle is not failed:  # another caller already replaced it
                 return slot if not slot.retired else self._any_live()
             if why == "stale" and self._reload(slot):

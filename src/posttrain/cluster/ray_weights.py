@@ -35,26 +35,26 @@ without LoRA, every weight. vLLM engines in actors take every weight under its H
 sampling/vllm_weights.py `hf_state`).
 
 Failure, for both: every wait is bounded by `cluster.actor_timeout_s` (the gloo group's own timeout too). A dead or
-hung actor is replaced through the pool (`_recover`) and the replacement loads the version the pool serves before it
+hung actor is replaced through the pool (`recover`) and the replacement loads the version the pool serves before it
 serves: the pool keeps a per-transport `load_one` for that (`use_weights`); the object store path sets its own. For
 the memory transports `load_one` reads the flat block, which still holds the last pushed version after the push,
 so a replacement needs nothing from the trainer's (moving) model. An actor whose broadcast failed because the group
 broke (another member died) is alive: it loads again in a rebuilt group. A member that dies mid-broadcast fails the
 trainer's send at once, but the members still waiting for their next bucket only give up at the group's timeout,
-so such a push costs up to one `actor_timeout_s` more; it never hangs.
+so such a push costs up to one `actor_timeout_s` more; it never hangs. The group and that retry are
+cluster/group_broadcast.py's (shared with the vLLM servers' transport), reaching the pool by its public `member`,
+`recover` and `lock`.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
 import time
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from collections.abc import Sequence
+from typing import Any, Literal
 
+from posttrain.cluster.group_broadcast import Broadcaster, Failure, Outcomes, load_all
 from posttrain.cluster.ray_sampler import RaySamplerPool, SamplerPoolError, Slot
 from posttrain.config.schema import Config
-from posttrain.sampling import weight_group as wg
 from posttrain.sampling import weight_transfer as wt
 from posttrain.sampling.weight_ipc import trainable_state
 
@@ -116,29 +116,23 @@ class ObjectStoreWeights:
 Route = Literal["shared", "group"]  # how one actor gets the block
 
 
-class _Failure(NamedTuple):
-    """One actor's failed call: `dead` (the actor is gone), `timeout` (no answer in time: hung or stuck) or
-    `failed` (the actor is alive and its method raised, e.g. its group broke)."""
+class _ActorCalls:
+    """How MemoryWeights' group members are asked (group_broadcast.MemberCalls): Ray method calls, answered by
+    `outcomes` (Ray runs one method of an actor at a time, so a join and the trainer's end cannot be one call)."""
 
-    why: str
-    error: BaseException
+    def __init__(self, weights: MemoryWeights):
+        self.weights = weights
 
+    def key(self, slot: Slot) -> object:
+        return (slot.rank, slot.handle)  # a replaced actor (a new handle) is a new member
 
-@dataclass
-class _Group:
-    """The trainer's end of a weight group and who is in it: (slot rank, actor handle) for ranks 1..K in order."""
+    def join(self, slots: Sequence[Slot], invitations: list[str]) -> Outcomes:
+        calls = [s.handle.join_weight_group.remote(inv) for s, inv in zip(slots, invitations)]
+        return lambda: self.weights.outcomes(calls)
 
-    members: tuple[tuple[int, Any], ...]
-    group: wg.WeightGroup  # this process's end (rank 0); its store lives as long as the group
-
-    def serves(self, slots: list[Slot]) -> bool:
-        """The same actors in the same order: a replaced actor (a new handle) is a new member."""
-        return len(slots) == len(self.members) and all(
-            s.rank == r and s.handle is h for s, (r, h) in zip(slots, self.members)
-        )
-
-
-_GROUP_IDS = itertools.count()
+    def receive(self, slots: Sequence[Slot], layout: str) -> Outcomes:
+        calls = [s.handle.load_from_group.remote(layout, self.weights.version) for s in slots]
+        return lambda: self.weights.outcomes(calls)
 
 
 class MemoryWeights:
@@ -167,8 +161,8 @@ class MemoryWeights:
         self.flat: wt.FlatWeights | None = None
         self.buckets: list[tuple[int, int]] = []
         self.version = -1
-        self.group: _Group | None = None  # the push path's group, kept while its members stay
-        self.rebuilds = 0
+        # The group's store listens on this node's address only; the group is always gloo (module docstring).
+        self.groups = Broadcaster(_ActorCalls(self), self.host, "gloo", self.timeout_s, "posttrain-ray-weights")
         for slot in pool.live_slots():
             self._route(slot)  # shared_memory with an actor on another node: refused now, not at the first push
 
@@ -178,13 +172,13 @@ class MemoryWeights:
         state = _named_state(self.model, self.full_hf)
         # The pool's lock: a replacement made by a sample call's recovery (another thread in async mode) reads the
         # flat block and opens groups through `load_one`; it must not see a half-filled block or a half-built group.
-        with self.pool._lock:
+        with self.pool.lock:
             self._write(state)
             t_fill = time.perf_counter() - t0
             self.version = version
             self.pool.use_weights(self.load_one)  # an actor replaced from now on loads this version
             self._load_all()
-            self.pool.policy_version = version
+            self.pool.set_version(version)
             routes = [self._route(s) for s in self.pool.live_slots()]
         assert self.flat is not None
         return {
@@ -193,7 +187,7 @@ class MemoryWeights:
             "cluster/weight_mb": wt.total_bytes(self.flat.specs) / 1e6,
             "cluster/weight_shared_actors": float(routes.count("shared")),
             "cluster/weight_group_actors": float(routes.count("group")),
-            "cluster/weight_group_rebuilds": float(self.rebuilds),
+            "cluster/weight_group_rebuilds": float(self.groups.rebuilds),
             **self.pool.metrics(),
         }
 
@@ -203,19 +197,16 @@ class MemoryWeights:
         leaves the push path's group for it, so that one is rebuilt at the next push."""
         assert self.flat is not None, "load_one before the first push"
         if self._route(slot) == "shared":
-            failures = self._outcomes([slot.handle.load_from_shared.remote(self._shared_layout(), self.version)])
+            failures = self.outcomes([slot.handle.load_from_shared.remote(self._shared_layout(), self.version)])
         else:
-            self.group = None
-            group, failures = self._open([slot])
-            if group is not None:
-                failures = self._broadcast(group, [slot])
+            failures = self.groups.alone(slot, self.flat, self.buckets)
         if failures:
             raise next(iter(failures.values())).error
 
     def close(self) -> None:
         """The actors first (they stop reading the block), then the group and the block."""
         self.pool.close()
-        self.group = None
+        self.groups.release()
         if self.flat is not None:
             self.flat.close()
             self.flat = None
@@ -242,89 +233,36 @@ class MemoryWeights:
         self.flat.fill(state)
 
     def _load_all(self) -> None:
-        """Every live actor loads the flat block. Shared-memory loads run while the group broadcasts. After a
-        failure, a dead or hung actor is replaced through the pool (it loads by `load_one`) or retired; an alive
-        one that the broken group failed loads again in a rebuilt group, for as many rounds as the pool's
-        restarts allow."""
-        pool = self.pool
-        pending = pool.live_slots()
-        for _ in range(pool.cc.max_restarts + 2):
-            shared = [(s, s.handle) for s in pending if self._route(s) == "shared"]
-            grouped = [s for s in pending if self._route(s) == "group"]
-            layout = self._shared_layout()
-            shm_calls = [h.load_from_shared.remote(layout, self.version) for _, h in shared]
-            failed = [(grouped[i], grouped[i].handle, f) for i, f in self._group_round(grouped).items()]
-            for i, f in self._outcomes(shm_calls).items():
-                if f.why == "failed":  # the sampler raised on a local copy: a bug to see, not a transport failure
-                    raise f.error.as_instanceof_cause()  # type: ignore[attr-defined]  # a RayTaskError
-                failed.append((shared[i][0], shared[i][1], f))
-            if not failed:
-                return
-            retry = []
-            for slot, handle, f in failed:
-                if f.why == "failed":
-                    retry.append(slot)
-                else:
-                    pool._recover(slot, handle, f.why)  # replaced (loading by load_one) or retired
-            pending = [s for s in retry if not s.retired]
-            if not pending:
-                return
-        raise SamplerPoolError(
-            f"{len(pending)} live sampler actors did not load policy version {self.version} in "
-            f"{pool.cc.max_restarts + 2} rounds (last: {failed[-1][2].error})"
-        )
+        """Every live actor loads the flat block (cluster/group_broadcast.py load_all): a dead or hung actor is
+        replaced through the pool (it loads by `load_one`) or retired; an alive one that the broken group failed
+        loads again in a rebuilt group, for as many rounds as the pool's restarts allow."""
+        rounds = self.pool.cc.max_restarts + 2
 
-    def _group_round(self, slots: list[Slot]) -> dict[int, _Failure]:
-        """`slots` load by one broadcast, in the cached group when it holds exactly them; failures by index."""
-        if not slots:
-            return {}
-        if self.group is None or not self.group.serves(slots):
-            self.group = None  # its sockets close; its members replace it as they join the next
-            group, failures = self._open(slots)
-            if group is None:
-                return failures
-            self.group = group
-        failures = self._broadcast(self.group, slots)
-        if failures:
-            self.group = None  # a broadcast failed midway: no member can be trusted to be in step
-        return failures
+        def fail(pending: list[Slot], last: Failure) -> SamplerPoolError:
+            return SamplerPoolError(
+                f"{len(pending)} live sampler actors did not load policy version {self.version} in {rounds} rounds "
+                f"(last: {last.error})"
+            )
 
-    def _open(self, slots: list[Slot]) -> tuple[_Group | None, dict[int, _Failure]]:
-        """A group of this process (rank 0) and `slots`' actors (ranks 1..K): the actors' joins are in flight
-        while this thread opens its end (Ray runs one method of an actor at a time, so it cannot be one call)."""
-        store = wg.host_store(self.host, self.timeout_s)  # listening on this node's address only
-        name = f"posttrain-ray-weights-{os.getpid()}-{next(_GROUP_IDS)}"
-        inv = wg.Invitation(self.host, store.port, name, wg.new_token(), 0, len(slots) + 1, "gloo", self.timeout_s)
-        calls = [s.handle.join_weight_group.remote(inv.for_rank(i + 1).to_json()) for i, s in enumerate(slots)]
-        try:
-            group = wg.open_group(inv, store)  # raises when a member never comes or is not a member
-        except Exception as e:  # noqa: BLE001 - who is at fault is read from the joins
-            return None, self._outcomes(calls) or dict.fromkeys(range(len(slots)), _Failure("failed", e))
-        failures = self._outcomes(calls)
-        if failures:
-            return None, failures
-        self.rebuilds += 1
-        return _Group(tuple((s.rank, s.handle) for s in slots), group), {}
+        load_all(self.pool, self.pool.live_slots(), self._round, rounds, fail)
 
-    def _broadcast(self, group: _Group, slots: list[Slot]) -> dict[int, _Failure]:
-        """The flat block to every member: their receives are in flight while this thread sends."""
+    def _round(self, slots: list[Slot]) -> dict[int, Failure]:
+        """`slots` load: those on this node from the block, while the others load by one broadcast. A shared-memory
+        load that raised is a bug to see (the sampler raised on a local copy), not a transport failure."""
         assert self.flat is not None
-        nonce = wg.new_nonce()
-        digests = wg.bucket_digests(group.group, nonce, self.flat.data, self.buckets)
-        layout = wt.layout_json(self.flat.specs, self.buckets, name=group.group.name, nonce=nonce, digests=digests)
-        calls = [s.handle.load_from_group.remote(layout, self.version) for s in slots]
-        try:
-            wg.send_flat(group.group, self.flat.data, self.buckets)
-        except Exception as e:  # noqa: BLE001 - a peer died or the group timed out: the members' answers say which
-            send_error: BaseException | None = e
-        else:
-            send_error = None
-        failures = self._outcomes(calls)
-        if send_error is not None and not failures:
-            failures = dict.fromkeys(range(len(slots)), _Failure("failed", send_error))
-        return failures
+        shared = [i for i, s in enumerate(slots) if self._route(s) == "shared"]
+        grouped = [i for i, s in enumerate(slots) if self._route(s) == "group"]
+        layout = self._shared_layout()
+        shm_calls = [slots[i].handle.load_from_shared.remote(layout, self.version) for i in shared]
+        failures = self.groups.round([slots[i] for i in grouped], self.flat, self.buckets)
+        out = {grouped[j]: f for j, f in failures.items()}
+        for j, f in self.outcomes(shm_calls).items():
+            if f.why == "failed":
+                raise f.error.as_instanceof_cause()  # type: ignore[attr-defined]  # a RayTaskError
+            out[shared[j]] = f
+        return out
 
-    def _outcomes(self, calls: list[Any]) -> dict[int, _Failure]:
+    def outcomes(self, calls: list[Any]) -> dict[int, Failure]:
         """The failed ones among `calls` (object refs), by index, waiting at most `actor_timeout_s` for all."""
         if not calls:
             return {}
@@ -332,10 +270,10 @@ class MemoryWeights:
         exc = ray.exceptions
         ready, _ = ray.wait(calls, num_returns=len(calls), timeout=self.timeout_s)
         done = set(ready)
-        failures: dict[int, _Failure] = {}
+        failures: dict[int, Failure] = {}
         for i, ref in enumerate(calls):
             if ref not in done:
-                failures[i] = _Failure(
+                failures[i] = Failure(
                     "timeout",
                     TimeoutError(
                         f"a sampler actor did not load weights within cluster.actor_timeout_s={self.timeout_s:g}s"
@@ -345,11 +283,11 @@ class MemoryWeights:
             try:
                 ray.get(ref, timeout=self.timeout_s)
             except exc.RayActorError as e:
-                failures[i] = _Failure("dead", e)
+                failures[i] = Failure("dead", e)
             except exc.RayTaskError as e:
-                failures[i] = _Failure("failed", e)
+                failures[i] = Failure("failed", e)
             except exc.GetTimeoutError as e:
-                failures[i] = _Failure("timeout", e)
+                failures[i] = Failure("timeout", e)
         return failures
 
     def _shared_layout(self) -> str:

@@ -44,7 +44,7 @@ class SamplerWorker:
         else:
             model = with_lora(cfg, model).eval()
             self.sampler = HFSampler(model, tok, stop_token_ids(model, tok), seed=seed, context=run_budget(cfg, model))
-        self.sampler.policy_version = -1  # serves nothing the driver pushed until its first load_weights
+        self.sampler.set_version(-1)  # serves nothing the driver pushed until its first load_weights
         self._group: Any = None  # the weight group this actor last joined, and its name
         self._group_name = ""
 

@@ -1,11 +1,12 @@
-"""How a push's weights reach a VLLMServerPool's servers (cluster/vllm_servers.py): one class per transport.
+"""How a push's weights reach a ServerPool's servers (cluster/vllm_servers.py): one class per transport.
 
     loads.write(state)        under the pool's write lock: the full state (HF names, a tied output layer under its
                               own name) kept where the servers read it, in their dtype; it stays there until the
                               next push, so a server
                               restarted between pushes loads the last pushed version without the trainer
     loads.load_one(server)    one server loads it (a restart, a stale server); inside the pool's pause/label step
-    loads.push_all(slots)     `collective` transports only: every live server loads it at once
+    loads.push_all(slots)     every live slot's server loads it: one by one through the pool's pause/label step
+                              (`pool.push_each`: file, shared memory), or by one broadcast (group)
 
 - `FileLoad` (transport=file): a safetensors file in the pool's weights folder, reloaded by vLLM's own
   `reload_weights(weights_path=...)`. Costs a write and a read of the whole model per push (1.66 s for the default
@@ -22,26 +23,56 @@
   kept between pushes and rebuilt when its members change (a server restarted or retired) or after a join or a
   broadcast failed. A server that dies mid-broadcast fails the broadcast within the group's timeout; the servers
   still healthy load again in a rebuilt group, the dead one is restarted and loads through a group of its own.
+  The group and that retry are cluster/group_broadcast.py's, shared with the Ray actors' transport.
+
+The pool is reached through `ServerPool` (its public methods), which cluster/vllm_servers.py ServerPool is.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol
 
-from posttrain.cluster.server_processes import Server, ServerPoolError, _ServerFailed
-from posttrain.sampling import weight_group as wg
+from posttrain.cluster.group_broadcast import Broadcaster, Failure, Outcomes, load_all
+from posttrain.cluster.server_processes import Server, ServerFailed, ServerPoolError, Slot
 from posttrain.sampling import weight_transfer as wt
+from posttrain.sampling.vllm_common import EngineSpec
 from posttrain.sampling.vllm_weights import servable_state
 from posttrain.sampling.weight_ipc import save_safetensors_atomic
 
-# The pool (cluster/vllm_servers.py VLLMServerPool) and its slots, as this module uses them: `pool.rpc`,
-# `pool.healthy`, `pool._sync_server`, `pool._recover`, `pool.log`, `pool.timeout_s`, `pool.max_restarts`,
-# `pool.spec.dtype`, `pool.weights_dir`; a slot's `server` and `retired`. Typed loosely: the pool imports this module.
-VLLMServerPool = Any
-Slot = Any
+
+class ServerPool(Protocol):
+    """What a transport uses of its pool (cluster/vllm_servers.py ServerPool): the recovery protocol of
+    cluster/group_broadcast.py (`member`, `recover`), the servers' calls, and the settings the loads read."""
+
+    spec: EngineSpec
+    weights_dir: Path
+    timeout_s: float
+    max_restarts: int
+
+    def log(self, msg: str) -> Any: ...
+
+    def rpc(self, server: Server, method: str, kwargs: dict[str, str]) -> Any: ...
+
+    def healthy(self, server: Server) -> bool: ...
+
+    def sync_server(self, server: Server, load: Callable[[Server], None] | None) -> None: ...
+
+    def push_each(self, slots: list[Slot], reload: bool = True) -> None: ...
+
+    def member(self, slot: Slot) -> Server: ...
+
+    def recover(self, slot: Slot, failed: Server, why: str) -> Slot: ...
+
+    def push(self, state: dict[str, Any], version: int) -> dict[str, float]: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def close(self) -> None: ...
+
 
 DEFAULT_BUCKET_MB = wt.DEFAULT_BUCKET_MB
 EXTENSION = "posttrain.sampling.vllm_receiver.WeightReceiver"
@@ -50,10 +81,9 @@ WEIGHTS_FILE = "model.safetensors"
 
 class FileLoad:
     kind = "file"
-    collective = False
     server_flags: list[str] = []
 
-    def __init__(self, pool: VLLMServerPool, backend: str = "gloo", bucket_mb: float = DEFAULT_BUCKET_MB):
+    def __init__(self, pool: ServerPool, backend: str = "gloo", bucket_mb: float = DEFAULT_BUCKET_MB):
         self.pool = pool
 
     def write(self, state: dict[str, Any]) -> None:
@@ -64,8 +94,8 @@ class FileLoad:
         # Always the same folder: a reload from a path repoints the server's model path there.
         self.pool.rpc(server, "reload_weights", {"weights_path": str(self.pool.weights_dir)})
 
-    def push_all(self, slots: list[Slot]) -> None:  # pragma: no cover - not collective
-        raise NotImplementedError
+    def push_all(self, slots: list[Slot]) -> None:
+        self.pool.push_each(slots)
 
     def close(self) -> None:
         pass
@@ -78,7 +108,7 @@ class _FlatLoad:
     server_flags = ["--worker-extension-cls", EXTENSION]
     shared = False
 
-    def __init__(self, pool: VLLMServerPool, backend: str = "gloo", bucket_mb: float = DEFAULT_BUCKET_MB):
+    def __init__(self, pool: ServerPool, backend: str = "gloo", bucket_mb: float = DEFAULT_BUCKET_MB):
         self.pool, self.backend = pool, backend
         self.bucket_bytes = int(bucket_mb * 2**20)
         self.flat: wt.FlatWeights | None = None
@@ -98,149 +128,134 @@ class _FlatLoad:
 
 class SharedLoad(_FlatLoad):
     kind = "shared memory"
-    collective = False
     shared = True
 
     def load_one(self, server: Server) -> None:
         assert self.flat is not None
         self.pool.rpc(server, "posttrain_load_shared", {"args": wt.layout_json(self.flat.specs, shm=self.flat.name)})
 
-    def push_all(self, slots: list[Slot]) -> None:  # pragma: no cover - not collective
-        raise NotImplementedError
+    def push_all(self, slots: list[Slot]) -> None:
+        """The servers map the block at once: each through its own pause/load/label step, in parallel."""
+        self.pool.push_each(slots)
 
 
-class _Group:
-    def __init__(self, members: tuple[int, ...], group: wg.WeightGroup):
-        self.members, self.group = members, group
+class _ServerCalls:
+    """How GroupLoad's members are asked (group_broadcast.MemberCalls): through the pool's /collective_rpc, each
+    call in a thread of its own. `sync`: a receive runs inside the server's pause/label step (the pool's
+    `sync_server`); False: the bare receive, inside a step the caller runs (a restart's load)."""
+
+    def __init__(self, pool: ServerPool, sync: bool):
+        self.pool, self.sync = pool, sync
+
+    def key(self, slot: Slot) -> object:
+        return slot.server
+
+    def _post(self, slots: Sequence[Slot], call: Callable[[int, Server], None]) -> Outcomes:
+        servers = [s.server for s in slots]
+        ex = ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="weight-rpc")
+        futures = [ex.submit(call, i, s) for i, s in enumerate(servers)]
+        ex.shutdown(wait=False)  # its threads end with their calls, each bounded by the pool's timeout
+
+        def outcomes() -> dict[int, Failure]:
+            return {i: f for i, fut in enumerate(futures) if (f := self._outcome(fut, servers[i])) is not None}
+
+        return outcomes
+
+    def _outcome(self, fut: Future, server: Server) -> Failure | None:
+        try:
+            fut.result()
+            return None
+        except Exception as e:  # noqa: BLE001 - recorded per server: a healthy one loads again, a dead one restarts
+            return Failure("failed" if self.pool.healthy(server) else "dead", e)
+
+    def join(self, slots: Sequence[Slot], invitations: list[str]) -> Outcomes:
+        return self._post(slots, lambda i, s: self.pool.rpc(s, "posttrain_join", {"args": invitations[i]}))
+
+    def receive(self, slots: Sequence[Slot], layout: str) -> Outcomes:
+        def receive(server: Server) -> None:
+            self.pool.rpc(server, "posttrain_receive", {"args": layout})
+
+        if self.sync:
+            return self._post(slots, lambda _, s: self.pool.sync_server(s, receive))
+        return self._post(slots, lambda _, s: receive(s))
 
 
 class GroupLoad(_FlatLoad):
     kind = "group"
-    collective = True
-    _names = itertools.count()
 
-    def __init__(self, pool: VLLMServerPool, backend: str = "gloo", bucket_mb: float = DEFAULT_BUCKET_MB):
+    def __init__(self, pool: ServerPool, backend: str = "gloo", bucket_mb: float = DEFAULT_BUCKET_MB):
         super().__init__(pool, backend, bucket_mb)
-        self.group: _Group | None = None  # the push path's group, kept while its members stay
-        self.rebuilds = 0
+        # Every server is on this host: the groups' stores listen on loopback only. `pushes`: the push path's (each
+        # receive inside its server's pause/label step); `lone`: one server's load, inside its caller's step.
+        self.pushes, self.lone = (
+            Broadcaster(_ServerCalls(pool, sync), "127.0.0.1", backend, pool.timeout_s, "posttrain-weights")
+            for sync in (True, False)
+        )
 
-    def _open(self, servers: list[Server]) -> _Group:
-        """A group of this process (rank 0) and `servers` (ranks 1..K in order): each server joins through its
-        worker extension while this process opens its end; the first failure fails the whole join."""
-        pool = self.pool
-        timeout = pool.timeout_s
-        down = [s.url for s in servers if not pool.healthy(s)]
+    @property
+    def rebuilds(self) -> int:
+        return self.pushes.rebuilds + self.lone.rebuilds
+
+    def _round(self, slots: list[Slot]) -> dict[int, Failure]:
+        assert self.flat is not None
+        t0 = time.perf_counter()
+        down = [s.server.url for s in slots if not self.pool.healthy(s.server)]
         if down:  # fail now: a join posted to the others would hold their engines until the group's timeout
-            raise RuntimeError(f"not answering, so not joining the weight group: {', '.join(down)}")
-        store = wg.host_store("127.0.0.1", timeout)  # every server is on this host: loopback only
-        name = f"posttrain-weights-{next(self._names)}"
-        inv = wg.Invitation("127.0.0.1", store.port, name, wg.new_token(), 0, len(servers) + 1, self.backend, timeout)
-
-        def join(i_server: tuple[int, Server]) -> None:
-            i, server = i_server
-            pool.rpc(server, "posttrain_join", {"args": inv.for_rank(i + 1).to_json()})
-
-        with ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="weight-join") as ex:
-            futures = [ex.submit(join, (i, s)) for i, s in enumerate(servers)]
-            # raises when a member never comes or is not a member
-            group = wg.open_group(inv, store, device="cuda" if self.backend == "nccl" else "cpu")
-            for f in futures:
-                f.result()
-        self.rebuilds += 1
-        return _Group(tuple(id(s) for s in servers), group)
-
-    def _broadcast(self, group: _Group, servers: list[Server], sync: bool) -> dict[int, BaseException]:
-        """Every server of `group` loads the flat copy: each receives inside its pause/label step (`sync`: the
-        pool's `_sync_server`; False: the bare receive, inside a step the caller runs) while this thread sends.
-        Returns the failures by server index."""
-        pool, flat = self.pool, self.flat
-        assert flat is not None
-        nonce = wg.new_nonce()
-        digests = wg.bucket_digests(group.group, nonce, flat.data, self.buckets)
-        layout = wt.layout_json(flat.specs, self.buckets, name=group.group.name, nonce=nonce, digests=digests)
-
-        def receive(server: Server) -> None:
-            pool.rpc(server, "posttrain_receive", {"args": layout})
-
-        errors: dict[int, BaseException] = {}
-        with ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="weight-recv") as ex:
-            futures = [ex.submit(pool._sync_server, s, receive) if sync else ex.submit(receive, s) for s in servers]
-            try:
-                wg.send_flat(group.group, flat.data, self.buckets)
-            except Exception as e:  # noqa: BLE001 - any transport failure: the group is broken for everyone
-                send_error: BaseException | None = e
-            else:
-                send_error = None
-            for i, f in enumerate(futures):
-                try:
-                    f.result()
-                except Exception as e:  # noqa: BLE001 - recorded per server, handled by the caller
-                    errors[i] = e
-        if send_error is not None and not errors:
-            errors = dict.fromkeys(range(len(servers)), send_error)
-        return errors
+            e = RuntimeError(f"not answering, so not joining the weight group: {', '.join(down)}")
+            failures = {i: Failure("dead" if s.server.url in down else "failed", e) for i, s in enumerate(slots)}
+        else:
+            failures = self.pushes.round(slots, self.flat, self.buckets)
+        if failures:
+            why = next(iter(failures.values())).error
+            self.pool.log(
+                f"vllm servers: weight broadcast to {len(failures)} of {len(slots)} failed after "
+                f"{time.perf_counter() - t0:.1f}s ({type(why).__name__}: {str(why)[:200]})"
+            )
+        return failures
 
     def load_one(self, server: Server) -> None:
         """A group of this process and `server` alone, opened for this load and dropped after (the push path's
         group is rebuilt at the next push, since its members changed)."""
-        try:
-            group = self._open([server])
-        except Exception as e:  # noqa: BLE001 - any failure to join is this server's: the caller restarts it
-            raise _ServerFailed(f"{server.url}: could not join a weight group: {e}") from None
-        errors = self._broadcast(group, [server], sync=False)
-        if errors:
-            raise _ServerFailed(f"{server.url}: weight broadcast failed: {errors[0]}")
+        assert self.flat is not None
+        if not self.pool.healthy(server):
+            raise ServerFailed(f"{server.url}: could not join a weight group: not answering")
+        failures = self.lone.alone(Slot(-1, server), self.flat, self.buckets)
+        self.pushes.release()  # the server left the push path's group for this one
+        if failures:
+            raise ServerFailed(f"{server.url}: weight broadcast failed: {failures[0].error}")
 
     def push_all(self, slots: list[Slot]) -> None:
         """Every live slot's server loads the push by one broadcast. On a failure, the servers still healthy load
         again in a rebuilt group; a dead or hung one is restarted (and loads through a group of its own) or retired,
-        as the pool's restarts allow."""
-        pool = self.pool
-        pending = list(slots)
-        for _ in range(pool.max_restarts + 2):
-            servers = [s.server for s in pending]
-            members = tuple(id(s) for s in servers)
-            t0 = time.perf_counter()
-            try:
-                if self.group is None or self.group.members != members:
-                    self.group = self._open(servers)
-                errors = self._broadcast(self.group, servers, sync=True)
-            except Exception as e:  # noqa: BLE001 - the join failed: who is at fault is found below
-                errors = dict.fromkeys(range(len(servers)), e)
-            if not errors:
-                return
-            self.group = None
-            why = next(iter(errors.values()))
-            pool.log(
-                f"vllm servers: weight broadcast to {len(errors)} of {len(servers)} failed after "
-                f"{time.perf_counter() - t0:.1f}s ({type(why).__name__}: {str(why)[:200]})"
-            )
-            retry = []
-            for i in errors:
-                slot, server = pending[i], servers[i]
-                if pool.healthy(server):
-                    retry.append(slot)  # the broken group failed it, not its own fault: load again
-                else:
-                    pool._recover(slot, server, "failed")  # restarted (loading alone) or retired
-            pending = [s for s in retry if not s.retired]
-            if not pending:
-                return
-        raise ServerPoolError(f"the weight broadcast kept failing for {len(pending)} healthy servers")
+        as the pool's restarts allow (cluster/group_broadcast.py load_all)."""
+
+        def fail(pending: list[Slot], last: Failure) -> ServerPoolError:
+            return ServerPoolError(f"the weight broadcast kept failing for {len(pending)} healthy servers")
+
+        load_all(self.pool, list(slots), self._round, self.pool.max_restarts + 2, fail)
 
     def close(self) -> None:
-        self.group = None
+        self.pushes.release()
+        self.lone.release()
         super().close()
 
 
-LOADS: dict[str, type] = {"file": FileLoad, "shared_memory": SharedLoad, "group": GroupLoad}
+Loads = FileLoad | SharedLoad | GroupLoad
+# By `transport`: made with (pool, group backend, bucket MB); typed, so the pool a caller passes is checked against
+# ServerPool.
+LOADS: dict[str, type[FileLoad] | type[SharedLoad] | type[GroupLoad]] = {
+    "file": FileLoad,
+    "shared_memory": SharedLoad,
+    "group": GroupLoad,
+}
 
 
 class ServerPoolWeights:
-    """WeightSync (loop/weight_sync.py) for a VLLMServerPool: every push sends the trainer's full weights under HF
+    """WeightSync (loop/weight_sync.py) for a ServerPool: every push sends the trainer's full weights under HF
     checkpoint names; a peft model is merged (W + scale * B @ A, out of place: `hf_state`), since the servers are
     pushed whole weights, and `reload_weights` wants every parameter."""
 
-    def __init__(self, model: Any, pool: VLLMServerPool):
+    def __init__(self, model: Any, pool: ServerPool):
         self.model, self.pool = model, pool
 
     def push(self, version: int) -> dict[str, float]:

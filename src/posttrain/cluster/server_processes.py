@@ -169,7 +169,7 @@ class ServerPoolError(RuntimeError):
     push failed more often than the restarts allow."""
 
 
-class _ServerFailed(ServerPoolError):
+class ServerFailed(ServerPoolError):
     """One server did not do what was asked (dead, hung, a 5xx, a wrong answer): the caller restarts it."""
 
 

@@ -43,7 +43,6 @@ import httpx
 from posttrain.owned import OwnedDir, sweep_dirs
 
 PREFIX = "posttrain-vllm-"
-_DIR = re.compile(rf"{PREFIX}(\d{{1,10}})-([0-9a-f]{{6}})-[a-z0-9_]{{8}}")
 _SOCKET = re.compile(r"s\d{1,6}-\d{1,6}\.sock")
 # sun_path holds 108 bytes with its NUL; vLLM puts `<uuid4>` (36) under its VLLM_RPC_BASE_PATH, which is this dir
 _MAX_DIR = 107 - 1 - 36
@@ -60,7 +59,7 @@ class SocketDir:
     def create(cls, base: str | None = None) -> SocketDir:
         """A new directory, mode 0700, owned by this user; the directories of dead owners swept first."""
         base = base or tempfile.gettempdir()
-        name_len = len(PREFIX) + 10 + 1 + 6 + 1 + 8
+        name_len = len(PREFIX) + 10 + 1 + 6 + 1 + 8  # the longest name OwnedDir gives: <pid>-<ns tag>-<random>
         if len(base) + 1 + name_len > _MAX_DIR:
             base = "/tmp"  # a long TMPDIR: a socket under it could not be bound
         return cls(OwnedDir.create(PREFIX, base))

@@ -26,9 +26,9 @@ from typing import Any
 import httpx
 
 from posttrain.cluster.group_shm import mapped_by_group
-from posttrain.cluster.server_processes import Server, _ServerFailed, kill_group, log_tail, spawn_supervised
+from posttrain.cluster.server_processes import Server, ServerFailed, kill_group, log_tail, spawn_supervised
 from posttrain.cluster.server_sockets import SocketDir
-from posttrain.sampling.vllm_engine import EngineSpec, token_versions
+from posttrain.sampling.vllm_common import EngineSpec, token_versions
 from posttrain.types import Completion, SampleParams
 
 # Environment every server gets. DEV_MODE exposes /collective_rpc, /reset_prefix_cache, /pause, /resume and the
@@ -44,7 +44,7 @@ SERVER_ENV = {
 LOOPBACK_ENV = {"GLOO_SOCKET_IFNAME": "lo"}
 # The server (vllm_server_launch's tests put a stand-in in its place).
 SERVER_COMMAND = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-# Set by the in-process engine (vllm_engine.IN_PROCESS_ENV) when both run in one trainer process; a server must not
+# Set by the in-process engine (vllm_common.IN_PROCESS_ENV) when both run in one trainer process; a server must not
 # inherit them (its API server talks to an engine-core process).
 _IN_PROCESS_ONLY = ("VLLM_ENABLE_V1_MULTIPROCESSING",)
 
@@ -153,7 +153,7 @@ def wait_ready(server: Server, http: httpx.Client, deadline: float, start_timeou
     end of its log."""
     while True:
         if not server.alive():
-            raise _ServerFailed(
+            raise ServerFailed(
                 f"vLLM server on {server.socket} exited during start (code "
                 f"{server.proc.returncode}); end of {server.log_path}:\n{log_tail(server.log_path)}"
             )
@@ -167,7 +167,7 @@ def wait_ready(server: Server, http: httpx.Client, deadline: float, start_timeou
             pass
         if time.monotonic() > deadline:
             kill_group(server)
-            raise _ServerFailed(
+            raise ServerFailed(
                 f"vLLM server on {server.socket} did not start in {start_timeout_s:g}s; "
                 f"end of {server.log_path}:\n{log_tail(server.log_path)}"
             )

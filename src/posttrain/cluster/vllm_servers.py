@@ -10,34 +10,25 @@ How weights reach the servers (`transport`: shared_memory, group or file) is clu
 server and its wire format, cluster/vllm_server_launch.py; the HTTP calls to one server (a share of rows sampled,
 a push's pause, load, label and resume), cluster/vllm_server_calls.py.
 
-Why servers and not one engine in this process: each server holds its own copy of the policy and its own KV cache,
-so sampling scales past one engine and a crash in vLLM does not take the trainer down with it. What that costs is
-supervision, which is what this module is:
+Why servers, not one engine here: each holds its own policy copy and KV cache, so sampling scales past one engine
+and a crash in vLLM does not take the trainer down. What that costs is supervision, which is this module:
 
-- **Processes** (cluster/server_processes.py). Each server runs in its own session (process group) behind a small
-  watchdog: vLLM's API server forks an engine core and workers, and killing only the API server orphans them.
-  Closing, restarting or retiring a server kills the whole group, and removes what it mapped in /dev/shm. The
-  watchdog does both when this process disappears (SIGKILL, OOM killer); a finalizer at exit covers a crash.
+- **Processes** (cluster/server_processes.py): each server in its own process group behind a watchdog (vLLM forks
+  an engine core and workers); closing, restarting or retiring one kills the group and removes its /dev/shm files.
 - **Reachable by this user alone** (cluster/server_sockets.py): a Unix socket in the pool's own 0700 directory.
-- **Tokens in, tokens out, versions out.** Sampling uses vLLM's token-in/token-out endpoint
-  (`/inference/v1/generate`, enabled with `--enable-scale-out`), not /v1/completions: it is the one that returns,
-  per completion, the token ids, the processed log-probs (`--logprobs-mode processed_logprobs`) and the weight
-  version of every token (`weight_versions` spans). /v1/completions does not return versions in vLLM 0.32.
-- **Every completion's version is checked.** A completion must come from a version the pool served at the call's
-  start or pushed since; anything else means the server missed a push (a reload lost, a server restarted behind
-  our back). That server is given the current weights again and its rows are sampled again, never returned.
-- **Weight push.** The trainer's full weights (HF checkpoint names) go where the servers read them
-  (server_loads.py), and each server, paused (`/pause?mode=wait`: in-flight requests finish on the old weights, new
-  ones wait; `mode=keep` with in-flight updates), loads them in place, resets its prefix cache (mandatory: KV cached
-  under the old weights would otherwise be reused), sets its version label (`/update_weight_version`), is checked
-  (`/weight_info`) and resumed.
-- **Failure.** A server that dies, or does not answer a request within `timeout_s`, is killed and started again
-  (on a new socket), given the current weights, and its share of the rows is sampled again; after `max_restarts`
-  restarts a slot is retired and the live servers take its share; with none left the call fails. A server that
-  fails a push is handled the same way. Restarts are counted (`cluster/server_restarts`).
+- **Tokens in, tokens out, versions out.** vLLM's `/inference/v1/generate` (`--enable-scale-out`) returns per
+  completion the token ids, processed log-probs and every token's weight version; /v1/completions (0.32) no versions.
+- **Every completion's version is checked**: one pushed since the call began, else the server missed a push; it is
+  given the current weights again and its rows are sampled again, never returned.
+- **Weight push.** The trainer's full weights (HF names) go where the servers read them (server_loads.py, which
+  reaches the pool through its public `ServerPool` protocol); each server, paused (`/pause?mode=wait`, `keep` in
+  flight), loads them, resets its prefix cache (KV of the old weights), is relabeled, checked and resumed.
+- **Failure.** A server that dies or does not answer within `timeout_s` (a call or a push) is killed, started
+  again on a new socket and given the current weights (`recover`); its rows are sampled again; after `max_restarts`
+  a slot is retired and the live servers take its share; with none left the call fails (`cluster/server_restarts`).
 
-Not here: a per-request seed (it stops the CPU engine in vLLM 0.32; the servers are seeded at start), and LoRA
-adapters served as adapters (the pool is pushed merged full weights: `ServerPoolWeights` merges W + BA).
+Not here: a per-request seed (it stops vLLM 0.32's CPU engine; servers are seeded at start), and LoRA adapters
+served as adapters (the pool is pushed merged full weights: server_loads.py `ServerPoolWeights` merges W + BA).
 """
 
 from __future__ import annotations
@@ -46,26 +37,27 @@ import asyncio
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from posttrain.cluster.server_loads import DEFAULT_BUCKET_MB, LOADS, ServerPoolWeights  # noqa: F401 - re-exported
+from posttrain.cluster import vllm_server_calls as calls
+from posttrain.cluster.server_loads import DEFAULT_BUCKET_MB, LOADS
 from posttrain.cluster.server_processes import (
     Server,
+    ServerFailed,
     ServerPoolError,
     Slot,
-    _ServerFailed,
     close_servers,
     kill_group,
     note_shm,
 )
 from posttrain.cluster.server_sockets import AsyncSocketRoutes, SocketDir, SocketRoutes
-from posttrain.cluster.vllm_server_calls import _BadRequest, is_healthy, request, sample_on, sync_server
+from posttrain.cluster.vllm_server_calls import RequestRejected, is_healthy, request, sample_on
 from posttrain.cluster.vllm_server_launch import (
-    server_args,  # noqa: F401 - re-exported (the tests build a server's command line from here)
     spawn_server,
     split,
     ties_embeddings,
@@ -250,7 +242,7 @@ class VLLMServerPool:
                 )
                 failed = []
                 for (slot, span), (server, res) in zip(todo, results):
-                    if isinstance(res, _BadRequest):
+                    if isinstance(res, RequestRejected):
                         raise res
                     if isinstance(res, list) and self._fresh(res, floor):
                         out[span[0] : span[1]] = res
@@ -273,7 +265,7 @@ class VLLMServerPool:
                     self.stats["stale_resamples" if stale else "failed_resamples"] += span[1] - span[0]
                     failed.append((slot, server, "stale" if stale else "failed", span))
                 slots = await asyncio.gather(
-                    *(asyncio.to_thread(self._recover, slot, server, why) for slot, server, why, _ in failed)
+                    *(asyncio.to_thread(self.recover, slot, server, why) for slot, server, why, _ in failed)
                 )
                 todo = [(slot, span) for slot, (*_, span) in zip(slots, failed)]
         return out  # type: ignore[return-value]  # every span was filled or the call raised
@@ -303,11 +295,10 @@ class VLLMServerPool:
                 epoch = len(self._history) - 1
             t_file = time.perf_counter() - t0
             live = self.live_slots() or [self._any_live()]
-            if state is not None and self.loads.collective:
+            if state is not None:
                 self.loads.push_all(live)
             else:
-                with ThreadPoolExecutor(max_workers=len(live), thread_name_prefix="vllm-push") as ex:
-                    list(ex.map(lambda s: self._push_slot(s, reload=state is not None), live))
+                self.push_each(live, reload=False)
             if not self.live_slots():
                 self._any_live()  # raises: no server took the push
             self._served = epoch
@@ -319,6 +310,11 @@ class VLLMServerPool:
             "time/weight_reload": time.perf_counter() - t0 - t_file,
         }
 
+    def push_each(self, slots: list[Slot], reload: bool = True) -> None:
+        """Each slot loads the pool's current weights (`reload`; False: only relabels) in its own step, in parallel."""
+        with ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="vllm-push") as ex:
+            list(ex.map(lambda s: self._push_slot(s, reload), slots))
+
     def _push_slot(self, slot: Slot, reload: bool) -> None:
         """One slot loads the pool's current weights; a server that fails is restarted (and loads them as it
         starts) or, out of restarts, retired."""
@@ -327,11 +323,11 @@ class VLLMServerPool:
                 return
             server = slot.server
             try:
-                self._sync_server(server, self._fresh_load if reload else None)
+                self.sync_server(server, self._fresh_load if reload else None)
                 return
-            except _ServerFailed as e:
+            except ServerFailed as e:
                 self.log(f"vllm server {slot.rank}: push failed ({e}); restarting it")
-        self._recover(slot, server, "failed")
+        self.recover(slot, server, "failed")
 
     def _fresh_load(self, server: Server) -> None:
         """The last pushed weights into one server; before any push nothing (a server starts from the model folder,
@@ -340,21 +336,24 @@ class VLLMServerPool:
         if self._pushed_file:
             self.loads.load_one(server)
 
-    def _sync_server(self, server: Server, load: Any) -> None:
+    def sync_server(self, server: Server, load: Callable[[Server], None] | None) -> None:
         """Pause, `load(server)` (None: only relabel), reset, relabel, check, resume: vllm_server_calls.sync_server."""
-        sync_server(self._http, server, load, self.in_flight, self._files, lambda: self._label)
+        calls.sync_server(self._http, server, load, self.in_flight, self._files, lambda: self._label)
 
     def rpc(self, server: Server, method: str, kwargs: dict[str, str]) -> Any:
         """A worker (or posttrain worker-extension) method on `server` through vLLM's /collective_rpc, bounded by
-        timeout_s; raises _ServerFailed."""
+        timeout_s; raises ServerFailed."""
         body = {"method": method, "timeout": self.timeout_s, "kwargs": kwargs}
         return request(self._http, "POST", server, "/collective_rpc", body)
 
     def healthy(self, server: Server) -> bool:
         return is_healthy(self._http, server)
 
+    def member(self, slot: Slot) -> Server:
+        return slot.server
+
     # ---- failure ---------------------------------------------------------------------------------------------
-    def _recover(self, slot: Slot, failed: Server, why: str) -> Slot:
+    def recover(self, slot: Slot, failed: Server, why: str) -> Slot:
         """After `failed` (the slot's server when the call was made) died, hung or served a stale version: the slot
         to retry on. A stale server is pushed the current weights again; a dead or hung one (or a stale one whose
         push fails) is killed and started again, loading the current weights before it serves; a slot out of
@@ -366,9 +365,9 @@ class VLLMServerPool:
                 return self._any_live()
             if why == "stale":
                 try:
-                    self._sync_server(failed, self._fresh_load)
+                    self.sync_server(failed, self._fresh_load)
                     return slot
-                except _ServerFailed as e:
+                except ServerFailed as e:
                     self.log(f"vllm server {slot.rank}: re-push after a stale answer failed ({e}); restarting it")
             kill_group(failed)
             if slot.incarnation >= self.max_restarts:
@@ -382,8 +381,8 @@ class VLLMServerPool:
                 server = self._spawn(slot.rank, slot.incarnation)
                 slot.server = server
                 wait_ready(server, self._http, time.monotonic() + self.start_timeout_s, self.start_timeout_s)
-                self._sync_server(server, self._fresh_load)  # it started from the model folder
-            except _ServerFailed as e:  # could not start or load in time: the others carry on
+                self.sync_server(server, self._fresh_load)  # it started from the model folder
+            except ServerFailed as e:  # could not start or load in time: the others carry on
                 self._retire(slot, f"restart failed: {e}")
                 return self._any_live()
             self.log(

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from posttrain.config.strict import _Strict
+from posttrain.config.strict import Strict
 
 # Presets: `algorithm.name` fills in every field the user did not set, so `algorithm.name=dapo` is DAPO and
 # `algorithm.name=dapo algorithm.epsilon_high=0.3` is DAPO with a wider upper clip. Values the user sets win.
@@ -30,7 +30,7 @@ ALGORITHM_PRESETS: dict[str, dict] = {
 }
 
 
-class ESConfig(_Strict):
+class ESConfig(Strict):
     population: int = Field(
         default=8, ge=2, description="perturbed models per iteration (antithetic pairs: population/2 seeds)"
     )
@@ -49,7 +49,7 @@ class ESConfig(_Strict):
     )
 
 
-class TeacherConfig(_Strict):
+class TeacherConfig(Strict):
     model: str | None = Field(
         default=None,
         description=(
@@ -63,7 +63,7 @@ class TeacherConfig(_Strict):
     )
 
 
-class HintDistillConfig(_Strict):
+class HintDistillConfig(Strict):
     enabled: bool = Field(
         default=False,
         description=(
@@ -86,7 +86,7 @@ class HintDistillConfig(_Strict):
         return v
 
 
-class InsightsConfig(_Strict):
+class InsightsConfig(Strict):
     enabled: bool = Field(
         default=False,
         description=(
@@ -119,7 +119,7 @@ class InsightsConfig(_Strict):
     )
 
 
-class RisedConfig(_Strict):
+class RisedConfig(Strict):
     enabled: bool = Field(
         default=False,
         description=(
@@ -165,7 +165,7 @@ class RisedConfig(_Strict):
     coef: float = Field(default=1.0, ge=0.0, description="weight of the positive-rubric distillation term")
 
 
-class AlgorithmConfig(_Strict):
+class AlgorithmConfig(Strict):
     name: str = Field(
         default="grpo", description=f"preset: {', '.join(ALGORITHM_PRESETS)} (fills fields you did not set)"
     )

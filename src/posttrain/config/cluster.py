@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from posttrain.config.strict import _Strict
+from posttrain.config.strict import Strict
 
 
-class SamplerResources(_Strict):
+class SamplerResources(Strict):
     num_cpus: float = Field(
         default=1.0,
         gt=0.0,
@@ -20,7 +20,7 @@ class SamplerResources(_Strict):
     )
 
 
-class ClusterConfig(_Strict):
+class ClusterConfig(Strict):
     backend: Literal["local", "ray", "server"] = Field(
         default="local",
         description=(

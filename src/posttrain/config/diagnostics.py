@@ -7,10 +7,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from posttrain.config.strict import _Strict
+from posttrain.config.strict import Strict
 
 
-class RemediesConfig(_Strict):
+class RemediesConfig(Strict):
     enabled: bool = Field(
         default=True,
         description=(
@@ -74,7 +74,7 @@ class RemediesConfig(_Strict):
     )
 
 
-class DiagnosticsConfig(_Strict):
+class DiagnosticsConfig(Strict):
     enabled: bool = Field(
         default=True, description="watch each step's metrics for a stalled or broken run (posttrain diagnose)"
     )

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
+from posttrain.config.formats import AnswerFormat
 from posttrain.config.loop import MAX_EVAL_SAMPLES
-from posttrain.config.strict import _Strict
+from posttrain.config.strict import Strict
+from posttrain.config.task_options import SuiteTaskConfig
 
 
-class EvalSuiteConfig(_Strict):
-    tasks: list[dict] = Field(
+class EvalSuiteConfig(Strict):
+    tasks: list[SuiteTaskConfig] = Field(
         default_factory=list,
         description=(
             "tasks evaluated with pass@1 / pass@k / maj@k beside the training task, e.g. [{name: count-a}, {name: "
@@ -27,15 +29,9 @@ class EvalSuiteConfig(_Strict):
         allow_inf_nan=False,
         description="sampling temperature of the suite (> 0 when samples > 1)",
     )
-    answer_format: str = Field(default="auto", description="how maj@k reads an answer (rewards/extract.py)")
-
-    @field_validator("tasks")
-    @classmethod
-    def _named(cls, v: list[dict]) -> list[dict]:
-        for i, t in enumerate(v):
-            if not isinstance(t, dict) or "name" not in t or set(t) - {"name", "options", "prompts"}:
-                raise ValueError(f"eval_suite.tasks[{i}] must be {{name, options?, prompts?}}, got {t!r:.200}")
-        return v
+    answer_format: AnswerFormat = Field(
+        default="auto", description="how maj@k reads an answer (rewards/extract.py): auto, answer_tag, boxed, ..."
+    )
 
     @model_validator(mode="after")
     def _sampled(self) -> EvalSuiteConfig:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from posttrain.bounded_files import open_regular, read_capped
 from posttrain.config.schema import Config
+from posttrain.config.task_options import describe
 from posttrain.errors import PosttrainError
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file is a few kilobytes; a run's config.yaml with every key, about ten
@@ -116,23 +117,31 @@ def validate(data: dict[str, Any]) -> Config:
 
 
 def _explain(err: ValidationError, data: dict[str, Any]) -> str:
-    lines = []
-    for item in err.errors():
-        loc = [str(x) for x in item["loc"]]
-        dotted = ".".join(loc) or "(top level)"
-        if item["type"] == "extra_forbidden":
-            valid = _valid_keys(loc[:-1])
-            near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
-            hint = f"; did you mean '{'.'.join(loc[:-1] + [near[0]])}'?" if near else ""
-            lines.append(f"unknown key '{dotted}'{hint} (valid keys here: {', '.join(valid)})")
-        elif item["type"] == "value_error" and not loc:
-            lines.append(item["msg"].removeprefix("Value error, "))
-        else:
-            expected = _expected_type(loc)
-            value = item.get("input")
-            exp = f" (expected {expected})" if expected else ""
-            lines.append(f"'{dotted}' = {value!r}: {item['msg']}{exp}")
+    """Every error on a line of its own; one error on the same line as "invalid config:" (the CLI's one line)."""
+    lines = [_line(item) for item in err.errors()]
+    if len(lines) == 1:
+        return f"invalid config: {lines[0]}"
     return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def _line(item: Any) -> str:
+    loc = [str(x) for x in item["loc"]]
+    dotted = ".".join(loc) or "(top level)"
+    if item["type"] == "option_error" or any(isinstance(x, int) for x in item["loc"]):
+        return describe(item, model=Config)  # a task's options, a list's entry (config/task_options.py)
+    if item["type"] == "extra_forbidden":
+        valid = _valid_keys(loc[:-1])
+        near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
+        hint = f"; did you mean '{'.'.join(loc[:-1] + [near[0]])}'?" if near else ""
+        return f"unknown key '{dotted}'{hint} (valid keys here: {', '.join(valid)})"
+    if item["type"] == "value_error" and not loc:
+        return item["msg"].removeprefix("Value error, ")
+    if item["type"] in ("literal_error", "union_tag_invalid"):  # the allowed values, and the nearest of them
+        return describe(item)
+    expected = _expected_type(loc)
+    value = item.get("input")
+    exp = f" (expected {expected})" if expected else ""
+    return f"'{dotted}' = {value!r}: {item['msg']}{exp}"
 
 
 def _model_at(loc: list[str]) -> type[BaseModel] | None:

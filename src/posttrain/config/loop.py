@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from posttrain.config.strict import _Strict
+from posttrain.config.strict import Strict
 
 # Completions per held-out prompt at most (loop.eval_samples, eval_suite.samples, `posttrain eval --samples`): pass@k
 # past k = 1024 says nothing pass@1024 does not, and an eval holds every trajectory until it scores them (48 prompts x
@@ -15,7 +15,7 @@ from posttrain.config.strict import _Strict
 MAX_EVAL_SAMPLES = 1024
 
 
-class SelectionConfig(_Strict):
+class SelectionConfig(Strict):
     replay_share: float = Field(
         default=0.5,
         ge=0.0,
@@ -51,7 +51,7 @@ class SelectionConfig(_Strict):
     revisit_slots: int = Field(default=1, ge=0, description="adaptive: prompts per step given to revisits at most")
 
 
-class LoopConfig(_Strict):
+class LoopConfig(Strict):
     steps: int = Field(default=60, ge=0, description="optimizer steps (each on a fresh batch of rollouts)")
     prompts_per_step: int = Field(default=4, ge=1, description="prompts per step; completions per step = this x G")
     num_iterations: int = Field(default=1, ge=1, description="optimizer passes over each batch")

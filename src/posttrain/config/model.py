@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from posttrain.config.strict import _Strict
+from posttrain.config.strict import Strict
 
 
-class ModelConfig(_Strict):
+class ModelConfig(Strict):
     name: str = Field(
         default="default",
         description="'default' (SmolLM2-135M-Instruct), 'tiny-random', a local HF folder, or a hub id",
@@ -41,7 +41,7 @@ class ModelConfig(_Strict):
         return v
 
 
-class LoraConfig(_Strict):
+class LoraConfig(Strict):
     enabled: bool = Field(default=False, description="train LoRA adapters (peft) instead of all weights")
     r: int = Field(default=16, ge=1, description="adapter rank")
     alpha: float = Field(default=32.0, description="LoRA scaling numerator (scale = alpha / r)")

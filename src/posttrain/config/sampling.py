@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from posttrain.config.strict import _Strict
+from posttrain.config.strict import Strict
 
 
-class VLLMConfig(_Strict):
+class VLLMConfig(Strict):
     """sampling.engine=vllm: how the vLLM engines are started (in process, inside Ray sampler actors, or as servers)."""
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
@@ -69,7 +69,7 @@ class VLLMConfig(_Strict):
     )
 
 
-class SamplingConfig(_Strict):
+class SamplingConfig(Strict):
     engine: Literal["own", "vllm"] = Field(
         default="own",
         description=(

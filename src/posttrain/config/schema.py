@@ -1,15 +1,16 @@
 """Every setting of a run, as pydantic models. Importable without torch.
 
 Here: the top-level `Config` with the checks across its sections, and the `run:`, `judge:`, `logging:` and `debug:`
-sections; the other sections live in their own modules of this package and are re-exported here (the schema is one
-namespace). Each model forbids unknown keys, so a typo is an error that names the nearest valid key (see load.py).
+sections; the other sections live in their own modules of this package and are imported here, because the schema is
+one namespace: the public API of the config's models. Each model forbids unknown keys, so a typo is an error that names
+the nearest valid key (see load.py).
 """
 
 from __future__ import annotations
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from posttrain.config.algorithm import (  # noqa: F401 - re-exported: the schema is one namespace
+from posttrain.config.algorithm import (  # noqa: F401 - public API: the schema is one namespace
     ALGORITHM_PRESETS,
     AlgorithmConfig,
     ESConfig,
@@ -18,24 +19,28 @@ from posttrain.config.algorithm import (  # noqa: F401 - re-exported: the schema
     RisedConfig,
     TeacherConfig,
 )
-from posttrain.config.cluster import ClusterConfig, SamplerResources, weight_transport_problem  # noqa: F401 - re-exported
-from posttrain.config.diagnostics import DiagnosticsConfig, RemediesConfig  # noqa: F401 - re-exported
+from posttrain.config.cluster import (  # noqa: F401 - public API (one namespace)
+    ClusterConfig,
+    SamplerResources,
+    weight_transport_problem,
+)
+from posttrain.config.diagnostics import DiagnosticsConfig, RemediesConfig  # noqa: F401 - public API (one namespace)
 from posttrain.config.eval_suite import EvalSuiteConfig
-from posttrain.config.loop import LoopConfig, SelectionConfig  # noqa: F401 - re-exported
+from posttrain.config.loop import LoopConfig, SelectionConfig  # noqa: F401 - public API (one namespace)
 from posttrain.config.model import LoraConfig, ModelConfig
-from posttrain.config.sampling import SamplingConfig, VLLMConfig  # noqa: F401 - re-exported
-from posttrain.config.strict import _Strict
-from posttrain.config.task import ANSWER_FORMATS, DATASET_KEYS, TaskConfig  # noqa: F401 - re-exported
+from posttrain.config.sampling import SamplingConfig, VLLMConfig  # noqa: F401 - public API (one namespace)
+from posttrain.config.strict import Strict
+from posttrain.config.task import TaskConfig
 from posttrain.config.trainer import TrainerConfig, WarmStartConfig
 
 
-class RunConfig(_Strict):
+class RunConfig(Strict):
     name: str | None = Field(default=None, description="run name; default: <task>-<timestamp>")
     output_dir: str = Field(default="runs", description="parent folder of run directories")
     seed: int = Field(default=0, description="seeds model init (tiny-random), data order and sampling")
 
 
-class JudgeConfig(_Strict):
+class JudgeConfig(Strict):
     min_agreement: float | None = Field(
         default=None,
         ge=0.0,
@@ -81,7 +86,7 @@ class JudgeConfig(_Strict):
     )
 
 
-class LoggingConfig(_Strict):
+class LoggingConfig(Strict):
     tensorboard: bool = Field(default=True, description="write TensorBoard events to RUN_DIR/tb when installed")
     console: bool = Field(default=True, description="print progress lines and tables")
     trackio: bool = Field(
@@ -100,7 +105,7 @@ class LoggingConfig(_Strict):
     )
 
 
-class DebugConfig(_Strict):
+class DebugConfig(Strict):
     rollout_fault_rate: float = Field(
         default=0.0,
         ge=0.0,
@@ -112,7 +117,7 @@ class DebugConfig(_Strict):
     )
 
 
-class Config(_Strict):
+class Config(Strict):
     run: RunConfig = RunConfig()
     model: ModelConfig = ModelConfig()
     lora: LoraConfig = LoraConfig()

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
-from posttrain.config.strict import _Strict
+from posttrain.config.formats import AnswerFormat
+from posttrain.config.reward_options import EntryError, parse_entry
+from posttrain.config.strict import Strict
+from posttrain.config.task_options import check_options
 
-# The answer formats of rewards/extract.py EXTRACTORS (a test holds the two lists equal; config imports no rewards).
-ANSWER_FORMATS = ("auto", "answer_tag", "boxed", "last_line", "last_number", "none")
 # Keys that only mean something for a task built from data (task.dataset).
 DATASET_KEYS = (
     "split",
@@ -23,7 +25,7 @@ DATASET_KEYS = (
 )
 
 
-class TaskConfig(_Strict):
+class TaskConfig(Strict):
     @field_validator("env_check", mode="before")
     @classmethod
     def _yaml_off(cls, v):
@@ -33,7 +35,13 @@ class TaskConfig(_Strict):
     name: str = Field(
         default="json-extract", description="a built-in task name, 'path/file.py:make_task' or 'pkg.module:make_task'"
     )
-    options: dict = Field(default_factory=dict, description="keyword arguments for the task factory")
+    options: dict = Field(
+        default_factory=dict,
+        description=(
+            "keyword arguments for the task factory; a mixture's, a reasoning-gym dataset's and a verifiers env's are "
+            "checked here (config/task_options.py)"
+        ),
+    )
     rewards: list[dict] = Field(
         default_factory=list,
         description=(
@@ -43,7 +51,7 @@ class TaskConfig(_Strict):
             "each entry takes weight, name, pass (true: it decides the pass) and the reward's options"
         ),
     )
-    answer_format: Literal["auto", "answer_tag", "boxed", "last_line", "last_number", "none"] = Field(
+    answer_format: AnswerFormat = Field(
         default="auto",
         description=(
             "how the named rewards read the answer from a completion (rewards/extract.py): auto (<answer> tags, else "
@@ -130,6 +138,15 @@ class TaskConfig(_Strict):
             "([THINK]...[/THINK]), none; default: the task's own (auto)"
         ),
     )
+    thinking: Literal["split", "keep"] | None = Field(
+        default=None,
+        description=(
+            "tool and agent tasks, thinking models whose chat template drops earlier turns' reasoning: split (train "
+            "each context the model was given; a new chain where the template drops reasoning) or keep (render every "
+            "turn's reasoning with a variant of the template, for sampling and training; refused when the template "
+            "has none); default: the task's own (split); docs/agents.md"
+        ),
+    )
     subset: str | None = Field(
         default=None,
         description=(
@@ -141,6 +158,27 @@ class TaskConfig(_Strict):
         default="refuse",
         description="run the task's smoke checks before training (posttrain env check); on failure refuse or warn",
     )
+
+    @field_validator("rewards")
+    @classmethod
+    def _rewards(cls, v: list[dict]) -> list[dict]:
+        # The models rewards/from_config.py builds the entries with (config/reward_options.py): one check.
+        for i, spec in enumerate(v):
+            try:
+                parse_entry(spec)
+            except EntryError as e:
+                raise PydanticCustomError(
+                    "option_error",
+                    "{path}: {detail}",
+                    {"path": f"[{i}].{e.path}" if e.path else f"[{i}]", "detail": e.detail},
+                ) from None
+        return v
+
+    @model_validator(mode="after")
+    def _options(self) -> TaskConfig:
+        # The same model the task's loader reads (tasks/mixture.py, reasoning_gym.py, verifiers_task.py).
+        check_options(self.name, self.options)
+        return self
 
     @model_validator(mode="after")
     def _dataset_keys(self) -> TaskConfig:

@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from posttrain.config.strict import _Strict
+from posttrain.config.strict import Strict
 
 
-class TrainerConfig(_Strict):
+class TrainerConfig(Strict):
     lr: float = Field(default=2e-5, gt=0.0, description="AdamW learning rate")
     weight_decay: float = Field(default=0.0, ge=0.0, description="AdamW weight decay")
     betas: tuple[float, float] = Field(default=(0.9, 0.99), description="AdamW betas")
@@ -68,7 +68,7 @@ class TrainerConfig(_Strict):
     )
 
 
-class WarmStartConfig(_Strict):
+class WarmStartConfig(Strict):
     steps: int = Field(
         default=0,
         ge=0,

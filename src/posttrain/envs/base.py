@@ -2,7 +2,8 @@
 
     async def rollout(row, sampler, params=None) -> Trajectory   one episode (single- or multi-turn); params:
                                                                  how to sample (None: the env's own defaults)
-    async def score(trajectories) -> None                        set rewards; batched so reward models can batch
+    async def score(trajectories) -> list[Score]                 one score per trajectory; batched so reward
+                                                                 models can batch (joined by envs/scoring.py)
 
 Envs never touch the trainer. A GRPO group is G concurrent rollouts of the same row; samplers coalesce
 concurrent calls into one batch, so an env can stay written one episode at a time.
@@ -14,7 +15,8 @@ call `score_groups` after `score`. Then the task's `feedback` (envs/feedback.py)
 wrong with each sample that did not pass.
 
 Callers that roll out many rows use `safe_rollout` (envs/isolate.py), and `score_groups` scores through
-`score_isolated`: an env that raises on one sample's output fails that sample only.
+`score_isolated`: an env that raises on one sample's output fails that sample only. A trajectory is frozen:
+`score_groups` returns the scored trajectories as new records, the rollouts it was given are left as they were.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from posttrain.envs.feedback import attach_feedback
 from posttrain.envs.isolate import safe_rollout, score_isolated  # noqa: F401 - safe_rollout: for the collectors
+from posttrain.envs.scoring import failed, with_component
 from posttrain.envs.task import Task
+from posttrain.rewards.rubric import Score
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory
 
@@ -36,13 +40,16 @@ class Env(Protocol):
         self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None
     ) -> Trajectory: ...
 
-    async def score(self, trajectories: list[Trajectory]) -> None: ...
+    async def score(self, trajectories: list[Trajectory]) -> list[Score]: ...
 
 
 class TaskEnv(Env, Protocol):
-    """An Env that says which task it runs (every env `make_env` builds): the held-out eval reads its rubric."""
+    """An Env that says which task it runs (every env `make_env` builds, and the wrappers round one): the held-out
+    eval reads its rubric, `score_groups` its group rewards and feedback. Read-only here: a plain attribute or a
+    wrapper's property."""
 
-    task: Task
+    @property
+    def task(self) -> Task: ...
 
 
 def make_env(task: Any, tokenizer: Any, params: SampleParams) -> TaskEnv:
@@ -65,43 +72,59 @@ def make_env(task: Any, tokenizer: Any, params: SampleParams) -> TaskEnv:
     return SingleTurnEnv(task, tokenizer, params)
 
 
-async def score_groups(env: Env, groups_G: list[list[Trajectory]]) -> None:
-    """Score every trajectory (one batched `env.score` call), then apply the task's group rewards per group.
+async def score_groups(env: TaskEnv, groups_G: list[list[Trajectory]]) -> list[list[Trajectory]]:
+    """The groups scored: every trajectory by one batched `env.score` call, then the task's group rewards per
+    group, then the task's feedback. Returns new trajectories, group by group (the given ones are not edited).
 
     A group reward is `fn(completions_G, **columns) -> list[float]` with TRL's column convention (the group's
     row columns, each a list of G values): its score goes into `reward_components[fn.__name__]` and, times its
     weight (`Task.group_reward_weights`, default 1), into the reward. A group reward that raises, returns the
     wrong number of scores or a score that is not finite fails that group's samples only (counted like any failed
     reward). An `env.score` that raises fails only the samples whose own scoring raises (envs/isolate.py)."""
-    await score_isolated(env, [t for g in groups_G for t in g])
-    task = getattr(env, "task", None)
-    fns = list(getattr(task, "group_rewards", None) or [])
-    if not fns:
-        attach_feedback(task, [t for g in groups_G for t in g])
-        return
-    weights = list(getattr(task, "group_reward_weights", None) or [1.0] * len(fns))
-    for g in groups_G:
-        ok = [t for t in g if not t.failed]
-        if not ok:
-            continue
-        completions = [t.completion_text for t in ok]
-        cols = {k: [t.row.get(k) for t in ok] for k in ok[0].row if k != "prompt"}
-        for fn, w in zip(fns, weights):
-            name = getattr(fn, "__name__", "group_reward")
-            try:
-                scores = fn(completions, prompts=[t.row.get("prompt") for t in ok], **cols)
-                if inspect.isawaitable(scores):
-                    scores = await scores
-                scores = [float(x) for x in scores]
-                if len(scores) != len(ok):
-                    raise ValueError(f"returned {len(scores)} scores for {len(ok)} completions")
-                if not all(math.isfinite(x) for x in scores):  # NaN/inf is no score (as in the rubric)
-                    raise ValueError(f"returned a score that is not a finite number: {scores}")
-            except Exception as e:  # noqa: BLE001 - a broken group reward fails its samples, not the run
-                for t in ok:
-                    t.failed, t.error = True, f"group reward {name} raised {type(e).__name__}: {e}"
-                break
-            for t, s in zip(ok, scores, strict=True):
-                t.reward_components[name] = s
-                t.reward += w * s
-    attach_feedback(task, [t for g in groups_G for t in g])
+    flat = await score_isolated(env, [t for g in groups_G for t in g])
+    sizes = [len(g) for g in groups_G]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    out = [flat[a : a + n] for a, n in zip(starts, sizes, strict=True)]
+    task = env.task
+    fns = list(task.group_rewards)
+    if fns:
+        weights = list(task.group_reward_weights or [1.0] * len(fns))
+        out = [await _with_group_rewards(g, fns, weights) for g in out]
+    fed = attach_feedback(task, [t for g in out for t in g])
+    return [fed[a : a + n] for a, n in zip(starts, sizes, strict=True)]
+
+
+async def _with_group_rewards(group: list[Trajectory], fns: list[Any], weights: list[float]) -> list[Trajectory]:
+    """One group with the task's group rewards joined in (its failed samples as they are)."""
+    ok = [i for i, t in enumerate(group) if not t.failed]
+    if not ok:
+        return group
+    out = list(group)
+    for fn, w in zip(fns, weights):
+        name = getattr(fn, "__name__", "group_reward")
+        live = [out[i] for i in ok]
+        try:
+            scores = await _group_scores(fn, live)
+        except Exception as e:  # noqa: BLE001 - a broken group reward fails its samples, not the run
+            error = f"group reward {name} raised {type(e).__name__}: {e}"
+            for i in ok:
+                out[i] = failed(out[i], error, keep_reward=True)
+            break
+        for i, s in zip(ok, scores, strict=True):
+            out[i] = with_component(out[i], name, s, w * s)
+    return out
+
+
+async def _group_scores(fn: Any, ok: list[Trajectory]) -> list[float]:
+    """A group reward's scores of the group's samples, checked: one finite number each."""
+    completions = [t.completion_text for t in ok]
+    cols = {k: [t.row.get(k) for t in ok] for k in ok[0].row if k != "prompt"}
+    scores = fn(completions, prompts=[t.row.get("prompt") for t in ok], **cols)
+    if inspect.isawaitable(scores):
+        scores = await scores
+    scores = [float(x) for x in scores]
+    if len(scores) != len(ok):
+        raise ValueError(f"returned {len(scores)} scores for {len(ok)} completions")
+    if not all(math.isfinite(x) for x in scores):  # NaN/inf is no score (as in the rubric)
+        raise ValueError(f"returned a score that is not a finite number: {scores}")
+    return scores

@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from posttrain.envs.task import Task
+from posttrain.rewards.rubric import Score
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory
 
@@ -49,8 +51,13 @@ class FaultyEnv:
             raise InjectedFault(f"injected fault in rollout {i} (debug.rollout_fault_rate={self.rate:g})")
         return traj
 
-    async def score(self, trajectories: list[Trajectory]) -> None:
-        await self.env.score(trajectories)
+    async def score(self, trajectories: list[Trajectory]) -> list[Score]:
+        return await self.env.score(trajectories)
+
+    @property
+    def task(self) -> Task:
+        """The wrapped env's task (a TaskEnv: score_groups reads its group rewards and feedback)."""
+        return self.env.task
 
     def __getattr__(self, name: str) -> Any:
         if name == "env":  # not set yet (a copy being built): no recursion through ourselves

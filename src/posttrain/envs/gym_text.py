@@ -35,10 +35,13 @@ from dataclasses import replace
 from typing import Any
 
 from posttrain.bounded import truncate_text
-from posttrain.envs.single_turn import _prompt_text, score_with_rubric
+from posttrain.envs.isolate import prompt_text
+from posttrain.envs.scoring import scores_of_ok
+from posttrain.envs.single_turn import score_with_rubric
 from posttrain.envs.task import Task
 from posttrain.envs.tool_env import sample_turn, turn_end_text
 from posttrain.models.template_check import ChatTemplateError, check_prefix_property_once, render_ids
+from posttrain.rewards.rubric import Score
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory, Turn
 
@@ -217,20 +220,22 @@ class GymTextEnv:
         last_reply = next((m["content"] for m in reversed(msgs) if m["role"] == "assistant"), "")
         traj = Trajectory(
             turns=turns,
-            prompt_text=_prompt_text(row["prompt"]),
+            prompt_text=prompt_text(row["prompt"]),
             completion_text=last_reply,
             row=row,
             metrics=stats,
             extra={"actions": [str(a) for a in actions]},
             messages=msgs,
             stop_reason=stop_reason if error is None else None,
+            failed=error is not None,
+            error=error,
         )
-        if error is not None:
-            traj.failed, traj.error = True, error
         return traj
 
-    async def score(self, trajectories: list[Trajectory]) -> None:
-        ok = [t for t in trajectories if not t.failed]
-        score_with_rubric(
-            self.task, ok, lambda t: {"episode_return": t.metrics.get("return", 0.0), "episode": dict(t.metrics)}
+    async def score(self, trajectories: list[Trajectory]) -> list[Score]:
+        return scores_of_ok(
+            trajectories,
+            lambda ok: score_with_rubric(
+                self.task, ok, lambda t: {"episode_return": t.metrics.get("return", 0.0), "episode": dict(t.metrics)}
+            ),
         )

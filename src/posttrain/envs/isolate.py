@@ -1,7 +1,7 @@
 """Per-sample failure isolation: one sample's bad output fails that sample, never its step or the run.
 
     safe_rollout(env, row, sampler, params) -> Trajectory   env.rollout, or a failed trajectory if it raised
-    score_isolated(env, trajectories)                        env.score; if the batch raises, one by one
+    score_isolated(env, trajectories) -> trajectories        scored by env.score; if the batch raises, one by one
 
 A model output can make an env raise anything (a RecursionError out of a parser fed deeply nested JSON, a
 UnicodeEncodeError from a lone surrogate written to a file, an exception nobody foresaw). Collectors gather G x P
@@ -28,6 +28,8 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from posttrain.envs.scoring import scored
+from posttrain.rewards.rubric import Score
 from posttrain.types import SampleParams, Trajectory, Turn
 
 log = logging.getLogger(__name__)
@@ -121,7 +123,7 @@ def failed_trajectory(
     )
     return Trajectory(
         turns=[turn],
-        prompt_text=_prompt_text(row.get("prompt")),
+        prompt_text=prompt_text(row.get("prompt")),
         row=row,
         reward=0.0,
         passed=False,
@@ -131,7 +133,7 @@ def failed_trajectory(
     )
 
 
-def _prompt_text(prompt: Any) -> str:
+def prompt_text(prompt: Any) -> str:
     """The row's prompt as the records show it (samples.jsonl), as SingleTurnEnv writes it."""
     if isinstance(prompt, str):
         return prompt
@@ -161,38 +163,41 @@ async def safe_rollout(env: Any, row: dict[str, Any], sampler: Any, params: Samp
         return failed_trajectory(row, _prompt_ids(env, row), version, error, "rollout")
 
 
-def _state(t: Trajectory) -> tuple[Any, ...]:
-    return t.reward, dict(t.reward_components), t.passed, t.failed, t.error, dict(t.metrics)
-
-
-def _restore(t: Trajectory, s: tuple[Any, ...]) -> None:
-    t.reward, t.reward_components, t.passed, t.failed, t.error = s[0], dict(s[1]), s[2], s[3], s[4]
-    t.metrics = dict(s[5])
-
-
-async def score_isolated(env: Any, trajectories: list[Trajectory]) -> None:
-    """`env.score` over the trajectories in one batch (reward models batch); if that raises, each is scored on its
-    own from the state it had before, and only those whose own scoring raises fail. Trajectories whose rollout
-    failed are not scored: a rubric would score their empty completion and clear `failed`."""
-    todo = [t for t in trajectories if t.failed_in != "rollout"]
+async def score_isolated(env: Any, trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The trajectories scored: `env.score` over them in one batch (reward models batch); if that raises, each is
+    scored on its own, and only those whose own scoring raises fail. Scores come back as values and are joined into
+    new trajectories (envs/scoring.py), so a batch that raised half way left nothing to undo. Trajectories whose
+    rollout failed are not scored (a rubric would score their empty completion and clear `failed`)."""
+    todo = [i for i, t in enumerate(trajectories) if t.failed_in != "rollout"]
+    out = list(trajectories)
     if not todo:
-        return
-    before = [_state(t) for t in todo]
+        return out
     try:
-        await env.score(todo)
-        return
+        scores = _checked(await env.score([trajectories[i] for i in todo]), len(todo))
+        for i, s in zip(todo, scores, strict=True):
+            out[i] = scored(trajectories[i], s)
+        return out
     except Exception as e:
         if is_infrastructure(e):
             raise
-    for t, s in zip(todo, before, strict=True):
-        _restore(t, s)  # the batch may have half-written some before raising
+    for i in todo:
         try:
-            await env.score([t])
+            (s,) = _checked(await env.score([trajectories[i]]), 1)
+            out[i] = scored(trajectories[i], s)
         except Exception as e:
             if is_infrastructure(e):
                 raise
-            _restore(t, s)
             error = describe(e, "score")
             failures.note(error, e)
-            t.reward, t.reward_components, t.passed, t.failed, t.error = 0.0, {}, False, True, error
-            t.failed_in = "score"
+            out[i] = scored(trajectories[i], Score(0.0, {}, False, True, error), failed_in="score")
+    return out
+
+
+def _checked(scores: Any, n: int) -> list[Score]:
+    """An env's answer to `score`: one Score per trajectory it was asked about."""
+    if scores is None:  # an env written when scoring set rewards in place (Trajectory is frozen now)
+        raise TypeError("env.score returned None: it must return one rubric Score per trajectory (envs/scoring.py)")
+    scores = list(scores)
+    if len(scores) != n:
+        raise ValueError(f"env.score returned {len(scores)} scores for {n} trajectories")
+    return scores

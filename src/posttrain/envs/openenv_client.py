@@ -28,7 +28,9 @@ from typing import Any, Self
 import httpx
 
 from posttrain.bounded import MAX_JSON_CHARS, BoundedError, loads_json, truncate_text
+from posttrain.envs.scoring import failed, score_of
 from posttrain.envs.tool_env import sample_turn
+from posttrain.rewards.rubric import Score
 from posttrain.sampling.base import Sampler
 from posttrain.sampling.chat_prompt import ChatRenderer, content_text
 from posttrain.sampling.recorder import RecordedCall, chain_to_trajectory, split_chains
@@ -377,26 +379,28 @@ class OpenEnvTextEnv:
                 log.warning("OpenEnv episode split into %d token chains; training on the longest", len(chains))
             traj = chain_to_trajectory(max(chains, key=lambda ch: sum(len(x.completion_ids) for x in ch)), row)
         if ep.context_stop and ep.calls:
-            traj.turns[-1] = replace(traj.turns[-1], finish_reason="length")
-            traj.stop_reason = "context"
+            traj = replace(
+                traj, turns=[*traj.turns[:-1], replace(traj.turns[-1], finish_reason="length")], stop_reason="context"
+            )
         reward = sum(ep.rewards)
-        traj.reward, traj.passed = reward, reward >= self.pass_threshold
-        traj.reward_components = {"env_reward": reward}
-        traj.metrics.update(
-            {
+        traj = replace(
+            traj,
+            reward=reward,
+            passed=reward >= self.pass_threshold,
+            reward_components={"env_reward": reward},
+            metrics={
+                **traj.metrics,
                 "openenv/turns": float(len(ep.calls)),
                 "openenv/split_chains": float(len(split_chains(ep.calls))),
                 "openenv/observation_chars_cut": float(ep.chars_cut),
                 "context_stop": float(ep.context_stop),
-            }
+            },
         )
-        if error is not None:
-            traj.failed, traj.error, traj.reward, traj.passed = True, error, 0.0, False
-        return traj
+        return failed(traj, error) if error is not None else traj
 
-    async def score(self, trajectories: list[Trajectory]) -> None:
+    async def score(self, trajectories: list[Trajectory]) -> list[Score]:
         """Rewards come from the environment's steps, set in rollout."""
-        return
+        return [score_of(t) for t in trajectories]
 
 
 def _bounded_messages(messages: Any, max_chars: int) -> tuple[list[dict[str, Any]], int]:

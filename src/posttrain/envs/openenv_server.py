@@ -42,6 +42,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from posttrain.bounded import BoundedError, loads_json
+from posttrain.envs.scoring import scored
 from posttrain.sampling.http_serve import schema_error_message
 from posttrain.types import Completion, SampleParams, Trajectory
 
@@ -95,8 +96,9 @@ class EnvSession:
 
     async def _run(self) -> None:
         try:
-            traj: Trajectory = await self.env.rollout(self.row, self)
-            await self.env.score([traj])
+            rolled: Trajectory = await self.env.rollout(self.row, self)
+            (score,) = await self.env.score([rolled])
+            traj = scored(rolled, score)
             final = {
                 "prompt": "",
                 "turn": self.step_count,

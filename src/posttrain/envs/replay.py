@@ -70,9 +70,9 @@ def replay(
     ):
         obs_equal = False
         notes.append("the row's hidden columns (tests, expected values) changed")
-    from posttrain.envs.single_turn import _prompt_text
+    from posttrain.envs.isolate import prompt_text
 
-    if traj.prompt_text and _prompt_text(row["prompt"]) != traj.prompt_text:
+    if traj.prompt_text and prompt_text(row["prompt"]) != traj.prompt_text:
         obs_equal = False
         notes.append("prompt text differs")
     if tokenizer is not None:

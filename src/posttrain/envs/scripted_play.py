@@ -11,6 +11,7 @@ from typing import Any
 
 from posttrain.aio import run_sync
 from posttrain.envs.base import make_env
+from posttrain.envs.scoring import failed, scored
 from posttrain.envs.task import Task
 from posttrain.sampling.scripted import ScriptedSampler
 from posttrain.types import SampleParams, Trajectory
@@ -26,13 +27,14 @@ def play_episode(task: Task, row: dict[str, Any], replies: list[str]) -> Traject
 
     async def episode() -> Trajectory:
         traj = await env.rollout(row, sampler, params)
-        await env.score([traj])
-        return traj
+        (score,) = await env.score([traj])
+        return scored(traj, score)
 
     traj = run_sync(episode)
     if sampler.calls > len(replies):  # the script ran out and cycled: what was scored is not the scripted episode
-        traj.passed, traj.failed = False, True
-        traj.error = f"the env asked for {sampler.calls} replies, the script has {len(replies)}"
+        return failed(
+            traj, f"the env asked for {sampler.calls} replies, the script has {len(replies)}", keep_reward=True
+        )
     return traj
 
 

@@ -7,8 +7,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from posttrain.envs.isolate import prompt_text
 from posttrain.envs.task import Task
 from posttrain.models.chat import render_prompt
+from posttrain.rewards.rubric import Score
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory, Turn
 
@@ -50,19 +52,19 @@ class SingleTurnEnv:
             finish_reason=c.finish_reason,
             token_versions=c.token_versions,
         )
-        return Trajectory(turns=[turn], prompt_text=_prompt_text(row["prompt"]), completion_text=c.text, row=row)
+        return Trajectory(turns=[turn], prompt_text=prompt_text(row["prompt"]), completion_text=c.text, row=row)
 
-    async def score(self, trajectories: list[Trajectory]) -> None:
-        score_with_rubric(self.task, trajectories)
+    async def score(self, trajectories: list[Trajectory]) -> list[Score]:
+        return score_with_rubric(self.task, trajectories)
 
 
 def score_with_rubric(
     task: Task, trajectories: list[Trajectory], extra_columns: Callable[[Trajectory], dict[str, Any]] | None = None
-) -> None:
-    """Score final answers with the task's rubric (one batched call) and write rewards into the trajectories.
+) -> list[Score]:
+    """The rubric's score of each trajectory's final answer (one batched call; envs/scoring.py joins them).
     Reward functions get the row's columns, plus `extra_columns(trajectory)` (ToolEnv adds its tool calls)."""
     if not trajectories:
-        return
+        return []
     conv = task.conversational
     completions = [
         [{"role": "assistant", "content": t.completion_text}] if conv else t.completion_text for t in trajectories
@@ -71,23 +73,9 @@ def score_with_rubric(
         {**{k: v for k, v in t.row.items() if k != "prompt"}, **(extra_columns(t) if extra_columns else {})}
         for t in trajectories
     ]
-    scores = task.rubric.score(
+    return task.rubric.score(
         completions,
         rows,
         prompts=[t.row["prompt"] for t in trajectories],
         completion_ids=[t.completion_ids for t in trajectories],
     )
-    for t, s in zip(trajectories, scores, strict=True):
-        t.reward, t.reward_components, t.passed, t.failed, t.error = (
-            s.reward,
-            s.components,
-            s.passed,
-            s.failed,
-            s.error,
-        )
-
-
-def _prompt_text(prompt: Any) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    return "\n".join(f"[{m.get('role')}] {m.get('content')}" for m in prompt)

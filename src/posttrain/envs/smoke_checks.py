@@ -64,7 +64,7 @@ class EnvCheckError(PosttrainError, RuntimeError):
 
 
 def smoke_checks(task: Task) -> list[SmokeCheck]:
-    checks = list(getattr(task, "smoke_checks", None) or [])
+    checks = list(task.smoke_checks)
     if not checks:
         checks = [SmokeCheck("scores an empty completion", row=task.train_rows[0], completion="", expect="no_error")]
     return checks

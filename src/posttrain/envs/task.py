@@ -40,6 +40,8 @@ class Task:
     # mistral, qwen3_coder) and reasoning block (think, mistral, none); auto: read from the chat template.
     tool_parser: str = "auto"
     reasoning_parser: str = "auto"
+    # A thinking model whose template drops earlier reasoning: "split" (new chain there) or "keep" (docs/agents.md).
+    thinking: str = "split"
     # Tools with per-episode state: episode(row) -> an object whose `tools` serve one rollout only (e.g. bound to
     # that episode's own copy of a repo) and whose optional `finish(final_call)` reports metrics and reward
     # columns when it ends (envs/tool_env.py). `tools` above still lists the schemas shown in the prompt.

@@ -7,6 +7,12 @@ re-tokenized) + the environment's tokens (the end of the assistant turn if the s
 messages and the next generation prompt, rendered by the chat template). Those env tokens get loss mask 0
 (Trajectory.sequence). The template's prefix property is checked once per tokenizer (models/template_check.py).
 
+Thinking models (`Task.thinking`; docs/agents.md): a template with a reasoning block may drop a turn's reasoning
+from the history it renders. "split": a turn is extended as above only when the template renders it as it was
+sampled; else the next prompt is the template's rendering of the history and the episode goes on in a new chain
+(`Trajectory.extra_chains`, sampling/recorder.py `chains_of_turns`; `chains` counts them). "keep": every prompt is
+rendered with the variant of the template that keeps every turn's reasoning: one chain.
+
 Reading a turn (sampling/reply_parsers.py): its reasoning block (the model family's, `Task.reasoning_parser`) is
 never read for calls; the rest is read for the `<tool_call>` JSON the system prompt asks for, else for the family's
 own calls (`Task.tool_parser`: llama3 JSON, Mistral `[TOOL_CALLS]`, Qwen3-Coder XML; auto: the chat template's).
@@ -45,12 +51,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from posttrain.bounded import truncate_text
-from posttrain.envs.single_turn import _prompt_text, score_with_rubric
+from posttrain.envs.isolate import prompt_text
+from posttrain.envs.single_turn import score_with_rubric
 from posttrain.envs.task import Task
 from posttrain.envs.tools import EnvWorkerLost, Tool, ToolResult, call_tool, parse_calls, tools_system_prompt
-from posttrain.models.template_check import ChatTemplateError, check_prefix_property_once, render_ids
+from posttrain.models.template_check import THINKING_MODES, ChatTemplateError, check_multi_turn_template, render_ids
+from posttrain.rewards.rubric import Score
 from posttrain.sampling.base import Sampler
-from posttrain.sampling.context import ContextBudget, ContextOverflow, context_of
+from posttrain.sampling.context import ContextBudget, ContextOverflow
+from posttrain.sampling.recorder import chains_of_turns
 from posttrain.sampling.reply_parsers import ReplyParsers
 from posttrain.types import Completion, SampleParams, Trajectory, Turn
 
@@ -63,14 +72,31 @@ class EpisodeEnd:
     columns: dict[str, Any] = field(default_factory=dict)  # extra reward-function columns for this episode
 
 
-def turn_end_text(tok: Any) -> str:
+def turn_end_text(tok: Any, chat_template: str | None = None) -> str:
     """What the template writes after an assistant message's content (ChatML: '<|im_end|>\\n')."""
     marker = "XqZ7 marker"
+    extra = {"chat_template": chat_template} if chat_template is not None else {}
     text = tok.apply_chat_template(
-        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}], tokenize=False
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}], tokenize=False, **extra
     )
     i = text.rfind(marker)
     return text[i + len(marker) :] if i >= 0 else ""
+
+
+def opened_text(tok: Any, chat_template: str | None = None) -> str:
+    """What the generation prompt writes after the assistant turn's header that the rendered turn writes as its
+    content's start (DeepSeek-R1's later template opens '<think>\\n' in the prompt): '' for most templates."""
+    extra = {"chat_template": chat_template} if chat_template is not None else {}
+    user = [{"role": "user", "content": "hi"}]
+    plain = tok.apply_chat_template(user, tokenize=False, **extra)
+    gen = tok.apply_chat_template(user, tokenize=False, add_generation_prompt=True, **extra)
+    marker = "XqZ7 marker"
+    turn = tok.apply_chat_template(user + [{"role": "assistant", "content": marker}], tokenize=False, **extra)
+    if not (gen.startswith(plain) and turn.startswith(plain) and marker in turn):
+        return ""
+    header = turn[len(plain) : turn.index(marker)]
+    tail = gen[len(plain) :]
+    return tail[len(header) :] if tail.startswith(header) else ""
 
 
 class ToolEnv:
@@ -91,6 +117,7 @@ class ToolEnv:
         max_result_chars: int | None = None,
         tool_parser: str | None = None,
         reasoning_parser: str | None = None,
+        thinking: str | None = None,
     ):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -104,18 +131,27 @@ class ToolEnv:
         self.max_turns, self.tool_timeout_s, self.final_tool = max_turns, tool_timeout_s, final_tool
         self.tool_role, self.turn_reward = tool_role, turn_reward
         # Default: the task's own, so every ToolEnv built for a task with per-episode state gets fresh tools.
-        self.episode_factory = episode_factory if episode_factory is not None else getattr(task, "episode", None)
+        self.episode_factory = episode_factory if episode_factory is not None else task.episode
         self.system_prompt = (
             system_prompt if system_prompt is not None else tools_system_prompt(list(self.tools.values()))
         )
-        if check_template:
-            check_prefix_property_once(tokenizer, tool_role=tool_role)
-        self.turn_end = turn_end_text(tokenizer)
         self.replies = ReplyParsers(
             tokenizer,
-            tool_parser or getattr(task, "tool_parser", "auto"),
-            reasoning_parser or getattr(task, "reasoning_parser", "auto"),
+            tool_parser or task.tool_parser,
+            reasoning_parser or task.reasoning_parser,
         )
+        # Thinking models (Task.thinking; models/template_check.py): split, each prompt is what the template renders
+        # and the episode is split into chains where it drops reasoning; keep, a template that keeps reasoning.
+        self.thinking = thinking or task.thinking
+        if self.thinking not in THINKING_MODES:
+            raise ValueError(f"thinking must be one of {THINKING_MODES}, got {self.thinking!r}")
+        fmt = self.replies.reasoning
+        self.template: str | None = None  # None: the tokenizer's own
+        if check_template or self.thinking == "keep":
+            self.template = check_multi_turn_template(tokenizer, self.thinking, tool_role, fmt.start, fmt.end)
+        self._kw: dict[str, Any] = {"chat_template": self.template} if self.template is not None else {}
+        self.turn_end = turn_end_text(tokenizer, self.template)
+        self.opened = opened_text(tokenizer, self.template)
         self.schemas = {name: t.parameters for name, t in self.tools.items()}
 
     def initial_messages(self, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -127,11 +163,20 @@ class ToolEnv:
             msgs.insert(0, {"role": "system", "content": self.system_prompt})
         return msgs
 
-    def _env_tokens(self, msgs: list[dict[str, Any]], n_new: int, completion_ids: list[int]) -> list[int]:
-        """Tokens between the sampled completion and the next generation: rest of the assistant turn + the new
-        tool messages + the generation prompt. Computed from the template's text, checked to be an extension."""
-        before = self.tok.apply_chat_template(msgs[:-n_new], tokenize=False)
-        after = self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    def _next_prompt(
+        self, msgs: list[dict[str, Any]], n_new: int, ids: list[int], rendered: str, c: Completion
+    ) -> tuple[list[int], str]:
+        """The next turn's prompt ids and text, after `n_new` tool messages. The turn's prompt + its sampled ids +
+        the env's tokens (the rest of the assistant turn, the tool messages and the generation prompt, from the
+        template's text) when the template renders the conversation as an extension of the turn; for a thinking
+        model's template (one with a reasoning block) the turn must also be rendered as it was sampled, else (it
+        dropped the turn's reasoning) the prompt is the template's own rendering: what a deployment re-rendering the
+        history gives the model, and a new chain of the episode (chains_of_turns)."""
+        before = self.tok.apply_chat_template(msgs[:-n_new], tokenize=False, **self._kw)
+        after = self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **self._kw)
+        thinking_model = bool(self.replies.reasoning.start)
+        if thinking_model and not (after.startswith(before) and before == rendered + c.text + self.turn_end):
+            return render_ids(self.tok, msgs, add_generation_prompt=True, chat_template=self.template), after
         if not after.startswith(before):
             i = next((j for j, (a, b) in enumerate(zip(before, after)) if a != b), len(before))
             raise ChatTemplateError(
@@ -139,10 +184,11 @@ class ToolEnv:
                 f"rewrote earlier turns when a {self.tool_role!r} message was added (first "
                 f"difference at char {i}: {before[i : i + 30]!r} -> {after[i : i + 30]!r})"
             )
-        sampled = self.tok.decode(completion_ids, skip_special_tokens=False)
+        sampled = self.tok.decode(c.token_ids, skip_special_tokens=False)
         k = max((k for k in range(len(self.turn_end) + 1) if sampled.endswith(self.turn_end[:k])), default=0)
         bridge = self.turn_end[k:]
-        return list(self.tok(bridge + after[len(before) :], add_special_tokens=False)["input_ids"])
+        env_ids = list(self.tok(bridge + after[len(before) :], add_special_tokens=False)["input_ids"])
+        return ids + list(c.token_ids) + env_ids, after
 
     async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
         params = params or self.params
@@ -150,7 +196,8 @@ class ToolEnv:
         episode = self.episode_factory(row) if self.episode_factory is not None else None
         tools = self.tools if episode is None else self._episode_tools(episode)
         msgs = self.initial_messages(row)
-        ids = render_ids(self.tok, msgs, add_generation_prompt=True)
+        ids = render_ids(self.tok, msgs, add_generation_prompt=True, chat_template=self.template)
+        rendered = self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **self._kw)
         turns: list[Turn] = []
         calls_log: list[dict[str, Any]] = []
         stats = {
@@ -181,7 +228,7 @@ class ToolEnv:
                         token_versions=c.token_versions,
                     )
                 )
-                msgs.append({"role": "assistant", "content": c.text})
+                msgs.append({"role": "assistant", "content": self.opened + c.text})  # as the template renders it
                 calls, errors = self._calls(c, ids)
                 answer = c.text
                 if not calls and not errors:
@@ -218,11 +265,13 @@ class ToolEnv:
                 if k == self.max_turns - 1:
                     break
                 msgs += [{"role": self.tool_role, "content": self._shown(r, stats)} for r in results]
-                ids = ids + list(c.token_ids) + self._env_tokens(msgs, len(results), c.token_ids)
+                ids, rendered = self._next_prompt(msgs, len(results), ids, rendered, c)
             if stop_reason == "context":
                 turns[-1] = replace(turns[-1], finish_reason="length")  # truncated: the episode had more to do
             stats["turns"] = float(len(turns))
             stats["context_stop"] = float(stop_reason == "context")
+            turns, other_chains = chains_of_turns(turns)  # more than one where the template dropped reasoning
+            stats["chains"] = float(1 + len(other_chains))
             extra: dict[str, Any] = {}
             if episode is not None:
                 finishing = True  # from here the episode is finish's to release, whatever happens
@@ -238,7 +287,8 @@ class ToolEnv:
             raise
         return Trajectory(
             turns=turns,
-            prompt_text=_prompt_text(row["prompt"]),
+            extra_chains=other_chains,
+            prompt_text=prompt_text(row["prompt"]),
             completion_text=answer,
             row=row,
             metrics={**stats, "turn_reward": turn_bonus},
@@ -277,22 +327,24 @@ class ToolEnv:
             )
         return tools
 
-    async def score(self, trajectories: list[Trajectory]) -> None:
-        score_with_rubric(
+    async def score(self, trajectories: list[Trajectory]) -> list[Score]:
+        scores = score_with_rubric(
             self.task,
             trajectories,
             lambda t: {"tool_calls": t.tool_calls, "num_turns": len(t.turns), **t.extra.get("episode_columns", {})},
         )
-        for t in trajectories:
-            if t.metrics.get("turn_reward"):
-                t.reward += t.metrics["turn_reward"]
+        # the turn rewards the episode's steps gave, added to the rubric's
+        return [
+            replace(s, reward=s.reward + t.metrics["turn_reward"]) if t.metrics.get("turn_reward") else s
+            for t, s in zip(trajectories, scores, strict=True)
+        ]
 
 
 async def sample_turn(sampler: Sampler, ids: list[int], params: SampleParams, first: bool) -> Completion | None:
     """One turn of a multi-turn episode within the sampler's context: its completion, or None when the turn does
     not fit (a context stop: the caller ends the episode). A first prompt that does not fit raises ContextOverflow:
     the sample fails with the numbers. Shared by the multi-turn envs (tool, gym text, OpenEnv)."""
-    turn_params = params if first else fit_turn(context_of(sampler), len(ids), params)
+    turn_params = params if first else fit_turn(sampler.context, len(ids), params)
     if turn_params is None:
         return None
     try:

@@ -32,6 +32,7 @@ import math
 import uuid
 import weakref
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -40,16 +41,11 @@ from verifiers.v1.dialects.chat import message_to_wire
 
 from posttrain.envs.agent import AgentEnv
 from posttrain.envs.episode_threads import EpisodeThreads
+from posttrain.envs.scoring import failed, scores_of_ok
 from posttrain.envs.single_turn import score_with_rubric
 from posttrain.envs.task import Task
-from posttrain.envs.verifiers_harness import (  # noqa: F401 - re-exported
-    _ROLLOUT,
-    HARNESS_ID,
-    PosttrainChatHarness,
-    PosttrainChatHarnessConfig,
-    register_plugin_module,
-)
-from posttrain.rewards.rubric import RewardComponent, Rubric
+from posttrain.envs.verifiers_harness import HARNESS_ID, ROLLOUT_ID, PosttrainChatHarnessConfig
+from posttrain.rewards.rubric import RewardComponent, Rubric, Score
 from posttrain.sampling.base import Sampler
 from posttrain.types import SampleParams, Trajectory, Turn
 
@@ -158,7 +154,7 @@ class VerifiersEnv:
         self,
         vf_env: vf.Env,
         task: Task,
-        tokenizer: Any = None,
+        tokenizer: Any,  # the policy's: the endpoint renders chat templates with it (AgentEnv's, required there)
         timeout_s: float = 300.0,
         request_timeout_s: float = 120.0,
         max_tokens: int | None = None,
@@ -185,11 +181,10 @@ class VerifiersEnv:
         )
         # An env dropped without close() (the loop does not close its envs) still stops its idle threads.
         weakref.finalize(self, self.threads.stop_idle)
-        self.stats = {"rollouts": 0, "failed": 0, "timeouts": 0, "dropped_calls": 0}
 
     async def rollout(self, row: dict[str, Any], sampler: Sampler, params: SampleParams | None = None) -> Trajectory:
         rid = uuid.uuid4().hex
-        episode, error, records, served = None, None, {}, []
+        episode, error, records, served, timed_out = None, None, {}, [], False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         try:
@@ -199,23 +194,23 @@ class VerifiersEnv:
             play = partial(_play, row, self._context(srv.url, params), rid)
             episode = await self.threads.run(play, max(deadline - loop.time(), 0.0))
         except TimeoutError:
-            self.stats["timeouts"] += 1
+            timed_out = True
             error = f"verifiers episode timed out after {self.timeout_s}s"
         except Exception as e:  # noqa: BLE001 - a broken env fails its sample, not the run
             error = f"verifiers env raised {type(e).__name__}: {str(e)[:ERROR_CHARS]}"
         finally:
             if served:  # also when cancelled: the server keeps no record of a finished rollout
                 records = _pop_records(served[0], rid)
-        traj = self._trajectory(row, episode, records, sampler, error)
-        self.stats["rollouts"] += 1
+        traj = self._trajectory(row, episode, records, sampler, error, timed_out)
         if traj.failed:
-            self.stats["failed"] += 1
             log.warning("verifiers rollout failed: %s", traj.error)
         return traj
 
-    async def score(self, trajectories: list[Trajectory]) -> None:
-        ok = [t for t in trajectories if not t.failed]
-        score_with_rubric(self.task, ok, lambda t: {REWARDS_COLUMN: t.extra.get(REWARDS_COLUMN, {})})
+    async def score(self, trajectories: list[Trajectory]) -> list[Score]:
+        return scores_of_ok(
+            trajectories,
+            lambda ok: score_with_rubric(self.task, ok, lambda t: {REWARDS_COLUMN: t.extra.get(REWARDS_COLUMN, {})}),
+        )
 
     async def close(self) -> None:
         """Stops the episode threads (a stuck one once it returns) and this loop's endpoint."""
@@ -240,27 +235,32 @@ class VerifiersEnv:
         return vf.ModelContext(model=self.model_name, client=client, sampling=vf.SamplingConfig(**sampling))
 
     def _trajectory(
-        self, row: dict[str, Any], episode: Any, records: dict[str, Any], sampler: Sampler, error: str | None
+        self,
+        row: dict[str, Any],
+        episode: Any,
+        records: dict[str, Any],
+        sampler: Sampler,
+        error: str | None,
+        timed_out: bool = False,
     ) -> Trajectory:
+        """The episode's trajectory with its metrics (each step's record has their means, `episode/verifiers/*`)."""
         trace, record = _trained(episode, records) if episode is not None else (None, None)
         traj = record.trajectory(row) if record is not None else None
         if traj is None:
             traj = Trajectory(turns=[Turn([], [], [], sampler.policy_version)], row=dict(row))
         error = error or _episode_error(episode, trace)
         dropped = record.dropped_calls if record is not None else 0
-        self.stats["dropped_calls"] += dropped
         traj.metrics.update(
             {
                 "verifiers/calls": float(len(record.calls) if record else 0),
                 "verifiers/dropped_calls": float(dropped),
                 "verifiers/untrained_traces": float(_untrained(episode, trace)),
+                "verifiers/timed_out": float(timed_out),
             }
         )
         if trace is not None and error is None:
-            _apply_trace(traj, trace)
-        if error is not None:
-            traj.failed, traj.error, traj.reward, traj.passed = True, error, 0.0, False
-        return traj
+            traj = _with_trace(traj, trace)
+        return failed(traj, error) if error is not None else traj
 
 
 @contextlib.asynccontextmanager
@@ -276,7 +276,7 @@ async def _serving(vf_env: vf.Env) -> AsyncIterator[vf.Env]:
 
 async def _play(row: dict[str, Any], ctx: vf.ModelContext, rid: str, env: vf.Env) -> Any:
     """One episode, on an episode thread's loop; its trainable seats' calls are tagged with `rid`."""
-    _ROLLOUT.set(rid)  # this task's own context (the harness reads it)
+    ROLLOUT_ID.set(rid)  # this task's own context (the harness reads it)
     return await env.run_episode(vf_task_of(env, row), ctx)
 
 
@@ -324,20 +324,18 @@ def _episode_error(episode: Any, trace: Any) -> str | None:
     return None
 
 
-def _apply_trace(traj: Trajectory, trace: Any) -> None:
-    """What verifiers recorded on the trace: its rewards (scored later by the rubric), metrics, final reply."""
-    traj.extra[REWARDS_COLUMN] = {
-        k: {"score": r.score, "weight": r.weight} for k, r in trace.rewards.items() if r is not None
+def _with_trace(traj: Trajectory, trace: Any) -> Trajectory:
+    """The trajectory with what verifiers recorded on the trace: its rewards (scored later by the rubric), metrics,
+    final reply."""
+    rewards = {k: {"score": r.score, "weight": r.weight} for k, r in trace.rewards.items() if r is not None}
+    metrics = {
+        f"verifiers/{k}": float(v) for k, v in trace.metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)
     }
-    traj.metrics.update(
-        {
-            f"verifiers/{k}": float(v)
-            for k, v in trace.metrics.items()
-            if isinstance(v, (int, float)) and math.isfinite(v)
-        }
+    return replace(
+        traj,
+        extra={**traj.extra, REWARDS_COLUMN: rewards},
+        metrics={**traj.metrics, **metrics, "verifiers/turns": float(trace.num_turns)},
+        completion_text=trace.last_reply,
+        messages=[m.model_dump(exclude_none=True) for m in trace.messages],
+        stop_reason="max_turns" if trace.stop_condition == "max_turns" else traj.stop_reason,
     )
-    traj.metrics["verifiers/turns"] = float(trace.num_turns)
-    traj.completion_text = trace.last_reply
-    traj.messages = [m.model_dump(exclude_none=True) for m in trace.messages]
-    if trace.stop_condition == "max_turns":
-        traj.stop_reason = "max_turns"

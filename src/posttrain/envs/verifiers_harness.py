@@ -1,6 +1,6 @@
 """The harness posttrain runs verifiers' chat seats with (envs/verifiers_env.py): `PosttrainChatHarness`,
 verifiers' tool-less chat loop with MCP tools, in process and non-streaming, a trainable seat's calls tagged with
-the rollout running (`_ROLLOUT`, which VerifiersEnv sets), and its registration as a verifiers plugin
+the rollout running (`ROLLOUT_ID`, which VerifiersEnv sets), and its registration as a verifiers plugin
 (`register_plugin_module`, done on import). Separate from the env, which only switches seats to this harness and
 turns what the server recorded of their calls into a trajectory."""
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 HARNESS_ID = "posttrain_chat"
 
 # The rollout id of the rollout running in this context: the harness tags a trainable seat's calls with it.
-_ROLLOUT: contextvars.ContextVar[str | None] = contextvars.ContextVar("posttrain_verifiers_rollout", default=None)
+ROLLOUT_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("posttrain_verifiers_rollout", default=None)
 
 
 class PosttrainChatHarnessConfig(vf.HarnessConfig):
@@ -144,7 +144,7 @@ class PosttrainChatHarness(vf.Harness[PosttrainChatHarnessConfig]):
 def _rollout_header(trace: vf.Trace) -> dict[str, str]:
     """The server records a call under its X-Rollout-Id; only trainable seats' calls are recorded (a modeled user
     or a judge seat is the env, not the policy being trained)."""
-    rid = _ROLLOUT.get()
+    rid = ROLLOUT_ID.get()
     if rid is None or (trace.agent is not None and not trace.agent.trainable):
         return {}
     return {"X-Rollout-Id": f"{rid}/{trace.id}"}

@@ -6,6 +6,7 @@ are hinted, and when, is the remedy policy's business (obs/remedies.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from posttrain.envs.base import Env
@@ -39,24 +40,24 @@ async def first_prompt_ids(env: Env, row: dict[str, Any], params: SampleParams) 
     return None
 
 
-def strip_prompt(t: Trajectory, row: dict[str, Any], plain_ids: list[int] | None) -> bool:
-    """Make a trajectory sampled from a transformed prompt (a format hint) read as if sampled from the plain one:
-    every turn's prompt starts with the first turn's prompt (the multi-turn prefix contract), so that prefix is
-    swapped for `plain_ids` in each turn; the row goes back to the plain row (the reward sees the task as it is).
-    The sampler log-probs stay those of the hinted context: they are the behaviour policy's (`Trajectory.guided`
-    marks it, and the sampler-vs-trainer metrics leave these samples out). Returns False, leaving `t` as sampled,
-    when the prefix contract does not hold or the plain prompt is unknown."""
+def strip_prompt(t: Trajectory, row: dict[str, Any], plain_ids: list[int] | None) -> Trajectory:
+    """A trajectory sampled from a transformed prompt (a format hint) as if sampled from the plain one: every
+    turn's prompt starts with the first turn's prompt (the multi-turn prefix contract), so that prefix is swapped
+    for `plain_ids` in each turn; the row goes back to the plain row (the reward sees the task as it is). The sampler
+    log-probs stay those of the hinted context: they are the behaviour policy's (`Trajectory.guided` marks it, and
+    the sampler-vs-trainer metrics leave these samples out). When the prefix contract does not hold or the plain
+    prompt is unknown: `t` as sampled, marked `guide_unstripped` (not `guided`)."""
     hinted = list(t.turns[0].prompt_ids)
     if plain_ids is None or any(list(u.prompt_ids[: len(hinted)]) != hinted for u in t.turns):
-        t.metrics["guide_unstripped"] = 1.0
-        return False
-    hint_text = t.prompt_text
-    for u in t.turns:
-        u.prompt_ids = list(plain_ids) + list(u.prompt_ids[len(hinted) :])
-    t.row, t.guided = row, True
-    t.prompt_text = _plain_text(hint_text, row)
-    t.metrics["guided"] = 1.0
-    return True
+        return replace(t, metrics={**t.metrics, "guide_unstripped": 1.0})
+    return replace(
+        t,
+        turns=[replace(u, prompt_ids=list(plain_ids) + list(u.prompt_ids[len(hinted) :])) for u in t.turns],
+        row=row,
+        guided=True,
+        prompt_text=_plain_text(t.prompt_text, row),
+        metrics={**t.metrics, "guided": 1.0},
+    )
 
 
 def _plain_text(hinted_text: str, row: dict[str, Any]) -> str:

@@ -24,12 +24,15 @@ import hashlib
 import json
 import random
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from posttrain.bounded import truncate_text
 from posttrain.envs.base import TaskEnv
 from posttrain.envs.feedback import attach_feedback
+from posttrain.envs.scoring import NotedScore, scored
+from posttrain.rewards.rubric import Score
 from posttrain.sampling.base import Sampler
 from posttrain.sampling.context import ContextOverflow
 from posttrain.types import SampleParams, Trajectory
@@ -194,32 +197,44 @@ class InsightEnv:
         if conditioned:
             use = self._rows.setdefault((key, tuple(insights)), condition_row(row, insights))
         t = await self.env.rollout(use, sampler, params)
-        t.extra.update({"insight_key": key, "base_row": row, "insights": insights if conditioned else []})
+        hint = t.guidance.teacher_hint
         if insights and not conditioned:  # internalisation: the teacher reads what the conditioned rollouts read
-            t.guidance.teacher_hint = insight_block(insights)
-        t.metrics.update({"insights/conditioned": float(conditioned), "insights/available": float(bool(insights))})
-        return t
+            hint = insight_block(insights)
+        return replace(
+            t,
+            extra={**t.extra, "insight_key": key, "base_row": row, "insights": insights if conditioned else []},
+            metrics={
+                **t.metrics,
+                "insights/conditioned": float(conditioned),
+                "insights/available": float(bool(insights)),
+            },
+            guidance=replace(t.guidance, teacher_hint=hint),
+        )
 
-    async def score(self, trajectories: list[Trajectory]) -> None:
-        await self.env.score(trajectories)
-        attach_feedback(self.task, trajectories)  # the writer reads what went wrong (idempotent)
-        by_key: dict[str, list[Trajectory]] = {}
-        for t in trajectories:
+    async def score(self, trajectories: list[Trajectory]) -> list[Score]:
+        """The wrapped env's scores, as NotedScores: the task's feedback (asked here once, for the writer, and
+        handed on so score_groups does not ask again) and, for each writer, `insights/written` and the insight."""
+        scores = await self.env.score(trajectories)
+        now = attach_feedback(self.task, [scored(t, s) for t, s in zip(trajectories, scores, strict=True)])
+        by_key: dict[str, list[int]] = {}
+        for i, t in enumerate(now):
             if not t.passed and not t.failed and "insight_key" in t.extra:
-                by_key.setdefault(t.extra["insight_key"], []).append(t)
+                by_key.setdefault(t.extra["insight_key"], []).append(i)
         sampler = self._sampler  # the one the last rollout used (None: no rollout yet, nothing to write)
-        writers = [t for ts in by_key.values() for t in ts[: self.per_group]] if sampler is not None else []
+        writers = [i for ix in by_key.values() for i in ix[: self.per_group]] if sampler is not None else []
         texts = (
-            await write_insights(sampler, self.tok, writers, self.write_params)
+            await write_insights(sampler, self.tok, [now[i] for i in writers], self.write_params)
             if sampler is not None and writers
             else []
         )
+        notes: list[dict[str, Any]] = [{"metrics": {}, "extra": {}} for _ in now]
         records = []
-        for t, text in zip(writers, texts, strict=True):
-            t.metrics["insights/written"] = float(text is not None)
+        for i, text in zip(writers, texts, strict=True):
+            t = now[i]
+            notes[i]["metrics"]["insights/written"] = float(text is not None)
             if text:
                 self.memory.add(t.extra["insight_key"], text, t.extra["base_row"].get("prompt"))
-                t.extra["insight_written"] = text
+                notes[i]["extra"]["insight_written"] = text
                 records.append(
                     {
                         "kind": "insight",
@@ -238,10 +253,11 @@ class InsightEnv:
                 "insights": t.extra["insights"],
                 "completion": t.completion_text,
             }
-            for t in trajectories
+            for t in now
             if t.passed and t.extra.get("insights")
         ]
         self._log(records)
+        return [_noted(s, t, fed, **n) for s, t, fed, n in zip(scores, trajectories, now, notes, strict=True)]
 
     def _log(self, records: list[dict[str, Any]]) -> None:
         if not records or self.log_path is None:
@@ -251,6 +267,18 @@ class InsightEnv:
                 f.writelines(json.dumps(r, default=str) + "\n" for r in records)
         except OSError:  # the memory still has them; a full disk must not stop training
             pass
+
+
+def _noted(s: Score, given: Trajectory, fed: Trajectory, metrics: dict[str, float], extra: dict[str, Any]) -> Score:
+    """`s` with what scoring learned beyond it: the feedback attach_feedback gave `fed` (or its failure metric),
+    and the writer's metrics and extra. A score with nothing to add is returned as it is."""
+    feedback = fed.feedback if fed.feedback != given.feedback else None
+    metrics = {**{k: v for k, v in fed.metrics.items() if k not in given.metrics}, **metrics}
+    if feedback is None and not metrics and not extra:
+        return s
+    if isinstance(s, NotedScore):  # a wrapped env's own notes come along
+        return replace(s, feedback=s.feedback or feedback, metrics={**s.metrics, **metrics}, extra={**s.extra, **extra})
+    return NotedScore(s.reward, dict(s.components), s.passed, s.failed, s.error, feedback, metrics, extra)
 
 
 async def evaluate_with_insights(
@@ -265,14 +293,13 @@ async def evaluate_with_insights(
     writes an insight and is tried again with it; passes of the first attempt count as passes."""
     from posttrain.envs.base import safe_rollout, score_groups
 
-    failed = [t for t in first if not t.passed and not t.failed]
-    for t in failed:
-        t.extra.setdefault("base_row", t.row)
+    # the writer reads each attempt's base row: new records, the eval's own are left as they are
+    failed = [replace(t, extra={"base_row": t.row, **t.extra}) for t in first if not t.passed and not t.failed]
     texts = await write_insights(sampler, tokenizer, failed, write_params)
     retry_rows = [condition_row(t.row, [x]) for t, x in zip(failed, texts, strict=True) if x]
     retries = list(await asyncio.gather(*(safe_rollout(env, r, sampler, params) for r in retry_rows)))
     if retries:
-        await score_groups(env, [[r] for r in retries])
+        retries = [r for (r,) in await score_groups(env, [[r] for r in retries])]
     passed = sum(t.passed for t in first) + sum(r.passed for r in retries)
     return {
         "eval/insights/pass_rate": passed / max(len(first), 1),

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 from posttrain.envs.base import TaskEnv
-from posttrain.envs.feedback import attach_feedback
+from posttrain.envs.scoring import scored
 from posttrain.guidance.insights import append_to_prompt, row_key
+from posttrain.rewards.rubric import Score
 from posttrain.rewards.tags import Tag, Taggers
 from posttrain.types import SampleParams, Trajectory
 
@@ -125,27 +127,29 @@ class ProfileEnv:
             text = "\n\nAvoid: " + "; ".join(t.description for t in self.neg if t.name in avoid) + "."
             use = self._rows.setdefault((key, tuple(avoid)), append_to_prompt(row, text))
         t = await self.env.rollout(use, sampler, params)
-        t.extra.update({"profile_key": key, "steered": avoid})
-        return t
+        return replace(t, extra={**t.extra, "profile_key": key, "steered": avoid})
 
-    async def score(self, trajectories: list[Trajectory]) -> None:
-        await self.env.score(trajectories)
-        attach_feedback(self.task, trajectories)
-        ok = [t for t in trajectories if not t.failed]
-        self.taggers.tag(ok)
+    async def score(self, trajectories: list[Trajectory]) -> list[Score]:
+        """The wrapped env's scores, with the penalty of a negative behaviour; the tags and hints go into each
+        sample's `guidance` (the same object in the scored record score_groups makes)."""
+        scores = list(await self.env.score(trajectories))
+        now = [scored(t, s) for t, s in zip(trajectories, scores, strict=True)]
+        ok = [i for i, t in enumerate(now) if not t.failed]
+        self.taggers.tag([now[i] for i in ok])
         neg_names = {t.name for t in self.neg}
         by_key: dict[str, list[list[str]]] = {}
-        for t in ok:
+        for t in (now[i] for i in ok):
             by_key.setdefault(t.extra.get("profile_key", row_key(t.row)), []).append(t.guidance.tags or [])
-        for t in ok:
+        for i in ok:
+            t = now[i]
             tags = t.guidance.tags or []
             if self.negative == "penalty":
                 # Once per sample, not per tag: tags overlap (a JSON with a wrong value is also a schema violation),
                 # and a per-tag sum made prose (one tag) cheaper than nearly-right JSON (measured: the policy
                 # stopped writing JSON within 5 steps).
                 pen = self.penalty * float(any(x in neg_names for x in tags))
-                t.reward -= pen
-                t.reward_components["rised_penalty"] = -pen
+                s = scores[i]
+                scores[i] = replace(s, reward=s.reward - pen, components={**s.components, "rised_penalty": -pen})
             # A positive behaviour this sample missed but another rollout of the same prompt showed: reachable by the
             # policy here, so worth a hint (a shared vocabulary's tags that never apply to a task never hint).
             group = by_key[t.extra.get("profile_key", row_key(t.row))]
@@ -154,6 +158,7 @@ class ProfileEnv:
                 t.guidance.teacher_hint = "\n\nMake sure: " + "; ".join(p.description for p in missed) + "."
         for key, sets in by_key.items():
             self.book.update(key, sets)
+        return scores
 
 
 def profile_metrics(trajs: list[Trajectory], tags: list[str], errors: int) -> dict[str, float]:

@@ -32,14 +32,14 @@ import asyncio
 import time
 from typing import Any
 
-from posttrain.config.schema import Config
 from posttrain.loop.collect import Collected, RolloutSpec
 from posttrain.loop.row_choice import RowChooser, UniformRows
 from posttrain.loop.staleness import admissible, staleness_metrics, token_staleness_metrics
+from posttrain.loop.step_plan import CollectPlan
 from posttrain.obs import trace
 from posttrain.obs.metered import drain
 from posttrain.obs.timers import BusyMeter, StageTimer
-from posttrain.sampling.context import ContextBudget, context_of
+from posttrain.sampling.context import ContextBudget
 from posttrain.types import Completion, Group, SampleParams
 
 
@@ -55,7 +55,7 @@ class MeteredSampler:
 
     @property
     def context(self) -> ContextBudget | None:
-        return context_of(self.inner)
+        return self.inner.context
 
     async def sample(self, prompts_P: list[list[int]], params: SampleParams, n: int = 1) -> list[list[Completion]]:
         with self.meter():
@@ -71,15 +71,16 @@ class MeteredSampler:
 
 class AsyncCollector:
     def __init__(
-        self, cfg: Config, rollouts: RolloutSpec, meters: dict[str, BusyMeter], rows: RowChooser | None = None
+        self, plan: CollectPlan, rollouts: RolloutSpec, meters: dict[str, BusyMeter], rows: RowChooser | None = None
     ):
-        """`rollouts.sampler` is the (metered) rollout sampler; `meters` has model_call, rollout and reward; `rows`
-        which rows each step draws (loop/row_choice.py; default: uniform)."""
-        self.cfg, self.rollouts, self.meters = cfg, rollouts, meters
+        """`plan`: steps, staleness bound, workers, batch timeout (loop/step_plan.py); `rollouts.sampler` is the
+        (metered) rollout sampler; `meters` has model_call, rollout and reward; `rows` which rows each step draws
+        (loop/row_choice.py; default: uniform)."""
+        self.plan, self.rollouts, self.meters = plan, rollouts, meters
         self.configured = rollouts
-        self.per_step = cfg.loop.prompts_per_step
-        self.k = cfg.loop.max_staleness
-        self.n_workers = cfg.loop.rollout_workers or self.per_step * (self.k + 1)
+        self.per_step = plan.prompts_per_step
+        self.k = plan.max_staleness
+        self.n_workers = plan.rollout_workers or self.per_step * (self.k + 1)
         self._ready: dict[int, tuple[Group, float]] = {}
         self._cond = asyncio.Condition()
         self._workers: list[asyncio.Task] = []
@@ -89,7 +90,7 @@ class AsyncCollector:
         self._busy_mark = {k: m.read() for k, m in meters.items()}
         # A step's rows are chosen when its first group starts; an adaptive chooser decides from its record as it
         # stands then (workers run up to max_staleness steps ahead of what the record has seen).
-        self.rows: RowChooser = rows if rows is not None else UniformRows(cfg.run.seed)
+        self.rows: RowChooser = rows if rows is not None else UniformRows(plan.seed)
         self._chosen: dict[int, list[int]] = {}
 
     @property
@@ -111,7 +112,7 @@ class AsyncCollector:
             while True:
                 i = self._next_group
                 s = i // self.per_step
-                if s >= self.cfg.loop.steps:
+                if s >= self.plan.steps:
                     return
                 self._next_group += 1
                 async with self._cond:
@@ -161,13 +162,13 @@ class AsyncCollector:
                 with trace.span("wait_rollouts", worker="trainer", step=step + 1):  # the trainer idles here
                     await asyncio.wait_for(
                         self._cond.wait_for(lambda: self._failure is not None or all(i in self._ready for i in want)),
-                        self.cfg.loop.batch_timeout_s,
+                        self.plan.batch_timeout_s,
                     )
         except TimeoutError:
             missing = [i for i in want if i not in self._ready]
             raise TimeoutError(
                 f"step {step}: groups {missing} not ready after loop.batch_timeout_s="
-                f"{self.cfg.loop.batch_timeout_s:g}s (a rollout, env or reward is hanging)"
+                f"{self.plan.batch_timeout_s:g}s (a rollout, env or reward is hanging)"
             ) from None
         if self._failure is not None:
             raise RuntimeError(f"a rollout worker failed: {self._failure!r}") from self._failure
@@ -190,7 +191,7 @@ class AsyncCollector:
             **staleness_metrics(version, [t.policy_version for t in trajs]),
             **token_staleness_metrics(version, trajs),
         }
-        if self.cfg.algorithm.overlong_buffer_frac > 0:
+        if self.plan.overlong_penalty:
             m["dapo/overlong_penalty_mean"] = sum(p for _, p in ready) / max(len(ready), 1)
         return Collected(groups, groups, m)
 

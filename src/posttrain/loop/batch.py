@@ -1,26 +1,29 @@
 """Batch assembly for a policy-gradient step: scored groups in, one Batch out.
 
-    number_samples(groups)             each trajectory's sample_id: the key results find it by
+    number_samples(groups) -> groups   each trajectory numbered (sample_id): the key results find it by
     sequences_from_groups(groups)      the Sequences of each trajectory that did not fail, with its shaped reward
     with_logprobs(seqs, field, lps)    new sequences with reference / teacher / behaviour log-probs set
-    build_batch(sequences, options)    overlong filter -> KL-as-reward -> advantages per group -> the trained part
+    build_batch(sequences, options)    advantages per group from the shaped rewards -> the trained part
     sample_stats(shown, batch, kept)   what the report shows of the shown trajectories, by sample_id
 
 `build_batch` is a pure function: it never mutates its inputs, and everything it needs per sequence (reward,
-group, sampler and reference log-probs, finish reason) is a field of the sequence, so filtering is subsetting
-one list. Reward shaping that the group filter of dynamic sampling must see (the DAPO overlong penalty) happens
-earlier, when a group is scored (loop/collect.py).
+group, loss mask) is a field of the sequence, so filtering is subsetting one list. It reads rewards, it never works
+one out: shaping is loop/shaping.py's, the DAPO overlong penalty when a group is scored (the group filter of
+dynamic sampling must see it), the overlong filter and KL-as-reward on the sequences, once their reference
+log-probs are in (`shaped_sequences`, right before `build_batch`).
 
 An episode may train as several sequences, its pieces (an agent whose calls did not extend one another:
 Trajectory.extra_chains, `Sequence.episode`). The episode is still the unit of the group: its KL penalty is the sum
-over its pieces, its advantage is computed once (one reward per episode in the group's statistics) and given to
-every piece, and the batch's `total_seqs` counts episodes; the aggregation weighs each piece by its share of the
-episode's tokens (algos/aggregation.py), so an episode weighs the same in the loss however many pieces it became.
+over its pieces (loop/shaping.py), its advantage is computed once (one reward per episode in the group's
+statistics) and given to every piece, and the batch's `total_seqs` counts episodes; the aggregation weighs each
+piece by its share of the episode's tokens (algos/aggregation.py), so an episode weighs the same in the loss
+however many pieces it became.
 """
 
 from __future__ import annotations
 
 import collections.abc as abc
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,8 +31,6 @@ from typing import Any
 import torch
 
 from posttrain.algos.advantages import ADVANTAGES
-from posttrain.algos.dapo import overlong_keep_mask
-from posttrain.algos.kl import kl_reward_penalty
 from posttrain.config.schema import AlgorithmConfig
 from posttrain.types import Batch, Group, SampleStats, Sequence, Trajectory, sequences_of
 
@@ -38,9 +39,10 @@ from posttrain.types import Batch, Group, SampleStats, Sequence, Trajectory, seq
 class BatchOptions:
     advantage: str = "grpo"  # advantage estimator, by registry name
     scale_std: bool = True
-    kl_reward_beta: float = 0.0  # > 0: KL to the reference as a per-sequence reward penalty (needs ref_logprobs)
+    # > 0: KL to the reference as a per-episode reward penalty (needs ref_logprobs; loop/shaping.py applies it)
+    kl_reward_beta: float = 0.0
     kl_estimator: str = "k3"
-    overlong_filter: bool = False  # DAPO: truncated completions get no loss
+    overlong_filter: bool = False  # DAPO: truncated completions get no loss (loop/shaping.py applies it)
     # With a KL term in the loss (to a reference or a distillation teacher) every sequence contributes; without
     # one, a sequence whose advantage is 0 contributes exactly 0 (every registered loss is A times something), so
     # only the rest needs a forward pass. A sequence a teacher scored always contributes (its distillation term).
@@ -120,11 +122,11 @@ def episode_heads(seqs: list[Sequence]) -> tuple[list[int], list[int]]:
     return heads, head_of
 
 
-def number_samples(groups: list[Group]) -> None:
-    """Give every trajectory of the step its `sample_id` (its position over the step's groups), the key its
-    Sequence carries through batch assembly and the trainer, so per-sample results find their trajectory."""
-    for i, t in enumerate(t for g in groups for t in g.trajectories_G):
-        t.sample_id = i
+def number_samples(groups: list[Group]) -> list[Group]:
+    """The groups with every trajectory numbered: its `sample_id` is its position over the step's groups, the key its
+    Sequence carries through batch assembly and the trainer, so per-sample results find their trajectory. Pure."""
+    n = itertools.count()
+    return [Group(g.task_index, [replace(t, sample_id=next(n)) for t in g.trajectories_G]) for g in groups]
 
 
 def with_logprobs(seqs: list[Sequence], name: str, logprobs: abc.Sequence[Any]) -> list[Sequence]:
@@ -151,39 +153,13 @@ def sample_stats(shown: list[Trajectory], batch: Batch, learner: dict[int, list[
     return out
 
 
-def kl_penalties(seqs: list[Sequence], beta: float, estimator: str) -> list[float]:
-    """KL to the reference as a reward penalty per sequence, estimated on the sampler's log-probs of its own tokens
-    over the loss mask (so a filtered sequence pays none)."""
-    T = max((len(s.completion_ids) for s in seqs), default=0)
-    if T == 0:
-        return [0.0] * len(seqs)
-    logp, ref, mask = (torch.zeros(len(seqs), T) for _ in range(3))
-    for i, s in enumerate(seqs):
-        if s.ref_logprobs is None:
-            raise ValueError("KL as a reward needs each sequence's ref_logprobs")
-        n = len(s.completion_ids)
-        logp[i, :n] = torch.tensor(s.sampler_logprobs)
-        ref[i, :n] = torch.tensor(s.ref_logprobs)
-        mask[i, :n] = torch.tensor(s.loss_mask, dtype=torch.float32)
-    return kl_reward_penalty(logp, ref, mask, beta, estimator).tolist()
-
-
 def build_batch(seqs: list[Sequence], opts: BatchOptions, policy_version: int = 0) -> tuple[Batch, dict[str, float]]:
-    """The optimizer batch from scored sequences, and its metrics. Normalizers count every sequence, the trained
-    part is the sequences that change the update."""
+    """The optimizer batch from scored and shaped sequences (loop/shaping.py `shaped_sequences`: the overlong filter
+    and KL-as-reward), and its metrics: it reads each episode's reward, it never changes one. Normalizers count
+    every sequence, the trained part is the sequences that change the update."""
     m: dict[str, float] = {}
-    if opts.overlong_filter:
-        keep = overlong_keep_mask([s.finish_reason for s in seqs])
-        seqs = [s if k else replace(s, loss_mask=[0] * len(s.loss_mask)) for s, k in zip(seqs, keep, strict=True)]
-        m["dapo/overlong_filtered"] = float(sum(not k for k in keep))
     heads, head_of = episode_heads(seqs)
-    rewards_E = [seqs[i].reward for i in heads]  # one per episode
-    if opts.kl_reward_beta > 0 and seqs:
-        pen_E = [0.0] * len(heads)
-        for e, p in zip(head_of, kl_penalties(seqs, opts.kl_reward_beta, opts.kl_estimator), strict=True):
-            pen_E[e] += p  # a sum over tokens: an episode pays for all its pieces' tokens
-        rewards_E = [r - p for r, p in zip(rewards_E, pen_E, strict=True)]
-        m["kl/reward_penalty_mean"] = sum(pen_E) / max(len(pen_E), 1)
+    rewards_E = [seqs[i].reward for i in heads]  # one per episode, as shaped (loop/shaping.py `shaped_sequences`)
     adv_E = (
         ADVANTAGES[opts.advantage](
             torch.tensor(rewards_E, dtype=torch.float32),
@@ -194,7 +170,7 @@ def build_batch(seqs: list[Sequence], opts: BatchOptions, policy_version: int = 
         else torch.zeros(0)
     )
     adv = adv_E.tolist()
-    seqs = [replace(s, advantage=adv[e], reward=rewards_E[e]) for s, e in zip(seqs, head_of, strict=True)]
+    seqs = [replace(s, advantage=adv[e]) for s, e in zip(seqs, head_of, strict=True)]
     keep = [
         i
         for i, s in enumerate(seqs)

@@ -22,17 +22,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from posttrain.algos.dapo import has_signal
-from posttrain.config.schema import Config
-from posttrain.envs.base import Env, safe_rollout, score_groups
-from posttrain.envs.faults import FaultyEnv
+from posttrain.envs.base import TaskEnv, safe_rollout, score_groups
 from posttrain.guidance.guided_hint import first_prompt_ids, strip_prompt
+from posttrain.loop.batch import number_samples
 from posttrain.loop.dynamic_sampling import collect_groups, refill_rows
 from posttrain.loop.row_choice import RowChooser, UniformRows
 from posttrain.loop.shaping import apply_overlong_penalty
+from posttrain.loop.step_plan import CollectPlan
 from posttrain.obs.remedies import Overrides
 from posttrain.obs.timers import StageTimer
 from posttrain.sampling.base import Sampler
-from posttrain.types import Group, SampleParams
+from posttrain.types import Group, SampleParams, Trajectory
 
 
 @dataclass
@@ -40,6 +40,13 @@ class Collected:
     groups: list[Group]  # the groups to train on
     all_groups: list[Group]  # every group sampled this step (dynamic sampling drops some), for the metrics
     metrics: dict[str, float] = field(default_factory=dict)
+
+    def numbered(self) -> Collected:
+        """These groups with each trajectory's sample_id, its position over `all_groups` (loop/batch.py
+        `number_samples`): `groups` are some of `all_groups`, numbered alike."""
+        numbered = number_samples(self.all_groups)
+        new = {id(g): n for g, n in zip(self.all_groups, numbered, strict=True)}
+        return replace(self, groups=[new[id(g)] for g in self.groups], all_groups=numbered)
 
 
 class Collector(Protocol):
@@ -62,7 +69,7 @@ class RolloutSpec:
     """How a step's groups are rolled out: the env, the sampler, G, how to sample, the overlong shaping and a
     remedy's row transform. `groups(rows)` rolls out, scores and shapes them."""
 
-    env: Env
+    env: TaskEnv
     sampler: Sampler
     rows: list[dict[str, Any]]
     G: int
@@ -85,27 +92,27 @@ class RolloutSpec:
         # Per row, the first n_t of its G samples use the transformed row (all of them unless guided).
         n_t = G if not self.untransform else min(G, max(1, math.ceil(G * self.transform_share)))
         rows = [self._row(i) if j < n_t else self.rows[i] for i in row_indices for j in range(G)]
+        guided = self.untransform and self.row_transform is not None
         with timer("sample"):
             trajs = list(await asyncio.gather(*(safe_rollout(self.env, r, self.sampler, self.params) for r in rows)))
-            if self.untransform and self.row_transform is not None:
-                for k, idx in enumerate(row_indices):
-                    plain = await self._plain_prompt_ids(idx)
-                    for t in trajs[k * G : k * G + n_t]:
-                        if t.failed_in != "rollout":  # it has no sampled turn to re-prompt
-                            strip_prompt(t, self.rows[idx], plain)
-        groups = [Group(task_index=idx, trajectories_G=trajs[i * G : (i + 1) * G]) for i, idx in enumerate(row_indices)]
+            rolled = [trajs[i * G : (i + 1) * G] for i in range(len(row_indices))]
+            if guided:
+                rolled = [await self._stripped(idx, g, n_t) for idx, g in zip(row_indices, rolled, strict=True)]
         with timer("reward"):
-            await score_groups(self.env, [g.trajectories_G for g in groups])
-        if self.untransform and self.row_transform is not None:
-            # The format hint is also words for a self-distillation teacher (remedies.format_hint_distill): the
-            # policy that reads it becomes the teacher of every stalled sample that did not pass.
-            for k, idx in enumerate(row_indices):
-                hint = self.rows[idx].get("format_hint")
-                for t in trajs[k * G : (k + 1) * G]:
-                    if hint and not t.passed and not t.failed:
-                        t.guidance.remedy_hint = str(hint)
-        pen = apply_overlong_penalty(groups, self.overlong_buffer_frac, self.overlong_penalty, self.params.max_tokens)
-        return groups, pen
+            scored = await score_groups(self.env, rolled)
+        if guided:
+            scored = [_with_remedy_hint(self.rows[idx], g) for idx, g in zip(row_indices, scored, strict=True)]
+        groups = [Group(task_index=idx, trajectories_G=g) for idx, g in zip(row_indices, scored, strict=True)]
+        return apply_overlong_penalty(groups, self.overlong_buffer_frac, self.overlong_penalty, self.params.max_tokens)
+
+    async def _stripped(self, idx: int, group: list[Trajectory], n_t: int) -> list[Trajectory]:
+        """Row idx's group with its first n_t samples (those drawn from the hinted row) as if from the plain row."""
+        plain = await self._plain_prompt_ids(idx)
+        # a sample whose rollout failed has no sampled turn to re-prompt
+        return [
+            strip_prompt(t, self.rows[idx], plain) if j < n_t and t.failed_in != "rollout" else t
+            for j, t in enumerate(group)
+        ]
 
     def _row(self, i: int) -> dict[str, Any]:
         if self.row_transform is None:
@@ -138,27 +145,31 @@ class RolloutSpec:
                 self.overlong_buffer_frac if ov.overlong_buffer_frac is None else ov.overlong_buffer_frac
             ),
             row_transform=with_format_hint if ov.format_hint else None,
-            untransform=bool(ov.format_hint and getattr(ov, "guide", False)),
-            transform_share=getattr(ov, "guide_share", 1.0),
+            untransform=ov.format_hint and ov.guide,
+            transform_share=ov.guide_share,
         )
 
-    @classmethod
-    def from_config(
-        cls, cfg: Config, env: Env, sampler: Sampler, rows: list[dict[str, Any]], params: SampleParams
-    ) -> RolloutSpec:
-        a = cfg.algorithm
-        if cfg.debug.rollout_fault_rate > 0:  # test only: training rollouts fail on purpose (envs/faults.py)
-            env = FaultyEnv(env, cfg.debug.rollout_fault_rate, cfg.run.seed)
-        return cls(env, sampler, rows, a.num_generations, params, a.overlong_buffer_frac, a.overlong_penalty)
+
+def _with_remedy_hint(row: dict[str, Any], group: list[Trajectory]) -> list[Trajectory]:
+    """The format hint is also words for a self-distillation teacher (remedies.format_hint_distill): the policy that
+    reads it becomes the teacher of every stalled sample of the group that did not pass."""
+    hint = row.get("format_hint")
+    if not hint:
+        return group
+    return [
+        replace(t, guidance=replace(t.guidance, remedy_hint=str(hint))) if not t.passed and not t.failed else t
+        for t in group
+    ]
 
 
 class SyncCollector:
     """Sample the step's prompts now; with dynamic sampling, refill until enough groups carry signal."""
 
-    def __init__(self, cfg: Config, rollouts: RolloutSpec, rows: RowChooser | None = None):
-        """`rows`: which rows each step draws (loop/row_choice.py; default: uniform)."""
-        self.cfg, self.rollouts, self.configured = cfg, rollouts, rollouts
-        self.rows: RowChooser = rows if rows is not None else UniformRows(cfg.run.seed)
+    def __init__(self, plan: CollectPlan, rollouts: RolloutSpec, rows: RowChooser | None = None):
+        """`plan`: what each step collects (loop/step_plan.py); `rows`: which rows each step draws
+        (loop/row_choice.py; default: uniform)."""
+        self.plan, self.rollouts, self.configured = plan, rollouts, rollouts
+        self.rows: RowChooser = rows if rows is not None else UniformRows(plan.seed)
 
     @property
     def sampler(self) -> Sampler:
@@ -169,9 +180,9 @@ class SyncCollector:
         self.rollouts = self.configured.adjusted(overrides)
 
     async def collect(self, step: int, timer: StageTimer) -> Collected:
-        cfg, a = self.cfg, self.cfg.algorithm
+        plan = self.plan
         n_rows = len(self.rollouts.rows)
-        k = cfg.loop.prompts_per_step
+        k = plan.prompts_per_step
         first = self.rows.rows_for(step, k, self.rollouts.rows)
         penalties: list[float] = []
 
@@ -181,20 +192,20 @@ class SyncCollector:
             return groups
 
         m: dict[str, float] = {}
-        if a.dynamic_sampling:
+        if plan.dynamic_sampling:
             kept, all_groups, stats = await collect_groups(
                 sample,
                 first,
-                lambda rnd, k, used: refill_rows(n_rows, step, rnd, k, cfg.run.seed, used),
-                target=cfg.loop.prompts_per_step,
-                max_rounds=a.max_refill_rounds,
+                lambda rnd, k, used: refill_rows(n_rows, step, rnd, k, plan.seed, used),
+                target=plan.prompts_per_step,
+                max_rounds=plan.max_refill_rounds,
                 keep=lambda g: has_signal(g.rewards_G),
             )
             m.update(stats.metrics())
         else:
             kept = all_groups = await sample(first)
         self.rows.observe(step, all_groups)
-        if a.overlong_buffer_frac > 0:
+        if plan.overlong_penalty:
             m["dapo/overlong_penalty_mean"] = sum(penalties) / max(len(penalties), 1)
         return Collected(kept, all_groups, m)
 

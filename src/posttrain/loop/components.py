@@ -22,8 +22,11 @@ from posttrain.tasks.prompt_size import check_prompt_sizes
 from posttrain.types import SampleParams
 
 
-@dataclass
+@dataclass(frozen=True)
 class Components:
+    """What a run is built from. Frozen: a part that changes (the reference after a warm start, the env wrapped for
+    guidance, the env workers once closed) makes new Components (`dataclasses.replace`)."""
+
     model: Any
     tokenizer: Any
     task: Task

@@ -24,6 +24,8 @@ from posttrain.algos.prompt_selection import prompts_for_step
 from posttrain.config.schema import Config
 from posttrain.envs.base import TaskEnv
 from posttrain.envs.isolate import safe_rollout, score_isolated
+from posttrain.loop.stepper import StepResult
+from posttrain.obs.remedies import Overrides
 from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.obs.timers import StageTimer
 from posttrain.sampling.hf_sampler import HFSampler
@@ -53,8 +55,6 @@ class ESStepper:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.base = [p.detach().clone() for p in self.params]
         self.history = ESHistory(sigma=es.sigma, lr=es.lr, population=es.population)
-        self.last_trajectories: list = []  # the last step's rollouts, for samples.jsonl
-        self.last_stats: dict = {}  # no per-token learner log-probs: ES never runs a backward pass
         self.fitness_params = SampleParams(
             max_tokens=train_params.max_tokens,
             temperature=es.temperature,
@@ -66,17 +66,17 @@ class ESStepper:
     async def _fitness(self, rows: list[dict[str, Any]], timer: StageTimer) -> tuple[float, list[Trajectory]]:
         k = self.cfg.algorithm.es.samples_per_prompt
         with timer("sample"):
-            trajs = list(
+            rolled = list(
                 await asyncio.gather(
                     *(safe_rollout(self.env, r, self.sampler, self.fitness_params) for r in rows for _ in range(k))
                 )
             )
         with timer("reward"):
-            await score_isolated(self.env, trajs)  # a sample whose rollout or scoring raised counts as failed
+            trajs = await score_isolated(self.env, rolled)  # a sample whose rollout or scoring raised counts as failed
         ok = [t.reward for t in trajs if not t.failed]
         return (statistics.fmean(ok) if ok else 0.0), trajs
 
-    async def step(self, step: int) -> dict[str, Any]:
+    async def step(self, step: int) -> StepResult:
         cfg, es = self.cfg, self.cfg.algorithm.es
         timer = StageTimer()
         rows = [self.rows[i] for i in prompts_for_step(len(self.rows), step, cfg.loop.prompts_per_step, cfg.run.seed)]
@@ -99,7 +99,7 @@ class ESStepper:
             self.base = [p.detach().clone() for p in self.params]
         self.history.iterations.append(it)
         with timer("sync"):  # the sampler holds the model itself
-            self.sampler.policy_version += 1
+            self.sampler.set_version(self.sampler.policy_version + 1)
         fit = f_plus + f_minus
         n_tok = sum(t.num_completion_tokens for t in trajs)
         m: dict[str, Any] = {**rollout_metrics(trajs), **pass_rates(trajs, self.pass_thresholds)}
@@ -119,8 +119,12 @@ class ESStepper:
         )
         m.update(timer.metrics())
         m["time/step"] = sum(timer.seconds.values())
-        self.last_trajectories = trajs
-        return m
+        return StepResult(m, trajs)  # no per-token stats: ES never runs a backward pass
+
+    def apply_overrides(self, ov: Overrides) -> None:
+        """Remedies steer policy-gradient steps (sampling temperature, lr scale, entropy bonus); loop/watch.py
+        turns them off for ES runs, so nothing calls this with a change. Kept so ES is a whole Stepper."""
+        del ov
 
     # ---- Stepper protocol --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -130,7 +134,7 @@ class ESStepper:
         self.history = ESHistory.from_dict(state["es_history"])
         replay_(self.params, self.history)
         self.base = [p.detach().clone() for p in self.params]
-        self.sampler.policy_version = state["policy_version"]
+        self.sampler.set_version(state["policy_version"])
 
     async def close(self) -> None:
         if self.history.iterations:

@@ -15,6 +15,7 @@ run's eval (loop/evaluate.py): a sample that raises is a failed sample, never a 
 from __future__ import annotations
 
 import asyncio
+import difflib
 import math
 import time
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from posttrain.algos.pass_at_k import prompt_metrics, suite_metrics
+from posttrain.config.eval_suite import EvalSuiteConfig
+from posttrain.config.formats import ANSWER_FORMATS
 from posttrain.envs.base import make_env
 from posttrain.envs.task import Task
 from posttrain.loop.evaluate import EvalSettingsError, check_samples, evaluate_async
@@ -36,8 +39,16 @@ class SuiteTask:
 
     task: Task
     prompts: int = 32
-    answer_format: str = "auto"
+    answer_format: str = "auto"  # one of config/formats.py ANSWER_FORMATS (the config's is typed AnswerFormat)
     max_tokens: int | None = None  # None: the task's own (or 128)
+
+    def __post_init__(self) -> None:
+        if self.answer_format not in ANSWER_FORMATS:  # `posttrain eval --answer-format` passes a plain string
+            near = difflib.get_close_matches(str(self.answer_format), ANSWER_FORMATS, n=1, cutoff=0.5)
+            raise EvalSettingsError(
+                f"answer_format {self.answer_format!r} is not one of {', '.join(ANSWER_FORMATS)}"
+                + (f" (did you mean {near[0]!r}?)" if near else "")
+            )
 
     @classmethod
     def load(
@@ -162,12 +173,10 @@ def run_suite(
     return asyncio.run(run_suite_async(tasks, sampler, tokenizer, settings, progress))
 
 
-def suite_tasks(cfg: Any, seed: int = 0) -> list[SuiteTask]:
-    """The tasks of a config's `eval_suite` section, loaded once for the run."""
-    return [
-        SuiteTask.load(t["name"], t.get("options") or {}, int(t.get("prompts", cfg.prompts)), cfg.answer_format, seed)
-        for t in cfg.tasks
-    ]
+def suite_tasks(cfg: EvalSuiteConfig, seed: int = 0) -> list[SuiteTask]:
+    """The tasks of a config's `eval_suite` section (checked by its models: config/task_options.py), loaded once for
+    the run."""
+    return [SuiteTask.load(t.name, t.options, t.prompts or cfg.prompts, cfg.answer_format, seed) for t in cfg.tasks]
 
 
 def with_prompts(tasks: list[SuiteTask], prompts: int) -> list[SuiteTask]:

@@ -62,8 +62,9 @@ async def evaluate_async(
     def rollout(i: int) -> Awaitable[Trajectory]:  # sample i % samples of prompt i // samples
         return safe_rollout(env, rows[i // samples], sampler, params)
 
-    trajs = await _bounded(rollout, len(rows) * samples, concurrency, progress, every_s, t0)
-    await score_groups(env, [trajs[i : i + samples] for i in range(0, len(trajs), samples)])
+    rolled = await _bounded(rollout, len(rows) * samples, concurrency, progress, every_s, t0)
+    scored = await score_groups(env, [rolled[i : i + samples] for i in range(0, len(rolled), samples)])
+    trajs = [t for g in scored for t in g]
     rubric = env.task.rubric
     m = rollout_metrics(trajs, prefix="eval/")
     m.update(pass_rates(trajs, {c.name: c.pass_threshold for c in rubric.components}, prefix="eval/"))

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from posttrain.envs.task import Task
 from posttrain.errors import PosttrainError
 from posttrain.rewards.judges.agreement import Confusion, agreement, auc, cohen_kappa, confusion
 from posttrain.rewards.judges.pairwise import PairVerdict, PairwiseJudge
@@ -127,7 +128,7 @@ class AuditReport:
         return "\n".join(lines)
 
 
-def _find(task: Any) -> tuple[PointwiseJudge, str, float, str, float]:
+def _find(task: Task) -> tuple[PointwiseJudge, str, float, str, float]:
     """(judge, its rubric component name or None, its threshold, verifier component name, verifier threshold)."""
     rubric = task.rubric
     comps = {c.name: c for c in rubric.components}
@@ -140,7 +141,7 @@ def _find(task: Any) -> tuple[PointwiseJudge, str, float, str, float]:
     for c in rubric.components:
         if isinstance(c.func, PointwiseJudge):
             return c.func, c.name, c.pass_threshold, vname, comps[vname].pass_threshold
-    for j in (getattr(task, "judges", None) or {}).values():
+    for j in task.judges.values():
         if isinstance(j, PointwiseJudge):
             return j, "", 0.5, vname, comps[vname].pass_threshold
     raise JudgeAuditError(f"task {task.name!r} has no pointwise LLM judge (in its rubric or task.judges) to audit")
@@ -158,9 +159,9 @@ def _run(coro):
 
 
 def _cols(rows: list[dict]) -> dict[str, list]:
-    from posttrain.rewards.rubric import _columns
+    from posttrain.rewards.rubric import column_lists
 
-    return {k: v for k, v in _columns(rows).items() if k != "prompt"}
+    return {k: v for k, v in column_lists(rows).items() if k != "prompt"}
 
 
 def _mean(xs: list[float]) -> float:
@@ -215,12 +216,12 @@ def audit(cfg: Config, c: Components, log=print) -> AuditReport:
 
     def verdicts(completions: list[str], rws: list[dict]) -> tuple[list[bool], list[float | Exception]]:
         from posttrain.rewards.rubric import (
-            _call,  # the rubric's call convention (columns as keyword lists)
-            _columns,
+            call_reward,  # the rubric's call convention (columns as keyword lists)
+            column_lists,
         )
 
-        kw = _columns(rws)
-        vs = _call(verifier.func, completions, kw)
+        kw = column_lists(rws)
+        vs = call_reward(verifier.func, completions, kw)
         js = judge.score_all(
             completions, [r.get("prompt") for r in rws], **{k: v for k, v in kw.items() if k != "prompt"}
         )
@@ -272,11 +273,7 @@ def audit(cfg: Config, c: Components, log=print) -> AuditReport:
 
     # Pairwise: (pass, fail) pairs of the same prompt, both orders.
     pj = next(
-        (
-            j
-            for j in list(getattr(task, "judges", {}).values()) + list(task.group_rewards)
-            if isinstance(j, PairwiseJudge)
-        ),
+        (j for j in list(task.judges.values()) + list(task.group_rewards) if isinstance(j, PairwiseJudge)),
         None,
     )
     if pj is not None:

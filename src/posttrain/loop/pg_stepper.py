@@ -1,13 +1,14 @@
 """The policy-gradient stepper (GRPO and its family): one step, top to bottom.
 
-    collected = collector.collect(step)                  scored, shaped groups (sync or async)
-    number_samples(collected.all_groups)                 each trajectory's sample_id
+    collected = collector.collect(step).numbered()       scored, shaped groups (sync or async); sample_ids
     seqs      = sequences_from_groups(collected.groups)  one Sequence per trajectory that did not fail
     seqs      = with_logprobs(seqs, ...)                 reference / teacher log-probs, when the run has them
-    batch, m  = build_batch(seqs, options)               overlong filter, KL-as-reward, advantages, trained part
+    seqs, m   = shaped_sequences(seqs, options)          overlong filter, KL-as-reward (loop/shaping.py)
+    batch, m  = build_batch(seqs, options)               advantages from the shaped rewards, trained part
     learner   = _outside_update(shown, batch)            pre-update log-probs of shown rows the update skips
     m, lps    = _optimize(batch, keep=shown)             behaviour log-probs; forward_backward + optim_step
     stats     = sample_stats(shown, batch, learner|lps)  what the report shows of each shown row
+    StepResult(metrics, trajectories, stats)             what happened, handed back (loop/stepper.py)
     sync.push(version + 1); collector.on_weights(...)    the sampler serves the new weights
 
 All math is in algos/ (looked up by name; the loss the trainer runs is composed there, algos/loss_terms.py); batch
@@ -29,13 +30,14 @@ from posttrain.envs.task import Task
 from posttrain.guidance.teacher import Teacher
 from posttrain.loop.batch import (
     build_batch,
-    number_samples,
     sample_stats,
     sequences_from_groups,
     with_logprobs,
 )
 from posttrain.loop.collect import Collected, Collector
+from posttrain.loop.shaping import shaped_sequences
 from posttrain.loop.step_plan import StepPlan
+from posttrain.loop.stepper import StepResult
 from posttrain.loop.weight_sync import WeightSync
 from posttrain.obs.metered import drain
 from posttrain.obs.remedies import Overrides
@@ -43,7 +45,7 @@ from posttrain.obs.rollout_stats import pass_rates, rollout_metrics
 from posttrain.obs.timers import StageTimer
 from posttrain.rewards.telemetry import drain_task_metrics
 from posttrain.training.protocol import PolicyTrainer, StepSettings
-from posttrain.types import Batch, SampleStats, Trajectory, sequence_of
+from posttrain.types import Batch, Trajectory, sequence_of
 
 
 class PolicyGradientStepper:
@@ -74,16 +76,13 @@ class PolicyGradientStepper:
         self.plugins: dict[str, Any] = dict(plugins or {})
         self.version = version
         self.task = task  # its reward objects' own metrics (judge cache hits, latency, ...) join each step's
-        self.last_trajectories: list = []  # the last step's rollouts, for samples.jsonl
-        self.last_stats: dict[int, SampleStats] = {}  # what the update measured of the shown ones, by sample_id
         self.settings = StepSettings()  # a remedy's temperature, lr scale and entropy bonus (apply_overrides)
 
-    async def step(self, step: int) -> dict[str, Any]:
+    async def step(self, step: int) -> StepResult:
         plan = self.plan
         timer, t0 = StageTimer(), time.perf_counter()
         m_hint: dict[str, float] = {}
-        collected = await self.collector.collect(step, timer)
-        number_samples(collected.all_groups)
+        collected = (await self.collector.collect(step, timer)).numbered()
         seqs = sequences_from_groups(collected.groups, plan.hint_fn)
         if plan.kl_to_reference and seqs:
             seqs = with_logprobs(seqs, "ref_logprobs", self._ref_logprobs(Batch(seqs)))
@@ -95,7 +94,9 @@ class PolicyGradientStepper:
                     "hint/share": sum(s.hint is not None for s in seqs) / len(seqs),
                     "hint/unaligned": float(self.teacher.unaligned),
                 }
+        seqs, m_shape = shaped_sequences(seqs, plan.batch_options)
         batch, m = build_batch(seqs, plan.batch_options, policy_version=self.version)
+        m = {**m_shape, **m}
         m.update(collected.metrics)
         m.update(m_hint)
         shown = self._shown(collected)  # the rows samples.jsonl keeps: the report colours their tokens
@@ -106,7 +107,7 @@ class PolicyGradientStepper:
         with timer("train", step=step + 1):
             m_train, kept = await self._call(self._optimize, batch, {t.sample_id for t in shown})
             m.update(m_train)
-        self.last_stats = sample_stats(shown, batch, {**learner, **kept})
+        stats = sample_stats(shown, batch, {**learner, **kept})
         with timer("sync", step=step + 1):
             self.version += 1
             m.update(await self._call(self.sync.push, self.version))
@@ -135,8 +136,7 @@ class PolicyGradientStepper:
         m.update(timer.metrics())
         m["time/step"] = time.perf_counter() - t0
         m.update(self.collector.window_metrics(m["time/step"]))
-        self.last_trajectories = trajs
-        return m
+        return StepResult(m, trajs, stats)
 
     async def _call(self, fn, *args):
         """Model work off the event loop in async mode, so rollout workers keep generating meanwhile."""

@@ -125,10 +125,10 @@ def preflight(
         # timing is a step's, not n_groups sequential ones.
         rows_ = c.task.train_rows[:n_groups]
         # Isolated as in training (envs/isolate.py): a raising sample is a reward error the verdicts report.
-        trajs = list(
+        rolled = list(
             await asyncio.gather(*(safe_rollout(c.env, r, c.sampler, c.train_params) for r in rows_ for _ in range(g)))
         )
-        await score_isolated(c.env, trajs)
+        trajs = await score_isolated(c.env, rolled)
         return [trajs[i * g : (i + 1) * g] for i in range(len(rows_))]
 
     t0 = time.perf_counter()
@@ -212,7 +212,8 @@ def _probe_train_seconds(cfg: Config, c: Components, sampled: list[list[Any]], l
     every sequence is trained on, as in a step with signal (a step on a no-signal batch is cheaper). The model
     is changed by it; a preflight throws its model away after."""
     from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
-    from posttrain.training.from_config import LossSetup, make_trainer
+    from posttrain.loop.step_plan import StepPlan
+    from posttrain.training.from_config import make_trainer, trainer_setup
     from posttrain.types import Group
 
     seqs = sequences_from_groups([Group(task_index=i, trajectories_G=list(grp)) for i, grp in enumerate(sampled)])
@@ -222,8 +223,8 @@ def _probe_train_seconds(cfg: Config, c: Components, sampled: list[list[Any]], l
         return 0.0
     t0 = time.perf_counter()
     try:
-        trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)  # the run's own trainer settings
-        loss = LossSetup.from_config(cfg, c.train_params.max_tokens)  # the run's own loss
+        trainer = make_trainer(trainer_setup(cfg), c.model, c.tokenizer.pad_token_id)  # the run's own settings
+        loss = StepPlan.from_config(cfg, c.train_params.max_tokens).loss  # the run's own loss
         trainer.forward_backward(batch, loss.loss_fn, loss.params, loss.token_weight_fn)
         trainer.optim_step()
     except Exception as e:  # noqa: BLE001 - the estimate is advice; a failure here must not hide the rest

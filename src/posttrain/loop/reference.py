@@ -36,26 +36,28 @@ def _frozen(module: Any) -> Any:
     return module.eval().requires_grad_(False)
 
 
-def reference_after_warm_start(cfg: Config, c: Components, run_dir: Path) -> bool:
-    """Make the warm-started policy the reference (in `c.ref_model`) and save it. False when no KL term needs it."""
+def reference_after_warm_start(cfg: Config, c: Components, run_dir: Path) -> Any | None:
+    """The warm-started policy as the reference (the run's `ref_model` from now on), saved. None when no KL term
+    needs it."""
     if not needs_reference(cfg):
-        return False
+        return None
     ref: Any = c.ref_model
     if ref is not None:  # full fine-tune: reuse the base copy's memory
         ref.load_state_dict(c.model.state_dict())
     else:  # LoRA: the reference is the warm-started adapters, no longer the base under disabled ones
-        ref = c.ref_model = _frozen(copy.deepcopy(c.model))
+        ref = _frozen(copy.deepcopy(c.model))
     _frozen(ref)
     tmp = run_dir / (REFERENCE_FILE + ".tmp")
     torch.save(ref.state_dict(), tmp)
     tmp.replace(run_dir / REFERENCE_FILE)  # never a half-written reference after a crash
-    return True
+    return ref
 
 
-def restore_reference(cfg: Config, c: Components, run_dir: Path) -> bool:
-    """On resume of a warm-started run: load the saved reference. False when no KL term needs it."""
+def restore_reference(cfg: Config, c: Components, run_dir: Path) -> Any | None:
+    """On resume of a warm-started run: the saved reference (the run's `ref_model` from now on). None when no KL
+    term needs it."""
     if not needs_reference(cfg):
-        return False
+        return None
     path = run_dir / REFERENCE_FILE
     if not path.exists():
         raise MissingFileError(
@@ -65,7 +67,6 @@ def restore_reference(cfg: Config, c: Components, run_dir: Path) -> bool:
         )
     ref: Any = c.ref_model
     if ref is None:
-        ref = c.ref_model = copy.deepcopy(c.model)
+        ref = copy.deepcopy(c.model)
     ref.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    _frozen(ref)
-    return True
+    return _frozen(ref)

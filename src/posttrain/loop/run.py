@@ -6,7 +6,8 @@
                      ─► final/ ─► summary.json
 
 The Run owns the run directory, console, metrics logger, eval schedule, checkpoints and resume, the time
-budget and the summary. It drives a Stepper (the protocol below); loop/wiring.py picks which one.
+budget and the summary. It drives a Stepper (loop/stepper.py: each step returns a StepResult); loop/wiring.py
+picks which one.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -34,6 +35,7 @@ from posttrain.loop.evaluate import evaluate_async
 from posttrain.loop.judge_audit import gate as judge_gate
 from posttrain.loop.reference import reference_after_warm_start, restore_reference
 from posttrain.loop.start_checks import check_names, check_suite_prompts, check_task
+from posttrain.loop.stepper import Stepper
 from posttrain.loop.warm_start import WarmStartResult, run_warm_start
 from posttrain.loop.watch import Watch
 from posttrain.loop.wiring import make_stepper
@@ -46,30 +48,12 @@ from posttrain.obs.rollout_stats import sample_records
 from posttrain.obs.run_dir import make_run_dir, write_run_info
 from posttrain.obs.sinks import tracker_sinks
 from posttrain.rewards.telemetry import drain_task_metrics
-from posttrain.types import SampleParams, SampleStats, Trajectory
+from posttrain.types import SampleParams
 
 STEPPER_FILE = "stepper.pt"
 
 if TYPE_CHECKING:  # cluster.envs=ray only
     from posttrain.cluster.ray_episodes import EnvWorkers
-
-
-class Stepper(Protocol):
-    """One training step at a time. `step(i)` trains step i (0-based) and returns its metrics; the trajectories
-    it rolled out are left in `last_trajectories` for samples.jsonl, with what the update measured of them in
-    `last_stats` (by sample_id). `state_dict()` / `load_state_dict()` hold everything a checkpoint needs beyond the
-    RNG states; `close()` stops background work."""
-
-    last_trajectories: list[Trajectory]
-    last_stats: dict[int, SampleStats]
-
-    async def step(self, step: int) -> dict[str, Any]: ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 @dataclass
@@ -141,10 +125,11 @@ class Run:
             raise MissingFileError(f"no checkpoint to resume from in {self.run_dir}/checkpoints")
         if cfg.warm_start.steps and ckpt is None:
             warm, base_eval = await self._warm_start()
-            if reference_after_warm_start(cfg, c, self.run_dir):
+            if (ref := reference_after_warm_start(cfg, c, self.run_dir)) is not None:
+                c = self.c = replace(c, ref_model=ref)
                 self.say("KL reference: the warm-started policy")
-        elif ckpt is not None:
-            restore_reference(cfg, c, self.run_dir)  # the warm-started reference, saved when it was made
+        elif ckpt is not None and (ref := restore_reference(cfg, c, self.run_dir)) is not None:
+            c = self.c = replace(c, ref_model=ref)  # the warm-started reference, saved when it was made
         stepper: Stepper = make_stepper(cfg, c, self.run_dir, self.say)
         if warm is not None and cfg.loop.keep_checkpoints:
             # A warm start can take an hour (coding-agent on CPU); a crash in RL (one OOM-killed at step 4 after
@@ -186,7 +171,7 @@ class Run:
         finally:
             self.logger.close()
             trace.stop()
-            workers, self.c.env_workers = self.c.env_workers, None  # closed once
+            workers, self.c = self.c.env_workers, replace(self.c, env_workers=None)  # closed once
             self._close_cluster(workers)
         return self._summarize(before, last_eval, done, start, warm, base_eval)
 
@@ -195,7 +180,8 @@ class Run:
         cfg, done = self.cfg, start
         t_train = time.perf_counter()
         for i in range(start, cfg.loop.steps):
-            m = await stepper.step(i)
+            result = await stepper.step(i)
+            m, trajs = dict(result.metrics), result.trajectories
             if self.grading is not None:
                 m.update(self.grading.drain_metrics())
             if self.c.env_workers is not None:
@@ -204,9 +190,8 @@ class Run:
             done = i + 1
             record = {"kind": "train", "step": done, **m}
             self.logger.log(record)
-            trajs = stepper.last_trajectories
             if cfg.loop.samples_per_step:
-                shown = sample_records(trajs, cfg.loop.samples_per_step, self.c.tokenizer, stepper.last_stats)
+                shown = sample_records(trajs, cfg.loop.samples_per_step, self.c.tokenizer, result.stats)
                 self.logger.log_samples(done, shown)
             failed = next((t for t in trajs if t.failed and t.error), None)
             if failed is not None:

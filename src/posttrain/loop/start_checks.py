@@ -1,5 +1,8 @@
 """What a run refuses at its start, checked by the same functions in the run and in `posttrain train --dry-run`
-(`check_start`), so the two cannot disagree:
+(`check_start`), so the two cannot disagree. Before them, reading the config (config/load.py) checks every value
+the config's models can: task.rewards entries (config/reward_options.py), a mixture's parts, reasoning-gym's and
+verifiers' own options and the eval-suite tasks (config/task_options.py), the answer formats; the tasks read the
+same models when they load.
 
     check_names(cfg)                   every registry name: stepper, collector, optimizer, loss, advantage, ...
     task_from_config(cfg.task)         the data opens within its caps and has the columns; every reward and its

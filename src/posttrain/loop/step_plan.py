@@ -1,7 +1,7 @@
 """`StepPlan`: everything a policy-gradient step decides from the config, decided once (loop/wiring.py builds it)
 and handed to the stepper, which then reads no config: the loss the trainer runs, how a batch is assembled, which
 hint a self-distillation teacher reads, the ratio's old policy, how many optimizer passes, how many rows the report
-keeps, where model work runs.
+keeps, where model work runs. `CollectPlan` is the same for the step's collector.
 """
 
 from __future__ import annotations
@@ -11,7 +11,40 @@ from functools import partial
 
 from posttrain.config.schema import Config
 from posttrain.loop.batch import BatchOptions, HintFn, env_hint, feedback_hint, first_hint, remedy_hint
-from posttrain.training.from_config import LossSetup, SelfTeacher, run_remedies, self_teacher
+from posttrain.training.from_config import LossSetup, SelfTeacher, loss_params, run_remedies, self_teacher
+
+
+@dataclass(frozen=True)
+class CollectPlan:
+    """What a collector does each step, decided once from the config (loop/wiring.py) so collectors read no config:
+    how many prompts a step trains on, the run's seed (row order, refills), dynamic sampling's refills, whether the
+    soft overlong penalty is on; for the async loop, how many steps there are, how stale a rollout may be, how many
+    rollout workers run, and how long a step may wait for its batch."""
+
+    prompts_per_step: int
+    seed: int
+    dynamic_sampling: bool = False
+    max_refill_rounds: int = 0
+    overlong_penalty: bool = False  # algorithm.overlong_buffer_frac > 0: the step reports the penalty's mean
+    steps: int = 0  # async: the workers stop producing after the last step's groups
+    max_staleness: int = 0
+    rollout_workers: int = 0  # 0: prompts_per_step x (max_staleness + 1)
+    batch_timeout_s: float = 0.0
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> CollectPlan:
+        a, loop = cfg.algorithm, cfg.loop
+        return cls(
+            prompts_per_step=loop.prompts_per_step,
+            seed=cfg.run.seed,
+            dynamic_sampling=a.dynamic_sampling,
+            max_refill_rounds=a.max_refill_rounds,
+            overlong_penalty=a.overlong_buffer_frac > 0,
+            steps=loop.steps,
+            max_staleness=loop.max_staleness,
+            rollout_workers=loop.rollout_workers or loop.prompts_per_step * (loop.max_staleness + 1),
+            batch_timeout_s=loop.batch_timeout_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -34,7 +67,7 @@ class StepPlan:
         a = cfg.algorithm
         own = self_teacher(a, run_remedies(cfg))
         return cls(
-            loss=LossSetup.with_teacher(cfg, max_tokens, own),
+            loss=LossSetup.build(a, loss_params(cfg, max_tokens, own)),
             batch_options=BatchOptions.from_config(a),
             self_teacher=None if a.teacher.model else own,
             hint_fn=_hint_fn(cfg, own),

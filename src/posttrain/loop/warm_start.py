@@ -28,6 +28,7 @@ from posttrain.algos.losses import LossParams, reinforce_loss
 from posttrain.config.schema import Config
 from posttrain.envs.base import TaskEnv
 from posttrain.envs.isolate import safe_rollout
+from posttrain.envs.scoring import scored
 from posttrain.envs.task import Task
 from posttrain.errors import PosttrainError
 from posttrain.loop.batch import BatchOptions, build_batch, sequences_from_groups
@@ -95,14 +96,15 @@ async def demonstration_trajectories(
 
     played = list(await asyncio.gather(*(one(r) for r in rows)))
     trajs = [t for t, _ in played if not t.failed]
-    await env.score(trajs)
+    scores = dict(zip(map(id, trajs), await env.score(trajs), strict=True))
     # Scoring the demonstrations fills the rewards' own counters (a decision ledger, judge calls); they describe
     # the demonstrator, not the policy, and must not reach the next eval's or step's metrics.
     drain_task_metrics(task)
     ok, bad = [], []
     for t, short in played:
+        t = scored(t, scores[id(t)]) if id(t) in scores else t
         if short:
-            t.passed, t.error = False, short
+            t = replace(t, passed=False, error=short)
         (ok if t.passed and not t.failed else bad).append(t)
     return ok, bad
 

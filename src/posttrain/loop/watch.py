@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.config.schema import Config
+from posttrain.loop.stepper import Stepper
 from posttrain.obs.diagnose_run import RunDiagnosis, render
 from posttrain.obs.diagnostics import Diagnostics
 from posttrain.obs.remedies import Remedies
@@ -37,7 +38,7 @@ class Watch:
         pg = cfg.algorithm.stepper == "policy_gradient"
         self.remedies = Remedies.from_config(cfg, has_format_hints) if wants and pg else None
 
-    def observe(self, record: dict[str, Any], stepper: Any) -> None:
+    def observe(self, record: dict[str, Any], stepper: Stepper) -> None:
         if self.diag is None:
             return
         events = self.diag.observe(record)
@@ -53,7 +54,7 @@ class Watch:
         if ov.changes:
             stepper.apply_overrides(ov)
 
-    def resume(self, state: dict[str, Any], stepper: Any) -> None:
+    def resume(self, state: dict[str, Any], stepper: Stepper) -> None:
         if self.diag is not None and "diagnostics" in state:
             self.diag.load_state_dict(state["diagnostics"])
         if self.remedies is not None and "remedies" in state:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
+from posttrain.sampling.base import Versioned
 from posttrain.training.protocol import PolicyTrainer
 
 
@@ -36,11 +37,11 @@ class WeightSync(Protocol):
 
 
 class SharedWeights:
-    def __init__(self, sampler: Any):
+    def __init__(self, sampler: Versioned):
         self.sampler = sampler
 
     def push(self, version: int) -> dict[str, float]:
-        self.sampler.policy_version = version
+        self.sampler.set_version(version)
         return {}
 
     def close(self) -> None:
@@ -110,12 +111,12 @@ class VersionedPush:
     """After the transport's push, the sampler tags what it samples with the pushed version (a server that reports
     its own version in each answer overrides the tag)."""
 
-    def __init__(self, inner: Any, sampler: Any):
+    def __init__(self, inner: Any, sampler: Versioned):
         self.inner, self.sampler = inner, sampler
 
     def push(self, version: int) -> dict[str, float]:
         m = self.inner.push(version)
-        self.sampler.policy_version = version
+        self.sampler.set_version(version)
         return m
 
     def close(self) -> None:

@@ -14,12 +14,14 @@ import copy
 import os
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from posttrain.algos.prompt_selection import SelectionSettings
 from posttrain.algos.registry import Registry
 from posttrain.config.schema import Config
+from posttrain.envs.faults import FaultyEnv
 from posttrain.guidance.insights import InsightEnv, InsightMemory
 from posttrain.guidance.profiles import ProfileBook, ProfileEnv, Rised
 from posttrain.guidance.teacher import SelfHintTeacher, load_teacher
@@ -30,7 +32,8 @@ from posttrain.loop.es_stepper import ESStepper
 from posttrain.loop.pg_stepper import PolicyGradientStepper
 from posttrain.loop.prompt_selector import PromptSelector
 from posttrain.loop.row_choice import RisedRows, RowChooser, UniformRows
-from posttrain.loop.step_plan import StepPlan
+from posttrain.loop.step_plan import CollectPlan, StepPlan
+from posttrain.loop.stepper import Stepper
 from posttrain.loop.weight_sync import (
     CopyWeights,
     GatheredWeights,
@@ -43,17 +46,21 @@ from posttrain.models.load import stop_token_ids
 from posttrain.models.policy import resolve_dtype
 from posttrain.obs.timers import BusyMeter
 from posttrain.rewards.tags import JudgeTagger, RuleTagger, Taggers, load_vocabulary
-from posttrain.sampling.base import first_push
+from posttrain.sampling.base import Sampler, first_push
 from posttrain.sampling.context import run_budget, text_config
 from posttrain.sampling.hf_sampler import HFSampler
 from posttrain.sampling.precision import low_precision_copy, should_pack
-from posttrain.training.from_config import make_trainer
+from posttrain.training.from_config import make_trainer, trainer_setup
 from posttrain.training.launch import start_ranks, world_size
+from posttrain.training.rank_plan import RankPlan
 from posttrain.types import SampleParams
 
-STEPPERS: Registry = Registry("stepper")
-COLLECTORS: Registry = Registry("loop mode")
-SAMPLER_BACKENDS: Registry = Registry("cluster backend")  # where rollouts are sampled (cluster.backend)
+StepperFactory = Callable[[Config, Components, Path, Callable[[str], None]], Stepper]
+CollectorFactory = Callable[[Config, Components, RowChooser], "tuple[Collector, WeightSync]"]
+SamplerBackend = Callable[[Config, Components, bool], "tuple[Any, Any]"]  # (sampler, weight sync)
+STEPPERS: Registry[StepperFactory] = Registry("stepper")
+COLLECTORS: Registry[CollectorFactory] = Registry("loop mode")
+SAMPLER_BACKENDS: Registry[SamplerBackend] = Registry("cluster backend")  # where rollouts are sampled (cluster.backend)
 
 
 def pass_thresholds(c: Components) -> dict[str, float]:
@@ -150,12 +157,16 @@ def local_vllm_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any,
 
 
 @SAMPLER_BACKENDS.register("server:vllm")
-def server_vllm_sampler(cfg: Config, c: Components, own_copy: bool, say=print) -> tuple[Any, Any]:
-    """cluster.num_servers vLLM servers, started and supervised here; weights pushed to each every step."""
-    from posttrain.cluster.vllm_servers import ServerPoolWeights, VLLMServerPool
+def server_vllm_sampler(cfg: Config, c: Components, own_copy: bool) -> tuple[Any, Any]:
+    """cluster.num_servers vLLM servers, started and supervised here; weights pushed to each every step. What they
+    do (started, restarted, retired) is said on the run's console, as logging.console allows."""
+    from posttrain.cluster.server_loads import ServerPoolWeights
+    from posttrain.cluster.vllm_servers import VLLMServerPool
+    from posttrain.obs.console import print_line
     from posttrain.sampling.engines import engine_model_dir, engine_spec, work_dir
     from posttrain.sampling.weight_transfer import group_backend
 
+    say = partial(print_line, enabled=cfg.logging.console)
     cc = cfg.cluster
     wd = work_dir(cfg)
     # Servers get merged full weights under LoRA too (one reload path per server).
@@ -181,12 +192,22 @@ def server_vllm_sampler(cfg: Config, c: Components, own_copy: bool, say=print) -
     return pool, sync
 
 
+def rollout_spec(cfg: Config, c: Components, sampler: Sampler) -> RolloutSpec:
+    """The run's training rollouts: its env (with injected faults when `debug.rollout_fault_rate` asks, a test
+    setting), G per prompt, sampling settings and the soft overlong penalty."""
+    a, env = cfg.algorithm, c.env
+    if cfg.debug.rollout_fault_rate > 0:  # test only: training rollouts fail on purpose (envs/faults.py)
+        env = FaultyEnv(env, cfg.debug.rollout_fault_rate, cfg.run.seed)
+    return RolloutSpec(
+        env, sampler, c.task.train_rows, a.num_generations, c.train_params, a.overlong_buffer_frac, a.overlong_penalty
+    )
+
+
 @COLLECTORS.register("sync")
 def sync_collector(cfg: Config, c: Components, rows: RowChooser) -> tuple[Collector, WeightSync]:
     """Roll out now, when the step asks."""
     sampler, sync = rollout_sampler(cfg, c, own_copy=False)
-    rollouts = RolloutSpec.from_config(cfg, c.env, sampler, c.task.train_rows, c.train_params)
-    return SyncCollector(cfg, rollouts, rows), sync
+    return SyncCollector(CollectPlan.from_config(cfg), rollout_spec(cfg, c, sampler), rows), sync
 
 
 @COLLECTORS.register("async")
@@ -195,24 +216,24 @@ def async_collector(cfg: Config, c: Components, rows: RowChooser) -> tuple[Colle
     overlap; each sync copies the weights in."""
     sampler, sync = rollout_sampler(cfg, c, own_copy=True)
     meters = {k: BusyMeter() for k in ("model_call", "rollout")}
-    rollouts = RolloutSpec.from_config(
-        cfg, c.env, MeteredSampler(sampler, meters["model_call"]), c.task.train_rows, c.train_params
-    )
-    return AsyncCollector(cfg, rollouts, meters, rows), sync
+    rollouts = rollout_spec(cfg, c, MeteredSampler(sampler, meters["model_call"]))
+    return AsyncCollector(CollectPlan.from_config(cfg), rollouts, meters, rows), sync
 
 
-def row_chooser(cfg: Config, n_rows: int, plugins: dict[str, Any], say: Callable[[str], None]) -> RowChooser:
-    """Which rows each step draws (loop/row_choice.py); an adaptive chooser joins the stepper's plugins (its
-    record is run state, saved with each checkpoint)."""
+def row_chooser(
+    cfg: Config, n_rows: int, plugins: dict[str, Any], say: Callable[[str], None]
+) -> tuple[RowChooser, dict[str, Any]]:
+    """Which rows each step draws (loop/row_choice.py), and the stepper's plugins with it: an adaptive chooser
+    joins them (its record is run state, saved with each checkpoint); `plugins` itself is left as it was."""
     if "rised" in plugins and cfg.algorithm.rised.selection:  # profile-based (sync collector; checked in the config)
         if cfg.loop.prompt_selection != "uniform":
             say(
                 f"prompt selection: RISED's (algorithm.rised.selection) instead of loop.prompt_selection="
                 f"{cfg.loop.prompt_selection}"
             )
-        return RisedRows(plugins["rised"], cfg.run.seed)
+        return RisedRows(plugins["rised"], cfg.run.seed), plugins
     if cfg.loop.prompt_selection == "uniform":  # uniform adds no state: its runs and checkpoints stay as before
-        return UniformRows(cfg.run.seed)
+        return UniformRows(cfg.run.seed), plugins
     sel = cfg.loop.selection
     selector = PromptSelector(
         cfg.loop.prompt_selection,
@@ -220,8 +241,7 @@ def row_chooser(cfg: Config, n_rows: int, plugins: dict[str, Any], say: Callable
         cfg.run.seed,
         SelectionSettings(sel.replay_share, sel.retire_after, sel.backoff_after, sel.revisit_every, sel.revisit_slots),
     )
-    plugins["prompt_selection"] = selector
-    return selector
+    return selector, {**plugins, "prompt_selection": selector}
 
 
 def with_feedback_envs(
@@ -279,19 +299,18 @@ def with_feedback_envs(
 
 @STEPPERS.register("policy_gradient")
 def policy_gradient(cfg: Config, c: Components, run_dir: Path, say: Callable[[str], None]) -> PolicyGradientStepper:
-    if world_size(cfg) > 1:  # trainer ranks (training/distributed.py); rank 0 runs this loop
-        say(
-            f"trainer: {world_size(cfg)} ranks, "
-            + ("FSDP2-sharded" if cfg.trainer.sharding == "fsdp2" else "data parallel")
-        )
-        trainer = start_ranks(cfg, c.model, c.tokenizer.pad_token_id, run_dir / "config.yaml")
+    plan = StepPlan.from_config(cfg, c.train_params.max_tokens)  # what the stepper does, decided here once
+    setup = trainer_setup(cfg)
+    if (world := world_size(cfg.trainer.world_size)) > 1:  # trainer ranks (training/distributed.py); rank 0 runs this
+        say(f"trainer: {world} ranks, " + ("FSDP2-sharded" if cfg.trainer.sharding == "fsdp2" else "data parallel"))
+        ranks = RankPlan.of(cfg.model, cfg.lora, cfg.run.seed, setup, cfg.algorithm, plan.loss.params)
+        trainer = start_ranks(ranks, c.model, c.tokenizer.pad_token_id)
     else:
         if cfg.trainer.sharding == "fsdp2":  # a checkpoint of a sharded run resumes here: the same state format
             say("trainer: one rank, nothing to shard (trainer.sharding=fsdp2 applies from world_size 2)")
-        trainer = make_trainer(cfg, c.model, c.tokenizer.pad_token_id)
-    plan = StepPlan.from_config(cfg, c.train_params.max_tokens)  # what the stepper does, decided here once
+        trainer = make_trainer(setup, c.model, c.tokenizer.pad_token_id)
     c, plugins = with_feedback_envs(cfg, c, run_dir, say)
-    rows = row_chooser(cfg, len(c.task.train_rows), plugins, say)
+    rows, plugins = row_chooser(cfg, len(c.task.train_rows), plugins, say)
     collector, sync = COLLECTORS[cfg.loop.mode](cfg, c, rows)
     if trainer.sharded:  # the sampler's model is not the trainer's: gather into it first
         sync = GatheredWeights(trainer, c.model, sync)

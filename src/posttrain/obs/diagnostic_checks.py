@@ -9,7 +9,7 @@ import math
 import statistics
 
 from posttrain.config.schema import DiagnosticsConfig
-from posttrain.obs.diagnostic_registry import Finding, History, _num, diagnostic
+from posttrain.obs.diagnostic_registry import Finding, History, diagnostic, metric_float
 
 BASELINE_STEPS = 3  # "its first steps' mean": entropy and length are compared to the mean of the first 3 steps
 
@@ -255,7 +255,7 @@ def memory_pressure(h: History, cfg: DiagnosticsConfig) -> Finding | None:
 @diagnostic("heldout_divergence", on="eval")
 def heldout_divergence(h: History, cfg: DiagnosticsConfig) -> Finding | None:
     """Held-out pass rate falls while the train reward rises: over-fitting, or the policy found a reward hack."""
-    evals = [(int(e["step"]), _num(e["eval/pass_rate"])) for e in h.evals if "eval/pass_rate" in e]
+    evals = [(int(e["step"]), metric_float(e["eval/pass_rate"])) for e in h.evals if "eval/pass_rate" in e]
     if len(evals) < 2:
         return None
     best_step, best = max(evals[:-1], key=lambda x: x[1])
@@ -302,7 +302,7 @@ def _train_reward_near(h: History, step: int, n: int) -> float:
     """Mean train reward over the n steps up to `step` (the first n steps for step 0, the eval before training)."""
     recs = [t for t in h.train if "reward/mean" in t]
     near = [t for t in recs if step - n < t["step"] <= step] or (recs[:n] if step == 0 else [])
-    return statistics.fmean(_num(t["reward/mean"]) for t in near) if near else math.nan
+    return statistics.fmean(metric_float(t["reward/mean"]) for t in near) if near else math.nan
 
 
 def _slope(y: list[float]) -> float:

@@ -58,7 +58,7 @@ class History:
         self.train.append(record)
         for k, v in record.items():
             if k not in ("kind", "step"):
-                self._series.setdefault(k, []).append(_num(v))
+                self._series.setdefault(k, []).append(metric_float(v))
 
     def series(self, key: str) -> list[float]:
         """Every train value of key, in order (non-numbers read as nan). Do not modify the returned list."""
@@ -79,7 +79,8 @@ class History:
         return int(max((r.get("step", 0) for r in recs), default=0))
 
 
-def _num(v: Any) -> float:
+def metric_float(v: Any) -> float:
+    """A metric as the checks read it: a float, nan where it is not a number (diagnostic_checks.py uses it too)."""
     # metrics.jsonl writes non-finite floats as strings ("nan", "inf"): read them back as floats.
     try:
         return float(v)

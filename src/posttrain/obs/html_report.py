@@ -20,9 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.obs.report_figs import (
-    _div,
-    _layout,
-    _plotly,
+    apply_layout,
     fig_async,
     fig_curriculum,
     fig_explorer,
@@ -31,8 +29,10 @@ from posttrain.obs.report_figs import (
     fig_reward,
     fig_timeline,
     fig_timing,
+    figure_div,
+    load_plotly,
 )
-from posttrain.obs.run_data import ReportError, RunData, _num
+from posttrain.obs.run_data import ReportError, RunData, finite_float
 from posttrain.obs.trace import to_chrome_trace
 
 __all__ = [
@@ -75,7 +75,7 @@ def _eval_table(run: RunData) -> str:
     keys = sorted({k for k in first if k.startswith("eval/pass") or k == "eval/reward/mean"} & set(last))
     rows = []
     for k in keys:
-        a, b = _num(first[k]), _num(last[k])
+        a, b = finite_float(first[k]), finite_float(last[k])
         if a is None or b is None:
             continue
         pct = k != "eval/reward/mean"
@@ -103,7 +103,7 @@ def _viewer_data(run: RunData) -> list[dict[str, Any]]:
 
 
 def _page(title: str, notes: list[str], content: str, data: Any) -> str:
-    _, get_plotlyjs = _plotly()
+    _, get_plotlyjs = load_plotly()
     blob = json.dumps(data, default=str).replace("</", "<\\/")  # never close the <script> early
     note_html = "".join(f'<div class="note">{html.escape(n)}</div>' for n in notes)
     page = _template()
@@ -128,17 +128,17 @@ def render_report(run: RunData) -> str:
             ),
         ),
     ]
-    curves = "".join(_div(f, f"fig-{i}") for i, f in figs)
+    curves = "".join(figure_div(f, f"fig-{i}") for i, f in figs)
     content = _section("Curves", curves, "curves")
     content += _section("Held-out before / after", _eval_table(run), "evals")
     reliability = fig_reliability(run)
     if reliability is not None:  # only runs that logged decision bins (decision-routing)
-        content += _section("Calibration", _div(reliability, "fig-reliability"), "calibration")
-    content += _section("Time per stage", _div(fig_timing(run), "fig-timing"), "timing")
-    content += _section("Staleness and sync", _div(fig_async(run), "fig-async"), "async")
+        content += _section("Calibration", figure_div(reliability, "fig-reliability"), "calibration")
+    content += _section("Time per stage", figure_div(fig_timing(run), "fig-timing"), "timing")
+    content += _section("Staleness and sync", figure_div(fig_async(run), "fig-async"), "async")
     content += _section(
         "Timeline",
-        _div(fig_timeline(run), "fig-timeline")
+        figure_div(fig_timeline(run), "fig-timeline")
         + (
             '<p class="hint">Export for chrome://tracing or ui.perfetto.dev: '
             f"<code>posttrain report {html.escape(str(run.run_dir))} --trace trace.json</code></p>"
@@ -149,15 +149,15 @@ def render_report(run: RunData) -> str:
     )
     curriculum = fig_curriculum(run)
     if curriculum is not None:  # adaptive prompt selection (algos/prompt_selection.py)
-        content += _section("Curriculum", _div(curriculum, "fig-curriculum"), "curriculum")
+        content += _section("Curriculum", figure_div(curriculum, "fig-curriculum"), "curriculum")
     tags = [k for k in run.keys("rised/") if k not in ("rised/tag_errors", "rised/selection_overlap")]
     if tags:  # RISED: which behaviours rise and fall over the run (guidance/profiles.py)
         content += _section(
             "Behaviour profile",
-            _div(fig_lines(run, "share of rollouts with each tag", tags, yaxis="share"), "fig-profile"),
+            figure_div(fig_lines(run, "share of rollouts with each tag", tags, yaxis="share"), "fig-profile"),
             "profile",
         )
-    content += _section("Any metric", _div(fig_explorer(run), "fig-explorer"), "explorer")
+    content += _section("Any metric", figure_div(fig_explorer(run), "fig-explorer"), "explorer")
     viewer = _viewer_data(run)
     if viewer:
         content += '<section id="rollouts"><h2>Rollouts</h2><div id="viewer"></div></section>'
@@ -181,7 +181,7 @@ def write_compare(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     if missing:
         raise ReportError(f"run directory not found: {', '.join(missing)}")
     runs = [RunData.load(d) for d in run_dirs]
-    go, _ = _plotly()
+    go, _ = load_plotly()
     content, notes = "", [f"{r.name}: {n}" for r in runs for n in r.notes if "trace" not in n]
     for i, key in enumerate(COMPARE_KEYS):
         fig = go.Figure()
@@ -190,7 +190,7 @@ def write_compare(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
             if x:
                 fig.add_trace(go.Scatter(x=x, y=y, name=r.name, mode="lines+markers"))
         if fig.data:
-            content += _div(_layout(fig, key), f"fig-cmp-{i}")
+            content += figure_div(apply_layout(fig, key), f"fig-cmp-{i}")
     title = "posttrain compare: " + " vs ".join(r.name for r in runs)
     path = Path(out)
     path.write_text(_page(title, notes, _section("Curves", content, "curves"), {"viewer": [], "run": title}))

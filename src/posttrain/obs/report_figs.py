@@ -30,7 +30,8 @@ STAGE_COLOURS = {
 # ---- figures -----------------------------------------------------------------------------------------------
 
 
-def _plotly():
+def load_plotly():
+    """plotly's graph_objects and get_plotlyjs, or a ReportError naming the extra (every page that draws uses it)."""
     try:
         import plotly.graph_objects as go
         from plotly.offline import get_plotlyjs
@@ -39,7 +40,8 @@ def _plotly():
     return go, get_plotlyjs
 
 
-def _layout(fig, title: str, xaxis: str = "step", yaxis: str = "", height: int = 340) -> Any:
+def apply_layout(fig, title: str, xaxis: str = "step", yaxis: str = "", height: int = 340) -> Any:
+    """The house look of every report figure (this page's and auto/report.py's): title, axes, size, margins."""
     fig.update_layout(
         title=title,
         height=height,
@@ -53,18 +55,18 @@ def _layout(fig, title: str, xaxis: str = "step", yaxis: str = "", height: int =
 
 
 def fig_lines(run: RunData, title: str, keys: list[str], records=None, yaxis: str = "", mode: str = "lines+markers"):
-    go, _ = _plotly()
+    go, _ = load_plotly()
     fig = go.Figure()
     for k in keys:
         x, y = run.series(k, records)
         if x:
             fig.add_trace(go.Scatter(x=x, y=y, name=k, mode=mode))
-    return _layout(fig, title, yaxis=yaxis) if fig.data else None
+    return apply_layout(fig, title, yaxis=yaxis) if fig.data else None
 
 
 def fig_reward(run: RunData):
     """Mean reward with a one-std band, each rubric component, and where a diagnostic started."""
-    go, _ = _plotly()
+    go, _ = load_plotly()
     comps = [k for k in run.keys("reward/") if k not in ("reward/mean", "reward/std")]
     fig = fig_lines(run, "train reward and its components", ["reward/mean", *comps])
     if fig is None:
@@ -118,7 +120,7 @@ def fig_curriculum(run: RunData, max_prompts: int = 80):
     ]
     if not cells:
         return None
-    go, _ = _plotly()
+    go, _ = load_plotly()
     order: dict[int, int] = {}
     for _, row, _ in sorted(cells):
         order.setdefault(row, len(order))
@@ -142,7 +144,7 @@ def fig_curriculum(run: RunData, max_prompts: int = 80):
         )
     )
     more = f" (first {max_prompts} of {len(order)})" if len(order) > max_prompts else ""
-    return _layout(
+    return apply_layout(
         fig,
         f"pass rate of each drawn prompt{more}",
         yaxis="prompt (in order first drawn)",
@@ -168,7 +170,7 @@ def _diagnostic_starts(run: RunData) -> list[tuple[int, str]]:
 
 def fig_timing(run: RunData):
     """Seconds per step: the trainer's stages stacked; overlapping times (async busy, transports) as lines."""
-    go, _ = _plotly()
+    go, _ = load_plotly()
     fig = go.Figure()
     for st in STAGES:
         x, y = run.series(f"time/{st}")
@@ -189,7 +191,7 @@ def fig_timing(run: RunData):
     if not fig.data:
         return None
     fig.update_layout(barmode="stack")
-    return _layout(fig, "time per step, by stage", yaxis="seconds")
+    return apply_layout(fig, "time per step, by stage", yaxis="seconds")
 
 
 def fig_async(run: RunData):
@@ -197,7 +199,7 @@ def fig_async(run: RunData):
     fig = fig_lines(run, "async: staleness and idle fractions", keys)
     secs = [k for k in run.keys("async/") if k.endswith("_s")]
     if fig is not None and secs:
-        go, _ = _plotly()
+        go, _ = load_plotly()
         for k in secs:  # seconds on a second axis: fractions and seconds do not share a scale
             x, y = run.series(k)
             fig.add_trace(go.Scatter(x=x, y=y, name=k, yaxis="y2", mode="lines+markers", line={"dash": "dot"}))
@@ -207,7 +209,7 @@ def fig_async(run: RunData):
 
 def fig_explorer(run: RunData):
     """Any numeric train metric, picked from a dropdown (plotly's updatemenus: one trace visible at a time)."""
-    go, _ = _plotly()
+    go, _ = load_plotly()
     keys = run.keys("")
     keys = [k for k in keys if k != "step"]
     if not keys:
@@ -234,7 +236,7 @@ def fig_explorer(run: RunData):
         ],
         showlegend=False,
     )
-    return _layout(fig, first)
+    return apply_layout(fig, first)
 
 
 def fig_reliability(run: RunData):
@@ -245,7 +247,7 @@ def fig_reliability(run: RunData):
     evals = [r for r in run.evals if any(k.startswith("eval/decision/rel/") for k in r)]
     if not evals:
         return None
-    go, _ = _plotly()
+    go, _ = load_plotly()
     fig = go.Figure(
         [go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="calibrated", line={"dash": "dot", "color": "grey"})]
     )
@@ -262,7 +264,7 @@ def fig_reliability(run: RunData):
                 text=[f"n={b.count}" for b in bins],
             )
         )
-    fig = _layout(fig, "reliability: held-out accuracy vs stated confidence", xaxis="confidence", yaxis="accuracy")
+    fig = apply_layout(fig, "reliability: held-out accuracy vs stated confidence", xaxis="confidence", yaxis="accuracy")
     fig.update_xaxes(range=[0, 1])
     fig.update_yaxes(range=[0, 1])
     return fig
@@ -270,7 +272,7 @@ def fig_reliability(run: RunData):
 
 def fig_timeline(run: RunData):
     """trace.jsonl as horizontal bars: one lane per worker, one colour per stage, seconds since the first span."""
-    go, _ = _plotly()
+    go, _ = load_plotly()
     if not run.trace:
         return None
     t0 = min(e["ts"] for e in run.trace)
@@ -292,7 +294,7 @@ def fig_timeline(run: RunData):
             )
         )
     fig.update_layout(barmode="overlay", yaxis={"categoryorder": "array", "categoryarray": lanes[::-1]})
-    return _layout(
+    return apply_layout(
         fig,
         "timeline: where each worker spent its time",
         xaxis="seconds since the first span",
@@ -300,7 +302,8 @@ def fig_timeline(run: RunData):
     )
 
 
-def _div(fig, div_id: str) -> str:
+def figure_div(fig, div_id: str) -> str:
+    """`fig` as an HTML div without the library (the page inlines plotly once), or '' for no figure."""
     if fig is None:
         return ""
     return fig.to_html(

@@ -70,7 +70,7 @@ class RunData:
         for r in self.train if records is None else records:
             if key in r:
                 xs.append(r.get("step", 0))
-                ys.append(_num(r[key]))
+                ys.append(finite_float(r[key]))
         return xs, ys
 
     def keys(self, prefix: str, records: list[dict[str, Any]] | None = None) -> list[str]:
@@ -92,7 +92,8 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _num(v: Any) -> float | None:
+def finite_float(v: Any) -> float | None:
+    """A value as a plotted number: a finite float, else None (html_report.py reads its runs' values with it)."""
     try:
         f = float(v)
     except (TypeError, ValueError):

@@ -4,8 +4,10 @@ checker runs in a worker process, named.py's MathReward): exact, contains, numer
 
 Each is `(completion text, the row's columns it reads, options, prepared state) -> score`: it reads the answer through
 rewards/extract.py, raises GoldError for a row whose gold answer it cannot use (the data's fault: that sample fails)
-and _Counted for a score to count under a key (a regex timeout). Apart from named.py so the scoring reads on its own,
-without the registry and the reward classes; it imports the options (rewards/named_options.py), never named.py.
+and CountedScore for a score to count under a key (a regex timeout). Apart from named.py so the scoring reads on its
+own, without the registry and the reward classes; it imports the options (config/reward_options.py) and the error
+(rewards/named_options.py), never named.py. named.py builds its rewards from these scorers, `gold_answer` (a row's
+gold answer, GoldError when empty) and `compile_regex` (a regex reward's prepared state).
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from posttrain.bounded import BoundedError, loads_json
-from posttrain.rewards.extract import extract_answer, has_answer, last_match
-from posttrain.rewards.named_options import (
+from posttrain.config.reward_options import (
     ChoiceOptions,
     ContainsOptions,
     ExactOptions,
@@ -26,16 +27,17 @@ from posttrain.rewards.named_options import (
     LengthOptions,
     NumericOptions,
     RegexOptions,
-    RewardConfigError,
-    _validator,
+    schema_validator,
 )
+from posttrain.rewards.extract import extract_answer, has_answer, last_match
+from posttrain.rewards.named_options import RewardConfigError
 
 
 class GoldError(ValueError):
     """A row whose gold answer the reward cannot use (the data's fault, not the model's): that sample fails."""
 
 
-class _Counted(Exception):
+class CountedScore(Exception):
     """A scorer's way to say "this score, and count it under `key`" (a regex timeout)."""
 
     def __init__(self, key: str, value: float):
@@ -49,7 +51,7 @@ class _Counted(Exception):
 # built once from the options (a compiled pattern, a schema validator) and never changed.
 
 
-def _gold(row: dict[str, Any], column: str) -> Any:
+def gold_answer(row: dict[str, Any], column: str) -> Any:
     gold = row.get(column)
     if gold is None or (isinstance(gold, str) and not gold.strip()):
         raise GoldError(f"the row's {column!r} is empty: no gold answer to compare with")
@@ -57,16 +59,16 @@ def _gold(row: dict[str, Any], column: str) -> Any:
 
 
 def _norm(s: str, o: ExactOptions | ContainsOptions) -> str:
-    if getattr(o, "strip", True):
+    if isinstance(o, ContainsOptions) or o.strip:  # contains: always stripped
         s = s.strip()
-    if getattr(o, "normalize_whitespace", True):
+    if isinstance(o, ContainsOptions) or o.normalize_whitespace:
         s = " ".join(s.split())
     return s.casefold() if o.case_insensitive else s
 
 
 def score_exact(text: str, row: dict[str, Any], o: ExactOptions, state: Any = None) -> float:
     """1.0 when the extracted answer equals the gold column's text (after strip / whitespace / case options)."""
-    gold = str(_gold(row, o.answer_column))
+    gold = str(gold_answer(row, o.answer_column))
     answer = extract_answer(text, o.answer_format)
     return float(answer is not None and _norm(answer, o) == _norm(gold, o))
 
@@ -74,7 +76,7 @@ def score_exact(text: str, row: dict[str, Any], o: ExactOptions, state: Any = No
 def score_contains(text: str, row: dict[str, Any], o: ContainsOptions, state: Any = None) -> float:
     """1.0 when the gold column's text appears in the extracted answer (answer_format: none searches the whole
     completion)."""
-    gold = _norm(str(_gold(row, o.answer_column)), o)
+    gold = _norm(str(gold_answer(row, o.answer_column)), o)
     answer = extract_answer(text, o.answer_format)
     return float(answer is not None and gold in _norm(answer, o))
 
@@ -126,7 +128,7 @@ def parse_number(text: str) -> list[float]:
 
 def score_numeric(text: str, row: dict[str, Any], o: NumericOptions, state: Any = None) -> float:
     """1.0 when the number in the extracted answer is within abs_tol / rel_tol of the gold number."""
-    raw = _gold(row, o.answer_column)
+    raw = gold_answer(row, o.answer_column)
     golds = [float(raw)] if isinstance(raw, (int, float)) and not isinstance(raw, bool) else parse_number(str(raw))
     golds = [g for g in golds if math.isfinite(g)]
     if not golds:
@@ -174,12 +176,12 @@ def _gold_letter(raw: Any, o: ChoiceOptions) -> str:
 
 def score_choice(text: str, row: dict[str, Any], o: ChoiceOptions, state: Any = None) -> float:
     """1.0 when the option letter picked in the extracted answer is the gold letter (or gold index)."""
-    gold = _gold_letter(_gold(row, o.answer_column), o)
+    gold = _gold_letter(gold_answer(row, o.answer_column), o)
     answer = extract_answer(text, o.answer_format)
     return float(answer is not None and choice_letter(answer, o.letters) == gold)
 
 
-def _compile_regex(o: RegexOptions) -> Any:
+def compile_regex(o: RegexOptions) -> Any:
     import regex
 
     try:
@@ -198,7 +200,7 @@ def score_regex(text: str, row: dict[str, Any], o: RegexOptions, rx: Any) -> flo
     try:
         return float(match(answer[: o.max_chars], timeout=o.timeout_s) is not None)
     except TimeoutError:
-        raise _Counted("timeouts", 0.0) from None
+        raise CountedScore("timeouts", 0.0) from None
 
 
 def json_text(text: str, how: str) -> str | None:
@@ -220,13 +222,13 @@ def json_text(text: str, how: str) -> str | None:
 def score_json_schema(text: str, row: dict[str, Any], o: JsonSchemaOptions, validator: Any) -> float:
     """1.0 when the answer parses as JSON (bounded: size, depth, no NaN) and validates against the schema."""
     if o.schema_column:
-        schema = _gold(row, o.schema_column)
+        schema = gold_answer(row, o.schema_column)
         if isinstance(schema, str):
             try:
                 schema = loads_json(schema)
             except BoundedError as e:
                 raise GoldError(f"the row's {o.schema_column!r} is not JSON: {e}") from None
-        validator = _validator(schema, GoldError)
+        validator = schema_validator(schema, GoldError)
     raw = json_text(text, o.answer_format)
     if raw is None or len(raw) > o.max_chars:
         return 0.0

@@ -26,14 +26,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from posttrain.config.reward_options import EntryError, options_of, parse_entry, takes_answer_format
 from posttrain.rewards.named import (
     NAMED_REWARDS,
     NamedReward,
     RewardConfigError,
     missing_column_message,
     named_reward,
-    nearest_name,
-    takes_answer_format,
 )
 from posttrain.rewards.rubric import RewardComponent, Rubric
 
@@ -50,9 +49,7 @@ __all__ = [
 def _reward_model(**kw: Any) -> Callable[..., Any]:
     from posttrain.rewards.reward_model import reward_model
 
-    if "path" not in kw:
-        raise RewardConfigError("task.rewards: a reward_model entry needs `path` (a folder `posttrain rm train` wrote)")
-    return reward_model(**kw)
+    return reward_model(**kw)  # `path` is required by its options model (config/reward_options.py)
 
 
 def _embedding_margin(**kw: Any) -> Callable[..., Any]:
@@ -65,7 +62,7 @@ REWARD_FACTORIES: dict[str, Callable[..., Callable[..., Any]]] = {
     "reward_model": _reward_model,
     "embedding_margin": _embedding_margin,
 }
-KNOWN = [*NAMED_REWARDS, *REWARD_FACTORIES]
+KNOWN = [*NAMED_REWARDS, *REWARD_FACTORIES]  # config/reward_options.py OPTIONS names the same (a test holds them)
 
 
 @dataclass(frozen=True)
@@ -78,29 +75,25 @@ class Entry:
 
 
 def _entry(i: int, spec: Any, answer_format: str) -> Entry:
+    """Entry i built; its keys and options checked by config/reward_options.py's models (the config's check)."""
     where = f"task.rewards[{i}]"
-    if not isinstance(spec, dict) or "fn" not in spec:
-        raise RewardConfigError(f"{where} must be a mapping with `fn` (one of {', '.join(KNOWN)}), got {spec!r}")
-    kw = dict(spec)
-    fn, weight, name, decides = kw.pop("fn"), kw.pop("weight", 1.0), kw.pop("name", None), kw.pop("pass", False)
-    if fn not in KNOWN:
-        raise RewardConfigError(f"{where}: unknown fn {fn!r}{nearest_name(str(fn), KNOWN)}; known: {', '.join(KNOWN)}")
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-        raise RewardConfigError(f"{where} ({fn}): weight must be a number, got {type(weight).__name__} {weight!r}")
-    if not isinstance(decides, bool):
-        raise RewardConfigError(f"{where} ({fn}): pass must be true or false, got {decides!r}")
-    name = str(name or fn)
     try:
-        if fn in NAMED_REWARDS:
-            if takes_answer_format(fn):
+        e = parse_entry(spec)
+    except EntryError as err:
+        raise RewardConfigError(f"{where}.{err.path}: {err.detail}" if err.path else f"{where}: {err.detail}") from None
+    kw = dict(e.options)
+    try:
+        if e.fn in NAMED_REWARDS:
+            if takes_answer_format(e.fn):
                 kw.setdefault("answer_format", answer_format)
-            func: Any = named_reward(fn, name=name, **kw)
+            func: Any = named_reward(e.fn, name=e.name, **kw)
         else:
-            func = REWARD_FACTORIES[fn](**kw, name=name)
-    except (TypeError, RewardConfigError) as e:
-        raise RewardConfigError(f"{where} ({fn}): {e}") from None
+            options = options_of(e.fn, kw)  # the factory's own defaults where the entry set nothing
+            func = REWARD_FACTORIES[e.fn](**{k: v for k, v in vars(options).items() if v is not None}, name=e.name)
+    except (TypeError, RewardConfigError, EntryError) as err:
+        raise RewardConfigError(f"{where} ({e.fn}): {err}") from None
     correctness = isinstance(func, NamedReward) and func.correctness
-    return Entry(RewardComponent(name=name, func=func, weight=float(weight)), correctness, decides)
+    return Entry(RewardComponent(name=e.name, func=func, weight=e.weight), correctness, e.decides)
 
 
 def _entries(specs: Sequence[Any], answer_format: str) -> list[Entry]:

@@ -36,7 +36,6 @@ from posttrain.rewards.hack_vocab import (
     HOOK_FILE,
     IMPORT_CALLS,
     INTROSPECTION_CALLS,
-    KINDS,  # noqa: F401 - re-exported: the kinds of flag detect_code gives
     LIST_CALLS,
     LIST_METHODS,
     MAX_CODE_CHARS,
@@ -51,7 +50,7 @@ from posttrain.rewards.hack_vocab import (
 
 @dataclass(frozen=True)
 class HackFlag:
-    kind: str  # one of KINDS
+    kind: str  # one of hack_vocab.py's KINDS
     detail: str  # what matched, for the log
     line: int | None = None
 

@@ -20,34 +20,45 @@ none; default the task's `task.answer_format`), and compares it with a gold colu
       format       the answer is given in the format asked for (answer tags, \\boxed{})
       length       1.0 within a target length, falling linearly to 0.0 beyond it
 
-`NAMED_REWARDS` is the registry (name -> RewardSpec: options dataclass, pure scoring function); `named_reward`
-builds one, checking every option's name and type (RewardConfigError, with the nearest known name).
+`NAMED_REWARDS` is the registry (name -> RewardSpec: options model, pure scoring function); `named_reward`
+builds one, its options checked by their model (config/reward_options.py: RewardConfigError, with the nearest known
+name).
 
 This module holds the reward classes (NamedReward, MathReward and its worker pool), the registry and the building;
-the options dataclasses and their type checks are in rewards/named_options.py, the pure scoring functions in
-rewards/answer_scores.py. The names callers import from here (`__all__`) all still come from here, those two
-modules' among them, re-exported.
+the options models are config/reward_options.py's (re-exported by rewards/named_options.py), the pure scoring
+functions in rewards/answer_scores.py. The names callers import from here (`__all__`) all still come from here,
+those two modules' among them, re-exported.
 """
 
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import threading
-import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Re-exported: tests import these from here, where they lived before answer_scores.py was split off.
+from posttrain.config.reward_options import (
+    ChoiceOptions,
+    ContainsOptions,
+    EntryError,
+    ExactOptions,
+    FormatOptions,
+    JsonSchemaOptions,
+    LengthOptions,
+    MathOptions,
+    NumericOptions,
+    RegexOptions,
+    options_of,
+    schema_validator,
+    takes_answer_format,
+)
 from posttrain.rewards.answer_scores import (
+    CountedScore,
     GoldError,
-    _compile_regex,
-    _Counted,
-    _gold,
-    choice_letter,
-    parse_number,
+    compile_regex,
+    gold_answer,
     score_choice,
     score_contains,
     score_exact,
@@ -58,22 +69,7 @@ from posttrain.rewards.answer_scores import (
     score_regex,
 )
 from posttrain.rewards.extract import completion_text, extract_answer
-from posttrain.rewards.named_options import (
-    ChoiceOptions,
-    ContainsOptions,
-    ExactOptions,
-    FormatOptions,
-    JsonSchemaOptions,
-    LengthOptions,
-    MathOptions,
-    NumericOptions,
-    RegexOptions,
-    RewardConfigError,
-    _fits,
-    _type_name,
-    _validator,
-    nearest_name,
-)
+from posttrain.rewards.named_options import RewardConfigError, nearest_name
 from posttrain.rewards.rubric import PartialRewardFailure
 
 __all__ = [
@@ -83,12 +79,10 @@ __all__ = [
     "NamedReward",
     "RewardConfigError",
     "RewardSpec",
-    "choice_letter",
     "math_pool",
     "missing_column_message",
     "named_reward",
     "nearest_name",
-    "parse_number",
     "parse_options",
     "takes_answer_format",
 ]
@@ -155,7 +149,7 @@ class NamedReward:
         for i, (c, row) in enumerate(zip(completions, rows)):
             try:
                 values.append(score(completion_text(c), row, self.options, self.state()))
-            except _Counted as e:
+            except CountedScore as e:
                 self.count(e.key)
                 values.append(e.value)
             except GoldError as e:
@@ -229,7 +223,7 @@ class MathReward(NamedReward):
         items, where = [], []
         for i, (c, row) in enumerate(zip(completions, rows)):
             try:
-                gold = str(_gold(row, o.answer_column))
+                gold = str(gold_answer(row, o.answer_column))
             except GoldError as e:
                 values[i], errors[i] = None, str(e)
                 continue
@@ -291,13 +285,13 @@ NAMED_REWARDS: dict[str, RewardSpec] = {
     "exact": RewardSpec(ExactOptions, score_exact, True),
     "numeric": RewardSpec(NumericOptions, score_numeric, True),
     "contains": RewardSpec(ContainsOptions, score_contains, True),
-    "regex": RewardSpec(RegexOptions, score_regex, True, _compile_regex),
+    "regex": RewardSpec(RegexOptions, score_regex, True, compile_regex),
     "choice": RewardSpec(ChoiceOptions, score_choice, True),
     "json_schema": RewardSpec(
         JsonSchemaOptions,
         score_json_schema,
         True,
-        lambda o: _validator(o.schema, RewardConfigError) if o.schema is not None else None,
+        lambda o: schema_validator(o.schema, RewardConfigError) if o.schema is not None else None,
     ),
     "format": RewardSpec(FormatOptions, score_format, False),
     "length": RewardSpec(LengthOptions, score_length, False),
@@ -308,36 +302,13 @@ NAMED_REWARDS: dict[str, RewardSpec] = {
 
 
 def parse_options(fn: str, raw: dict[str, Any]) -> Any:
-    """The options dataclass of reward `fn` from a config mapping: every key known, every value of its type
-    (an int where a float is asked is fine; true is never a number), required ones present."""
-    cls = NAMED_REWARDS[fn].options
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    for key, value in raw.items():
-        if key not in fields:
-            raise RewardConfigError(
-                f"{fn} has no option {key!r}{nearest_name(key, list(fields))}; its options: {', '.join(fields)}"
-            )
-        if not _fits(value, hints[key]):
-            raise RewardConfigError(
-                f"{fn} option {key!r} must be {_type_name(hints[key])}, got {type(value).__name__} {value!r}"
-            )
-    missing = [
-        k
-        for k, f in fields.items()
-        if k not in raw and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        raise RewardConfigError(f"{fn} needs option {missing[0]!r}")
-    converted = {k: float(v) if hints[k] is float else v for k, v in raw.items()}
+    """The options of reward `fn` from a mapping, checked by its model (config/reward_options.py, the config's check
+    of task.rewards too): every key known, every value of its type (an int where a float is asked is fine; true is
+    never a number), required ones present."""
     try:
-        return cls(**converted)
-    except RewardConfigError as e:
-        raise RewardConfigError(f"{fn}: {e}") from None
-
-
-def takes_answer_format(fn: str) -> bool:
-    return any(f.name == "answer_format" for f in dataclasses.fields(NAMED_REWARDS[fn].options))
+        return options_of(fn, raw)
+    except EntryError as e:
+        raise RewardConfigError(f"{fn} option {e}" if e.path else f"{fn}: {e.detail}") from None
 
 
 def named_reward(fn: str, name: str | None = None, **options: Any) -> NamedReward:

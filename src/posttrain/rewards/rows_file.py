@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from posttrain.bounded import BoundedError, json_depth_ok
 from posttrain.bounded_files import ErrorType, open_regular, read_capped, text_lines
@@ -128,26 +129,19 @@ def _decoded(total: int, path: Path, error: ErrorType, where: str) -> None:
 def parquet_rows(path: Path, error: ErrorType, limit: int | None = None) -> Rows:
     """Row group by row group, refused once the groups decoded take more than LIMITS.data_bytes (checked against
     the file's own sizes before reading, and against the bytes decoded after each group)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows: Rows = []
-    with open_regular(path, error) as f:
-        try:
-            pf = pq.ParquetFile(f)
-            meta = pf.metadata
-            total = 0
-            for i in range(meta.num_row_groups):
-                _decoded(total + meta.row_group(i).total_byte_size, path, error, f"row group {i}")
-                table = pf.read_row_group(i)
-                total += table.nbytes
-                _decoded(total, path, error, f"row group {i}")
-                rows.extend(table.to_pylist())
-                if _done(rows, limit):
-                    break
-        except (pa.ArrowException, OSError) as e:
-            raise error(f"{path}: cannot read it as .parquet ({type(e).__name__}: {_first_line(e)})") from None
-    return rows[:limit]
+    def groups(f: BinaryIO) -> Iterator[tuple[str, Any]]:
+        pf = pq.ParquetFile(f)
+        meta = pf.metadata
+        read = 0
+        for i in range(meta.num_row_groups):
+            _decoded(read + meta.row_group(i).total_byte_size, path, error, f"row group {i}")
+            table = pf.read_row_group(i)
+            read += table.nbytes
+            yield f"row group {i}", table
+
+    return _columnar_rows(path, error, limit, ".parquet", groups)
 
 
 def arrow_rows(path: Path, error: ErrorType, limit: int | None = None) -> Rows:
@@ -155,24 +149,38 @@ def arrow_rows(path: Path, error: ErrorType, limit: int | None = None) -> Rows:
     batch by batch, refused past LIMITS.data_bytes decoded."""
     import pyarrow as pa
 
+    def batches(f: BinaryIO) -> Iterator[tuple[str, Any]]:
+        try:
+            found = iter(pa.ipc.open_stream(f))
+        except pa.ArrowInvalid:
+            f.seek(0)
+            reader = pa.ipc.open_file(f)
+            found = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        for i, batch in enumerate(found):
+            yield f"record batch {i}", batch
+
+    return _columnar_rows(path, error, limit, ".arrow", batches)
+
+
+def _columnar_rows(
+    path: Path, error: ErrorType, limit: int | None, kind: str, parts: Callable[[BinaryIO], Iterator[tuple[str, Any]]]
+) -> Rows:
+    """The rows of a parquet or Arrow file, part by part (`parts`: (where, table or batch), read lazily), until
+    `limit` rows; refused once the parts decoded take more than LIMITS.data_bytes; pyarrow's errors one line."""
+    import pyarrow as pa
+
     rows: Rows = []
     with open_regular(path, error) as f:
         try:
-            try:
-                batches = iter(pa.ipc.open_stream(f))
-            except pa.ArrowInvalid:
-                f.seek(0)
-                reader = pa.ipc.open_file(f)
-                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
             total = 0
-            for i, batch in enumerate(batches):
-                total += batch.nbytes
-                _decoded(total, path, error, f"record batch {i}")
-                rows.extend(batch.to_pylist())
+            for where, part in parts(f):
+                total += part.nbytes
+                _decoded(total, path, error, where)
+                rows.extend(part.to_pylist())
                 if _done(rows, limit):
                     break
         except (pa.ArrowException, OSError) as e:
-            raise error(f"{path}: cannot read it as .arrow ({type(e).__name__}: {_first_line(e)})") from None
+            raise error(f"{path}: cannot read it as {kind} ({type(e).__name__}: {_first_line(e)})") from None
     return rows[:limit]
 
 

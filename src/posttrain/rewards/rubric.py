@@ -27,6 +27,8 @@ from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
+from posttrain.rows import columns
+
 RewardFunc = Callable[..., Sequence[float | None]]
 
 
@@ -102,7 +104,7 @@ class Rubric:
         """Score a batch. `rows` are the task rows (their columns become kwargs); `extra` adds more
         aligned lists (`prompts`, `completion_ids`)."""
         n = len(completions)
-        kwargs = _columns(rows)
+        kwargs = column_lists(rows)
         kwargs.update(extra)
         raw: dict[str, list[float | None]] = {}
         errors: list[str | None] = [None] * n
@@ -188,13 +190,10 @@ def _func_name(f: RewardFunc, i: int) -> str:
     return name if name != "<lambda>" else f"reward_{i}"
 
 
-def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    keys: list[str] = []
-    for r in rows:
-        for k in r:
-            if k not in keys:
-                keys.append(k)
-    return {k: [r.get(k) for r in rows] for k in keys}
+def column_lists(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The rows as TRL-style keyword columns: every key of any row (rows.columns), a value per row (None: absent).
+    Rewards, feedback functions and the judge audit are called with these."""
+    return {k: [r.get(k) for r in rows] for k in columns(rows)}
 
 
 def _accepts(func: RewardFunc) -> tuple[set[str], bool]:
@@ -216,7 +215,7 @@ def call_trl_style(func: Callable[..., Any], completions: list[Any], kwargs: dic
     return out
 
 
-def _call(func: RewardFunc, completions: list[Any], kwargs: dict[str, list[Any]]) -> list[float | None]:
+def call_reward(func: RewardFunc, completions: list[Any], kwargs: dict[str, list[Any]]) -> list[float | None]:
     out = call_trl_style(func, completions, kwargs)
     for v in out:
         if v is not None and not isinstance(v, (int, float)):
@@ -224,7 +223,7 @@ def _call(func: RewardFunc, completions: list[Any], kwargs: dict[str, list[Any]]
     return out
 
 
-def _call_with_timeout(
+def call_with_timeout(
     func: RewardFunc,
     completions: list[Any],
     kwargs: dict[str, list[Any]],
@@ -232,7 +231,7 @@ def _call_with_timeout(
     call: Callable[..., list[Any]] | None = None,
 ) -> list[Any]:
     """`call(func, completions, kwargs)` (default: a reward call, checked for numbers) under a timeout."""
-    call = call or _call
+    call = call or call_reward
     if timeout_s is None:
         return call(func, completions, kwargs)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
@@ -299,7 +298,7 @@ def _call_each(
     """Call on the whole batch; if that raises, call per sample so one bad sample fails alone. A timeout
     fails the whole batch at once (retrying per sample could take n times the timeout)."""
     try:
-        return _call_with_timeout(comp.func, completions, kwargs, timeout_s)
+        return call_with_timeout(comp.func, completions, kwargs, timeout_s)
     except RewardTimeout as e:
         for i in range(n):
             errors[i] = errors[i] or f"reward {comp.name!r} {e}"
@@ -315,7 +314,7 @@ def _call_each(
     for i in range(n):
         try:
             out.append(
-                _call_with_timeout(
+                call_with_timeout(
                     comp.func, completions[i : i + 1], {k: v[i : i + 1] for k, v in kwargs.items()}, timeout_s
                 )[0]
             )

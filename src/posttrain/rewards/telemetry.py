@@ -10,20 +10,35 @@ are then recomputed from their summed parts (rewards/judges/stats.py RATIOS).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from posttrain.rewards.judges.stats import with_ratios
+from posttrain.rewards.rubric import Rubric
 
 log = logging.getLogger(__name__)
 
 
-def metric_sources(task: Any) -> list[Any]:
-    """The distinct objects of a task that have `drain_metrics`, each once."""
-    cands: list[Any] = []
-    rubric = getattr(task, "rubric", None)
-    cands += [c.func for c in getattr(rubric, "components", None) or []]
-    cands += list(getattr(task, "group_rewards", None) or [])
-    cands += list((getattr(task, "judges", None) or {}).values())
+class RewardOwner(Protocol):
+    """What a task holds that scores (envs/task.py Task; this layer does not know tasks): its rubric, its group
+    rewards and the judges it offers."""
+
+    @property
+    def rubric(self) -> Rubric: ...
+
+    @property
+    def group_rewards(self) -> list[Callable[..., Any]]: ...
+
+    @property
+    def judges(self) -> dict[str, Any]: ...
+
+
+def metric_sources(task: RewardOwner | None) -> list[Any]:
+    """The distinct objects of a task that have `drain_metrics`, each once; none without a task. (Reward functions
+    are any callables: whether one keeps counters is asked of it here, as obs/metered.py `drain` does.)"""
+    if task is None:
+        return []
+    cands = [c.func for c in task.rubric.components] + list(task.group_rewards) + list(task.judges.values())
     out: list[Any] = []
     for obj in cands:
         # A bound method (`ledger.score`) stands for its instance: the object that keeps the counters.
@@ -33,7 +48,7 @@ def metric_sources(task: Any) -> list[Any]:
     return out
 
 
-def drain_task_metrics(task: Any) -> dict[str, float]:
+def drain_task_metrics(task: RewardOwner | None) -> dict[str, float]:
     """Drain and merge the metrics of every source of `task` (empty when it has none). A source that raises is
     skipped with a warning: metrics never stop a step."""
     merged: dict[str, float] = {}

@@ -37,6 +37,17 @@ class Sampler(Protocol):
     def decode(self, token_ids: list[int]) -> str: ...
 
 
+class Versioned(Protocol):
+    """A sampler whose weights another object writes (a sync sharing its module, a weight transport, the ES
+    stepper): it cannot tell the new version by itself, so that object tells it. Nothing else sets a sampler's
+    version (tests/test_house.py)."""
+
+    @property
+    def policy_version(self) -> int: ...
+
+    def set_version(self, version: int) -> None: ...
+
+
 def first_push(sync: Any, version: int) -> None:
     """A rollout sampler's first weight push (it serves what the trainer holds now, after any warm start). A push
     that fails closes what the sync holds (actors, servers, an engine's files) before the error goes on, so a run

@@ -15,6 +15,14 @@ Two jobs:
    tokens dropped on decode, text cut at a stop string), and then the turn would break the trajectory's prefix
    contract. When the check fails (the agent edited history), the prompt is rendered fresh and the recorder
    starts a new chain for it (see recorder.py).
+
+Thinking models: an assistant message's `reasoning_content` is kept (the template decides whether it renders it;
+its size counts in the request's character limit like content). A reply whose sampled tokens hold a reasoning block
+is spliced only when the template renders that block in the next conversation; where the template drops it
+(DeepSeek-R1, Qwen3 before the last user query) the prompt is the template's own rendering: a new chain, so no
+trained context holds reasoning the model will not see. `ChatRenderer(tok, template, keep_reasoning=True)` renders
+with a template that keeps reasoning (Task.thinking "keep", models/template_check.py), each assistant message's
+`reasoning_content` written back into its content as the model writes it (`<think>\nR\n</think>\n\n`).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import json
 from typing import Any
 
 from posttrain.bounded import BoundedError, loads_json
+from posttrain.sampling.reasoning_parsers import REASONING_PARSERS, detect_reasoning_parser
 from posttrain.sampling.recorder import RecordedCall
 
 _SENTINEL = "\u2063posttrain-sentinel\u2063"
@@ -65,6 +74,8 @@ def normalize_message(m: dict[str, Any], template_has_tools: bool) -> dict[str, 
     for k in ("name", "tool_call_id"):
         if m.get(k) is not None:
             out[k] = m[k]
+    if m["role"] == "assistant" and isinstance(m.get("reasoning_content"), str):
+        out["reasoning_content"] = m["reasoning_content"]  # counted in the request's characters (openai_prompts.py)
     return out
 
 
@@ -87,13 +98,19 @@ def tools_system_text(tools: list[dict[str, Any]]) -> str:
 
 
 class ChatRenderer:
-    def __init__(self, tokenizer: Any):
+    def __init__(self, tokenizer: Any, template: str | None = None, keep_reasoning: bool = False):
+        """`template`: render with this chat template instead of the tokenizer's; `keep_reasoning`: write each
+        assistant message's reasoning_content into its content (see the module docstring)."""
         self.tok = tokenizer
-        template = getattr(tokenizer, "chat_template", None)
-        if isinstance(template, dict):  # some tokenizers keep several named templates
-            template = template.get("default") or next(iter(template.values()), None)
+        self.template = template
+        if template is None:
+            template = getattr(tokenizer, "chat_template", None)
+            if isinstance(template, dict):  # some tokenizers keep several named templates
+                template = template.get("default") or next(iter(template.values()), None)
         self.has_template = bool(template)
         self.template_has_tools = bool(template) and "tools" in template
+        self.reasoning = REASONING_PARSERS[detect_reasoning_parser(str(template or ""))]
+        self.keep_reasoning = keep_reasoning
 
     def text(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
@@ -103,7 +120,9 @@ class ChatRenderer:
                 "this model's tokenizer has no chat template; use /v1/completions with a text or token-id prompt"
             )
         msgs = [normalize_message(m, self.template_has_tools) for m in messages]
-        kwargs: dict[str, Any] = {}
+        if self.keep_reasoning:
+            msgs = [self._inline_reasoning(m) for m in msgs]
+        kwargs: dict[str, Any] = {"chat_template": self.template} if self.template is not None else {}
         if tools and self.template_has_tools:
             kwargs["tools"] = [t if "function" in t else {"type": "function", "function": t} for t in tools]
         elif tools:
@@ -113,6 +132,26 @@ class ChatRenderer:
             else:
                 msgs.insert(0, {"role": "system", "content": sys_text})
         return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
+
+    def _inline_reasoning(self, m: dict[str, Any]) -> dict[str, Any]:
+        """An assistant message with its reasoning_content written at the start of its content, as the model wrote
+        it (a template that keeps reasoning then renders the turn as sampled)."""
+        r, fmt = m.get("reasoning_content"), self.reasoning
+        if m["role"] != "assistant" or not isinstance(r, str) or not fmt.start:
+            return m
+        out = {k: v for k, v in m.items() if k != "reasoning_content"}
+        if fmt.start not in out["content"]:
+            out["content"] = f"{fmt.start}\n{r}\n{fmt.end}\n\n{out['content']}"
+        return out
+
+    def keeps_reasoning(self, prev: RecordedCall, turn: str) -> bool:
+        """Whether `turn` (the template's rendering of `prev`'s reply in the next conversation) keeps the reasoning
+        block the reply was sampled with; True for a reply without one."""
+        end = self.reasoning.end
+        if not end or end not in self.tok.decode(prev.completion_ids, skip_special_tokens=False):
+            return True
+        reasoning = (prev.reply or {}).get("reasoning_content")
+        return end in turn and (not isinstance(reasoning, str) or reasoning in turn)
 
     def encode(self, text: str) -> list[int]:
         return [int(i) for i in self.tok(text, add_special_tokens=False)["input_ids"]]
@@ -141,6 +180,8 @@ class ChatRenderer:
         )
         if not (full.startswith(head) and head.startswith(gen) and probe.startswith(gen) and _SENTINEL in probe):
             return None
+        if not self.keeps_reasoning(prev, head[len(gen) :]):
+            return None  # the template dropped the reply's reasoning: the model is shown the history without it
         tail = probe[probe.index(_SENTINEL) + len(_SENTINEL) :]  # what the template writes after the content
         if not head.endswith(tail):
             return None

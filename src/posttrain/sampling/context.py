@@ -131,12 +131,6 @@ def overflow_completion(e: ContextOverflow, policy_version: int) -> Completion:
     return Completion([], [], OVERFLOW, policy_version, error=str(e))
 
 
-def context_of(sampler: Any) -> ContextBudget | None:
-    """A sampler's budget (`Sampler.context`). A sampler written before the protocol had `context` (a user's own,
-    a test double) is taken as one that does not know its context: no budget, its own errors decide."""
-    return getattr(sampler, "context", None)
-
-
 def model_positions(model_config: Any) -> int | None:
     """The positions a HF model config says the model has (None: it does not say)."""
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from posttrain.sampling.coalesce import Coalescer
+from posttrain.sampling.constrained import Constrainer, RowMatchers
 from posttrain.sampling.context import ContextBudget, ContextOverflow, budget_for, text_config
 from posttrain.sampling.kv_cache import PreallocCache, cache_arg_name, cache_from_rows, row_kv
 from posttrain.sampling.logits import choose_tokens
@@ -74,6 +75,9 @@ class HFSampler:
         # Multi-turn episodes: the KV of rows sampled with keep_prefix, reused by the call that extends them
         # (prefix_cache.py). 0 tokens: off.
         self.prefix = PrefixStore(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
+        # Grammar-constrained rows (SampleParams.constraint; constrained.py): the call in flight's matchers.
+        self._constrainer = Constrainer(tokenizer, self.stop_token_ids)
+        self._matchers: RowMatchers | None = None
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
@@ -110,6 +114,11 @@ class HFSampler:
                 if self.prefix is not None:
                     self.prefix.clear()  # computed by the old weights
             self.policy_version = version
+
+    def set_version(self, version: int) -> None:
+        """The version the module now holds, when another object wrote its weights (a sync sharing the module,
+        the ES stepper, a served model's reload)."""
+        self.policy_version = version
 
     def drain_metrics(self) -> dict[str, float]:
         """The sampler's own per-step counters (the prefix cache's), then reset."""
@@ -170,11 +179,15 @@ class HFSampler:
                 model.merge_adapter()
                 self._merged = True
         try:
-            if self.graphs and not hasattr(model, "peft_config"):  # a LoRA model decodes eagerly (merged above)
+            vocab = model.config.get_text_config().vocab_size if params.constraint is not None else 0
+            self._matchers = self._constrainer.rows(params.constraint, len(rows), vocab)
+            # A LoRA model decodes eagerly (merged above); so does a constrained call (its masks are host-side).
+            if self.graphs and not hasattr(model, "peft_config") and self._matchers is None:
                 tokens_BT, logps_BT, lengths_B, reasons, versions_T = self._graphs().decode_loop(self, rows, params)
             else:
                 tokens_BT, logps_BT, lengths_B, reasons, versions_T = self._decode_loop(rows, params)
         finally:
+            self._matchers = None
             if merge:
                 with exclusive():
                     model.unmerge_adapter()
@@ -360,6 +373,8 @@ class HFSampler:
         """One decode step's bookkeeping, shared by the eager loop and the graph loop (graph_decode.py), so both
         draw the same random numbers: sample a token for each batch row (`rows`: the output row each batch row
         writes), record it for the live ones, mark those that hit a stop token or string. Returns the tokens."""
+        if self._matchers is not None:  # the logprobs are then of the masked, renormalised distribution sampled
+            logits = self._matchers.mask(logits, rows)
         tok_b, logp_b = choose_tokens(logits, params.temperature, params.top_k, params.top_p, self.generator)
         live_b = ~done_B[rows]  # finished rows ride along until the next compaction; their tokens are dropped
         r_live = rows[live_b]
@@ -367,6 +382,8 @@ class HFSampler:
         logps_BT[r_live, t] = logp_b[live_b]
         lengths_B[r_live] = t + 1
         hit_b = torch.isin(tok_b, stop_ids) & live_b
+        if self._matchers is not None:  # the grammar is complete (a stop token it allowed ended it)
+            hit_b |= self._matchers.advance(tok_b, rows, live_b)
         if params.stop:
             hit_b |= self._hit_stop_string(tokens_BT, rows, t, params.stop) & live_b
         for r in rows[hit_b].tolist():

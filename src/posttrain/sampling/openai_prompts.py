@@ -14,14 +14,14 @@ from typing import Any, TypeVar
 
 from posttrain.sampling.base import Sampler
 from posttrain.sampling.chat_prompt import ChatRenderer
-from posttrain.sampling.context import ContextBudget, ContextOverflow, context_of
+from posttrain.sampling.context import ContextBudget, ContextOverflow
 from posttrain.sampling.openai_requests import (
     MIN_TEMPERATURE,
     BadRequest,
     ChatRequest,
     ContextLengthExceeded,
     RequestLimits,
-    _Sampling,
+    SamplingRequest,
 )
 from posttrain.sampling.recorder import RolloutRecorder
 from posttrain.sampling.reply_parsers import ReplyParsers
@@ -49,7 +49,7 @@ class ServerState:
 
     @property
     def context(self) -> ContextBudget | None:
-        return context_of(self.sampler)
+        return self.sampler.context
 
     async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` in a worker thread: the event loop (and /health) keeps answering meanwhile."""
@@ -60,7 +60,8 @@ class ServerState:
 NON_TEXT_PARTS = frozenset({"image_url", "input_image", "input_audio", "input_file", "file", "audio"})
 
 
-def _reject_echo(echo: bool) -> None:
+def reject_echo(echo: bool) -> None:
+    """BadRequest for `echo` (this server does not return the prompt with the completion)."""
     if echo:
         raise BadRequest(
             "echo=true is not supported by this server: send echo=false and prepend the prompt yourself "
@@ -72,7 +73,7 @@ def _reject_echo(echo: bool) -> None:
 def check_chat(st: ServerState, body: ChatRequest) -> None:
     """A chat request against the limits, and what this server cannot do named before any work starts: tools
     other than functions, content parts other than text."""
-    _check_sampling(st, body)
+    check_sampling(st, body)
     lim = st.limits.max_messages
     if len(body.messages) > lim:
         raise BadRequest(
@@ -101,7 +102,8 @@ def check_chat(st: ServerState, body: ChatRequest) -> None:
                 )
 
 
-def _params(body: _Sampling, max_tokens: int) -> SampleParams:
+def sample_params(body: SamplingRequest, max_tokens: int) -> SampleParams:
+    """The sampler's SampleParams for a request's sampling fields and the max_tokens fitted to the context."""
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     return SampleParams(
         max_tokens=max_tokens,
@@ -113,7 +115,7 @@ def _params(body: _Sampling, max_tokens: int) -> SampleParams:
     )
 
 
-def _check_sampling(st: ServerState, body: _Sampling) -> None:
+def check_sampling(st: ServerState, body: SamplingRequest) -> None:
     """The sampling parameters against the limits (the schema already made them finite and typed)."""
     lim = st.limits
     if body.n > lim.max_n:
@@ -134,7 +136,7 @@ def _check_sampling(st: ServerState, body: _Sampling) -> None:
         )
 
 
-def _text_chars(value: Any, cap: int) -> int:
+def text_chars(value: Any, cap: int) -> int:
     """Characters of every string (keys included) in a JSON value, walked without recursion; stops counting past
     `cap`."""
     total, stack = 0, [value]
@@ -173,7 +175,7 @@ def _fits_by_length(st: ServerState, chars: int, max_tokens: int, explicit: bool
         ) from None
 
 
-def _fit_max_tokens(st: ServerState, prompts_P: list[list[int]], max_tokens: int, explicit: bool) -> int:
+def fit_max_tokens(st: ServerState, prompts_P: list[list[int]], max_tokens: int, explicit: bool) -> int:
     """The max_tokens the call samples with: as asked when it fits the context; cut to fit under
     `overflow == "truncate"` (ContextBudget.fit); the server's default (not `explicit`) cut to what the longest
     prompt leaves; else ContextLengthExceeded."""
@@ -193,12 +195,12 @@ def _fit_max_tokens(st: ServerState, prompts_P: list[list[int]], max_tokens: int
         ) from None
 
 
-def _chat_prompt(st: ServerState, body: ChatRequest, prev: Any, asked: int | None) -> tuple[list[int], int]:
+def chat_prompt(st: ServerState, body: ChatRequest, prev: Any, asked: int | None) -> tuple[list[int], int]:
     """(prompt ids, max_tokens) of a chat request: in a worker thread (the char count, the template, the
     tokenizer)."""
     _check_chars(
         st,
-        _text_chars(body.messages, st.limits.max_chars) + _text_chars(body.tools, st.limits.max_chars),
+        text_chars(body.messages, st.limits.max_chars) + text_chars(body.tools, st.limits.max_chars),
         "messages and tools",
     )
     max_tokens = asked or st.default_max_tokens
@@ -212,10 +214,10 @@ def _chat_prompt(st: ServerState, body: ChatRequest, prev: Any, asked: int | Non
         raise
     except Exception as e:  # noqa: BLE001 - bad messages, or the template rejected them (jinja's own errors too)
         raise BadRequest(f"cannot render messages with the chat template: {type(e).__name__}: {e}") from None
-    return prompt_ids, _fit_max_tokens(st, [prompt_ids], max_tokens, asked is not None)
+    return prompt_ids, fit_max_tokens(st, [prompt_ids], max_tokens, asked is not None)
 
 
-def _completion_prompts(st: ServerState, prompt: Any, max_tokens: int, explicit: bool) -> tuple[list[list[int]], int]:
+def completion_prompts(st: ServerState, prompt: Any, max_tokens: int, explicit: bool) -> tuple[list[list[int]], int]:
     """(prompts as token ids, max_tokens) of a /v1/completions request: in a worker thread."""
     if isinstance(prompt, str):
         prompts: list[Any] = [prompt]
@@ -232,7 +234,7 @@ def _completion_prompts(st: ServerState, prompt: Any, max_tokens: int, explicit:
         if isinstance(p, str):
             _fits_by_length(st, len(p), max_tokens, explicit)
         else:
-            _fit_max_tokens(st, [p], max_tokens, explicit)
+            fit_max_tokens(st, [p], max_tokens, explicit)
     vocab = len(st.tokenizer)
     out = []
     for p in prompts:
@@ -245,10 +247,10 @@ def _completion_prompts(st: ServerState, prompt: Any, max_tokens: int, explicit:
         if bad:
             raise BadRequest(f"prompt token ids out of range [0, {vocab}): {bad[:5]}")
         out.append(ids)
-    return out, _fit_max_tokens(st, out, max_tokens, explicit)
+    return out, fit_max_tokens(st, out, max_tokens, explicit)
 
 
-def _max_token_chars(tokenizer: Any) -> int | None:
+def longest_token_chars(tokenizer: Any) -> int | None:
     """The most characters one token of `tokenizer` stands for (its vocabulary's longest entry: a byte-level
     entry has one character per byte, so this bounds the characters of text too); None when unknown."""
     try:

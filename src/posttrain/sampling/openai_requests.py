@@ -52,7 +52,9 @@ class StreamOptions(BaseModel):
     include_usage: bool = False  # a last chunk with the usage and no choices
 
 
-class _Sampling(BaseModel):
+class SamplingRequest(BaseModel):
+    """The sampling fields every generating request shares (chat, completions; openai_prompts.py reads them)."""
+
     # Unknown OpenAI fields (user, presence_penalty, ...) are ignored; NaN and infinities are schema errors.
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     model: str | None = None
@@ -69,17 +71,20 @@ class _Sampling(BaseModel):
     return_tokens_as_token_ids: bool = False
 
 
-class ChatRequest(_Sampling):
+class ChatRequest(SamplingRequest):
     messages: list[dict[str, Any]] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None  # "none": replies are not parsed for calls; others advisory
+    # "none": replies are not parsed for calls; "required" / a named function: the call's opening is forced and the
+    # rest held to its schema (openai_chat.py `output_plan`); "auto" / None: the policy decides.
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None  # text, json_object or json_schema (sampling/constrained.py)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(SamplingRequest):
     prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=20)

@@ -3,10 +3,12 @@ chat call as /v1/chat/completions (openai_chat.py), so a response is rendered wi
 the rollout's earlier sampled tokens and recorded with token ids exactly as a chat call is.
 
 A request becomes chat messages: `instructions` as the system message, then the conversation stored under
-`previous_response_id` (if any), then `input` (openai_responses_input.py). The reply becomes output items: a
-`message` with one `output_text` part (left out when the reply is only tool calls), then a `function_call` item
-(`call_id`, `name`, `arguments`) per parsed call. `max_output_tokens` is max_tokens; a reply cut there is
-`status: "incomplete"` with `incomplete_details.reason: "max_output_tokens"`, as OpenAI's. `include:
+`previous_response_id` (if any), then `input` (openai_responses_input.py). The reply becomes output items: its
+reasoning (the reasoning parser's, reasoning_parsers.py) as a `reasoning` item first (`content`: one
+`reasoning_text` part; `summary` empty), a `message` with one `output_text` part (left out when the reply is only
+tool calls), then a `function_call` item (`call_id`, `name`, `arguments`) per parsed call. A `reasoning` item sent
+back in a later request's input is that turn's reasoning_content again. `max_output_tokens` is max_tokens; a reply
+cut there is `status: "incomplete"` with `incomplete_details.reason: "max_output_tokens"`, as OpenAI's. `include:
 ["message.output_text.logprobs"]` adds the sampled tokens' logprobs to the output_text.
 
 `previous_response_id`: every response with `store` (the default) keeps its conversation (input history and the
@@ -18,7 +20,8 @@ Streaming (`stream: true`): the answer is made first (openai_stream.py says why)
 each `event: <type>` + `data: <json>` with a `sequence_number` from 0: response.created, response.in_progress;
 per output item response.output_item.added, then for a message response.content_part.added,
 response.output_text.delta (pieces), response.output_text.done, response.content_part.done, or for a call
-response.function_call_arguments.delta (pieces) and .done; response.output_item.done; last response.completed
+response.function_call_arguments.delta (pieces) and .done, or for reasoning response.reasoning_text.delta and
+.done; response.output_item.done; last response.completed
 (response.incomplete for a reply cut at max_output_tokens).
 """
 
@@ -30,7 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from posttrain.sampling.openai_chat import ChatRun, run_chat, token_logprobs
-from posttrain.sampling.openai_prompts import ServerState, _text_chars
+from posttrain.sampling.openai_prompts import ServerState, text_chars
 from posttrain.sampling.openai_requests import BadRequest, ChatRequest
 from posttrain.sampling.openai_responses_input import (
     ResponsesRequest,
@@ -67,7 +70,7 @@ async def create_response(st: ServerState, body: ResponsesRequest, header_rid: s
     resp = response_object(st, body, chat, run)
     if body.store is not False:
         kept = history + new + [run.replies[0].message]
-        st.responses.put(resp["id"], kept, _text_chars(kept, st.responses.max_chars + 1))
+        st.responses.put(resp["id"], kept, text_chars(kept, st.responses.max_chars + 1))
     if body.stream:
         return sse_response(sse(e, e["type"]) for e in response_events(resp))
     return resp
@@ -78,6 +81,17 @@ def _output(st: ServerState, run: ChatRun, chat: ChatRequest) -> list[dict[str, 
     status = "incomplete" if reply.finish_reason == "length" else "completed"
     calls = reply.message.get("tool_calls") or []
     items: list[dict[str, Any]] = []
+    reasoning = reply.message.get("reasoning_content")
+    if isinstance(reasoning, str):
+        items.append(
+            {
+                "id": f"rs_{uuid.uuid4().hex}",
+                "type": "reasoning",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": reasoning}],
+                "status": status,
+            }
+        )
     content = reply.message["content"] or ""
     if content or not calls:
         part: dict[str, Any] = {"type": "output_text", "text": content, "annotations": []}
@@ -122,7 +136,7 @@ def response_object(st: ServerState, body: ResponsesRequest, chat: ChatRequest, 
         "reasoning": None,
         "store": body.store is not False,
         "temperature": 1.0 if body.temperature is None else body.temperature,
-        "text": {"format": {"type": "text"}},
+        "text": body.text or {"format": {"type": "text"}},  # the format it was held to, as OpenAI echoes it
         "tool_choice": body.tool_choice or "auto",
         "tools": flat_tools(chat_tools(body.tools)),
         "top_p": 1.0 if body.top_p is None else body.top_p,
@@ -155,7 +169,13 @@ def response_events(resp: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def _item_events(index: int, item: dict[str, Any]) -> Iterator[dict[str, Any]]:
     at = {"item_id": item["id"], "output_index": index}
-    if item["type"] == "message":
+    if item["type"] == "reasoning":
+        yield {"type": "response.output_item.added", "output_index": index, "item": {**item, "content": []}}
+        text = item["content"][0]["text"]
+        for piece in pieces(text):
+            yield {"type": "response.reasoning_text.delta", **at, "content_index": 0, "delta": piece}
+        yield {"type": "response.reasoning_text.done", **at, "content_index": 0, "text": text}
+    elif item["type"] == "message":
         yield {
             "type": "response.output_item.added",
             "output_index": index,

@@ -11,14 +11,17 @@ Input items, in order:
     {"type": "function_call"}        `call_id`, `name`, `arguments` (a JSON string): a call of the assistant turn
                                      before it, or an assistant turn of its own
     {"type": "function_call_output"} `call_id`, `output` (a string or text parts): a tool message
-    {"type": "reasoning"}            skipped: the policy's reasoning is in its message text
+    {"type": "reasoning"}            the reasoning (`content` reasoning_text parts) of the assistant turn after it:
+                                     its message's `reasoning_content` (the chat template decides whether to render
+                                     it); one with no turn after it is dropped
     anything else                    refused: item_reference (send the item or use previous_response_id),
                                      OpenAI-hosted tool calls (web search, computer use, ...)
 
 Refused fields: tools other than functions (web_search, file_search, ... run on OpenAI's side), `background`,
-`conversation`, `prompt` (stored prompts) and `truncation: "auto"`. Not enforced (accepted, documented):
-`tool_choice` other than "none" (the policy decides whether to call), `text.format` (the reply is what the policy
-writes: constrained decoding would train on tokens it did not choose), `parallel_tool_calls`, `reasoning`.
+`conversation`, `prompt` (stored prompts) and `truncation: "auto"`. Enforced as on the chat route
+(openai_chat.py `output_plan`): `tool_choice` ("required" or a named function `{"type": "function", "name"}`) and
+`text.format` (json_schema `{"type", "name", "schema", "strict"}` or json_object, as chat's `response_format`).
+Accepted, not enforced: `parallel_tool_calls`, `reasoning`.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class ResponsesRequest(BaseModel):
     instructions: str | None = None
     tools: list[Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    text: dict[str, Any] | None = None  # {"format": {...}}: read as chat's response_format (`response_format`)
     previous_response_id: str | None = Field(None, max_length=256)
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = None  # checked as the chat route checks it (the ChatRequest built from this)
@@ -190,8 +194,10 @@ def input_messages(items: str | list[Any], max_items: int) -> list[dict[str, Any
                 msg["name"] = names[call_id]
             msg["content"] = _text(item.get("output"), f"{where}.output")
             out.append(msg)
-        elif kind == "reasoning":
-            continue
+        elif kind == "reasoning":  # a placeholder turn the next assistant item joins (`_join_reasoning`)
+            text = _reasoning_text(item)
+            if text:  # OpenAI's own items may carry only a summary: nothing of the policy's to render
+                out.append({"role": "assistant", "content": "", "reasoning_content": text, _ONLY: True})
         elif kind == "item_reference":
             raise BadRequest(
                 "item_reference is not supported: this server keeps no items; send the item itself, or continue "
@@ -204,7 +210,52 @@ def input_messages(items: str | list[Any], max_items: int) -> list[dict[str, Any
                 "function_call_output and reasoning items",
                 param=f"{where}.type",
             )
+    return _join_reasoning(out)
+
+
+_ONLY = "_reasoning_only"  # marks a reasoning item's placeholder turn (never leaves this module)
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    """A reasoning item's text: its `content` reasoning_text parts (OpenAI's own items may carry only a summary)."""
+    parts = item.get("content")
+    texts = [p.get("text") for p in (parts if isinstance(parts, list) else []) if isinstance(p, dict)]
+    return "".join(t for t in texts if isinstance(t, str))
+
+
+def _join_reasoning(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each reasoning placeholder joined to the assistant turn it begins: a following function_call already joined
+    it (it continues an assistant message), a following assistant message takes its reasoning_content; one with
+    no assistant turn after it is dropped."""
+    out: list[dict[str, Any]] = []
+    for m in msgs:
+        prev = out[-1] if out else None
+        if prev is not None and prev.get(_ONLY) and m["role"] == "assistant" and not prev.get("tool_calls"):
+            text = prev["reasoning_content"] + (m["reasoning_content"] if m.get(_ONLY) else "")
+            out[-1] = {**m, "reasoning_content": text}
+            continue
+        if prev is not None and prev.get(_ONLY) and not prev.get("tool_calls"):
+            out.pop()
+        out.append(m)
+    if out and out[-1].get(_ONLY) and not out[-1].get("tool_calls"):
+        out.pop()
+    for m in out:
+        m.pop(_ONLY, None)
     return out
+
+
+def response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`text.format` in chat's `response_format` shape: the Responses json_schema format is flat
+    (`{"type": "json_schema", "name", "schema", "strict"}`), chat's nests it under `json_schema`."""
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise BadRequest("text.format must be an object", param="text.format")
+    if fmt.get("type") == "json_schema" and "json_schema" not in fmt:
+        keep = ("name", "schema", "strict", "description")
+        return {"type": "json_schema", "json_schema": {k: fmt[k] for k in keep if k in fmt}}
+    return fmt
 
 
 def chat_request(
@@ -219,6 +270,7 @@ def chat_request(
         if getattr(body, key) is not None:
             fields[key] = getattr(body, key)
     fields["logprobs"] = "message.output_text.logprobs" in (body.include or [])
+    fields["response_format"] = response_format(body.text)
     try:
         return ChatRequest.model_validate(fields)
     except ValidationError as e:

@@ -115,6 +115,11 @@ class OpenAISampler:
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
+    def set_version(self, version: int) -> None:
+        """The version the server serves now (VersionedPush, after the transport's push): a reply that reports its
+        own version still wins."""
+        self.policy_version = version
+
     def decode(self, token_ids: list[int]) -> str:
         if self.tokenizer is None:
             raise OpenAISamplerError("OpenAISampler.decode needs the served model's tokenizer: pass tokenizer=...")

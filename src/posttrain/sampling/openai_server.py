@@ -56,17 +56,17 @@ from posttrain.sampling.chat_prompt import ChatRenderer
 from posttrain.sampling.openai_chat import chat_completion, envelope, run_chat, sample, token_strs
 from posttrain.sampling.openai_prompts import (
     ServerState,
-    _check_sampling,
-    _completion_prompts,
-    _max_token_chars,
-    _params,
-    _reject_echo,
+    check_sampling,
+    completion_prompts,
+    longest_token_chars,
+    reject_echo,
+    sample_params,
 )
 from posttrain.sampling.openai_requests import (
     ChatRequest,
     CompletionRequest,
     RequestLimits,
-    _Sampling,
+    SamplingRequest,
     add_error_handlers,
 )
 from posttrain.sampling.openai_responses import create_response
@@ -75,6 +75,7 @@ from posttrain.sampling.openai_stream import chat_chunks, chunk_stream, completi
 from posttrain.sampling.recorder import RecordedCall, RolloutRecorder
 from posttrain.sampling.reply_parsers import ReplyParsers
 from posttrain.sampling.rollout_defaults import with_rollout_defaults
+from posttrain.sampling.rollout_paths import RolloutPaths
 
 log = logging.getLogger(__name__)
 ROLLOUT_HEADER = "x-rollout-id"
@@ -83,9 +84,12 @@ ROLLOUT_HEADER = "x-rollout-id"
 class WeightWritable(Protocol):
     """A sampler whose weights `write(model)` changes in place, between decodes (HFSampler)."""
 
-    policy_version: int
+    @property
+    def policy_version(self) -> int: ...
 
     def update_weights(self, write: Callable[[Any], Any], version: int) -> None: ...
+
+    def set_version(self, version: int) -> None: ...
 
 
 def create_app(
@@ -114,10 +118,11 @@ def create_app(
         default_max_tokens,
         ChatRenderer(tokenizer),
         limits or RequestLimits(),
-        _max_token_chars(tokenizer),
+        longest_token_chars(tokenizer),
         replies=ReplyParsers(tokenizer, tool_parser, reasoning_parser),
     )
     app = FastAPI(title="posttrain OpenAI-compatible server")
+    app.add_middleware(RolloutPaths)  # /rollouts/<id>/v1/...: a rollout's own base URL (rollout_paths.py)
     app.state.posttrain = st
     app.state.recorder = st.recorder
     add_error_handlers(app)
@@ -138,7 +143,7 @@ def create_app(
             await asyncio.to_thread(
                 sampler.update_weights, lambda m: box.setdefault("v", read_file_weights(weights_dir, m)), -1
             )
-            sampler.policy_version = box["v"]
+            sampler.set_version(box["v"])
             return {"success": True, "policy_version": box["v"]}
 
     @app.get("/v1/models")
@@ -187,14 +192,14 @@ async def chat_completions(st: ServerState, body: ChatRequest, header_rid: str |
 
 
 async def completions(st: ServerState, body: CompletionRequest, header_rid: str | None) -> Any:
-    _reject_echo(body.echo)
-    _check_sampling(st, body)
+    reject_echo(body.echo)
+    check_sampling(st, body)
     rid = header_rid or body.rollout_id
     asked = body.max_tokens if "max_tokens" in body.model_fields_set else None
     prompts_P, max_tokens = await st.off_loop(
-        _completion_prompts, st, body.prompt, asked or body.max_tokens, asked is not None
+        completion_prompts, st, body.prompt, asked or body.max_tokens, asked is not None
     )
-    groups = await sample(st, prompts_P, _params(body, max_tokens), body.n)
+    groups = await sample(st, prompts_P, sample_params(body, max_tokens), body.n)
     choices = []
     for p, (prompt_ids, comps) in enumerate(zip(prompts_P, groups)):
         for j, c in enumerate(comps):
@@ -239,7 +244,7 @@ async def completions(st: ServerState, body: CompletionRequest, header_rid: str 
     return out
 
 
-def _include_usage(body: _Sampling) -> bool:
+def _include_usage(body: SamplingRequest) -> bool:
     return body.stream_options is not None and body.stream_options.include_usage
 
 

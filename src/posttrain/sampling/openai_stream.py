@@ -18,7 +18,7 @@ choice's `logprobs` when asked), the content in pieces, then each tool call: `{"
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 from fastapi.responses import StreamingResponse
@@ -76,46 +76,47 @@ def _chat_deltas(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def chat_chunks(out: dict[str, Any], include_usage: bool) -> Iterator[dict[str, Any]]:
-    """The `chat.completion.chunk` objects of a finished `chat.completion` object `out`."""
-    base = _base(out, "chat.completion.chunk", include_usage)
-    first = True
-    for choice in out["choices"]:
-        deltas = _chat_deltas(choice["message"])
-        for k, delta in enumerate(deltas):
-            last = k == len(deltas) - 1
-            c: dict[str, Any] = {
-                "index": choice["index"],
-                "delta": delta,
-                "logprobs": choice["logprobs"] if k == 0 else None,
-                "finish_reason": choice["finish_reason"] if last else None,
-            }
-            if last and "token_ids" in choice:
-                c["token_ids"] = choice["token_ids"]
-            chunk = {**base, "choices": [c]}
-            if first and "prompt_token_ids" in out:
-                chunk["prompt_token_ids"] = out["prompt_token_ids"]
-            first = False
-            yield chunk
-    if include_usage:
-        yield {**base, "choices": [], "usage": out["usage"]}
+    """The `chat.completion.chunk` objects of a finished `chat.completion` object `out`; the first one carries the
+    prompt's token ids (the vLLM extension) when `out` has them."""
+    deltas = lambda ch: _chat_deltas(ch["message"])
+    chunks = _choice_chunks(out, "chat.completion.chunk", include_usage, "delta", deltas, ("token_ids",))
+    for n, chunk in enumerate(chunks):
+        if n == 0 and chunk["choices"] and "prompt_token_ids" in out:
+            chunk["prompt_token_ids"] = out["prompt_token_ids"]
+        yield chunk
 
 
 def completion_chunks(out: dict[str, Any], include_usage: bool) -> Iterator[dict[str, Any]]:
     """The chunks (`text_completion` objects) of a finished /v1/completions answer `out`: each choice's text in
-    pieces, its logprobs on its first chunk, its finish_reason (and token id extensions) on its last."""
-    base = _base(out, "text_completion", include_usage)
+    pieces."""
+    texts = lambda ch: pieces(ch["text"]) or [""]
+    yield from _choice_chunks(out, "text_completion", include_usage, "text", texts, ("token_ids", "prompt_token_ids"))
+
+
+def _choice_chunks(
+    out: dict[str, Any],
+    obj: str,
+    include_usage: bool,
+    key: str,
+    parts: Callable[[dict[str, Any]], list[Any]],
+    extensions: tuple[str, ...],
+) -> Iterator[dict[str, Any]]:
+    """One chunk per part of each choice (`parts(choice)`, sent under `key`): its logprobs on the first, its
+    finish_reason and the choice's `extensions` (token-id keys) it has on the last; the usage chunk last when
+    asked."""
+    base = _base(out, obj, include_usage)
     for choice in out["choices"]:
-        texts = pieces(choice["text"]) or [""]
-        for k, text in enumerate(texts):
-            last = k == len(texts) - 1
+        bodies = parts(choice)
+        for k, body in enumerate(bodies):
+            last = k == len(bodies) - 1
             c: dict[str, Any] = {
                 "index": choice["index"],
-                "text": text,
+                key: body,
                 "logprobs": choice["logprobs"] if k == 0 else None,
                 "finish_reason": choice["finish_reason"] if last else None,
             }
             if last:
-                c.update({key: choice[key] for key in ("token_ids", "prompt_token_ids") if key in choice})
+                c.update({x: choice[x] for x in extensions if x in choice})
             yield {**base, "choices": [c]}
     if include_usage:
         yield {**base, "choices": [], "usage": out["usage"]}

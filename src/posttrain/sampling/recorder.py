@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar
 
 from posttrain.types import Trajectory, Turn
 
@@ -56,14 +56,26 @@ class RecordedCall:
         )
 
 
-def extends(call: RecordedCall, prev: RecordedCall) -> bool:
-    ctx = prev.prompt_ids + prev.completion_ids
-    return len(call.prompt_ids) >= len(ctx) and call.prompt_ids[: len(ctx)] == ctx
+class _Call(Protocol):
+    """What chains are made of: a RecordedCall, or an env's Turn (envs/tool_env.py splits its turns the same way)."""
+
+    @property
+    def prompt_ids(self) -> list[int]: ...
+    @property
+    def completion_ids(self) -> list[int]: ...
 
 
-def split_chains(calls: list[RecordedCall]) -> list[list[RecordedCall]]:
+C = TypeVar("C", bound=_Call)
+
+
+def extends(call: _Call, prev: _Call) -> bool:
+    ctx = list(prev.prompt_ids) + list(prev.completion_ids)
+    return len(call.prompt_ids) >= len(ctx) and list(call.prompt_ids[: len(ctx)]) == ctx
+
+
+def split_chains(calls: list[C]) -> list[list[C]]:
     """Group calls (in call order) into prefix-consistent chains; see the module docstring."""
-    chains: list[list[RecordedCall]] = []
+    chains: list[list[C]] = []
     for c in calls:
         for chain in reversed(chains):
             if extends(c, chain[-1]):
@@ -82,6 +94,16 @@ def chain_to_trajectory(chain: list[RecordedCall], row: dict[str, Any] | None = 
     return Trajectory(
         turns=[c.as_turn() for c in chain], prompt_text=prompt_text, completion_text=chain[-1].text, row=dict(row or {})
     )
+
+
+def chains_of_turns(turns: list[Turn]) -> tuple[list[Turn], list[list[Turn]]]:
+    """An episode's turns (in order) as (the chain of its last turn, the other chains): a Trajectory's `turns` and
+    `extra_chains`, as `RolloutRecord.episode(row, "all")` makes them."""
+    if not turns:
+        return [], []
+    chains = split_chains(turns)
+    main = next(ch for ch in chains if ch[-1] is turns[-1])
+    return main, [ch for ch in chains if ch is not main]
 
 
 CHAIN_MODES = ("all", "longest")
@@ -138,10 +160,8 @@ class RolloutRecord:
         last = self.calls[-1]
         main = self.best_chain() if chains == "longest" else next(ch for ch in all_chains if ch[-1] is last)
         traj = chain_to_trajectory(main, row)
-        traj.completion_text = last.text
-        if chains == "all":
-            traj.extra_chains = [[c.as_turn() for c in ch] for ch in all_chains if ch is not main]
-        return traj
+        others = [[c.as_turn() for c in ch] for ch in all_chains if ch is not main] if chains == "all" else []
+        return replace(traj, completion_text=last.text, extra_chains=others)
 
 
 class RolloutRecorder:

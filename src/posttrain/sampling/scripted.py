@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from posttrain.sampling.context import ContextBudget, context_of
+from posttrain.sampling.context import ContextBudget
 from posttrain.sampling.hf_sampler import cut_at_stop
 from posttrain.types import Completion, SampleParams
 
@@ -40,6 +40,10 @@ class ScriptedSampler:
         self.stop_ends_reply = stop_ends_reply
         self.calls = 0
         self.prompts: list[list[int]] = []
+
+    def set_version(self, version: int) -> None:
+        """The version later completions are tagged with (a test's weight sync)."""
+        self.policy_version = version
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tok.decode(token_ids, skip_special_tokens=True)
@@ -77,13 +81,12 @@ class CapturingSampler:
     def policy_version(self) -> int:
         return self.inner.policy_version
 
-    @policy_version.setter
-    def policy_version(self, v: int) -> None:
-        self.inner.policy_version = v
+    def set_version(self, version: int) -> None:
+        self.inner.set_version(version)
 
     @property
     def context(self) -> ContextBudget | None:
-        return context_of(self.inner)
+        return self.inner.context
 
     def decode(self, token_ids: list[int]) -> str:
         return self.inner.decode(token_ids)

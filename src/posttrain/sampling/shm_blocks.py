@@ -235,10 +235,9 @@ def sweep(directory: str = SHM_DIR) -> list[str]:
         names = os.listdir(directory)
     except OSError:  # no /dev/shm to list (macOS): nothing to sweep
         return []
-    tag, removed = ns_tag(), []
+    removed = []
     for name in names:
-        m = _NAME.fullmatch(name)
-        if m is None or m.group(2) != tag or alive(int(m.group(1))):
+        if _owneralive(name):  # not a block's name, another namespace's, or its owner lives
             continue
         try:
             _posixshmem.shm_unlink("/" + name)

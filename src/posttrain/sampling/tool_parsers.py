@@ -27,6 +27,7 @@ text drops (`[TOOL_CALLS]` in Mistral's tokenizers); reply_parsers.py puts them 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -331,3 +332,25 @@ FAMILY_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 def detect_tool_parser(template: str) -> str:
     """The tool parser a chat template's text asks for (see FAMILY_MARKERS)."""
     return next((name for name, marks in FAMILY_MARKERS if all(m in template for m in marks)), "hermes")
+
+
+# ---- a forced call (the server's tool_choice "required" / a named function) --------------------------------------
+# Per JSON-shaped family: (the call's opening up to the function's name, what follows the name up to the arguments,
+# what follows the arguments), as its chat template writes a call, so the next turn's re-rendered prompt extends it.
+CALL_PARTS: dict[str, tuple[str, str, str]] = {
+    "hermes": (OPEN + '\n{"name": "', '", "arguments": ', "}\n" + CLOSE),
+    "llama3": ('{"name": "', '", "parameters": ', "}"),
+}
+# The other families: their opening only (mistral's `[TOOL_CALLS]` before either of its formats; Qwen3-Coder's XML).
+OPENINGS: dict[str, str] = {"mistral": TOOL_CALLS, "qwen3_coder": OPEN + "\n<function="}
+
+
+def forced_opening(family: str, name: str | None = None) -> str:
+    """The text a reply of `family` starts with when it must call a tool (`name`: that function, written in where
+    the family's opening names it; JSON-escaped). Empty for an unknown family."""
+    if family in CALL_PARTS:
+        head, mid, _ = CALL_PARTS[family]
+        return head + (json.dumps(name)[1:-1] + mid if name is not None else "")
+    if family == "qwen3_coder" and name is not None:
+        return OPENINGS[family] + name + ">\n"
+    return OPENINGS.get(family, "")

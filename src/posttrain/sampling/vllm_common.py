@@ -132,14 +132,15 @@ def token_versions(spans: Any, n: int, fallback: int) -> list[int]:
     span covers (an engine that does not stamp) get `fallback`."""
     out = [fallback] * n
     for sp in spans or []:
-        v = _as_version(sp["version"] if isinstance(sp, dict) else sp.version)
+        v = as_version(sp["version"] if isinstance(sp, dict) else sp.version)
         a, b = (sp["start"], sp["end"]) if isinstance(sp, dict) else (sp.start, sp.end)
         for i in range(max(a, 0), min(b, n)):
             out[i] = v
     return out
 
 
-def _as_version(v: Any) -> int:
+def as_version(v: Any) -> int:
+    """A weight version vLLM reports, as our int: -1 for its "default" (or anything not a number)."""
     try:
         return int(v)
     except (TypeError, ValueError):  # vLLM's "default": weights loaded at start, nothing pushed

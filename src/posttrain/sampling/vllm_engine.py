@@ -43,18 +43,17 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.sampling.coalesce import Coalescer
+from posttrain.sampling.constrained import vllm_structured
 from posttrain.sampling.context import ContextBudget
-from posttrain.sampling.vllm_common import (  # noqa: F401 - IN_PROCESS_ENV, token_versions re-exported
-    IN_PROCESS_ENV,
+from posttrain.sampling.vllm_common import (
     EngineSpec,
     VLLMUnavailable,
-    _as_version,
+    as_version,
     check_rows,
     completion_from,
     import_vllm,
     is_cpu_build,
     sampling_params,
-    token_versions,
 )
 from posttrain.types import Completion, SampleParams
 
@@ -150,6 +149,10 @@ class VLLMSampler:
         with self._lock:
             self._set_engine_version(v)
 
+    def set_version(self, version: int) -> None:
+        """Only a version bump without new weights (the run's start: the engine loaded the trainer's weights)."""
+        self.policy_version = version
+
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
@@ -179,6 +182,11 @@ class VLLMSampler:
             self._check_version()
             version = self._version
             sps = [sampling_params(self.vllm, params, len(idx), self.stop_token_ids) for idx in uniq.values()]
+            if params.constraint is not None:  # vLLM's structured outputs (constrained.py `vllm_structured`)
+                from vllm.sampling_params import StructuredOutputsParams
+
+                for sp in sps:
+                    sp.structured_outputs = StructuredOutputsParams(**vllm_structured(params.constraint))
             with self._cv:
                 self._generating = True
             try:
@@ -300,7 +308,7 @@ class VLLMSampler:
 
     def _set_engine_version(self, v: int) -> None:
         self.llm.llm_engine.set_weight_version(str(v))
-        self._version = _as_version(self.llm.llm_engine.get_weight_version())
+        self._version = as_version(self.llm.llm_engine.get_weight_version())
 
     def _check_version(self) -> None:
         """A push the trainer made must be what the engine serves; a missed one stops the call."""

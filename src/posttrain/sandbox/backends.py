@@ -18,8 +18,6 @@ from posttrain.sandbox.config import SandboxConfig
 from posttrain.sandbox.limits import can_switch_uid
 from posttrain.sandbox.tools import SandboxUnavailable, tool
 
-__all__ = ["SandboxUnavailable", "tool"]  # re-exported: older imports name them here
-
 BACKENDS = ("bwrap", "unshare", "unsafe")
 # Paths inside a namespaced sandbox. The work dir is a fresh tmpfs; /tmp points into it so its size limit covers both.
 BOX = "/sandbox"
@@ -97,7 +95,9 @@ def _outermost(paths) -> list[str]:
     return kept
 
 
-def _roots_under_tmp(interp: Interpreter) -> list[str]:
+def roots_under_tmp(interp: Interpreter) -> list[str]:
+    """The interpreter's roots that lie under /tmp: any makes /tmp a tmpfs of its own with the interpreter bound
+    inside it (both argv builders here; run.py's private mounts ask the same)."""
     return [r for r in interp.roots if r == "/tmp" or r.startswith("/tmp/")]
 
 
@@ -148,7 +148,7 @@ def bwrap_argv(
     for kind, path in system_binds():
         cmd += ["--ro-bind", path, path] if kind == "bind" else ["--symlink", os.readlink(path), path]
     made: set[str] = {"/"}
-    tmp_roots = _roots_under_tmp(interp)
+    tmp_roots = roots_under_tmp(interp)
     if tmp_roots:
         # The interpreter lives under /tmp (a venv in a checkout there): /tmp cannot be the usual symlink into the
         # work dir, so it becomes a fresh size-limited tmpfs of its own, with the interpreter bound inside it.
@@ -217,7 +217,7 @@ def unshare_argv(
     r = root_dir
     inodes = cfg.max_inodes
     lines = ["set -e", f"mount -t tmpfs -o size=1m,nr_inodes=256,mode=755 ptsb-root {q(r)}"]
-    tmp_roots = _roots_under_tmp(interp)
+    tmp_roots = roots_under_tmp(interp)
     if tmp_roots:  # see bwrap_argv: /tmp becomes its own tmpfs holding the interpreter
         lines.append(
             f"mkdir -p {q(r)}/tmp && mount -t tmpfs -o size={cfg.tmpfs_mb << 9}k,nr_inodes={inodes},"

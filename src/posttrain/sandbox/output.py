@@ -19,7 +19,7 @@ EXIT_DRAIN_S = 0.5  # after the launcher exits, how long a leftover writer may k
 
 
 @dataclass
-class _Sink:
+class Sink:
     """A capped buffer: keeps the first `cap` bytes and drains the rest so the writer never blocks on us."""
 
     cap: int
@@ -34,15 +34,16 @@ class _Sink:
             self.truncated = True
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL `proc`'s whole process group; one that is gone already is fine."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _pump(
-    proc: subprocess.Popen, sinks: dict[int, _Sink], timeout_s: float, cancel: threading.Event | None = None
+def pump_output(
+    proc: subprocess.Popen, sinks: dict[int, Sink], timeout_s: float, cancel: threading.Event | None = None
 ) -> bool:
     """Read every pipe until EOF, the deadline, a cancel, or shortly after the launcher exits. Returns timed_out
     (a cancelled run counts as timed out: its caller's deadline passed)."""
@@ -61,7 +62,7 @@ def _pump(
                 stop_at = now + EXIT_DRAIN_S
             if not timed_out and stop_at is None and (now >= deadline or (cancel is not None and cancel.is_set())):
                 timed_out = True
-                _kill_group(proc)
+                kill_group(proc)
                 stop_at = now + KILL_GRACE_S
             if stop_at is not None and now >= stop_at:
                 break
@@ -80,9 +81,9 @@ def _pump(
     return timed_out
 
 
-def _result(
+def collect_result(
     proc: subprocess.Popen,
-    sinks: dict[int, _Sink],
+    sinks: dict[int, Sink],
     timed_out: bool,
     t0: float,
     backend: str,

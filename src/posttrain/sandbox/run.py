@@ -21,19 +21,19 @@ from posttrain.sandbox.backends import (
     LAUNCH,
     Interpreter,
     Layout,
-    _roots_under_tmp,
     bwrap_argv,
     bwrap_command,
     probe_interpreter,
     resolve_backend,
+    roots_under_tmp,
     unshare_argv,
 )
 from posttrain.sandbox.cgroups import RunCgroup
 from posttrain.sandbox.config import RunResult, SandboxConfig
 from posttrain.sandbox.launch_script import Proc, chain, inner_script, rpc_fds
 from posttrain.sandbox.limits import allocate_uid, can_switch_uid, release_uid, sweep_uid
-from posttrain.sandbox.output import _kill_group, _pump, _result, _Sink
-from posttrain.sandbox.staging import _stage, hash_tree, hide_tree, write_tree  # noqa: F401 - hide_tree re-exported
+from posttrain.sandbox.output import Sink, collect_result, kill_group, pump_output
+from posttrain.sandbox.staging import hash_tree, stage_files, write_tree
 from posttrain.sandbox.tools import SandboxUnavailable, tool
 
 STAGE_BYTES, STAGE_INODES = 256 << 20, 65536  # the staging tmpfs: inputs and tests, written by us
@@ -209,7 +209,7 @@ class _Run:
         """A namespaced run's private staging tmpfs and capped box (what could not be mounted: in `unavailable`)."""
         if self.backend == "unsafe":
             return
-        self.mounted = _mount_private(self.stage, self.cfg, bool(_roots_under_tmp(self.interp)), self.unavailable)
+        self.mounted = _mount_private(self.stage, self.cfg, bool(roots_under_tmp(self.interp)), self.unavailable)
         self.box_dir = self.mounted[0] if self.mounted and self.backend == "bwrap" else None
         if self.backend == "unshare":
             self.unavailable.pop("inode_cap", None)  # the unshare script mounts its own capped tmpfs
@@ -292,12 +292,12 @@ class _Run:
         proc = self.proc
         assert proc is not None and proc.stdout is not None and proc.stderr is not None
         cap = self.cfg.max_output_bytes
-        sinks = {proc.stdout.fileno(): _Sink(cap), proc.stderr.fileno(): _Sink(cap)}
+        sinks = {proc.stdout.fileno(): Sink(cap), proc.stderr.fileno(): Sink(cap)}
         if self.read_fd >= 0:
-            sinks[self.read_fd] = _Sink(self.cfg.max_result_bytes)
-        timed_out = _pump(proc, sinks, self.cfg.timeout_s, getattr(_cancel, "event", None))
-        _kill_group(proc)  # whatever is left of the launcher's group; the namespace died with its pid 1
-        res = _result(proc, sinks, timed_out, self.t0, self.backend, self.uid, self.cg, self.unavailable)
+            sinks[self.read_fd] = Sink(self.cfg.max_result_bytes)
+        timed_out = pump_output(proc, sinks, self.cfg.timeout_s, getattr(_cancel, "event", None))
+        kill_group(proc)  # whatever is left of the launcher's group; the namespace died with its pid 1
+        res = collect_result(proc, sinks, timed_out, self.t0, self.backend, self.uid, self.cg, self.unavailable)
         return res, bytes(sinks[self.read_fd].data) if self.read_fd >= 0 else b""
 
     def release(self) -> None:
@@ -307,7 +307,7 @@ class _Run:
                 if f is not None:
                     f.close()
             if self.proc.poll() is None:
-                _kill_group(self.proc)
+                kill_group(self.proc)
         for fd in (self.read_fd, self.write_fd, self.stdin, *self.launch_fds):
             if fd >= 0:
                 os.close(fd)
@@ -356,7 +356,7 @@ def run_sandboxed(
     try:
         os.chmod(stage, 0o711)
         run.mount()
-        stage_in, stage_tests, layout = _stage(
+        stage_in, stage_tests, layout = stage_files(
             stage, backend, uid, files, inputs, tests, hide_tests=companion_fn is not None
         )
         if argv_fn is not None:

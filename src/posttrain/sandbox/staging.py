@@ -1,4 +1,4 @@
-"""A run's files on the host: written (`write_tree`) and staged (`_stage`) under its staging dir, hidden from a
+"""A run's files on the host: written (`write_tree`) and staged (`stage_files`) under its staging dir, hidden from a
 second uid (`hide_tree`), hashed after the run (`hash_tree`)."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _chown_tree(root: str, uid: int) -> None:
             os.chown(os.path.join(dirpath, n), uid, uid, follow_symlinks=False)
 
 
-def _stage(
+def stage_files(
     stage: str,
     backend: str,
     uid: int | None,

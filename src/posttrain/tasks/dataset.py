@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import re
 import string
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from posttrain.config.schema import TaskConfig
 from posttrain.envs.task import Task, TaskLoadError
 from posttrain.rewards import rows_file
 from posttrain.rewards.from_config import RewardConfigError, check_columns, rubric_from_specs
+from posttrain.rows import columns, hold_out, is_hf_dataset
 
 Rows = list[dict[str, Any]]
 
@@ -156,7 +156,7 @@ def _bounded_split(ds: Any, where: str) -> Split:
 
 
 def _datasets_splits(obj: Any, where: str) -> dict[str, Split]:
-    if hasattr(obj, "column_names") and hasattr(obj, "to_list") and not isinstance(obj, dict):
+    if is_hf_dataset(obj):
         return {"train": _bounded_split(obj, where)}  # a Dataset: one split
     return {name: _bounded_split(ds, where) for name, ds in obj.items()}  # a DatasetDict
 
@@ -235,13 +235,6 @@ def dataset_splits(dataset: str, cache_dir: str | None = None) -> dict[str, Spli
 
 
 # -------------------------------------------------------------------------------------------------------- prompts
-
-
-def _columns(rows: Rows) -> list[str]:
-    seen: dict[str, None] = {}
-    for r in rows:
-        seen.update(dict.fromkeys(r))
-    return list(seen)
 
 
 def template_fields(template: str, where: str, columns: list[str]) -> list[str]:
@@ -325,23 +318,6 @@ def _split_rows(splits: dict[str, Split], split: str, key: str, where: str, max_
     return rows
 
 
-def _held_out(rows: Rows, fraction: float | None, seed: int) -> tuple[Rows, Rows]:
-    """(train, eval): `fraction` of the rows held out at random (seeded), by default 10% and at most 64, as
-    load_task does for a task without eval rows."""
-    if len(rows) < 2:
-        raise TaskLoadError(
-            f"task.dataset has {len(rows)} row: too few to hold any out; add rows or set task.eval_split"
-        )
-    order = list(range(len(rows)))
-    random.Random(seed).shuffle(order)
-    n = (
-        min(64, max(1, len(rows) // 10))
-        if fraction is None
-        else min(len(rows) - 1, max(1, round(len(rows) * fraction)))
-    )
-    return [rows[i] for i in order[n:]], [rows[i] for i in order[:n]]
-
-
 def _rows_with_prompts(rows: Rows, tc: TaskConfig, where: str) -> Rows:
     return [{**r, "prompt": make_prompt(r, i, tc, where)} for i, r in enumerate(rows)]
 
@@ -360,12 +336,12 @@ def load_dataset_task(tc: TaskConfig, seed: int = 0, cache_dir: str | None = Non
     if tc.eval_split is not None:
         evals = _split_rows(splits, tc.eval_split, "task.eval_split", where, tc.max_rows)
     else:
-        train, evals = _held_out(train, tc.eval_fraction, seed)
-    columns = _columns(train + evals)
-    _check_prompt_columns(tc, columns, where)
+        train, evals = hold_out(train, tc.eval_fraction, seed)
+    cols = columns(train + evals)
+    _check_prompt_columns(tc, cols, where)
     try:
         rubric = rubric_from_specs(tc.rewards, tc.answer_format)
-        check_columns(rubric, [*columns, "prompt"])
+        check_columns(rubric, [*cols, "prompt"])
     except RewardConfigError as e:
         raise TaskLoadError(f"task.dataset {where}: {e}") from None
     return Task(

@@ -8,21 +8,24 @@ Optional dict keys: "max_tokens", "stop", and for tool use "tools" (plain functi
 "episode" (row -> per-episode tools, see envs/tool_env.py);
 "env_factory" for any other Env; "demonstrate" (row -> replies) for a supervised warm start (`warm_start.steps`).
 A sample passes when the first reward function scores >= 1.0 (the others only shape the reward).
-Rows may be a list of dicts or a `datasets.Dataset`. Without eval rows, 10% of train (at most 64) is held out.
+Rows may be a list of dicts or a `datasets.Dataset`. Without eval rows, 10% of train (at most 64) is held out
+(`rows.hold_out`; a single row has no eval set).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 from posttrain.envs.task import Task, TaskLoadError
 from posttrain.rewards.rows_file import json_value
 from posttrain.rewards.rubric import RewardFunc, Rubric
+from posttrain.rows import hold_out, is_hf_dataset
 from posttrain.tasks import BUILTIN_TASKS, builtin_task_factory
-from posttrain.tasks.user_files import import_user_file
+from posttrain.tasks.user_files import import_callable, import_user_file
 
 # The module name a task file is imported under (not importable by that name elsewhere: cluster/ray_episodes.py
 # ships such modules' code by value).
@@ -30,12 +33,19 @@ USER_MODULE_PREFIX = "posttrain_user_task_"
 REASONING_GYM_PREFIX = "reasoning_gym:"
 
 
-def load_task(name: str, options: dict[str, Any] | None = None, seed: int = 0) -> Task:
+def load_task(
+    name: str, options: dict[str, Any] | None = None, seed: int = 0, max_observation_chars: int | None = None
+) -> Task:
+    """`max_observation_chars`: the config's cut of one observation (None: the task's own); it reaches a mixture's
+    parts and a verifiers env's harness, which are built here."""
     options = dict(options or {})
     if name.startswith("verifiers:"):  # a verifiers environment (tasks/verifiers_task.py)
         from posttrain.tasks.verifiers_task import load_verifiers_task
 
-        return load_verifiers_task(name, options, seed)
+        return load_verifiers_task(name, options, seed, max_observation_chars)
+    if name == "mixture":  # its parts are loaded with the run's seed and cut (tasks/mixture.py)
+        mixture = builtin_task_factory(name)  # by name, as every built-in: mixture.py loads its parts through here
+        return mixture(_run_seed=seed, _max_observation_chars=max_observation_chars, **options)
     if name in BUILTIN_TASKS:
         factory = builtin_task_factory(name)
     elif name.startswith(REASONING_GYM_PREFIX):  # any reasoning-gym dataset (tasks/reasoning_gym.py)
@@ -53,25 +63,17 @@ def load_task(name: str, options: dict[str, Any] | None = None, seed: int = 0) -
         out = factory(**options)
     except TypeError as e:
         raise TaskLoadError(f"task factory {name!r} rejected options {options}: {e}") from None
-    return to_task(out, name, seed)
+    task = to_task(out, name, seed)
+    if max_observation_chars is not None:
+        task = dataclasses.replace(task, max_observation_chars=max_observation_chars)
+    return task
 
 
-def _load_factory(spec: str):
-    target, _, attr = spec.rpartition(":")
-    if not attr:
-        raise TaskLoadError(f"task {spec!r} must end with ':function_name'")
-    if target.endswith(".py") or "/" in target:
-        path = Path(target).expanduser()
-        module = import_user_file(path, f"{USER_MODULE_PREFIX}{abs(hash(_real(path)))}", "task file")
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as e:
-            raise TaskLoadError(f"cannot import module {target!r} for task {spec!r}: {e}") from None
-    fn = getattr(module, attr, None)
-    if fn is None or not callable(fn):
-        raise TaskLoadError(f"{target} has no function {attr!r}")
-    return fn
+def _load_factory(spec: str) -> Callable[..., Any]:
+    def import_file(path: Path) -> Any:
+        return import_user_file(path, f"{USER_MODULE_PREFIX}{abs(hash(_real(path)))}", "task file")
+
+    return import_callable(spec, "task", import_file)
 
 
 def _real(path: Path) -> str:
@@ -86,7 +88,7 @@ def _real(path: Path) -> str:
 def _rows(data: Any, what: str) -> list[dict[str, Any]]:
     if data is None:
         return []
-    if hasattr(data, "to_list") and hasattr(data, "column_names"):  # datasets.Dataset
+    if is_hf_dataset(data):
         return list(data.to_list())
     if isinstance(data, list):
         return data
@@ -111,14 +113,7 @@ def to_task(out: Any, name: str, seed: int = 0) -> Task:
     if not funcs or not all(callable(f) for f in funcs):
         raise TaskLoadError(f"task {name!r}: 'rewards' must be a non-empty list of functions")
     if not evals:
-        import random
-
-        rng = random.Random(seed)
-        order = list(range(len(train)))
-        rng.shuffle(order)
-        n_eval = min(64, max(1, len(train) // 10)) if len(train) > 1 else 0
-        evals = [train[i] for i in order[:n_eval]]
-        train = [train[i] for i in order[n_eval:]] or train
+        train, evals = hold_out(train, seed=seed)
     # The user's functions: checked callable above; what they return is checked when they are scored.
     rubric = Rubric.from_funcs(cast(list[RewardFunc], funcs), out.get("weights"))
     return Task(
@@ -158,5 +153,5 @@ def apply_subset(task: Task, path: str) -> Task:
             )
         if split == "train" and not idx:
             raise TaskLoadError(f"task.subset {path!r}: the train list is empty")
-        setattr(task, attr, [rows[i] for i in idx])
+        task = dataclasses.replace(task, **{attr: [rows[i] for i in idx]})
     return task

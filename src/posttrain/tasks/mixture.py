@@ -8,8 +8,10 @@
           - {name: reversal, options: {size: 3}, max_tokens: 8}
           - {name: reasoning_gym:leg_counting, weight: 1}
 
-Each part: `name` (any task name load_task knows), `options`, `weight` (its share of the training prompts, 1 by
-default), `max_tokens` and `stop` (else the task's own, else the run's). Every row carries the part it came from
+Each part (MixturePart, config/task_options.py: checked when the config is): `name` (any task name load_task
+knows), `options`, `weight` (its share of the training prompts, 1 by default), `max_tokens` and `stop` (else the
+task's own, else the run's), `label`. Parts are loaded with the run's seed (`run.seed`) and the config's
+`task.max_observation_chars`. Every row carries the part it came from
 in `TASK_COLUMN` (types.py), which is how the mixture's env and rubric send it to its own part, and how the step
 and eval records break `pass_rate` and `reward` down per task (`task/<name>/...`, obs/rollout_stats.py). Held-out
 rows are interleaved part by part, so `loop.eval_prompts` keeps every part in the eval; the run ends with a per-task
@@ -25,6 +27,7 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from posttrain.config.task_options import MixtureOptions, MixturePart, OptionsError, parse
 from posttrain.envs.smoke_checks import SmokeCheck
 from posttrain.envs.task import Task, TaskLoadError
 from posttrain.rewards.rubric import RewardComponent, Score
@@ -45,38 +48,30 @@ class Part:
         return replace(run, max_tokens=self.max_tokens or self.task.max_tokens or run.max_tokens, stop=list(stop))
 
 
-def make_task(tasks: list[dict[str, Any]] | None = None, seed: int = 0) -> Task:
+def make_task(_run_seed: int = 0, _max_observation_chars: int | None = None, **options: Any) -> Task:
+    """The mixture `options` (task.options) describe (MixtureOptions, config/task_options.py: the config's check
+    too), its parts loaded with the run's seed (tasks/load.py passes it; task.options.seed, when set, draws the
+    training rows instead) and the config's task.max_observation_chars (None: each part's own)."""
     from posttrain.tasks.load import load_task
 
-    if not tasks or not isinstance(tasks, list):
-        raise TaskLoadError(
-            "mixture: task.options.tasks must list the tasks, e.g. [{name: count-a, weight: 2}, {name: reversal}]"
-        )
-    parts = [_part(spec, i, load_task) for i, spec in enumerate(tasks)]
-    names = [p.name for p in parts]
-    if len(set(names)) != len(names):
-        raise TaskLoadError(f"mixture: task names must be unique, got {names} (give a repeated task a `label`)")
-    return mixture_task(parts, seed)
+    seed, max_observation_chars = _run_seed, _max_observation_chars
+
+    try:
+        opts = parse(MixtureOptions, options, "task.options")
+    except OptionsError as e:
+        raise TaskLoadError(f"mixture: {e}") from None
+    parts = [_part(spec, load_task, seed, max_observation_chars) for spec in opts.tasks]
+    return mixture_task(parts, seed if opts.seed is None else opts.seed)
 
 
-def _part(spec: Any, i: int, load_task: Any) -> Part:
-    if not isinstance(spec, dict) or "name" not in spec:
-        raise TaskLoadError(f"mixture: tasks[{i}] must be a mapping with `name`, got {spec!r:.200}")
-    unknown = set(spec) - {"name", "options", "weight", "max_tokens", "stop", "label"}
-    if unknown:
-        raise TaskLoadError(
-            f"mixture: tasks[{i}] ({spec['name']}): unknown keys {sorted(unknown)}; a part takes name, "
-            "options, weight, max_tokens, stop, label"
-        )
-    weight = spec.get("weight", 1.0)
-    if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not weight > 0:
-        raise TaskLoadError(f"mixture: tasks[{i}] ({spec['name']}): weight must be a number > 0, got {weight!r}")
-    task = load_task(spec["name"], spec.get("options") or {})
+def _part(spec: MixturePart, load_task: Any, seed: int, max_observation_chars: int | None) -> Part:
+    task = load_task(spec.name, spec.options, seed=seed, max_observation_chars=max_observation_chars)
     if task.group_rewards:
-        raise TaskLoadError(f"mixture: {spec['name']} has group rewards, which a mixture does not score yet")
+        raise TaskLoadError(f"mixture: {spec.name} has group rewards, which a mixture does not score yet")
     if task.env_factory is not None and task.tools:
-        raise TaskLoadError(f"mixture: {spec['name']} has both tools and its own env_factory")
-    return Part(str(spec.get("label", spec["name"])), task, float(weight), spec.get("max_tokens"), spec.get("stop"))
+        raise TaskLoadError(f"mixture: {spec.name} has both tools and its own env_factory")
+    stop = list(spec.stop) if spec.stop is not None else None
+    return Part(spec.key, task, spec.weight, spec.max_tokens, stop)
 
 
 def mixture_task(parts: list[Part], seed: int = 0) -> Task:
@@ -162,6 +157,11 @@ class MixtureRubric:
         return out  # type: ignore[return-value]  # every row belongs to a part
 
 
+def _part_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A mixture row as its part's row: without the mixture's column."""
+    return {k: v for k, v in row.items() if k != TASK_COLUMN}
+
+
 def _by_part(rows: list[dict[str, Any]]) -> dict[str, list[int]]:
     groups: dict[str, list[int]] = {}
     for i, r in enumerate(rows):
@@ -192,16 +192,12 @@ class MixtureEnv:
         name = row[TASK_COLUMN]
         return await self.envs[name].rollout(row, sampler, self.parts[name].params(params or self.params))
 
-    async def score(self, trajectories: list[Trajectory]) -> None:
-        """Each part's trajectories scored by its env, their rows without the mixture's column while it does (a
-        part's reward functions take the columns of its own rows)."""
+    async def score(self, trajectories: list[Trajectory]) -> list[Score]:
+        """Each part's trajectories scored by its env, shown as records whose rows lack the mixture's column (a
+        part's reward functions take the columns of its own rows); the scores in the order asked."""
+        out: list[Score | None] = [None] * len(trajectories)
         for name, idx in _by_part([t.row for t in trajectories]).items():
-            group = [trajectories[i] for i in idx]
-            tagged = [t.row for t in group]
-            for t in group:
-                t.row = {k: v for k, v in t.row.items() if k != TASK_COLUMN}
-            try:
-                await self.envs[name].score(group)
-            finally:
-                for t, row in zip(group, tagged, strict=True):
-                    t.row = row
+            plain = [replace(trajectories[i], row=_part_row(trajectories[i].row)) for i in idx]
+            for i, s in zip(idx, await self.envs[name].score(plain), strict=True):
+                out[i] = s
+        return [s for s in out if s is not None]

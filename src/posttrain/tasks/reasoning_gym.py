@@ -3,8 +3,9 @@
     task.name=reasoning_gym:leg_counting  task.options={min_animals: 1, max_animals: 2, train_size: 500}
     task.name=reasoning_gym:composite     task.options.datasets={chain_sum: {weight: 2}, gcd: {config: {...}}}
 
-Options: posttrain's own (POSTTRAIN_OPTIONS, in reasoning_gym_datasets.py); every other key is the dataset's config
-(reasoning-gym's config dataclass for that dataset; `size` is an alias of `train_size`, `seed` seeds the dataset).
+Options: posttrain's own (ReasoningGymOptions, config/task_options.py: checked when the config is); every other key
+is the dataset's config (reasoning-gym's config dataclass for that dataset; `size` is an alias of `train_size`,
+`seed` seeds the dataset).
 Train and held-out rows are one dataset split by index (reasoning-gym seeds item i with seed + i, so the two ranges
 never share a random stream), and held-out questions that also appear in training are dropped.
 
@@ -32,40 +33,28 @@ import warnings
 from typing import Any
 
 from posttrain.bounded import BoundedError
+from posttrain.config.formats import AnswerFormat
+from posttrain.config.task_options import OptionsError, ReasoningGymOptions, parse
 from posttrain.envs.smoke_checks import SmokeCheck
 from posttrain.envs.task import Task, TaskLoadError
 from posttrain.rewards.extract import completion_text, extract_answer, has_answer
 from posttrain.rewards.rubric import RewardComponent, Rubric
-from posttrain.tasks.reasoning_gym_datasets import (  # noqa: F401 - INSTALL_HINT, CACHE_SIZE, config_keys, dataset_for re-exported
-    CACHE_SIZE,
-    INSTALL_HINT,
-    POSTTRAIN_OPTIONS,
-    _build,
-    _rg,
-    _spec,
-    config_keys,
-    dataset_for,
-    dumps_entry,
-    loads_entry,
-)
-from posttrain.tasks.reasoning_gym_screen import (  # noqa: F401 - the EVALS_ sets and close_scorer_pool re-exported
-    EVALS_ARITHMETIC,
-    EVALS_LITERAL,
-    EVALS_SYMBOLIC,
-    close_scorer_pool,
+from posttrain.tasks._reasoning_gym_worker import dumps_entry, loads_entry
+from posttrain.tasks.reasoning_gym_datasets import build_dataset, dataset_spec, import_reasoning_gym
+from posttrain.tasks.reasoning_gym_screen import (
     score_in_worker,
     scorer_pool,
     screen,
 )
 
 MAX_ANSWER_CHARS = 2000  # what a scorer sees at most of the extracted answer
-SCORE_TIMEOUT_S = 5.0  # one score_answer call
+SCORE_TIMEOUT_S = ReasoningGymOptions.model_fields["score_timeout_s"].default  # one score_answer call
 BATCH_TIMEOUT_S = 30.0  # one reward call (a batch), under the rubric's reward_timeout_s (60 s by default)
 
 # How each answer format is asked for (appended to the system prompt) and written (demonstrations, tests).
-_INSTRUCTIONS = {
-    "answer_tag": "Give your final answer between <answer> and </answer> tags, e.g. <answer>42</answer>.",
+_INSTRUCTIONS: dict[AnswerFormat, str] = {  # one per format of config/formats.py (a test holds them equal)
     "auto": "Give your final answer between <answer> and </answer> tags, e.g. <answer>42</answer>.",
+    "answer_tag": "Give your final answer between <answer> and </answer> tags, e.g. <answer>42</answer>.",
     "boxed": "Give your final answer as \\boxed{answer}, e.g. \\boxed{42}.",
     "last_line": "Give your final answer alone on the last line.",
     "last_number": "End your reply with the final answer as a number.",
@@ -171,7 +160,7 @@ class FormatPresent:
 # --------------------------------------------------------------------------------------------------------- rows
 
 
-def _system_prompt(system_prompt: str | None, answer_format: str) -> str:
+def _system_prompt(system_prompt: str | None, answer_format: AnswerFormat) -> str:
     """The system message: a named reasoning-gym prompt (SYSTEM_PROMPTS: default, direct, ...) as it is, or text
     (ours by default) followed by how to write the answer."""
     from reasoning_gym.utils import SYSTEM_PROMPTS
@@ -217,52 +206,6 @@ def _split(dataset, train_size: int, eval_size: int) -> tuple[list[dict], list[d
 # ---------------------------------------------------------------------------------------------------- the task
 
 
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise TaskLoadError(f"reasoning_gym: {name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _positive_number(name: str, value: Any, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= 0 if allow_zero else value > 0):
-        raise TaskLoadError(f"reasoning_gym: {name} must be a number {'>=' if allow_zero else '>'} 0, got {value!r}")
-    return float(value)
-
-
-def _options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(posttrain's options with defaults, the dataset's config)."""
-    config = {k: v for k, v in options.items() if k not in POSTTRAIN_OPTIONS}
-    if "size" in config:  # reasoning-gym's name for it
-        if "train_size" in options:
-            raise TaskLoadError("reasoning_gym: give train_size or size, not both")
-        options = {**options, "train_size": config.pop("size")}
-    opts = {
-        "train_size": 1000,
-        "eval_size": 64,
-        "seed": 0,
-        "system_prompt": None,
-        "answer_format": "answer_tag",
-        "fallback": True,
-        "max_tokens": 256,
-        "format_weight": 0.1,
-        "score_timeout_s": SCORE_TIMEOUT_S,
-    }
-    opts.update({k: v for k, v in options.items() if k in POSTTRAIN_OPTIONS and k != "datasets"})
-    if "datasets" in options:
-        config["datasets"] = options["datasets"]
-    _positive_int("train_size", opts["train_size"])
-    _positive_int("eval_size", opts["eval_size"], 0)
-    _positive_int("seed", opts["seed"], 0)
-    _positive_int("max_tokens", opts["max_tokens"])
-    _positive_number("format_weight", opts["format_weight"], allow_zero=True)
-    _positive_number("score_timeout_s", opts["score_timeout_s"])
-    if opts["answer_format"] not in _INSTRUCTIONS:
-        raise TaskLoadError(
-            f"reasoning_gym: answer_format {opts['answer_format']!r} is not one of {', '.join(_INSTRUCTIONS)}"
-        )
-    return opts, config
-
-
 def _warn_about(dataset_name: str, spec_json: str, entries: list[dict[str, Any]]) -> None:
     """Say so when rows can never pass (a reference longer than what extraction keeps) or every reply passes (a
     scorer that accepts nonsense: game_of_life_halting in 0.1.25 passes any non-empty answer). The probe is the
@@ -302,11 +245,14 @@ def _smoke_checks(rows: list[dict[str, Any]], answer_format: str) -> list[SmokeC
 
 def make_task(dataset: str, **options: Any) -> Task:
     """A reasoning-gym dataset (or `composite`) as a Task; see the module docstring for the options."""
-    _rg()
-    opts, config = _options(options)
-    n_train, n_eval, fmt = opts["train_size"], opts["eval_size"], opts["answer_format"]
-    spec = _spec(dataset, config, n_train + EVAL_POOL * n_eval, opts["seed"])
-    built = _build(spec)
+    import_reasoning_gym()
+    try:  # posttrain's own options, checked as the config checks them (config/task_options.py)
+        opts = parse(ReasoningGymOptions, options, "task.options")
+    except OptionsError as e:
+        raise TaskLoadError(f"reasoning_gym: {e}") from None
+    n_train, n_eval, fmt = opts.train_size, opts.eval_size, opts.answer_format
+    spec = dataset_spec(dataset, opts.config, n_train + EVAL_POOL * n_eval, opts.seed)
+    built = build_dataset(spec)
     train, evals = _split(built, n_train, n_eval)
     spec_json = json.dumps(spec, sort_keys=True)
     _warn_about(dataset, spec_json, train + evals)
@@ -321,14 +267,14 @@ def make_task(dataset: str, **options: Any) -> Task:
             "questions training does not have (a small problem space)",
             stacklevel=2,
         )
-    system = _system_prompt(opts["system_prompt"], fmt)
+    system = _system_prompt(opts.system_prompt, fmt)
     train_rows = [_row(e, system, spec_json) for e in train]
     eval_rows = [_row(e, system, spec_json) for e in evals]
-    score = ScoreAnswer(fmt, bool(opts["fallback"]), float(opts["score_timeout_s"]))
+    score = ScoreAnswer(fmt, opts.fallback, opts.score_timeout_s)
     rubric = Rubric(
         [
             RewardComponent("rg_score", score),
-            RewardComponent("format", FormatPresent(fmt), weight=float(opts["format_weight"])),
+            RewardComponent("format", FormatPresent(fmt), weight=opts.format_weight),
         ],
         pass_component="rg_score",
     )
@@ -339,7 +285,7 @@ def make_task(dataset: str, **options: Any) -> Task:
         eval_rows=eval_rows,
         rubric=rubric,
         description=f"reasoning-gym {dataset}, scored by its own score_answer",
-        max_tokens=opts["max_tokens"],
+        max_tokens=opts.max_tokens,
         demonstrate=demonstrate,
         smoke_checks=_smoke_checks(train_rows, fmt),
     )

@@ -1,7 +1,8 @@
 """reasoning-gym's datasets for `reasoning_gym:<dataset>` (tasks/reasoning_gym.py): the options checked against each
 dataset's config and the spec that re-creates a dataset (built once per process and spec, here and in the scorers'
-worker: `dataset_for`). Entries travel as JSON text that keeps tuples, sets and non-string keys (`dumps_entry`,
-`loads_entry`, from _reasoning_gym_worker.py)."""
+worker: _reasoning_gym_worker.py's `dataset_for`; here `build_dataset`, `dataset_spec`, `import_reasoning_gym`, which
+tasks/reasoning_gym.py loads a task with). Entries travel as JSON text that keeps tuples, sets and non-string keys
+(_reasoning_gym_worker.py's `dumps_entry`, `loads_entry`)."""
 
 from __future__ import annotations
 
@@ -10,37 +11,24 @@ import difflib
 import json
 from typing import Any
 
+from posttrain.config.task_options import ReasoningGymOptions
 from posttrain.envs.task import TaskLoadError
 
-# Entries as JSON and the dataset a spec names live with the scorers' worker process, which needs them without
-# importing posttrain; re-exported here.
-from posttrain.tasks._reasoning_gym_worker import (  # noqa: F401 - CACHE_SIZE, dumps_entry, loads_entry re-exported
-    CACHE_SIZE,
-    dataset_for,
-    dumps_entry,
-    loads_entry,
-)
+# The dataset a spec names (and entries as JSON) live with the scorers' worker process, which needs them without
+# importing posttrain.
+from posttrain.tasks._reasoning_gym_worker import dataset_for
 
 INSTALL_HINT = "pip install 'posttrain[reasoning-gym]'"
 
-POSTTRAIN_OPTIONS = (
-    "train_size",
-    "eval_size",
-    "seed",
-    "system_prompt",
-    "answer_format",
-    "fallback",
-    "max_tokens",
-    "format_weight",
-    "score_timeout_s",
-    "datasets",
-)
+# posttrain's own options (the model config/task_options.py checks them with); the rest are the dataset's.
+POSTTRAIN_OPTIONS = tuple(ReasoningGymOptions.model_fields)
 
 
 # ------------------------------------------------------------------------------------------- datasets and specs
 
 
-def _rg():
+def import_reasoning_gym():
+    """The reasoning_gym package, or a TaskLoadError naming its install (a task load asks first)."""
     try:
         import reasoning_gym
     except ImportError:
@@ -49,7 +37,7 @@ def _rg():
 
 
 def _registry() -> dict[str, tuple[type, type]]:
-    _rg()
+    import_reasoning_gym()
     from reasoning_gym.factory import DATASETS
 
     return DATASETS
@@ -83,7 +71,7 @@ def _check_config(name: str, config: dict[str, Any], where: str) -> None:
         )
 
 
-def _build(spec: dict[str, Any]):
+def build_dataset(spec: dict[str, Any]):
     """dataset_for, with reasoning-gym's own refusals (a bad value, a failed validate) as TaskLoadError."""
     try:
         return dataset_for(json.dumps(spec, sort_keys=True))
@@ -121,7 +109,7 @@ def _composite_specs(datasets: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _spec(dataset: str, config: dict[str, Any], size: int, seed: int) -> dict[str, Any]:
+def dataset_spec(dataset: str, config: dict[str, Any], size: int, seed: int) -> dict[str, Any]:
     if dataset == "composite":
         extra = set(config) - {"datasets"}
         if extra:

@@ -34,15 +34,7 @@ from posttrain.envs.tools import parse_calls
 from posttrain.rewards.rubric import RewardComponent, Rubric
 from posttrain.rewards.text import completion_text
 from posttrain.tasks import bm25
-from posttrain.tasks.search_qa_world import (  # noqa: F401 - the world's names are re-exported
-    CHAINS,
-    EXAMPLE_QUERY,
-    RELATIONS,
-    Entity,
-    World,
-    all_questions,
-    build_world,
-)
+from posttrain.tasks.search_qa_world import EXAMPLE_QUERY, World, all_questions, build_world
 
 TOP_K = 2
 

@@ -8,45 +8,37 @@
     verifiers:path/to/file.py:fn     fn(**task.options) returns a `vf.Env`, a `vf.Taskset` (played by verifiers'
     verifiers:package.module:fn      SingleAgentEnv) or a (Taskset, Env subclass) pair
 
-posttrain's own options, taken out before the rest go to verifiers: `n_train` / `n_eval` (how many tasks; an
+posttrain's own options (VerifiersOptions, config/task_options.py: checked when the config is), taken out before
+the rest go to verifiers: `n_train` / `n_eval` (how many tasks; an
 infinite taskset needs n_train), `eval` (options for the held-out tasks' env, merged over the others, e.g.
 `{taskset: {split: test}}`; without it `n_eval` (default 10%, at most 64) tasks are held out at random),
 `max_tokens`, `timeout_s` (one episode, default 300), `request_timeout_s` (one model call, default 120),
 `max_turns` (model calls per seat where the env sets no limit, default 16), `max_observation_chars` (of one env
-message, default 8000), `pass_reward` (the reward whose score >= 1 is a pass; default the first verifiers runs),
-`episode_threads` (episodes run at once, each on a thread and event loop of its own, default 64),
+message; task.max_observation_chars wins; default 8000), `pass_reward` (the reward whose score >= 1 is a pass;
+default the first verifiers runs), `episode_threads` (episodes run at once, each on a thread and event loop of its
+own, default 64),
 `max_stuck_threads` (threads an env's blocking code may hold past `timeout_s`; at the cap new episodes fail until
 one returns; default 8).
 """
 
 from __future__ import annotations
 
-import importlib
-import random
 from pathlib import Path
 from typing import Any
 
+from posttrain.config.task_options import OptionsError, VerifiersOptions, parse
 from posttrain.envs.task import Task, TaskLoadError
-from posttrain.tasks.user_files import import_user_file
+from posttrain.rows import hold_out
+from posttrain.tasks.user_files import import_callable, import_user_file
 
 PREFIX = "verifiers:"
-OWN_OPTIONS = (
-    "n_train",
-    "n_eval",
-    "eval",
-    "max_tokens",
-    "timeout_s",
-    "request_timeout_s",
-    "max_turns",
-    "max_observation_chars",
-    "pass_reward",
-    "episode_threads",
-    "max_stuck_threads",
-)
-MAX_HELD_OUT = 64
+DEFAULT_OBSERVATION_CHARS = 8000  # of one env message, when neither the options nor the config say
 
 
-def load_verifiers_task(name: str, options: dict[str, Any] | None = None, seed: int = 0) -> Task:
+def load_verifiers_task(
+    name: str, options: dict[str, Any] | None = None, seed: int = 0, max_observation_chars: int | None = None
+) -> Task:
+    """`max_observation_chars`: the config's (task.max_observation_chars), which wins over the options' own."""
     try:
         import verifiers.v1  # noqa: F401 - the optional dependency, checked before anything else
     except ImportError as e:
@@ -54,35 +46,35 @@ def load_verifiers_task(name: str, options: dict[str, Any] | None = None, seed: 
     from posttrain.envs.verifiers_env import VerifiersEnv, verifiers_rubric, vf_task_of
 
     spec = name.removeprefix(PREFIX)
-    own = {k: v for k, v in (options or {}).items() if k in OWN_OPTIONS}
-    rest = {k: v for k, v in (options or {}).items() if k not in OWN_OPTIONS}
-    env = _build(spec, rest, own)
-    train = _rows(env, own.get("n_train"), "n_train")
-    if "eval" in own:
-        evals = _rows(_build(spec, _merged(rest, dict(own["eval"] or {})), own), own.get("n_eval"), "n_eval")
+    try:  # posttrain's own options, checked as the config checks them (config/task_options.py)
+        own = parse(VerifiersOptions, options, "task.options")
+    except OptionsError as e:
+        raise TaskLoadError(f"verifiers env {spec!r}: {e}") from None
+    cap = max_observation_chars or own.max_observation_chars or DEFAULT_OBSERVATION_CHARS
+    rest = own.env_options
+    env = _build(spec, rest, own, cap)
+    train = _rows(env, own.n_train, "n_train")
+    if "eval" in own.model_fields_set:
+        evals = _rows(_build(spec, _merged(rest, dict(own.eval or {})), own, cap), own.n_eval, "n_eval")
     else:
-        train, evals = _hold_out(train, own.get("n_eval"), seed)
+        train, evals = _hold_out(train, own.n_eval, seed)
     if not train:
         raise TaskLoadError(f"verifiers env {spec!r} has no tasks")
     try:
-        rubric = verifiers_rubric(vf_task_of(env, train[0]), own.get("pass_reward"))
+        rubric = verifiers_rubric(vf_task_of(env, train[0]), own.pass_reward)
     except ValueError as e:
         raise TaskLoadError(str(e)) from None
-    timeout_s, request_timeout_s = float(own.get("timeout_s", 300)), float(own.get("request_timeout_s", 120))
-    threads, stuck = int(own.get("episode_threads", 64)), int(own.get("max_stuck_threads", 8))
-    if threads < 1 or stuck < 1:
-        raise TaskLoadError("task.options.episode_threads and max_stuck_threads must be at least 1")
 
     def env_factory(task: Task, tokenizer: Any, params: Any) -> VerifiersEnv:
         return VerifiersEnv(
             env,
             task,
             tokenizer,
-            timeout_s=timeout_s,
-            request_timeout_s=request_timeout_s,
+            timeout_s=own.timeout_s,
+            request_timeout_s=own.request_timeout_s,
             max_tokens=task.max_tokens,
-            episode_threads=threads,
-            max_stuck_threads=stuck,
+            episode_threads=own.episode_threads,
+            max_stuck_threads=own.max_stuck_threads,
         )
 
     return Task(
@@ -92,27 +84,25 @@ def load_verifiers_task(name: str, options: dict[str, Any] | None = None, seed: 
         rubric=rubric,
         env_factory=env_factory,
         description=f"verifiers environment {env.config.env_id}",
-        max_tokens=own.get("max_tokens"),
-        max_observation_chars=int(own.get("max_observation_chars", 8000)),
+        max_tokens=own.max_tokens,
+        max_observation_chars=cap,
     )
 
 
 # ---- the verifiers env a spec names --------------------------------------------------------------------------
 
 
-def _build(spec: str, options: dict[str, Any], own: dict[str, Any]) -> Any:
-    """The verifiers Env for `spec`, its seats running posttrain's chat harness (envs/verifiers_env.py)."""
+def _build(spec: str, options: dict[str, Any], own: VerifiersOptions, max_observation_chars: int) -> Any:
+    """The verifiers Env for `spec`, its seats running posttrain's chat harness (envs/verifiers_env.py), each env
+    message cut to `max_observation_chars`."""
     from pydantic import ValidationError
 
     from posttrain.envs.verifiers_env import with_posttrain_seats
 
-    harness = {
-        "max_observation_chars": int(own.get("max_observation_chars", 8000)),
-        "request_timeout_s": float(own.get("request_timeout_s", 120)),
-    }
+    harness = {"max_observation_chars": max_observation_chars, "request_timeout_s": own.request_timeout_s}
     try:
         env_cls, config, taskset = _resolve(spec, options)
-        env = env_cls(with_posttrain_seats(config, harness, int(own.get("max_turns", 16))))
+        env = env_cls(with_posttrain_seats(config, harness, own.max_turns))
     except (ImportError, ValidationError, TypeError, ValueError, AttributeError) as e:
         raise TaskLoadError(f"verifiers env {spec!r}: {type(e).__name__}: {e}") from None
     if taskset is not None:
@@ -136,7 +126,7 @@ def _resolve(spec: str, options: dict[str, Any]) -> tuple[type, Any, Any]:
             f"{target}:{attr} must return a verifiers Env, a Taskset or (Taskset, Env subclass), "
             f"got {type(out).__name__}"
         )
-    from posttrain.envs.verifiers_env import register_plugin_module
+    from posttrain.envs.verifiers_harness import register_plugin_module
 
     classes = (type(taskset),) if env_cls is None else (type(taskset), env_cls)
     ts_id = register_plugin_module(_plugin_name(type(taskset)), *classes)
@@ -159,17 +149,7 @@ def _plugin_file(path: str) -> str:
 
 
 def _function(target: str, attr: str) -> Any:
-    if target.endswith(".py") or "/" in target:
-        module = _import_file(Path(target).expanduser())
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as e:
-            raise TaskLoadError(f"cannot import module {target!r}: {e}") from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise TaskLoadError(f"{target} has no function {attr!r}")
-    return fn
+    return import_callable(f"{target}:{attr}", "verifiers env", _import_file)
 
 
 def _import_file(path: Path) -> Any:
@@ -194,13 +174,9 @@ def _rows(env: Any, n: int | None, option: str) -> list[dict[str, Any]]:
 
 
 def _hold_out(rows: list[dict[str, Any]], n_eval: int | None, seed: int) -> tuple[list, list]:
-    """(train, held-out): `n_eval` rows (default 10%, at most 64) drawn with `seed`, as tasks/load.py does."""
-    if len(rows) < 2:
-        return rows, []
-    order = list(range(len(rows)))
-    random.Random(seed).shuffle(order)
-    k = min(int(n_eval), len(rows) - 1) if n_eval is not None else min(MAX_HELD_OUT, max(1, len(rows) // 10))
-    return [rows[i] for i in order[k:]], [rows[i] for i in order[:k]]
+    """(train, held-out): `n_eval` rows (default 10%, at most 64) drawn with `seed`: `rows.hold_out`, as every
+    loader holds rows out."""
+    return hold_out(rows, seed=seed, count=n_eval)  # n_eval >= 0: checked with the options
 
 
 def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""A Trainer and the loss it is handed, from a Config: the trainer's settings, the loss's hyper-parameters, the
-per-token weight function (importance-sampling correction x credit weights), and which self-distillation teacher
-the run has. The run's stepper (loop/), trainer ranks (training/launch.py) and the preflight's probe step build
-them through these, so every rank trains with the same settings."""
+"""A Trainer and the loss it is handed: the trainer's settings (`trainer_setup`, read from the Config once), the
+loss's hyper-parameters, the per-token weight function (importance-sampling correction x credit weights), and which
+self-distillation teacher the run has. Rank 0 decides them from the Config (loop/step_plan.py, loop/wiring.py);
+trainer ranks (training/launch.py) build the same Trainer and loss from the `RankPlan` rank 0 hands them, never
+from the Config, so every rank trains with the settings rank 0 decided."""
 
 from __future__ import annotations
 
@@ -12,12 +13,20 @@ from posttrain.algos import IS_CORRECTIONS, LOSSES, TOKEN_WEIGHTS, LossParams
 from posttrain.algos.loss_terms import with_terms
 from posttrain.config.schema import AlgorithmConfig, Config, RemediesConfig
 from posttrain.training.protocol import LossFn, TokenWeightFn
+from posttrain.training.rank_plan import TrainerSetup
 from posttrain.training.trainer import Trainer
 
 
-def make_trainer(cfg: Config, model: Any, pad_id: int, cls: type = Trainer) -> Trainer:
+def trainer_setup(cfg: Config) -> TrainerSetup:
+    """What the run's Trainer is built from (the same on every rank)."""
+    return TrainerSetup(
+        trainer=cfg.trainer, temperature=cfg.sampling.temperature, report_gap_max=cfg.sampling.engine != "own"
+    )
+
+
+def make_trainer(setup: TrainerSetup, model: Any, pad_id: int, cls: type = Trainer) -> Trainer:
     """`cls`: Trainer, or ShardedTrainer over an FSDP2-sharded model (training/launch.rank_trainer)."""
-    t = cfg.trainer
+    t = setup.trainer
     return cls(
         model,
         pad_id=pad_id,
@@ -28,13 +37,13 @@ def make_trainer(cfg: Config, model: Any, pad_id: int, cls: type = Trainer) -> T
         warmup_steps=t.warmup_steps,
         micro_batch_tokens=t.micro_batch_tokens,
         prefix_sharing=t.prefix_sharing,
-        temperature=cfg.sampling.temperature,
+        temperature=setup.temperature,
         optimizer=t.optimizer,
         muon_momentum=t.muon_momentum,
         logits_chunk_tokens=t.logits_chunk_tokens,
         gradient_checkpointing=t.gradient_checkpointing,
         precision=t.precision,
-        report_gap_max=cfg.sampling.engine != "own",
+        report_gap_max=setup.report_gap_max,
     )
 
 
@@ -80,22 +89,18 @@ def run_remedies(cfg: Config) -> RemediesConfig | None:
 
 @dataclass(frozen=True)
 class LossSetup:
-    """The loss a trainer runs, from the config: the policy loss composed with its terms (algos/loss_terms.py),
-    its hyper-parameters and the per-token weights. Every trainer rank builds the same one."""
+    """The loss a trainer runs: the policy loss composed with its terms (algos/loss_terms.py), its
+    hyper-parameters and the per-token weights. Every trainer rank builds the same one from the same two inputs."""
 
     loss_fn: LossFn
     params: LossParams
     token_weight_fn: TokenWeightFn | None
 
     @classmethod
-    def from_config(cls, cfg: Config, max_tokens: int) -> LossSetup:
-        return cls.with_teacher(cfg, max_tokens, self_teacher(cfg.algorithm, run_remedies(cfg)))
-
-    @classmethod
-    def with_teacher(cls, cfg: Config, max_tokens: int, own: SelfTeacher | None) -> LossSetup:
-        """`own`: the run's self-teacher, as the caller already decided it (loop/step_plan.py)."""
-        loss_fn = with_terms(LOSSES[cfg.algorithm.loss])
-        return cls(loss_fn, loss_params(cfg, max_tokens, own), token_weight_fn(cfg.algorithm))
+    def build(cls, a: AlgorithmConfig, params: LossParams) -> LossSetup:
+        """`a`: the loss's name, IS correction and credit weights. `params`: its hyper-parameters as rank 0 decided
+        them (`loss_params`: the token budget and the teacher's weight included)."""
+        return cls(with_terms(LOSSES[a.loss]), params, token_weight_fn(a))
 
 
 def loss_params(cfg: Config, max_tokens: int, own: SelfTeacher | None) -> LossParams:

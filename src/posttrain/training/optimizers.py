@@ -9,6 +9,8 @@ with `adjust_lr_fn="match_rms_adamw"` (Moonshot's scaling), so the AdamW learnin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from posttrain.algos.registry import Registry
@@ -29,7 +31,10 @@ def muon_param_split(named_params: list[tuple[str, torch.nn.Parameter]]) -> tupl
 
 
 # `trainer.optimizer` by name: fn(named_params, lr, betas, weight_decay, muon_momentum) -> optimizers.
-OPTIMIZERS: Registry = Registry("optimizer")
+OptimizerFactory = Callable[
+    [list[tuple[str, torch.nn.Parameter]], float, tuple[float, float], float, float], list[torch.optim.Optimizer]
+]
+OPTIMIZERS: Registry[OptimizerFactory] = Registry("optimizer")
 
 
 def _fusable(params: list[torch.Tensor]) -> bool:
@@ -69,7 +74,7 @@ def muon(named_params, lr, betas, weight_decay, muon_momentum=0.95) -> list[torc
             )
         )
     if adamw_params:
-        opts += adamw(adamw_params, lr, betas, weight_decay)
+        opts += adamw(adamw_params, lr, betas, weight_decay, muon_momentum)  # the registry's signature (unused)
     return opts
 
 

@@ -15,6 +15,7 @@ from posttrain.bounded_files import path_kind
 from posttrain.errors import PosttrainError
 from posttrain.rewards.reward_model import format_pair
 from posttrain.rewards.rows_file import read_rows
+from posttrain.rows import is_hf_dataset
 
 BUILTIN_PREFERENCES: dict[str, str] = {"product-blurb": "posttrain.tasks.product_blurb"}
 
@@ -79,11 +80,11 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
 
 def load_pairs(source: Any, seed: int = 0) -> tuple[list[PreferencePair], list[PreferencePair] | None]:
     """(train pairs, held-out pairs or None when the source has no split of its own)."""
-    if hasattr(source, "column_names") and hasattr(source, "to_list"):  # a datasets.Dataset
+    if is_hf_dataset(source):
         return to_pairs(source.to_list(), "dataset"), None
     if isinstance(source, dict) and "train" in source:  # a datasets.DatasetDict or {"train": rows, ...}
         held = source.get("test") or source.get("validation")
-        rows = lambda d: d.to_list() if hasattr(d, "to_list") else list(d)
+        rows = lambda d: d.to_list() if is_hf_dataset(d) else list(d)
         return to_pairs(rows(source["train"]), "train"), (to_pairs(rows(held), "held-out") if held else None)
     if isinstance(source, list):
         return to_pairs(source), None

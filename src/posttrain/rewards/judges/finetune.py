@@ -99,9 +99,9 @@ def _encode(tok: Any, question: str, max_length: int) -> list[int]:
 def answer_ids(tok: Any) -> dict[str, int]:
     """The token each answer starts with, as the judge backend reads it ("Yes" and "No" are single tokens in
     SmolLM2's vocabulary; a character-level vocabulary gives "Y" and "N")."""
-    from posttrain.rewards.judges.local_hf import _yes_no_ids
+    from posttrain.rewards.judges.local_hf import yes_no_ids
 
-    yes, no = _yes_no_ids(tok)
+    yes, no = yes_no_ids(tok)
     out = {}
     for word, allowed in (("Yes", yes), ("No", no)):
         first = tok.encode(word, add_special_tokens=False)[0]

@@ -51,7 +51,7 @@ class LocalHFBackend:
             dev = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
             self._model, self._tok = model.to(dev).eval(), tok
         if self._yes_no is None:
-            self._yes_no = _yes_no_ids(self._tok)
+            self._yes_no = yes_no_ids(self._tok)
         return self._model, self._tok
 
     def room(self, frame: str, new_tokens: int) -> int:
@@ -149,10 +149,11 @@ def _yes_share(y: float, n: float) -> float | Exception:
     return y / (y + n) if y + n > 1e-12 else 0.5
 
 
-def _yes_no_ids(tok: Any) -> tuple[list[int], list[int]]:
+def yes_no_ids(tok: Any) -> tuple[list[int], list[int]]:
     """First-token ids of "yes" / "no" spellings (any case, optional leading space). A token counts for a word
     when its text (stripped, lower-cased) is a prefix of that word and not of the other: the whole word in a
-    subword vocabulary ("Yes"), its first letter in a character-level one ("Y", as in tiny-random)."""
+    subword vocabulary ("Yes"), its first letter in a character-level one ("Y", as in tiny-random).
+    finetune.py trains on the same ids."""
     yes, no = set(), set()
     for word in ("Yes", "yes", "YES", "No", "no", "NO"):
         for text in (word, " " + word):
