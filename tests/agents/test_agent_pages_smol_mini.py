@@ -91,3 +91,27 @@ def test_the_task_file_loads_and_its_agent_trains_one_step(page, tmp_path, train
     step = train_one_step(env.agent_fn, rules(), rows=task.train_rows[:1], task=task)
     assert all(t.reward == 1.0 for t in step.trajectories), [t.reward for t in step.trajectories]
     assert step.metrics["agent/dropped_calls"] == 0 and step.metrics["weights/changed"] == 1.0, step.metrics
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_the_page_s_train_command_runs_in_smoke_mode(page, tmp_path):
+    """The page's `posttrain train task.name=<file>:make_task`, as written, in smoke mode on tiny-random (a random
+    policy: its episodes may fail or score 0; the run must still train, evaluate and finish)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip(PAGES[page][0])
+    (command,) = blocks(page, "bash")
+    path = tmp_path / PAGES[page][3]
+    path.write_text(blocks(page, "python")[1])
+    argv = command.replace(PAGES[page][3], str(path)).split()
+    smoke = ["model.name=tiny-random", "loop.steps=1", "loop.eval_prompts=2", "logging.tensorboard=false",
+             "loop.save_every=0", "model.threads=1", "sampling.max_tokens=16"]
+    r = subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", *argv[1:], *smoke, f"run.output_dir={tmp_path}/runs"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1"},
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert list(tmp_path.glob("runs/*/summary.json"))
