@@ -205,3 +205,4 @@ def run_train_step(
 def train_one_step() -> Callable[..., StepResult]:
     """run_train_step, as a fixture (see its docstring)."""
     return run_train_step
+

@@ -173,3 +173,14 @@ class ScriptedPolicy:
             logits = self.model(x).logits[0, len(prompt_ids) - 1 : -1].float() / max(temperature, 1e-4)
             lp = torch.log_softmax(logits, dim=-1)
             return lp.gather(-1, torch.tensor(reply_ids)[:, None])[:, 0].tolist()
+
+
+def check_one_chain_step(step: Any) -> None:
+    """A weather agent's training step (a tool call, then the answer after its result): every episode rewarded,
+    its two calls one trained chain, none dropped, the weights moved, the recorded log-probs the trainer's."""
+    m = step.metrics
+    assert all(t.reward == 1.0 and len(t.turns) == 2 for t in step.trajectories)
+    assert m["agent/calls"] == 2 and m["agent/chains"] == 1 and m["agent/dropped_calls"] == 0, m
+    assert m["weights/changed"] == 1.0
+    assert m["train/sampler_logp_abs_diff"] < 1e-3, m["train/sampler_logp_abs_diff"]
+    print({k: m[k] for k in ("agent/chains", "agent/dropped_calls", "train/sampler_logp_abs_diff")})

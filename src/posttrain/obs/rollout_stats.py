@@ -120,7 +120,7 @@ def _stats_of(t: Trajectory, stats: Mapping[int, SampleStats]) -> SampleStats | 
 def token_records(t: Trajectory, tokenizer: Any, stats: SampleStats | None = None) -> dict[str, Any]:
     """Everything after the first prompt, token by token: its text, whether the policy sampled it (mask 1) or the
     env inserted it (0: tool results, later user turns), the sampler's log-prob, and what the trainer measured
-    (`stats`, PolicyGradientStepper.last_stats): its log-prob before the update and the sequence's advantage."""
+    (`stats`, the StepResult's stats): its log-prob before the update and the sequence's advantage."""
     ids, mask, logps = t.sequence()
     ids = ids[len(t.prompt_ids) :]
     out: dict[str, Any] = {
